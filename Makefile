@@ -1,0 +1,38 @@
+# trm-stack developer entry points. Everything runs inside one project venv ($(VENV)).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON_BOOTSTRAP ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+NOX := $(VENV)/bin/nox
+# The CPU wheel of torch, installed before anything else so no resolver ever picks the CUDA build.
+TORCH_SPEC ?= torch==2.13.0
+DATA_DIR ?= data
+
+.PHONY: help venv test lint data
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q '$(TORCH_SPEC)'
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast when nothing changed)
+
+test: venv ## run the CPU test suite (pytest-xdist)
+	$(NOX) -s tests
+
+lint: venv ## ruff + shellcheck
+	$(NOX) -s lint
+
+data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 1000 augmentations)
+	$(PY) -m trm data build-arc --output-dir $(DATA_DIR)/arc1concept-aug-1000 \
+		--subsets training evaluation concept --test-set-name evaluation
+	$(PY) -m trm data build-arc --output-dir $(DATA_DIR)/arc2concept-aug-1000 \
+		--subsets training2 evaluation2 concept --test-set-name evaluation2

@@ -1,0 +1,1 @@
+"""Top-level commands of `python -m trm`; each module here defines `register(subparsers)`."""
