@@ -115,14 +115,14 @@ def build_optimizers(cfg: TrainConfig, model: Any) -> list[Optim]:
     return optimizers
 
 
-def build(cfg: TrainConfig, info: DistInfo) -> Components:
-    """Loaders, model (rank 0's init broadcast), optimizers, EMA, evaluators."""
+def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | None = None) -> Components:
+    """Loaders (built from data_paths unless given), model (rank 0's init broadcast), optimizers, EMA."""
     from trm.evaluation.arc import build_evaluators
     from trm.optim import EMA
     from trm.training.distributed import broadcast_params_
 
     plan = SlotPlan.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
-    train_loader, test_loader = build_loaders(cfg, info)
+    train_loader, test_loader = loaders if loaders is not None else build_loaders(cfg, info)
     torch.manual_seed(cfg.seed + info.rank)
     model, loss_head = build_model(cfg, train_loader.metadata, plan, info.device)
     broadcast_params_(model, info)

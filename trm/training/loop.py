@@ -68,9 +68,9 @@ class Trainer:
 
     # ---------------------------------------------------------------- setup
     @classmethod
-    def create(cls, cfg: TrainConfig, info: DistInfo) -> Trainer:
+    def create(cls, cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any] | None = None) -> Trainer:
         """Build everything, then resume from the newest complete checkpoint or load initial weights."""
-        trainer = cls(cfg, info, build(cfg, info))
+        trainer = cls(cfg, info, build(cfg, info, loaders))
         trainer._resume_or_init()
         if info.is_main:
             trainer._open_logs()
