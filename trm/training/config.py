@@ -239,8 +239,10 @@ def compose(overrides: list[str]) -> TrainConfig:
             cfg = hydra_compose(config_name=CONFIG_NAME, overrides=normalized)
         obj = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException) as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise TRMError(f"bad configuration: {message}. Check the value's type with `--help`.") from None
+        parts = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
+        raise TRMError(
+            f"bad configuration: {': '.join(parts)}. Check the key's type with `--help`."
+        ) from None
     finally:
         GlobalHydra.instance().clear()
     assert isinstance(obj, TrainConfig)
