@@ -135,6 +135,24 @@ def test_run_evaluates_and_writes_a_submission_for_every_test_input(dataset: Pat
     manifest = json.loads((ckpt.find_complete(tmp_path / "run")[-1].path / "manifest.json").read_text())
     assert manifest["dataset_fingerprint"] and manifest["config_hash"] and "state.pt" in manifest["files"]
 
+    # Standalone evaluation of the final checkpoint reproduces the in-training evaluation (EMA weights).
+    newest = ckpt.find_complete(tmp_path / "run")[-1]
+    out = tmp_path / "eval-out"
+    result = subprocess.run(
+        [sys.executable, "-m", "trm.eval", str(newest.path), "--output-dir", str(out)],
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    folder = out / f"evaluator_ARC_step_{newest.step}"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    trained = [r for r in rows(tmp_path / "run") if "ARC/pass@2" in r][-1]
+    assert metrics["ARC/pass@2"] == trained["ARC/pass@2"]
+    assert metrics["eval/all/lm_loss"] == pytest.approx(trained["eval/all/lm_loss"], rel=1e-6)
+    assert json.loads((folder / "submission.json").read_text()) == json.loads(subs[-1].read_text())
+
 
 def _csv(path: Path) -> list[dict[str, str]]:
     import csv
@@ -250,29 +268,6 @@ def test_resume_refuses_another_dataset(dataset: Path, tmp_path: Path) -> None:
     again = train(other, tmp_path / "r", "epochs=1", "eval_interval=1", "evaluators=[]")
     assert again.returncode == exit_codes.CONFIG_ERROR
     assert "dataset fingerprint" in again.stderr and "Traceback" not in again.stderr
-
-
-def test_standalone_eval_of_our_checkpoint(dataset: Path, tmp_path: Path) -> None:
-    run = train(dataset, tmp_path / "run", "epochs=1", "eval_interval=1")
-    assert run.returncode == 0, run.stderr
-    newest = ckpt.find_complete(tmp_path / "run")[-1]
-    out = tmp_path / "eval-out"
-    result = subprocess.run(
-        [sys.executable, "-m", "trm.eval", str(newest.path), "--output-dir", str(out)],
-        env=env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    folder = out / f"evaluator_ARC_step_{newest.step}"
-    metrics = json.loads((folder / "metrics.json").read_text())
-    trained = [r for r in rows(tmp_path / "run") if "ARC/pass@2" in r][-1]
-    assert metrics["ARC/pass@2"] == trained["ARC/pass@2"]
-    assert metrics["eval/all/lm_loss"] == pytest.approx(trained["eval/all/lm_loss"], rel=1e-6)
-    assert json.loads((folder / "submission.json").read_text()) == json.loads(
-        (tmp_path / "run" / f"evaluator_ARC_step_{newest.step}" / "submission.json").read_text()
-    )
 
 
 @pytest.mark.dist
