@@ -59,6 +59,7 @@ class LaunchPlan:
     dataset_dir: Path
     overrides: list[str]
     env: dict[str, str]
+    trainer_module: str = "trm.train"
 
     @property
     def checkpoint_bytes(self) -> int:
@@ -103,7 +104,7 @@ class LaunchPlan:
             "--",
             s.python,
             "-m",
-            "trm.train",
+            self.trainer_module,
             *overrides,
         ]
         return cmd
