@@ -203,6 +203,10 @@ class Launch:
                     f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
                 )
                 return exit_codes.SAVED_RETRY
+            if self.supervisor.stop_reason and not result.rank_codes and result.returncode == -15:
+                # The stop arrived while torchrun was starting, before any trainer ran: nothing was lost.
+                self.console.log("stopped before the trainer started; the same command resumes")
+                return exit_codes.SAVED_RETRY
             code = result.returncode if result.returncode > 0 else 1
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
