@@ -182,3 +182,18 @@ def test_main_reports_failures_with_exit_1(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("pip==26.3")
     assert buildtools.main(["subset-lock", str(lock), "nope"]) == 1
     assert "build check failed: lock file has no pin for nope" in capsys.readouterr().err
+
+
+def test_split_layers_link_mode_keeps_the_source(tmp_path):
+    src = tmp_path / "opt/venv"
+    (src / "lib").mkdir(parents=True)
+    (src / "lib/a").write_bytes(b"x" * 300)
+    (src / "lib/b").write_bytes(b"y" * 300)
+    (src / "python").symlink_to("lib/a")
+    sizes = buildtools.split_layers(src, tmp_path / "layers", 2, 400, link=True)
+    assert sorted(sizes) == [300, 300]
+    assert (src / "lib/a").read_bytes() == b"x" * 300 and (src / "python").is_symlink()
+    copies = sorted((tmp_path / "layers").rglob("a"))
+    assert len(copies) == 1 and copies[0].stat().st_ino == (src / "lib/a").stat().st_ino
+    links = [p for p in (tmp_path / "layers").rglob("python") if p.is_symlink()]
+    assert [os.readlink(p) for p in links] == ["lib/a"]
