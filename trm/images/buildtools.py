@@ -188,7 +188,10 @@ def split_layers(src: Path, dest: Path, slots: int, max_bytes: int, *, link: boo
             entries.append((0, Path(dirpath)))
     entries.sort(key=lambda e: (-e[0], str(e[1])))
     for i in range(slots):
-        (dest / str(i)).mkdir(parents=True, exist_ok=True)
+        # A marker in every slot: the classic builder fails on consecutive COPYs of empty layers.
+        marker = dest / str(i) / src.relative_to("/") / f".layer-{i}"
+        _make_parents(marker.parent, dest / str(i))
+        marker.write_text(f"layer {i} of {src}\n")
     sizes = [0] * slots
     for size, path in entries:
         slot = next((i for i in range(slots) if sizes[i] + size <= max_bytes), None)
@@ -215,6 +218,7 @@ def split_layers(src: Path, dest: Path, slots: int, max_bytes: int, *, link: boo
 
 def _make_parents(parent: Path, slot_root: Path) -> None:
     """Create `parent` inside a slot, copying each directory's mode from the source tree."""
+    slot_root.mkdir(parents=True, exist_ok=True)
     missing = []
     while not parent.exists():
         missing.append(parent)
