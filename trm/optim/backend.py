@@ -43,6 +43,17 @@ def _extension_runs(cls: type[Optimizer], device: torch.device) -> str | None:
     return None
 
 
+def _extension_problem(cls: type[Optimizer], devices: set[torch.device]) -> str | None:
+    """None when the extension can step parameters on every one of `devices`, else the reason."""
+    if any(d.type != "cuda" for d in devices):
+        return "the extension runs on CUDA only and some parameters are not on a CUDA device"
+    for device in devices:
+        problem = _extension_runs(cls, device)
+        if problem is not None:
+            return f"the extension fails on {device} ({problem})"
+    return None
+
+
 def _log_once(backend: str, reason: str) -> None:
     if backend not in _logged:
         _logged.add(backend)
@@ -69,14 +80,11 @@ def build_adam_atan2(
     reason = "requested"
     if backend != "torch":
         cls = _extension_class()
-        problem = None
-        if cls is None:
-            problem = f"the adam_atan2 extension does not import; install it with {EXTENSION_INSTALL}"
-        elif any(d.type != "cuda" for d in devices):
-            problem = "the extension runs on CUDA only and some parameters are not on a CUDA device"
-        else:
-            for device in devices:
-                problem = problem or _extension_runs(cls, device)
+        problem = (
+            f"the adam_atan2 extension does not import; install it with {EXTENSION_INSTALL}"
+            if cls is None
+            else _extension_problem(cls, devices)
+        )
         if problem is None:
             optimizer = cls(params, lr=lr, betas=betas, weight_decay=weight_decay)
             optimizer.trm_backend = "ext"  # type: ignore[attr-defined]
