@@ -2,7 +2,8 @@
 
 Runs under `torch.no_grad()` (not inference mode) and hands evaluators CPU copies, so nothing later
 updates an inference tensor in place — the class of crash that killed upstream runs at their first
-evaluation. Test batches are processed in chunks of the micro-batch size to bound memory.
+evaluation. Test batches are processed in chunks of the micro-batch size to bound memory, without the
+blank rows that pad the last one.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def evaluate(
 ) -> dict[str, float]:
     """Evaluate; returns `eval/<set>/<metric>` and evaluator metrics on rank 0 ({} elsewhere)."""
     was_training = loss_head.training
+    blank_id = int(test_loader.metadata.blank_identifier_id)
     loss_head.eval()
     for ev in evaluators:
         ev.begin_eval()
@@ -43,8 +45,8 @@ def evaluate(
     try:
         with torch.no_grad():
             for set_name, batch, _n in test_loader.iter_test():
-                batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
-                rows = batch["inputs"].shape[0]
+                rows = _real_rows(batch["puzzle_identifiers"], blank_id)
+                batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
                 for start in range(0, rows, chunk_size):
                     chunk = {k: v[start : start + chunk_size] for k, v in batch.items()}
                     metrics, outputs = _run_to_halt(loss_head, chunk, wanted)
@@ -73,6 +75,14 @@ def evaluate(
         if metrics:
             result.update(metrics)
     return result if info.is_main else {}
+
+
+def _real_rows(identifiers: torch.Tensor, blank_id: int) -> int:
+    """Rows up to the last non-blank one: the loader pads the last chunk with blank rows, which carry no
+    labels and are dropped by the evaluators, so they are not computed (their q_halt loss would otherwise
+    depend on the padding, i.e. on the world size)."""
+    real = torch.nonzero(identifiers != blank_id)
+    return int(real.max()) + 1 if real.numel() else 0
 
 
 def _run_to_halt(
