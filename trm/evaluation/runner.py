@@ -17,6 +17,12 @@ from tqdm import tqdm
 
 from trm.training.distributed import DistInfo, all_reduce_sum_
 
+# What ACTLossHead reports (sums over the batch); q_continue_loss only with no_ACT_continue=False.
+LOSS_HEAD_METRICS = (
+    "count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps", "lm_loss", "q_halt_loss", "q_continue_loss",
+)  # fmt: skip
+OPTIONAL_METRICS = frozenset({"q_continue_loss"})
+
 
 def evaluate(
     loss_head: torch.nn.Module,
@@ -104,9 +110,9 @@ def _reduce_set_metrics(
     for name in sorted(sums):
         if name not in set_names:
             set_names.append(name)
-    metric_names = sorted({m for s in sums.values() for m in s})
-    if not metric_names:
-        return {}
+    # A fixed list, not the names seen here: a rank whose rows were all padding saw none, and every rank
+    # must join the same all-reduce.
+    metric_names = sorted(set(LOSS_HEAD_METRICS) | {m for s in sums.values() for m in s})
     table = torch.zeros(len(set_names), len(metric_names), dtype=torch.float64, device=info.device)
     for i, set_name in enumerate(set_names):
         for j, metric in enumerate(metric_names):
@@ -121,5 +127,7 @@ def _reduce_set_metrics(
             continue
         for j, metric in enumerate(metric_names):
             value = float(table[i, j])
+            if metric in OPTIONAL_METRICS and value == 0.0:
+                continue
             out[f"eval/{set_name}/{metric}"] = value if metric == "count" else value / count
     return out
