@@ -235,3 +235,14 @@ def test_identifiers_json_escapes_odd_task_ids(tmp_path):
     assert ids[:2] == ["<blank>", odd] and len(ids) == 5
     assert all(parse_identifier(i)[0] == odd for i in ids[1:])
     assert json.loads((tmp_path / "d" / "test_puzzles.json").read_text())[odd]["test"][0]["output"] == sol[0]
+
+
+def test_upstream_input_prefix_maps_to_the_shipped_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no kaggle/combined here, as in a trm-stack checkout
+    m = build_arc_dataset(
+        tmp_path / "d", input_file_prefix="kaggle/combined/arc-agi", **{**SMOKE, "max_puzzles": 2}
+    )
+    assert m["inputs"]["arc-agi_training2_challenges.json"] == (
+        "779eaba89790ebad9af02514a7efc0aefaf2cf8236f046a31bbf8b9ec48f20f5"
+    )
+    assert "shipped copy" in capsys.readouterr().err

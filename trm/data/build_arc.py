@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from .planning import ordered_tasks, plan_all
 
 BUILDER = f"trm-stack {trm.__version__} build-arc"
 DEFAULT_SUBSETS = ("training2", "evaluation2", "concept")
+UPSTREAM_PREFIX = "kaggle/combined/arc-agi"  # upstream's input prefix, relative to its checkout
 # Process workers pay off only for large builds (tasks × augmentations).
 _AUTO_WORKERS_MIN_WORK = 20000
 
@@ -50,7 +52,7 @@ def build_arc_dataset(
     complete dataset with the same arguments and inputs is left as is.
     """
     output_dir = Path(output_dir)
-    prefix = Path(input_file_prefix) if input_file_prefix is not None else DEFAULT_PREFIX
+    prefix = resolve_prefix(input_file_prefix)
     subsets = list(subsets)
     if form not in formats.FORMS:
         raise TRMError(f"--form {form!r}: choose one of {', '.join(formats.FORMS)}")
@@ -140,6 +142,20 @@ def build_arc_dataset(
         )
         (tmp / MANIFEST).chmod(0o644)
     return manifest
+
+
+def resolve_prefix(input_file_prefix: str | Path | None) -> Path:
+    """The input prefix; upstream's `kaggle/combined/arc-agi` means the shipped (byte-identical) copy."""
+    if input_file_prefix is None:
+        return DEFAULT_PREFIX
+    prefix = Path(input_file_prefix)
+    if prefix.as_posix().endswith(UPSTREAM_PREFIX) and not prefix.parent.is_dir():
+        print(
+            f"note: {prefix} not found; using the shipped copy of upstream's {UPSTREAM_PREFIX}_* files",
+            file=sys.stderr,
+        )
+        return DEFAULT_PREFIX
+    return prefix
 
 
 def _has_test_subset(subsets: Sequence[str], test_set_name: str, test_set_name2: str) -> bool:
