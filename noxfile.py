@@ -38,3 +38,13 @@ def gpu(session: nox.Session) -> None:
     """The gpu-marked tests; fails loudly when no CUDA GPU is visible."""
     session.env["TRM_REQUIRE_GPU"] = "1"
     session.run(PYTHON, "-m", "pytest", "-m", "gpu", *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks: `nox -s bench -- <name> [ARGS]` runs `python -m trm.bench.<name> ARGS` (e.g. `model`)."""
+    available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem != "__init__")
+    if not session.posargs or session.posargs[0] not in available:
+        session.error(f"name a benchmark: nox -s bench -- <{'|'.join(available)}> [ARGS]")
+    name, *rest = session.posargs
+    session.run(PYTHON, "-m", f"trm.bench.{name}", *rest)
