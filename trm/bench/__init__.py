@@ -1,1 +1,1 @@
-"""Benchmarks run by `nox -s bench -- <name>` (each a module with `main(argv) -> int`)."""
+"""Benchmarks, run as `nox -s bench -- <name> [args]` (module `trm.bench.<name>`); never timed tests."""
