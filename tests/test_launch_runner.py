@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trm.launch.plan import build_plan
-from trm.launch.runner import Launch, has_complete_checkpoint
+from trm.launch.runner import Launch
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, read_events
 
@@ -96,6 +96,7 @@ def test_worker_records_and_forwards(tmp_path):
     assert json.loads((exit_dir / "rank_0.json").read_text())["exit_code"] == 75
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_exit_75_restarts_and_the_run_finishes(tmp_path, restore_signals):
     launch, out = make_launch(tmp_path, "exit75-once")
@@ -114,6 +115,7 @@ def test_exit_75_restarts_and_the_run_finishes(tmp_path, restore_signals):
     assert plan["hardware"]["world_size"] == 2 and "resume_command" in plan
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signals):
     launch, out = make_launch(
@@ -124,24 +126,28 @@ def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signal
         STOP_MARGIN_MINUTES="0",
         GPU_HOURLY_USD="2",
         COST_LOG_MINUTES="0.02",
+        FAKE_STEP_SECONDS="0.5",
+        PREFLIGHT="0",
     )
     assert launch.run() == 75, out.getvalue()
     log = out.getvalue()
     assert "stop requested (cost guard: MAX_HOURS reached" in log
     assert "trainer saved and stopped" in log and "cost so far $" in log
-    assert has_complete_checkpoint(launch.s.run_dir)
+    saved = max(int(p.name[5:]) for p in launch.s.run_dir.glob("step_*") if (p / "COMPLETE").exists())
     again, out2 = make_launch(
-        tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), FAKE_TRAINER_STEPS="400"
-    )
+        tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), FAKE_TRAINER_STEPS=str(saved + 2),
+        PREFLIGHT="0",
+    )  # fmt: skip
     again.plan.verify_command = launch.plan.verify_command  # type: ignore[method-assign]
     assert again.run() == 0, out2.getvalue()
     assert "smoke gate skipped" in out2.getvalue()
-    assert (launch.s.run_dir / "step_400" / "COMPLETE").exists()
+    assert (launch.s.run_dir / f"step_{saved + 2}" / "COMPLETE").exists()
+    assert f"start at step {saved}," in (launch.s.launch_dir / "train.log").read_text()
 
 
 @pytest.mark.dist
 def test_crash_fails_without_restart(tmp_path, restore_signals):
-    launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0")
+    launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0", PREFLIGHT="0")
     code = launch.run()
     assert code == 1
     assert "training failed" in out.getvalue() and "rank exit codes {0: 1" in out.getvalue()
@@ -149,7 +155,7 @@ def test_crash_fails_without_restart(tmp_path, restore_signals):
 
 
 def test_failed_verification_never_trains(tmp_path, restore_signals):
-    launch, out = make_launch(tmp_path, "finish")
+    launch, out = make_launch(tmp_path, "finish", PREFLIGHT="0")
     launch.plan.verify_command = lambda: [sys.executable, "-c", "import sys; sys.exit(2)"]  # type: ignore[method-assign]
     assert launch.run() == 2
     assert "failed verification" in out.getvalue() and "rm -rf" in out.getvalue()
