@@ -40,6 +40,7 @@ def make_launch(tmp_path: Path, mode: str, **env: str) -> tuple[Launch, io.Strin
         "WORKSPACE": str(tmp_path / "ws"),
         "PYTHON": sys.executable,
         "SMOKE_STEPS": "2",
+        "TRM_LAUNCH_HANDOFF": "0",
         **env,
     }
     settings = LaunchSettings.from_env(environ)

@@ -262,4 +262,16 @@ class Launch:
                 guard.stop()
                 self.console.log(guard.cost_line())
             self.events.write("session_end", exit_code=code)
+            if self.environ.get("TRM_LAUNCH_HANDOFF", "1") != "0":
+                # Direct `python -m trm launch` (e.g. a Kubernetes Job); train_prod.sh does it from its trap.
+                self.handoff()
         return code
+
+    def handoff(self) -> None:
+        from trm.launch.handoff import build_bundle
+
+        try:
+            bundle = build_bundle(self.s.run_dir, self.s.artifacts_run_dir)
+            self.console.log(f"handoff bundle: {bundle}")
+        except (OSError, TRMError) as err:
+            self.console.log(f"handoff failed ({err}); rerun: python -m trm handoff {self.s.run_dir}")
