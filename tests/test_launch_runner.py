@@ -161,3 +161,31 @@ def test_failed_verification_never_trains(tmp_path, restore_signals):
     assert launch.run() == 2
     assert "failed verification" in out.getvalue() and "rm -rf" in out.getvalue()
     assert not (launch.s.launch_dir / "train.log").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_probe_steps_down_on_out_of_memory(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path, "finish", PROBE="1", PROBE_STEPS="5", FAKE_OOM_ABOVE="1", SMOKE_STEPS="0", PREFLIGHT="0",
+        FAKE_STEP_SECONDS="0.05", FAKE_TRAINER_STEPS="5",
+    )  # fmt: skip
+    assert launch.run() == 0, out.getvalue()
+    probe = json.loads((launch.s.launch_dir / "probe.json").read_text())
+    assert [a["micro_batch_size"] for a in probe["attempts"]] == [4, 2, 1]
+    assert [a["out_of_memory"] for a in probe["attempts"]] == [True, True, False]
+    assert probe["chosen_micro_batch_size"] == 1 and probe["table_micro_batch_size"] == 4
+    assert probe["attempts"][-1]["step_seconds"] is not None
+    assert any("stepped down to 1" in note for note in probe["drift"])
+    assert "micro 1" in (launch.s.launch_dir / "train.log").read_text()
+
+
+def test_probe_step_time_from_metrics(tmp_path):
+    from trm.launch.probe import step_seconds
+
+    rows = ["step,wall_time,name,value"] + [
+        f"{s},{100 + 2 * s + (5 if s == 1 else 0)},train/lm_loss,1" for s in range(1, 8)
+    ]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    seconds, measured = step_seconds(tmp_path / "metrics.csv")
+    assert seconds == pytest.approx(2.0) and measured == 4
