@@ -60,7 +60,27 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan.render(environ))
         return 0
+    ensure_writable(settings)
     return Launch(plan, environ, Console(settings.launch_dir / "launch.log")).run()
+
+
+def ensure_writable(settings: LaunchSettings) -> None:
+    """Create the run, data and artifacts directories up front; a permission problem is a clean error."""
+    for name, path in (
+        ("CHECKPOINT_DIR", settings.launch_dir),
+        ("DATA_DIR", settings.data_dir),
+        ("ARTIFACTS_DIR", settings.artifacts_dir),
+    ):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".trm-write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise TRMError(
+                f"cannot write to {path} ({err.strerror or err}); set {name} (or WORKSPACE) to a writable "
+                "directory on a persistent volume, or fix its owner (`sudo chown -R $(id -u) …`)"
+            ) from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

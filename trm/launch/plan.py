@@ -63,6 +63,14 @@ class LaunchPlan:
 
     @property
     def checkpoint_bytes(self) -> int:
+        """Size of the newest complete checkpoint of this run, else the task's estimate."""
+        run_dir = self.settings.run_dir
+        done = sorted(
+            (p for p in run_dir.glob("step_*") if (p / "COMPLETE").exists()),
+            key=lambda p: int(p.name.split("_", 1)[1]) if p.name.split("_", 1)[1].isdigit() else -1,
+        )
+        if done:
+            return sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
         return self.task.checkpoint_bytes
 
     def trainer_overrides(
@@ -213,7 +221,7 @@ class LaunchPlan:
         steps.append(
             Step(
                 "train",
-                f"resumes from the newest complete checkpoint in {s.run_dir}; exit 75 without "
+                f"torchrun (python -m torch.distributed.run); resumes from the newest complete checkpoint in {s.run_dir}; exit 75 without "
                 f"a stop request restarts (at most {s.max_restarts} times); log: "
                 f"{s.launch_dir / 'train.log'}",
                 [self.torchrun(self.trainer_overrides(), exit_dir=exit_dir)],
