@@ -194,3 +194,13 @@ def test_cli_error_exit_code_and_message(tmp_path):
     assert proc.returncode == 2
     assert "arc-agi_nope_challenges.json: file not found" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_cli_build_then_rebuild_is_a_no_op(tmp_path):
+    out = tmp_path / "d"
+    cmd = [sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out), "--subsets", "training2",
+           "evaluation2", "--test-set-name", "evaluation2", "--num-aug", "2", "--max-puzzles", "3", "--quiet"]  # fmt: skip
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "train: " in first.stdout and "done in" in first.stdout
+    second = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "nothing to do" in second.stdout
