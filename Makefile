@@ -63,3 +63,9 @@ push: venv ## push the built VARIANTS to REGISTRY=host:port; digests go to docke
 
 image-test: venv ## real image test: engine, local base, build cpu, smoke, local registry, push, pull by digest
 	$(NOX) -s docker
+
+launch-dry-run: venv ## what scripts/train_prod.sh would do on this host (steps, hardware tier, torchrun command)
+	PYTHON=$(abspath $(PY)) bash scripts/train_prod.sh --dry-run
+
+launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo ranks, kill + resume, handoff (slow)
+	$(NOX) -s launch

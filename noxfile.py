@@ -66,3 +66,18 @@ def docker_gpu(session: nox.Session) -> None:
         env={"PYTHON": PYTHON, "TRM_IMAGE_TESTS": "tests/test_images_docker_gpu.py"},
         external=True,
     )
+
+
+@nox.session(default=False)
+def launch(session: nox.Session) -> None:
+    """scripts/train_prod.sh on CPU (slow): real data + trainer, torchrun 2 gloo ranks, kill, resume, handoff."""
+    session.run(
+        PYTHON,
+        "-m",
+        "pytest",
+        "-m",
+        "slow",
+        "tests/test_launch_e2e.py",
+        "tests/test_launch_runner.py",
+        *session.posargs,
+    )
