@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -154,7 +155,7 @@ def test_readme_documents_the_same_variables_and_defaults():
             f"README 'GPU host' table lacks {var.name}: regenerate it with python -m trm launch --markdown-env"
         )
         assert f"| {var.default} |" in row, f"README default of {var.name} differs from --help"
-    documented = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    documented = {m.group(1) for line in section.splitlines() if (m := re.match(r"\| `([A-Z0-9_]+)` \|", line))}
     assert documented == set(LAUNCH_VARS)
 
 
