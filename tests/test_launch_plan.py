@@ -71,6 +71,10 @@ def test_user_overrides_replace_task_and_table_values():
     assert plan.overrides.count("compile=false") == 1 and "compile=true" not in plan.overrides
     assert "eval_interval=400" in plan.overrides and "eval_interval=800" not in plan.overrides
     assert plan.overrides[-1] == "lr=3e-4"
+    assert (
+        plan.resume_command({"TASK": "arc2", "WANDB_API_KEY": "secret"})
+        == "TASK=arc2 bash scripts/train_prod.sh lr=3e-4"
+    )
     smoke = plan.trainer_overrides(checkpoint_path=Path("/x/smoke"), max_steps=3)
     assert "checkpoint_path=/x/smoke" in smoke and f"checkpoint_path={settings.run_dir}" not in smoke
 
@@ -155,7 +159,9 @@ def test_readme_documents_the_same_variables_and_defaults():
             f"README 'GPU host' table lacks {var.name}: regenerate it with python -m trm launch --markdown-env"
         )
         assert f"| {var.default} |" in row, f"README default of {var.name} differs from --help"
-    documented = {m.group(1) for line in section.splitlines() if (m := re.match(r"\| `([A-Z0-9_]+)` \|", line))}
+    documented = {
+        m.group(1) for line in section.splitlines() if (m := re.match(r"\| `([A-Z0-9_]+)` \|", line))
+    }
     assert documented == set(LAUNCH_VARS)
 
 

@@ -17,7 +17,9 @@ def tmux_command(settings: LaunchSettings, script: str, args: list[str]) -> list
     inner = (
         shlex.join(["bash", script, *args]) + "; echo; echo '[trm launch] finished: press Enter'; read -r _"
     )
-    return ["tmux", "-L", f"trm-{settings.run_name}", "new-session", "-d", "-s", settings.run_name, inner]
+    return [
+        "tmux", "-L", f"trm-{settings.run_name}", "new-session", "-d", "-s", settings.run_name, "-c", os.getcwd(), inner,
+    ]  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

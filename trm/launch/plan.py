@@ -18,6 +18,8 @@ TRAINER_ENV_DEFAULTS = {
     "OMP_NUM_THREADS": "1",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    # CUDA device i is nvidia-smi's GPU i, so the UUIDs in preflight and handoff name the right devices.
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
 }
 
 
@@ -153,7 +155,7 @@ class LaunchPlan:
         """The exact command that continues this run: the launch variables that were set, then the script."""
         names = [v.name for v in ENV_VARS if v.name in environ and environ[v.name] != ""]
         assigns = [f"{n}={shlex.quote(environ[n])}" for n in names]
-        return " ".join([*assigns, "bash", script])
+        return " ".join([*assigns, "bash", script, *(shlex.quote(o) for o in self.settings.cli_overrides)])
 
     def steps(self) -> list[Step]:
         """The ordered steps of a launch (what --dry-run prints)."""

@@ -251,6 +251,8 @@ class LaunchSettings:
     wandb_project: str
     use_tmux: bool
     python: str
+    cli_overrides: tuple[str, ...] = ()
+    """Overrides given as script arguments (also part of train_overrides; kept for the resume command)."""
 
     @property
     def run_dir(self) -> Path:
@@ -333,4 +335,5 @@ class LaunchSettings:
             wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{task}",
             use_tmux=_flag(env, "USE_TMUX", False),
             python=env.get("PYTHON", "").strip() or "python",
+            cli_overrides=tuple(extra_overrides),
         )
