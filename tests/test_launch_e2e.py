@@ -90,3 +90,46 @@ def test_train_prod_kill_resume_and_handoff(tmp_path):
     assert (bundle / "submission.json").exists() and (bundle / "metrics.csv").exists()
     assert "resumed from" in (bundle / "train.log").read_text()
     assert "status:         finished" in (bundle / "run.info").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_sigterm_to_the_script_saves_and_the_same_command_resumes(tmp_path):
+    """`docker stop` / pod deletion: SIGTERM reaches the trainer through the script, launcher and torchrun."""
+    env = script_env(
+        tmp_path, None, TASK="cpu-tiny", NUM_GPUS="0", CPU_PROCS="2", SMOKE_STEPS="0",
+        TRAIN_OVERRIDES="epochs=6 eval_interval=3",
+    )  # fmt: skip
+    run_dir = tmp_path / "ws" / "checkpoints" / "trm-cpu-tiny"
+    bundle = tmp_path / "ws" / "artifacts" / "trm-cpu-tiny"
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(
+            ["bash", str(SCRIPT)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.time() + 400
+            while not train_steps(run_dir / "metrics.csv") or max(train_steps(run_dir / "metrics.csv")) < 2:
+                assert proc.poll() is None and time.time() < deadline, (tmp_path / "first.log").read_text()[
+                    -3000:
+                ]
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)  # to bash only, as docker/kubelet do to PID 1
+            assert proc.wait(timeout=300) == 75, (tmp_path / "first.log").read_text()[-4000:]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=120)
+    assert not trainer_pids(run_dir)
+    stopped = json.loads((bundle / "handoff.json").read_text())
+    assert stopped["status"].startswith("stopped after saving")
+    saved_step = stopped["last_good_checkpoint"]["step"]
+    assert "stop requested (received SIGTERM)" in (run_dir / "launch" / "launch.log").read_text()
+    second = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-4000:]
+    finished = json.loads((bundle / "handoff.json").read_text())
+    assert finished["status"] == "finished" and finished["last_good_checkpoint"]["step"] > saved_step
+    assert len(finished["wall_time"]["sessions"]) == 2
+    assert (
+        f"step {saved_step}"
+        in (run_dir / "launch" / "train.log").read_text().split("===== train attempt")[-1]
+    )
