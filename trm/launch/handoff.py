@@ -139,6 +139,7 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
 
 
 def newest_submission(run_dir: Path) -> Path | None:
+    """The newest `evaluator_ARC_step_N/submission.json` of the run, if any."""
     found = sorted(
         (int(m.group(1)), p / "submission.json")
         for p in run_dir.iterdir()
@@ -198,6 +199,7 @@ def _git_sha() -> str | None:
 
 
 def status_of(exit_code: object) -> str:
+    """Human status of a run from the exit code of its last launcher session."""
     return {
         None: "unknown (no launcher session recorded, or still running)",
         0: "finished",

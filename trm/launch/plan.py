@@ -120,6 +120,7 @@ class LaunchPlan:
         return cmd
 
     def preflight_command(self) -> list[str]:
+        """`python -m trm preflight …` for this plan (GPU or CPU mode, disk need, report file)."""
         s = self.settings
         cmd = [s.python, "-m", "trm", "preflight", "--cpu" if self.hardware.device == "cpu" else "--gpu"]
         if self.hardware.device != "cpu":
@@ -133,6 +134,7 @@ class LaunchPlan:
         ]
 
     def build_command(self) -> list[str]:
+        """`python -m trm data build-arc …` for the task's dataset."""
         return [
             self.settings.python,
             "-m",
@@ -145,9 +147,11 @@ class LaunchPlan:
         ]
 
     def verify_command(self) -> list[str]:
+        """`python -m trm data verify D`."""
         return [self.settings.python, "-m", "trm", "data", "verify", str(self.dataset_dir)]
 
     def handoff_command(self) -> list[str]:
+        """`python -m trm handoff RUN_DIR --out …`."""
         s = self.settings
         return [s.python, "-m", "trm", "handoff", str(s.run_dir), "--out", str(s.artifacts_run_dir)]
 

@@ -38,12 +38,14 @@ class MemorySampler(threading.Thread):
         self._stop = threading.Event()
 
     def run(self) -> None:
+        """Sample until stopped."""
         while not self._stop.is_set():
             for index, used in query_memory_used(self.runner).items():
                 self.peak_mib[index] = max(used, self.peak_mib.get(index, 0))
             self._stop.wait(self.interval_s)
 
     def stop(self) -> dict[int, int]:
+        """Stop sampling and return the peak MiB per GPU index."""
         self._stop.set()
         self.join(timeout=10)
         return dict(self.peak_mib)

@@ -256,14 +256,17 @@ class LaunchSettings:
 
     @property
     def run_dir(self) -> Path:
+        """CHECKPOINT_DIR/RUN_NAME: the trainer's checkpoint_path."""
         return self.checkpoint_dir / self.run_name
 
     @property
     def launch_dir(self) -> Path:
+        """The launcher's records inside the run directory."""
         return self.run_dir / "launch"
 
     @property
     def artifacts_run_dir(self) -> Path:
+        """ARTIFACTS_DIR/RUN_NAME: the handoff bundle."""
         return self.artifacts_dir / self.run_name
 
     @classmethod
