@@ -69,6 +69,12 @@ def docker_gpu(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def smoke(session: nox.Session) -> None:
+    """CPU run lifecycle: build a tiny ARC set, train, SIGTERM, resume, evaluate (`-- --workdir DIR`)."""
+    session.run(PYTHON, "-m", "trm.training.smoke", *session.posargs)
+
+
+@nox.session(default=False)
 def launch(session: nox.Session) -> None:
     """scripts/train_prod.sh on CPU (slow): real data + trainer, torchrun 2 gloo ranks, kill, resume, handoff."""
     session.run(

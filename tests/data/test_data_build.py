@@ -204,3 +204,23 @@ def test_cli_build_then_rebuild_is_a_no_op(tmp_path):
     assert "train: " in first.stdout and "done in" in first.stdout
     second = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "nothing to do" in second.stdout
+
+
+def test_counts_match_upstream_builds(tmp_path):
+    """ARC-1+concept at aug 10: the figures upstream's builder gives (TRM_SPEC §8.2)."""
+    m = build_arc_dataset(
+        tmp_path / "a1", subsets=["training", "evaluation", "concept"], test_set_name="evaluation", num_aug=10
+    )
+    assert m["counts"]["train"] == {"examples": 43862, "puzzles": 10558, "groups": 960}
+    assert m["counts"]["test"]["puzzles"] == 4398 and m["counts"]["test"]["groups"] == 400
+    assert m["counts"]["identifiers"]["total"] == 10559
+
+
+@pytest.mark.slow
+def test_full_arc2_concept_build_counts(tmp_path):
+    """ARC-AGI-2 + ConceptARC at aug 1000 (compact): shape of the README dataset, verified end to end."""
+    m = build_arc_dataset(tmp_path / "full")
+    assert m["counts"]["train"]["groups"] == 1280 and m["counts"]["test"]["groups"] == 120
+    assert 1_150_000 < m["counts"]["train"]["puzzles"] < 1_281_280
+    assert m["counts"]["identifiers"]["total"] == m["counts"]["train"]["puzzles"] + 1
+    assert read_verified_manifest(tmp_path / "full", full=True)["fingerprint"] == m["fingerprint"]

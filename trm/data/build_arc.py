@@ -26,7 +26,7 @@ from .augment import plan_augmentations, plan_translations, task_rng
 from .encoding import BLANK_IDENTIFIER, GRID_SIZE, ID_SEPARATOR, PAD, SEQ_LEN, VOCAB_SIZE
 from .manifest import MANIFEST, read_manifest, read_verified_manifest, write_manifest
 from .metadata import DatasetMetadata
-from .render import render_task
+from .render import render_pairs
 
 BUILDER = f"trm-stack {trm.__version__} build-arc"
 DEFAULT_SUBSETS = ("training2", "evaluation2", "concept")
@@ -177,10 +177,8 @@ def _rendered_blocks(
     def render(i: int) -> tuple[np.ndarray, np.ndarray]:
         plan, pairs = layout.plans[i], layout.pairs[i]
         offsets = plan.offsets if with_offsets else None
-        return tuple(
-            render_task([pair[side] for pair in pairs], plan.tids, plan.cmaps, offsets).reshape(-1, SEQ_LEN)
-            for side in (0, 1)
-        )
+        inputs, labels = render_pairs(pairs, plan.tids, plan.cmaps, offsets)
+        return inputs.reshape(-1, SEQ_LEN), labels.reshape(-1, SEQ_LEN)
 
     with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
         pending: deque = deque()
