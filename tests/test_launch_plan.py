@@ -206,3 +206,12 @@ def test_unwritable_workspace_is_a_clean_error(tmp_path):
     env = script_env(tmp_path, None, TASK="cpu-tiny", NUM_GPUS="0", WORKSPACE=str(blocker / "ws"))
     proc = subprocess.run([sys.executable, "-m", "trm", "launch"], env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot write to" in proc.stderr and "set CHECKPOINT_DIR" in proc.stderr
+
+
+def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)], env=script_env(tmp_path, None, TASK="sudoku"), capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("TASK='sudoku' is not a task") == 1 and "Traceback" not in proc.stderr
+    assert "handoff skipped" in proc.stdout

@@ -30,10 +30,19 @@ def run(args: argparse.Namespace) -> int:
         print(markdown_table())
         return 0
     environ = dict(os.environ)
-    settings = LaunchSettings.from_env(environ, tuple(args.overrides))
+    try:
+        settings = LaunchSettings.from_env(environ, tuple(args.overrides))
+    except TRMError:
+        if args.handoff:  # the launcher already reported the bad setting; there is no run to hand off
+            print("handoff skipped: the launch settings are invalid (see the error above)")
+            return 0
+        raise
     if args.handoff:
         from trm.launch.handoff import build_bundle
 
+        if not settings.run_dir.is_dir():
+            print(f"no run directory {settings.run_dir} yet: nothing to hand off")
+            return 0
         bundle = build_bundle(settings.run_dir, settings.artifacts_run_dir)
         print(f"handoff bundle: {bundle}")
         return 0
