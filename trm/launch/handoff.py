@@ -162,7 +162,9 @@ def session_summary(events: list[dict[str, Any]], default_hourly: float | None) 
             current = {"start": ev.get("utc"), "t0": ev.get("time"), "gpus": ev.get("gpus", 0),
                        "hourly_usd": ev.get("hourly_usd"), "host": ev.get("host")}  # fmt: skip
             sessions.append(current)
-        elif current is not None and kind in ("session_end", "process_end", "cost", "stop_requested"):
+        elif current is not None:
+            # Any later event bounds the session (a killed launcher leaves no session_end; the cost guard's
+            # heartbeat events keep the undercount below COST_LOG_MINUTES).
             current["end"], current["t1"] = ev.get("utc"), ev.get("time")
             if kind == "session_end":
                 current["exit_code"] = ev.get("exit_code")

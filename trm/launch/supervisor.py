@@ -262,9 +262,10 @@ class CostGuard(threading.Thread):
                 self.supervisor.request_stop(f"cost guard: MAX_HOURS reached ({self.cost_line(now)})")
                 return
             if now >= next_log:
-                if self.hourly_usd is not None:
+                cost = self.cost_usd(now)
+                if cost is not None:
                     self.supervisor.console.log(self.cost_line(now))
-                    self.supervisor.events.write("cost", usd=round(self.cost_usd(now) or 0.0, 4))
+                self.supervisor.events.write("heartbeat", usd=round(cost, 4) if cost is not None else None)
                 next_log = now + self.log_every_s
             wake = min(next_log, self.deadline if self.deadline is not None else next_log)
             self._stopped.wait(max(0.05, min(wake - now, 5.0)))
