@@ -56,6 +56,8 @@ def test_attempt_outcomes():
     assert AttemptResult(0).outcome == "ok"
     assert AttemptResult(1, {0: 75, 1: 75}).outcome == "saved"
     assert AttemptResult(1, {0: 75, 1: 0}).outcome == "saved"
+    assert AttemptResult(1, {0: -15, 1: 75}).outcome == "saved"  # killed by torchrun while exiting
+    assert AttemptResult(1, {0: -15, 1: 143}).outcome == "failed"  # nobody saved
     assert AttemptResult(1, {0: 75, 1: 1}).outcome == "failed"
     assert AttemptResult(1, {0: -9}).outcome == "failed"
     assert AttemptResult(1, {}).outcome == "failed"

@@ -94,11 +94,17 @@ class AttemptResult:
 
     @property
     def outcome(self) -> str:
-        """ok, saved (every recorded rank exited 0 or 75, at least one 75) or failed."""
+        """ok, saved or failed.
+
+        saved: some rank exited 75 and no rank failed otherwise. The trainer exits 75 only after the
+        collective save completed, and once one rank has exited torchrun SIGTERMs the others; a rank
+        that was already shutting down then dies of that SIGTERM (-15 / 143), which is not a failure.
+        """
         if self.returncode == 0:
             return "ok"
         codes = set(self.rank_codes.values())
-        if exit_codes.SAVED_RETRY in codes and codes <= {0, exit_codes.SAVED_RETRY}:
+        benign = {0, exit_codes.SAVED_RETRY, -signal.SIGTERM, 128 + signal.SIGTERM}
+        if exit_codes.SAVED_RETRY in codes and codes <= benign:
             return "saved"
         return "failed"
 
