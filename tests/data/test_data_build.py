@@ -224,3 +224,25 @@ def test_full_arc2_concept_build_counts(tmp_path):
     assert 1_150_000 < m["counts"]["train"]["puzzles"] < 1_281_280
     assert m["counts"]["identifiers"]["total"] == m["counts"]["train"]["puzzles"] + 1
     assert read_verified_manifest(tmp_path / "full", full=True)["fingerprint"] == m["fingerprint"]
+
+
+def test_identifiers_json_escapes_odd_task_ids(tmp_path):
+    odd = 'quote"back\\slash-ü'
+    task, sol = tiny_task(4)
+    prefix = write_subset(tmp_path / "in", "s", {odd: task}, {odd: sol})
+    build_arc_dataset(tmp_path / "d", input_file_prefix=prefix, subsets=["s"], test_set_name="s", num_aug=3)
+    ids = json.loads((tmp_path / "d" / "identifiers.json").read_text())
+    assert ids[:2] == ["<blank>", odd] and len(ids) == 5
+    assert all(parse_identifier(i)[0] == odd for i in ids[1:])
+    assert json.loads((tmp_path / "d" / "test_puzzles.json").read_text())[odd]["test"][0]["output"] == sol[0]
+
+
+def test_upstream_input_prefix_maps_to_the_shipped_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no kaggle/combined here, as in a trm-stack checkout
+    m = build_arc_dataset(
+        tmp_path / "d", input_file_prefix="kaggle/combined/arc-agi", **{**SMOKE, "max_puzzles": 2}
+    )
+    assert m["inputs"]["arc-agi_training2_challenges.json"] == (
+        "779eaba89790ebad9af02514a7efc0aefaf2cf8236f046a31bbf8b9ec48f20f5"
+    )
+    assert "shipped copy" in capsys.readouterr().err

@@ -91,7 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--input-file-prefix",
         default=str(DEFAULT_PREFIX),
-        help="reads <prefix>_<subset>_challenges.json (default: the shipped data)",
+        help="reads <prefix>_<subset>_challenges.json (default: the shipped data; upstream's kaggle/combined/arc-agi maps to it)",
     )
     build.add_argument("--output-dir", required=True, help="dataset directory to create")
     build.add_argument(
