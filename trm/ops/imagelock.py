@@ -51,12 +51,15 @@ def _entry(variant: str, raw: dict, path: Path) -> LockedImage:
             f"{path}: variant {variant!r} must be an object with repository, tag and digest; {_FIX}."
         )
     repository, tag, digest = raw.get("repository"), raw.get("tag"), raw.get("digest")
-    for key in ("pinned", "ref", "image", "tagged"):
+    tags = raw.get("tags")
+    if tag is None and isinstance(tags, list) and tags and isinstance(tags[0], str):
+        tag = tags[0]  # the human-readable `<version>-cu<XY>-sm<NN>` tag comes first
+    for key in ("reference", "pinned", "ref", "image", "tagged"):
         value = raw.get(key)
         if isinstance(value, str):
             repo2, tag2, digest2 = _split_ref(value)
             repository, tag, digest = repository or repo2, tag or tag2, digest or digest2
-    if isinstance(tag, str) and ":" in tag and repository and tag.startswith(repository):
+    if isinstance(tag, str) and ":" in tag:  # a full reference `repo:tag` instead of a bare tag
         tag = _split_ref(tag)[1]
     if not (isinstance(repository, str) and repository and isinstance(tag, str) and tag):
         raise TRMError(f"{path}: variant {variant!r} lacks its repository and tag; {_FIX}.")
