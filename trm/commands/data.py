@@ -1,0 +1,131 @@
+"""`python -m trm data …`: build, verify and import ARC datasets."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from trm.data import formats
+from trm.data.arc_source import DEFAULT_PREFIX
+
+
+def _build_arc(args: argparse.Namespace) -> int:
+    from trm.data.build_arc import build_arc_dataset
+
+    started = time.perf_counter()
+    manifest = build_arc_dataset(
+        args.output_dir,
+        input_file_prefix=args.input_file_prefix,
+        subsets=args.subsets,
+        test_set_name=args.test_set_name,
+        test_set_name2=args.test_set_name2,
+        seed=args.seed,
+        num_aug=args.num_aug,
+        max_puzzles=args.max_puzzles,
+        puzzle_identifiers_start=args.puzzle_identifiers_start,
+        form=args.form,
+        workers=args.workers,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+    )
+    _summary(args.output_dir, manifest)
+    print(f"done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _summary(path: str, manifest: dict) -> None:
+    counts = manifest["counts"]
+    print(f"dataset {path} ({manifest['form']}), fingerprint {manifest['fingerprint'][:16]}")
+    for split in ("train", "test"):
+        c = counts[split]
+        print(f"  {split}: {c['examples']} examples, {c['puzzles']} puzzles, {c['groups']} groups")
+    print(f"  identifiers: {counts['identifiers']['total']}")
+    aug = counts.get("augmentation")
+    if aug and aug["tasks_short_of_target"]:
+        print(
+            f"  note: {aug['tasks_short_of_target']} tasks have fewer distinct augmentations than --num-aug "
+            f"(fewest: {aug['min_variants']} incl. the original); they use few colours or are symmetric"
+        )
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from trm.data.formats import SplitData
+    from trm.data.manifest import read_verified_manifest
+
+    manifest = read_verified_manifest(args.dataset_dir, full=True)
+    for split in ("train", "test"):
+        data = SplitData(args.dataset_dir, split, manifest["form"])
+        if data.num_examples != manifest["counts"][split]["examples"]:
+            print(f"{args.dataset_dir}/{split}: example count differs from the manifest")
+            return 1
+    _summary(args.dataset_dir, manifest)
+    print("OK: every file matches manifest.json")
+    return 0
+
+
+def _import_upstream(args: argparse.Namespace) -> int:
+    from trm.data.upstream_import import import_upstream
+
+    manifest = import_upstream(args.dataset_dir)
+    _summary(args.dataset_dir, manifest)
+    print(f"wrote {args.dataset_dir}/manifest.json; the dataset can now be used for training")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("data", help="build, verify and import ARC datasets")
+    commands = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
+
+    build = commands.add_parser(
+        "build-arc",
+        help="build an ARC dataset (upstream's build_arc_dataset flags)",
+        description="Build an augmented ARC dataset dir (atomically; manifest.json written last).",
+    )
+    build.add_argument(
+        "--input-file-prefix",
+        default=str(DEFAULT_PREFIX),
+        help="reads <prefix>_<subset>_challenges.json (default: the shipped data)",
+    )
+    build.add_argument("--output-dir", required=True, help="dataset directory to create")
+    build.add_argument(
+        "--subsets", nargs="+", default=["training2", "evaluation2", "concept"], help="subsets to include"
+    )
+    build.add_argument(
+        "--test-set-name", default="evaluation2", help="subset whose test pairs form the test split"
+    )
+    build.add_argument(
+        "--test-set-name2", default="your_test_set", help="a second test subset (e.g. Kaggle's hidden test)"
+    )
+    build.add_argument("--seed", type=int, default=42)
+    build.add_argument("--num-aug", type=int, default=1000, help="augmentations per task (default 1000)")
+    build.add_argument(
+        "--max-puzzles",
+        type=int,
+        default=None,
+        help="keep only the first N tasks of each subset (smoke sets)",
+    )
+    build.add_argument("--puzzle-identifiers-start", type=int, default=1)
+    build.add_argument(
+        "--form",
+        choices=formats.FORMS,
+        default=formats.COMPACT,
+        help="compact (default, small) or materialized (upstream layout)",
+    )
+    build.add_argument(
+        "--workers", type=int, default=1, help="processes for augmentation planning (output is identical)"
+    )
+    build.add_argument(
+        "--overwrite", action="store_true", help="replace an existing different dataset at --output-dir"
+    )
+    build.add_argument("--quiet", action="store_true", help="no progress bars")
+    build.set_defaults(func=_build_arc)
+
+    verify = commands.add_parser("verify", help="re-hash every file of a dataset against its manifest")
+    verify.add_argument("dataset_dir")
+    verify.set_defaults(func=_verify)
+
+    imp = commands.add_parser(
+        "import-upstream", help="check an upstream-built dataset and write its manifest"
+    )
+    imp.add_argument("dataset_dir")
+    imp.set_defaults(func=_import_upstream)

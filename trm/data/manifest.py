@@ -1,0 +1,141 @@
+"""`manifest.json`: the last file of every dataset dir; proves the build finished and pins its content."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trm.errors import TRMError
+from trm.io import atomic_write_json, sha256_file
+
+MANIFEST = "manifest.json"
+FORMAT = "trm-stack-dataset"
+FORMAT_VERSION = 1
+# Files above this size are only size-checked when a loader opens the dataset; `trm data verify` hashes all.
+QUICK_HASH_LIMIT = 256 << 20
+
+
+def rebuild_hint(dataset_dir: str | Path) -> str:
+    """The commands that fix a missing or broken manifest."""
+    return (
+        f"rebuild it with `python -m trm data build-arc --output-dir {dataset_dir} …` (same flags as before), "
+        f"or, for a directory built by upstream TinyRecursiveModels, run `python -m trm data import-upstream {dataset_dir}`"
+    )
+
+
+def fingerprint(files: dict[str, dict[str, Any]], args: dict[str, Any]) -> str:
+    """sha256 over every file's sha256 (sorted by path) and the build arguments."""
+    h = hashlib.sha256()
+    for name in sorted(files):
+        h.update(f"{name}\x00{files[name]['sha256']}\n".encode())
+    h.update(json.dumps(args, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+def describe_files(root: Path, known: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """{relative path: {bytes, sha256}} for every file under root except the manifest."""
+    known = known or {}
+    files = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = path.relative_to(root).as_posix()
+        if rel == MANIFEST:
+            continue
+        files[rel] = {"bytes": path.stat().st_size, "sha256": known.get(rel) or sha256_file(path)}
+    return files
+
+
+def write_manifest(
+    root: Path,
+    *,
+    form: str,
+    builder: str,
+    args: dict[str, Any],
+    inputs: dict[str, str],
+    counts: dict[str, dict[str, int]],
+    known_hashes: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Describe every file under `root` and write `manifest.json` (call last, after all other files)."""
+    files = describe_files(root, known_hashes)
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "form": form,
+        "builder": builder,
+        "args": args,
+        "inputs": inputs,
+        "counts": counts,
+        "files": files,
+        "fingerprint": fingerprint(files, args),
+    }
+    atomic_write_json(root / MANIFEST, manifest)
+    return manifest
+
+
+def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
+    """Parse `manifest.json` and check its structure (no file checks)."""
+    root = Path(dataset_dir)
+    path = root / MANIFEST
+    if not root.is_dir():
+        raise TRMError(
+            f"{root}: dataset directory not found; build it with `python -m trm data build-arc --output-dir {root}`"
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TRMError(
+            f"{path}: missing, so the dataset is incomplete or was not built by trm-stack; {rebuild_hint(root)}"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TRMError(f"{path}: unreadable ({err}); {rebuild_hint(root)}") from None
+    required = ("format", "form", "files", "fingerprint", "args")
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT
+        or any(k not in manifest for k in required)
+    ):
+        raise TRMError(f"{path}: not a trm-stack dataset manifest; {rebuild_hint(root)}")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise TRMError(
+            f"{path}: format_version {manifest.get('format_version')} is not {FORMAT_VERSION}; {rebuild_hint(root)}"
+        )
+    if fingerprint(manifest["files"], manifest["args"]) != manifest["fingerprint"]:
+        raise TRMError(
+            f"{path}: fingerprint does not match the listed files (edited manifest); {rebuild_hint(root)}"
+        )
+    return manifest
+
+
+def check_files(dataset_dir: str | Path, manifest: dict[str, Any], *, full: bool) -> list[str]:
+    """Problems with the files listed in the manifest: missing, wrong size, or (hashed ones) wrong sha256."""
+    root = Path(dataset_dir)
+    problems = []
+    for rel, info in manifest["files"].items():
+        path = root / rel
+        try:
+            size = os.stat(path).st_size
+        except FileNotFoundError:
+            problems.append(f"{path}: missing")
+            continue
+        if size != info["bytes"]:
+            problems.append(f"{path}: {size} bytes, manifest says {info['bytes']} (truncated or replaced)")
+        elif (full or size <= QUICK_HASH_LIMIT) and sha256_file(path) != info["sha256"]:
+            problems.append(f"{path}: sha256 differs from the manifest (file was modified)")
+    return problems
+
+
+def read_verified_manifest(dataset_dir: str | Path, *, full: bool = False) -> dict[str, Any]:
+    """The dataset's manifest after checking every listed file (sizes; sha256 of files ≤256 MB, all if `full`).
+
+    Raises TRMError naming the bad file and the rebuild command.
+    """
+    manifest = read_manifest(dataset_dir)
+    problems = check_files(dataset_dir, manifest, full=full)
+    if problems:
+        shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise TRMError(
+            f"{dataset_dir}: dataset does not match its manifest: {shown}; {rebuild_hint(dataset_dir)}"
+        )
+    return manifest

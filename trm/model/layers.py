@@ -1,0 +1,163 @@
+"""Building blocks of TRM: init, casted linear/embedding, RMSNorm, RoPE, attention, SwiGLU, the block.
+
+Shape legend: B batch, S sequence (prefix + tokens), D hidden, H heads, K head_dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trm.model.config import TRMConfig
+
+
+def trunc_normal_(tensor: torch.Tensor, std: float, bound: float = 2.0) -> torch.Tensor:
+    """Fill `tensor` with a normal truncated at ±bound·σ whose *truncated* std equals `std` (JAX-style).
+
+    Sampling is uniform → erfinv → scale → clip, so it consumes the torch RNG once per element.
+    """
+    with torch.no_grad():
+        if std == 0:
+            return tensor.zero_()
+        # Variance of a standard normal truncated to [-bound, bound]: 1 - 2·b·φ(b) / (Φ(b) - Φ(-b)).
+        mass = math.erf(bound / math.sqrt(2.0))
+        pdf = math.exp(-0.5 * bound * bound) / math.sqrt(2.0 * math.pi)
+        scale = std / math.sqrt(1.0 - 2.0 * bound * pdf / mass)
+        tensor.uniform_(-mass, mass)
+        tensor.erfinv_()
+        tensor.mul_(math.sqrt(2.0) * scale)
+        return tensor.clamp_(-bound * scale, bound * scale)
+
+
+def round_up(value: int, multiple: int) -> int:
+    """Smallest multiple of `multiple` that is >= value."""
+    return -(value // -multiple) * multiple
+
+
+def swiglu_intermediate(width: int, expansion: float) -> int:
+    """Upstream's SwiGLU intermediate size: round(expansion·width·2/3) rounded up to a multiple of 256."""
+    return round_up(round(expansion * width * 2 / 3), 256)
+
+
+def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """Parameter-free RMSNorm over the last axis, computed in fp32 and cast back to x's dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+class CastedLinear(nn.Module):
+    """Linear layer with fp32 weights cast to the input dtype; LeCun truncated-normal init, zero bias."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(
+            trunc_normal_(torch.empty(out_features, in_features), 1.0 / math.sqrt(in_features))
+        )
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ Wᵀ (+ b) in x's dtype."""
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+
+class CastedEmbedding(nn.Module):
+    """Embedding table in fp32 whose lookups are returned in `dtype`."""
+
+    def __init__(self, num_embeddings: int, dim: int, std: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.weight = nn.Parameter(trunc_normal_(torch.empty(num_embeddings, dim), std))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows of the table for `ids`, cast to the forward dtype."""
+        return F.embedding(ids, self.weight).to(self.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE tables (fp32, non-persistent) for positions 0..max_len-1."""
+
+    def __init__(self, head_dim: int, max_len: int, base: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # [S, K/2]
+        # The full tables are cat(freqs, freqs); only one half is stored since both halves are equal.
+        self.register_buffer("cos", freqs.cos(), persistent=False)
+        self.register_buffer("sin", freqs.sin(), persistent=False)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on x [B, S, ..., K] in fp32 (cos/sin [S, K/2]); returns x's dtype.
+
+    Equals x·cat(cos,cos) + rotate_half(x)·cat(sin,sin) with rotate_half(x) = cat(-x2, x1), op for op.
+    """
+    shape = (cos.shape[0],) + (1,) * (x.ndim - 3) + (cos.shape[1],)
+    cos, sin = cos.view(shape), sin.view(shape)
+    xf = x.float()
+    x1, x2 = xf.chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """Non-causal multi-head self-attention: fused qkv (no bias), RoPE on q/k, SDPA, output projection."""
+
+    def __init__(self, hidden_size: int, num_heads: int) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.qkv = CastedLinear(hidden_size, 3 * hidden_size)
+        self.out = CastedLinear(hidden_size, hidden_size)
+
+    def forward(self, x_BSD: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """Attention output [B, S, D]."""
+        B, S, D = x_BSD.shape
+        qkv = self.qkv(x_BSD).view(B, S, 3, self.num_heads, self.head_dim)
+        if rope is None:
+            q, k, v = qkv.unbind(2)
+        else:
+            qk = apply_rope(qkv[:, :, :2], *rope)
+            q, k = qk.unbind(2)
+            v = qkv[:, :, 2]
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+        return self.out(out.transpose(1, 2).reshape(B, S, D))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate) · up) with a fused gate/up projection (first half gate) and no biases."""
+
+    def __init__(self, width: int, expansion: float) -> None:
+        super().__init__()
+        inter = swiglu_intermediate(width, expansion)
+        self.gate_up = CastedLinear(width, 2 * inter)
+        self.down = CastedLinear(inter, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """SwiGLU over the last axis."""
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """Post-norm block: x = norm(x + mix(x)); x = norm(x + SwiGLU(x)). `mix` is attention or token SwiGLU."""
+
+    def __init__(self, config: TRMConfig) -> None:
+        super().__init__()
+        self.eps = config.rms_norm_eps
+        self.mlp_t = config.mlp_t
+        if config.mlp_t:
+            self.token_mlp = SwiGLU(config.total_seq_len, config.expansion)
+        else:
+            self.attn = Attention(config.hidden_size, config.num_heads)
+        self.mlp = SwiGLU(config.hidden_size, config.expansion)
+
+    def forward(self, x_BSD: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        """One block application."""
+        if self.mlp_t:
+            x_BDS = x_BSD.transpose(1, 2)
+            x_BSD = rms_norm(x_BDS + self.token_mlp(x_BDS), self.eps).transpose(1, 2)
+        else:
+            x_BSD = rms_norm(x_BSD + self.attn(x_BSD, rope), self.eps)
+        return rms_norm(x_BSD + self.mlp(x_BSD), self.eps)

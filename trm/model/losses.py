@@ -1,0 +1,123 @@
+"""Token losses (stablemax / softmax cross-entropy) and ACTLossHead: the loss and metrics of one ACT step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trm.errors import TRMError
+from trm.model.act import ACTCarry, HaltExploration, TinyRecursiveModel
+
+IGNORE_LABEL_ID = -100
+STABLEMAX_EPS = 1e-30
+
+
+def stablemax_s(x: torch.Tensor) -> torch.Tensor:
+    """s(x) = x + 1 for x >= 0, 1 / (1 - x) for x < 0."""
+    return torch.where(x < 0, 1 / (1 - x + STABLEMAX_EPS), x + 1)
+
+
+def log_stablemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """log(s(x_i) / Σ_j s(x_j)) along `dim`."""
+    s = stablemax_s(x)
+    return torch.log(s / s.sum(dim=dim, keepdim=True))
+
+
+def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token −log stablemax probability of the label, in float64; 0 where label == IGNORE_LABEL_ID."""
+    s = stablemax_s(logits.to(torch.float64))
+    valid = labels != IGNORE_LABEL_ID
+    target = torch.where(valid, labels, 0).long().unsqueeze(-1)
+    # −log(s_label / Σ s) evaluated as log Σ s − log s_label, without materialising the full log-probs.
+    loss = torch.log(s.sum(dim=-1)) - torch.log(s.gather(-1, target).squeeze(-1))
+    return torch.where(valid, loss, 0)
+
+
+def softmax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token softmax cross-entropy in fp32; 0 where label == IGNORE_LABEL_ID."""
+    flat = F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]),
+        labels.long().reshape(-1),
+        ignore_index=IGNORE_LABEL_ID,
+        reduction="none",
+    )
+    return flat.view(labels.shape)
+
+
+LOSS_TYPES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "stablemax_cross_entropy": stablemax_cross_entropy,
+    "softmax_cross_entropy": softmax_cross_entropy,
+}
+
+
+class ACTLossHead(nn.Module):
+    """Runs one ACT step of `model` and returns (carry, loss, metrics, outputs, all_halted).
+
+    loss = lm_loss + 0.5·(q_halt_loss + q_continue_loss), each a SUM over the local batch (lm_loss being
+    the per-sequence mean token loss); the trainer divides by the global batch size. Metrics are sums over
+    the sequences that halted in this step and have at least one valid label.
+    """
+
+    def __init__(self, model: TinyRecursiveModel, loss_type: str = "stablemax_cross_entropy") -> None:
+        super().__init__()
+        if loss_type not in LOSS_TYPES:
+            raise TRMError(
+                f"arch.loss.loss_type={loss_type!r} is unknown: use one of {', '.join(sorted(LOSS_TYPES))}."
+            )
+        self.model = model
+        self.loss_type = loss_type
+        self.loss_fn = LOSS_TYPES[loss_type]
+
+    def initial_carry(self, batch: dict[str, torch.Tensor]) -> ACTCarry:
+        """The model's initial (all-halted) carry for `batch`."""
+        return self.model.initial_carry(batch)
+
+    def forward(
+        self,
+        carry: ACTCarry,
+        batch: dict[str, torch.Tensor],
+        return_keys: Sequence[str] = (),
+        exploration: HaltExploration | None = None,
+    ) -> tuple[ACTCarry, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], bool]:
+        """One supervision step with its loss; `outputs` holds the detached `return_keys` (and "preds")."""
+        carry, outputs = self.model(carry, batch, exploration=exploration)
+        labels = carry.current_data["labels"]
+        logits = outputs["logits"]
+        q_halt = outputs["q_halt_logits"]
+
+        with torch.no_grad():
+            outputs["preds"] = logits.argmax(dim=-1)
+            mask = labels != IGNORE_LABEL_ID
+            counts = mask.sum(-1)
+            divisor = counts.clamp_min(1).unsqueeze(-1)
+            correct = mask & (outputs["preds"] == labels)
+            seq_correct = correct.sum(-1) == counts
+            valid = carry.halted & (counts > 0)
+            metrics = {
+                "count": valid.sum(),
+                "accuracy": torch.where(valid, (correct.float() / divisor).sum(-1), 0).sum(),
+                "exact_accuracy": (valid & seq_correct).sum(),
+                "q_halt_accuracy": (valid & ((q_halt >= 0) == seq_correct)).sum(),
+                "steps": torch.where(valid, carry.steps, 0).sum(),
+            }
+
+        lm_loss = (self.loss_fn(logits, labels) / divisor).sum()
+        q_halt_loss = F.binary_cross_entropy_with_logits(
+            q_halt, seq_correct.to(q_halt.dtype), reduction="sum"
+        )
+        metrics["lm_loss"] = lm_loss.detach()
+        metrics["q_halt_loss"] = q_halt_loss.detach()
+        q_loss = q_halt_loss
+        if "target_q_continue" in outputs:
+            q_continue_loss = F.binary_cross_entropy_with_logits(
+                outputs["q_continue_logits"], outputs["target_q_continue"], reduction="sum"
+            )
+            metrics["q_continue_loss"] = q_continue_loss.detach()
+            q_loss = q_loss + q_continue_loss
+        loss = lm_loss + 0.5 * q_loss
+
+        detached = {k: outputs[k].detach() for k in return_keys if k in outputs}
+        return carry, loss, metrics, detached, bool(carry.halted.all())

@@ -1,0 +1,104 @@
+"""Loading upstream TinyRecursiveModels weight files: key mapping and puzzle-embedding resize.
+
+Upstream's `step_N` files hold the state dict of its loss head: keys `model.inner.…`, prefixed with
+`_orig_mod.` when the run used torch.compile. Ours are the keys of `TinyRecursiveModel` (`inner.…`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from trm.errors import TRMError
+
+COMPILE_PREFIX = "_orig_mod."
+UPSTREAM_PREFIX = "model.inner."
+OURS_PREFIX = "inner."
+PUZZLE_EMB_KEY = "inner.puzzle_emb.weight"
+
+# (upstream suffix after `model.inner.`, our suffix after `inner.`); `{i}` is a block index.
+_KEY_PAIRS = (
+    ("embed_tokens.embedding_weight", "embed_tokens.weight"),
+    ("embed_pos.embedding_weight", "embed_pos.weight"),
+    ("lm_head.weight", "lm_head.weight"),
+    ("q_head.weight", "q_head.weight"),
+    ("q_head.bias", "q_head.bias"),
+    ("puzzle_emb.weights", "puzzle_emb.weight"),
+    ("H_init", "H_init"),
+    ("L_init", "L_init"),
+    ("L_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
+    ("L_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
+    ("L_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
+    ("L_level.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
+    ("L_level.layers.{i}.mlp_t.gate_up_proj.weight", "blocks.{i}.token_mlp.gate_up.weight"),
+    ("L_level.layers.{i}.mlp_t.down_proj.weight", "blocks.{i}.token_mlp.down.weight"),
+)
+
+
+def _pattern(template: str) -> re.Pattern[str]:
+    return re.compile(re.escape(template).replace(re.escape("{i}"), r"(?P<i>\d+)") + r"\Z")
+
+
+_TO_OURS = [(_pattern(up), ours) for up, ours in _KEY_PAIRS]
+_TO_UPSTREAM = [(_pattern(ours), up) for up, ours in _KEY_PAIRS]
+
+
+def _map_suffix(suffix: str, table: list[tuple[re.Pattern[str], str]]) -> str | None:
+    for pattern, target in table:
+        match = pattern.match(suffix)
+        if match:
+            return target.replace("{i}", match.groupdict().get("i") or "")
+    return None
+
+
+def convert_upstream_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Map an upstream state dict (with or without `_orig_mod.`) to `TinyRecursiveModel` keys."""
+    converted: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        name = key.removeprefix(COMPILE_PREFIX)
+        ours = (
+            _map_suffix(name.removeprefix(UPSTREAM_PREFIX), _TO_OURS)
+            if name.startswith(UPSTREAM_PREFIX)
+            else None
+        )
+        if ours is None:
+            raise TRMError(
+                f"upstream checkpoint key {key!r} is not a TRM weight this loader knows: pass a step_N file "
+                "written by upstream's TinyRecursiveReasoningModel_ACTV1 (keys `[_orig_mod.]model.inner.…`)."
+            )
+        converted[OURS_PREFIX + ours] = value
+    return converted
+
+
+def to_upstream_state_dict(
+    state_dict: dict[str, torch.Tensor], compiled: bool = True
+) -> dict[str, torch.Tensor]:
+    """Inverse of `convert_upstream_state_dict`: our keys → upstream's (with `_orig_mod.` if compiled)."""
+    prefix = (COMPILE_PREFIX if compiled else "") + UPSTREAM_PREFIX
+    result: dict[str, torch.Tensor] = {}
+    for key, value in state_dict.items():
+        upstream = (
+            _map_suffix(key.removeprefix(OURS_PREFIX), _TO_UPSTREAM) if key.startswith(OURS_PREFIX) else None
+        )
+        if upstream is None:
+            raise TRMError(
+                f"state-dict key {key!r} has no upstream name: pass a TinyRecursiveModel state dict."
+            )
+        result[prefix + upstream] = value
+    return result
+
+
+def resize_puzzle_embedding(
+    state_dict: dict[str, torch.Tensor], num_identifiers: int
+) -> dict[str, torch.Tensor]:
+    """If the puzzle table's row count differs from `num_identifiers`, replace it by its mean row, broadcast.
+
+    Works on our keys (optionally prefixed, e.g. `model.` of the loss head); returns a new dict.
+    """
+    result = dict(state_dict)
+    for key, table in state_dict.items():
+        if key.endswith(PUZZLE_EMB_KEY) and table.shape[0] != num_identifiers:
+            mean = table.float().mean(dim=0, keepdim=True).to(table.dtype)
+            result[key] = mean.expand(num_identifiers, -1).clone()
+    return result
