@@ -11,7 +11,7 @@ NOX := $(VENV)/bin/nox
 TORCH_SPEC ?= torch==2.13.0
 DATA_DIR ?= data
 
-.PHONY: help venv test lint data
+.PHONY: help venv test lint data runbooks
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -36,3 +36,6 @@ data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 
 		--subsets training evaluation concept --test-set-name evaluation
 	$(PY) -m trm data build-arc --output-dir $(DATA_DIR)/arc2concept-aug-1000 \
 		--subsets training2 evaluation2 concept --test-set-name evaluation2
+
+runbooks: venv ## runbook/jobs checks, secret scan, and every `bash cpu` runbook block (nox -s runbooks)
+	$(NOX) -s runbooks

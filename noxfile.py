@@ -38,3 +38,13 @@ def gpu(session: nox.Session) -> None:
     """The gpu-marked tests; fails loudly when no CUDA GPU is visible."""
     session.env["TRM_REQUIRE_GPU"] = "1"
     session.run(PYTHON, "-m", "pytest", "-m", "gpu", *session.posargs)
+
+
+@nox.session(default=False)
+def runbooks(session: nox.Session) -> None:
+    """Runbooks and jobs: static checks, secret scan, jobs tests (kustomize required), every `bash cpu` block."""
+    session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"
+    session.run(PYTHON, "-m", "trm", "runbooks", "check")
+    session.run(PYTHON, "-m", "trm", "scan-secrets")
+    session.run(PYTHON, "-m", "pytest", "-q", "tests/test_jobs.py", "tests/test_runbooks_repo.py")
+    session.run(PYTHON, "-m", "trm", "runbooks", "run", *session.posargs)

@@ -152,3 +152,19 @@ def test_runner_reports_the_failing_block(tmp_path: Path, capfd):
         "runbook step failed: " + str(repo / "runbooks" / "v1" / "01-smoke.md") + ":13"
         in capfd.readouterr().err
     )
+
+
+def test_unreleased_until_an_image_is_pushed(tmp_path: Path):
+    repo = _repo(tmp_path)
+    (repo / "docker" / "images.lock.json").unlink()  # nothing pushed yet
+    assert stamp(repo, "first version") == ["smoke v1"]
+    book = load_runbook(repo / "runbooks" / "v1" / "01-smoke.md")
+    assert (book.header["image"], book.header["image_digest"]) == ("unreleased", "unreleased")
+    assert "no `sm90` image pushed yet" in (repo / "runbooks" / "CHANGELOG.md").read_text()
+    assert check_runbooks(repo) == []
+    lock = {"images": {"sm90": {"reference": f"r.io/trm@{DIGEST}", "tags": ["0.1.0-cu130-sm90"]}}}
+    (repo / "docker" / "images.lock.json").write_text(json.dumps(lock))
+    problems = check_runbooks(repo)
+    assert len(problems) == 1 and f"r.io/trm:0.1.0-cu130-sm90@{DIGEST}" in problems[0]
+    assert stamp(repo, "validated on the first pushed image") == ["smoke v2"]
+    assert load_runbook(repo / "runbooks" / "v1" / "01-smoke.md").header["image_digest"] == DIGEST

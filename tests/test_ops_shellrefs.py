@@ -114,3 +114,19 @@ def test_ref_checker_uses_the_real_cli():
     refs = RefChecker(Path(__file__).resolve().parents[1])
     assert refs.check_code("python -m trm version --json") == []
     assert "no option --jsn" in refs.check_code("python -m trm version --jsn")[0]
+
+
+def test_trainer_overrides_are_composed_with_the_real_config():
+    refs = RefChecker(Path(__file__).resolve().parents[1])
+    ok = "torchrun --nproc-per-node 4 -m trm.train arch=trm +run_name=x ema=True arch.L_cycles=4 data_paths=[$D]"
+    assert refs.check_code(ok) == []
+    problems = refs.check_code("python -m trm.train arch=trm arch.L_cycle=4")
+    assert len(problems) == 1 and "unknown config key 'arch.L_cycle'" in problems[0]
+    problems = refs.check_code("python -m trm.train epochs=10 eval_interval=3")
+    assert len(problems) == 1 and "must divide epochs" in problems[0]
+
+
+def test_a_deliberate_error_can_be_marked():
+    refs = RefChecker(Path(__file__).resolve().parents[1])
+    assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # refcheck: deliberate error") == []
+    assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # a comment") != []

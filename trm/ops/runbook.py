@@ -169,5 +169,5 @@ def render_header(header: dict) -> str:
     """The header block in canonical key order."""
     ordered = {key: header[key] for key in HEADER_KEYS}
     ordered.update({k: v for k, v in header.items() if k not in ordered})
-    dumped = yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False, width=200)
+    dumped = yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False, width=200, allow_unicode=True)
     return f"---\n{dumped}---\n"

@@ -15,13 +15,16 @@ from pathlib import Path
 
 from trm.errors import TRMError
 from trm.io import atomic_write_text
-from trm.ops.imagelock import LockedImage, read_lock
+from trm.ops.imagelock import LOCK_PATH, LockedImage, read_lock
 from trm.ops.runbook import Runbook, load_all, procedure_hash, render_header
 from trm.ops.shellrefs import RefChecker
 
 RUNBOOKS_DIR = Path("runbooks")
 CHANGELOG = RUNBOOKS_DIR / "CHANGELOG.md"
 _ENTRY = re.compile(r"^## (?P<name>[a-z0-9-]+) v(?P<version>\d+) — (?P<date>\d{4}-\d{2}-\d{2})\s*$", re.M)
+# Header value of `image` / `image_digest` while the lock file has no pushed image of the variant yet
+# (nothing pushed to a registry): the runbook then claims no image, and pushing one forces a re-stamp.
+UNRELEASED = "unreleased"
 _HASH_LINE = re.compile(r"procedure sha256 `(?P<hash>[0-9a-f]{64})`")
 
 
@@ -40,6 +43,17 @@ def bash_syntax(code: str) -> str | None:
     """`bash -n` on a snippet: None when it parses, else bash's message."""
     proc = subprocess.run(["bash", "-n"], input=code, capture_output=True, text=True, check=False)
     return None if proc.returncode == 0 else proc.stderr.strip()
+
+
+def lock_images(root: Path) -> dict[str, LockedImage]:
+    """The lock file's images, or none when nothing has been pushed yet (no lock file)."""
+    return read_lock(root) if (root / LOCK_PATH).exists() else {}
+
+
+def validated_image(images: dict[str, LockedImage], variant: str) -> tuple[str, str]:
+    """(image, image_digest) a header must carry for `variant` given the lock file."""
+    image = images.get(variant)
+    return (image.tagged, image.digest) if image else (UNRELEASED, UNRELEASED)
 
 
 def header_problems(book: Runbook, images: dict[str, LockedImage], changelog: dict) -> list[str]:
@@ -64,13 +78,12 @@ def header_problems(book: Runbook, images: dict[str, LockedImage], changelog: di
         problems.append(f"{where}: {CHANGELOG} has no entry `## {book.name} v{book.version} — <date>`")
     elif recorded != header["procedure_sha256"]:
         problems.append(f"{where}: {CHANGELOG} entry for {book.name} v{book.version} records another hash")
-    image = images.get(str(header["image_variant"]))
-    if image is None:
-        problems.append(f"{where}: image_variant {header['image_variant']!r} is not in the image lock file")
-    elif (header["image"], header["image_digest"]) != (image.tagged, image.digest):
+    wanted = validated_image(images, str(header["image_variant"]))
+    if (header["image"], header["image_digest"]) != wanted:
         problems.append(
             f"{where}: validated against {header['image']}@{header['image_digest']}, but the lock file now "
-            f"has {image.tagged}@{image.digest}; re-validate, then `python -m trm runbooks stamp`"
+            f"has {wanted[0]}@{wanted[1]} for {header['image_variant']}; re-validate, then "
+            "`python -m trm runbooks stamp`"
         )
     return problems
 
@@ -79,7 +92,7 @@ def check_runbooks(root: str | Path = ".") -> list[str]:
     """Every problem in every runbook: headers, versions, shell syntax and project references."""
     root = Path(root)
     books = load_all(root / RUNBOOKS_DIR)
-    images = read_lock(root)
+    images = lock_images(root)
     changelog_path = root / CHANGELOG
     if not changelog_path.exists():
         raise TRMError(f"{changelog_path} is missing; create it with `python -m trm runbooks stamp`.")
@@ -103,7 +116,7 @@ def stamp(root: str | Path, message: str, *, today: datetime.date | None = None)
     """Bump every runbook whose procedure or validated image changed; return what was bumped."""
     root = Path(root)
     today = today or datetime.datetime.now(datetime.UTC).date()
-    images = read_lock(root)
+    images = lock_images(root)
     changelog_path = root / CHANGELOG
     text = changelog_path.read_text(encoding="utf-8") if changelog_path.exists() else "# Runbook changelog\n"
     known = changelog_entries(text)
@@ -111,22 +124,25 @@ def stamp(root: str | Path, message: str, *, today: datetime.date | None = None)
     bumped = []
     for book in load_all(root / RUNBOOKS_DIR):
         header = dict(book.header)
-        image = images.get(str(header["image_variant"]))
-        if image is None:
-            raise TRMError(f"{book.path}: image_variant {header['image_variant']!r} is not in the lock file.")
+        tagged, image_digest = validated_image(images, str(header["image_variant"]))
         digest = procedure_hash(book.body)
-        same_image = (header["image"], header["image_digest"]) == (image.tagged, image.digest)
+        same_image = (header["image"], header["image_digest"]) == (tagged, image_digest)
         if header["procedure_sha256"] == digest and same_image and (book.name, book.version) in known:
             continue
         if (book.name, book.version) in known:
             header["version"] = book.version + 1
+        image_line = (
+            f"validated against `{tagged}@{image_digest}`"
+            if image_digest != UNRELEASED
+            else f"no `{header['image_variant']}` image pushed yet (header: unreleased)"
+        )
         header.update(
-            date=today.isoformat(), image=image.tagged, image_digest=image.digest, procedure_sha256=digest
+            date=today.isoformat(), image=tagged, image_digest=image_digest, procedure_sha256=digest
         )
         atomic_write_text(book.path, render_header(header) + book.body)
         new_entries.append(
             f"## {book.name} v{header['version']} — {today.isoformat()}\n\n"
-            f"- {message}\n- procedure sha256 `{digest}`\n- validated against `{image.tagged}@{image.digest}`\n"
+            f"- {message}\n- procedure sha256 `{digest}`\n- {image_line}\n"
         )
         bumped.append(f"{book.name} v{header['version']}")
     if new_entries:

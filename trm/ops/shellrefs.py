@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import re
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,11 @@ _OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}", "|&", ";;", "!"}
 _WRAPPERS = {"sudo", "env", "time", "nohup", "exec", "command", "then", "do", "else", "if", "while", "until"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+# Variables a script passes through to the system or libraries (not its own settings), and the fake
+# nvidia-smi's fixture directory used in rehearsals; these need no entry in the script's --help.
+_PASSTHROUGH_ENV = re.compile(
+    r"^(PATH|HOME|PYTHONPATH|TMPDIR|LANG|LC_ALL|FAKE_NVIDIA_SMI_DIR|(NCCL|TORCH|CUDA|WANDB|HF|OMP)_[A-Z0-9_]+)$"
+)
 _PYTHONS = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$|^\$\{?PY(?:THON)?\}?$")
 
 
@@ -47,9 +54,17 @@ def logical_lines(code: str) -> Iterator[str]:
         yield pending
 
 
+SKIP_MARK = "# refcheck: deliberate error"
+
+
 def simple_commands(code: str) -> Iterator[list[str]]:
-    """Each simple command of a snippet as a word list (operators split, comments removed)."""
+    """Each simple command of a snippet as a word list (operators split, comments removed).
+
+    A line ending in `# refcheck: deliberate error` (a command shown failing on purpose) is left out.
+    """
     for line in logical_lines(code):
+        if line.rstrip().endswith(SKIP_MARK):
+            continue
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()<>")
         lexer.whitespace_split = True
         lexer.commenters = "#"
@@ -151,8 +166,15 @@ class RefChecker:
     @functools.cache  # noqa: B019 — one checker per tree, few scripts
     def script_help(self, script: str) -> str:
         """What `bash SCRIPT --help` prints (empty when it has no help)."""
+        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         proc = subprocess.run(
-            ["bash", script, "--help"], cwd=self.root, capture_output=True, text=True, timeout=60, check=False
+            ["bash", script, "--help"],
+            cwd=self.root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         return proc.stdout + proc.stderr if proc.returncode == 0 else ""
 
@@ -208,7 +230,9 @@ class RefChecker:
         problems += [
             f"{path} does not document the variable {name} in its --help"
             for name in assigned
-            if name.isupper() and not re.search(rf"\b{name}\b", help_text)
+            if name.isupper()
+            and not _PASSTHROUGH_ENV.match(name)
+            and not re.search(rf"\b{name}\b", help_text)
         ]
         return problems
 
@@ -239,6 +263,8 @@ class RefChecker:
             (self.root / rel).with_suffix(".py").is_file() or (self.root / rel / "__main__.py").is_file()
         ):
             return [f"module {module} does not exist (no {rel}.py)"]
+        if module == "trm.train":
+            return check_train_overrides(args)
         return []
 
     def _torchrun(self, args: list[str]) -> list[str]:
@@ -268,6 +294,27 @@ class RefChecker:
 
     def _trm(self, args: list[str]) -> list[str]:
         return check_argv(self.parser, args)
+
+
+_OVERRIDE = re.compile(r"^[+~]{0,2}[A-Za-z_][A-Za-z0-9_.]*=")
+
+
+def check_train_overrides(args: list[str]) -> list[str]:
+    """Hydra overrides of `python -m trm.train` that the trainer's config rejects (unknown keys, bad values).
+
+    Overrides whose value uses a shell variable are left out (their value is only known at run time).
+    """
+    overrides = [a for a in args if _OVERRIDE.match(a) and "$" not in a]
+    if not overrides or "--help" in args:
+        return []
+    from trm.errors import TRMError
+    from trm.training import config
+
+    try:
+        config.compose(overrides)
+    except TRMError as err:
+        return [f"trainer config: {err}"]
+    return []
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
