@@ -163,6 +163,9 @@ BREAKAGES = {
     ),
     "inline value": lambda o: _trainer(o)["env"].append({"name": "WANDB_API_KEY", "value": "x"}),
     "not pinned by digest": lambda o: _trainer(o).update(image="registry.example.com/trm:latest"),
+    "TRM_IMAGE_DIGEST must be": lambda o: _trainer(o).update(
+        env=[e for e in _trainer(o)["env"] if e["name"] != "TRM_IMAGE_DIGEST"]
+    ),
     "differs from the lock": lambda o: _trainer(o).update(
         image="registry.example.com/trm@sha256:" + "0" * 64
     ),
@@ -180,6 +183,7 @@ BREAKAGES = {
         env=[e for e in _trainer(o)["env"] if "NCCL" not in e["name"]]
     ),
     "request GPUs": lambda o: _trainer(o)["resources"]["limits"].pop("nvidia.com/gpu"),
+    "silently ignored": lambda o: _trainer(o)["env"].append({"name": "NUM_GPU", "value": "4"}),
     "never committed": lambda o: o.append({"kind": "Secret", "metadata": {"name": "trm-wandb"}}),
 }
 
@@ -232,7 +236,9 @@ def test_pin_writes_the_lock_digest_and_check_detects_staleness(tree: Path, kust
     images = {c["image"] for _, c in k8s.containers(k8s.render(tree / "jobs" / "overlays" / "prod-8xh200"))}
     assert images == {f"registry.example.com/trm@{new_digest}"}
     data = yaml.safe_load((tree / "jobs" / "overlays" / "smoke" / "kustomization.yaml").read_text())
-    assert data["patchesStrategicMerge"] == ["job-patch.yaml"]  # the rest of the kustomization is kept
+    assert data["patchesStrategicMerge"] == ["job-patch.yaml", "image-pin.yaml"]  # the rest is kept
+    trainer = k8s.containers(k8s.render(tree / "jobs" / "overlays" / "smoke"))[0][1]
+    assert {"name": "TRM_IMAGE_DIGEST", "value": new_digest} in trainer["env"]  # recorded in handoff.json
 
 
 def test_pin_fails_for_a_variant_without_pushed_image(tree: Path):

@@ -18,6 +18,32 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 REQUIRED_ENV = ("OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+# Environment for the runtime and libraries rather than for the launcher's own settings.
+_RUNTIME_ENV = re.compile(
+    r"^(OMP_NUM_THREADS|PYTORCH_CUDA_ALLOC_CONF|PYTHONUNBUFFERED|PYTHONFAULTHANDLER|HYDRA_FULL_ERROR|"
+    r"WANDB_API_KEY|(NCCL|TORCH_NCCL|CUDA|NVIDIA)_[A-Z0-9_]+)$"
+)
+LAUNCH_COMMAND = ["python", "-m", "trm", "launch"]
+
+
+def launcher_env_names() -> set[str]:
+    """The variables `python -m trm launch` documents (its --help-env list)."""
+    from trm.launch.settings import ALL_VARS
+
+    return {var.name for var in ALL_VARS}
+
+
+def check_launcher_env(where: str, container: dict) -> list[str]:
+    """A launcher container may only set variables the launcher documents, or runtime/library ones."""
+    if container.get("command", [])[: len(LAUNCH_COMMAND)] != LAUNCH_COMMAND:
+        return []
+    known = launcher_env_names()
+    return [
+        f"{where}: env {var['name']} is neither a launcher setting (`python -m trm launch --help-env`) "
+        "nor a runtime variable; a typo here is silently ignored"
+        for var in container.get("env", [])
+        if var["name"] not in known and not _RUNTIME_ENV.match(var["name"])
+    ]
 
 
 def _rules(job: dict) -> list[dict]:
@@ -77,8 +103,15 @@ def check_pod(name: str, pod: dict, image: LockedImage | None, refs: RefChecker 
             problems.append(f"{where}: image {ref!r} is not pinned by digest (run `python -m trm jobs pin`)")
         elif image is not None and ref != image.pinned:
             problems.append(f"{where}: image {ref} differs from the lock file's {image.pinned}")
+        elif container["name"] == TRAINER:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            if env.get("TRM_IMAGE_DIGEST") != ref.split("@", 1)[1]:
+                problems.append(
+                    f"{where}: TRM_IMAGE_DIGEST must be the image's digest (run `python -m trm jobs pin`)"
+                )
         problems += _check_mounts(where, container, volumes)
         problems += _check_env(where, container)
+        problems += check_launcher_env(where, container)
         if refs is not None:
             words = [*container.get("command", []), *container.get("args", [])]
             problems += [f"{where}: {p}" for p in refs.check_code(shlex.join(words))] if words else []

@@ -128,11 +128,38 @@ def desired_images(directory: Path, images: dict[str, LockedImage]) -> list[dict
     return [{"name": IMAGE_NAME, "newName": image.repository, "digest": image.digest}]
 
 
-def pin_images(root: str | Path = ".", *, check: bool = False) -> list[Path]:
-    """Write each overlay's `images:` from docker/images.lock.json; return the overlays that changed.
+PIN_PATCH = "image-pin.yaml"
 
-    With `check=True` nothing is written: the returned overlays are the stale ones.
+
+def pin_patch(image: LockedImage) -> str:
+    """The overlay patch that tells the trainer its own image digest (recorded in handoff.json)."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "trm-train"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "trainer", "env": [{"name": "TRM_IMAGE_DIGEST", "value": image.digest}]}
+                    ]
+                }
+            }
+        },
+    }
+    header = (
+        f"# Written by `python -m trm jobs pin` from docker/images.lock.json ({image.tagged}); do not edit.\n"
+    )
+    return header + yaml.safe_dump(job, sort_keys=False, default_flow_style=False)
+
+
+def pin_images(root: str | Path = ".", *, check: bool = False) -> list[Path]:
+    """Write each overlay's `images:` (and its TRM_IMAGE_DIGEST patch) from docker/images.lock.json.
+
+    Returns the overlays that changed; with `check=True` nothing is written and these are the stale ones.
     """
+    from trm.io import atomic_write_text
+
     root = Path(root)
     images = read_lock(root)
     changed = []
@@ -140,16 +167,22 @@ def pin_images(root: str | Path = ".", *, check: bool = False) -> list[Path]:
         wanted = desired_images(directory, images)
         if wanted is None:
             continue
+        image = images[overlay_variant(directory)]
         data = _read_kustomization(directory)
-        if data.get("images") == wanted:
+        patches = list(data.get("patchesStrategicMerge", []))
+        patch_path = directory / PIN_PATCH
+        current_patch = patch_path.read_text(encoding="utf-8") if patch_path.exists() else None
+        if data.get("images") == wanted and PIN_PATCH in patches and current_patch == pin_patch(image):
             continue
         changed.append(directory)
-        if not check:
-            data["images"] = wanted
-            from trm.io import atomic_write_text
-
-            text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=200)
-            atomic_write_text(directory / "kustomization.yaml", text)
+        if check:
+            continue
+        if PIN_PATCH not in patches:
+            data["patchesStrategicMerge"] = [*patches, PIN_PATCH]
+        data["images"] = wanted
+        atomic_write_text(patch_path, pin_patch(image))
+        text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=200)
+        atomic_write_text(directory / "kustomization.yaml", text)
     return changed
 
 
