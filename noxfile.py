@@ -48,3 +48,13 @@ def runbooks(session: nox.Session) -> None:
     session.run(PYTHON, "-m", "trm", "scan-secrets")
     session.run(PYTHON, "-m", "pytest", "-q", "tests/test_jobs.py", "tests/test_runbooks_repo.py")
     session.run(PYTHON, "-m", "trm", "runbooks", "run", *session.posargs)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module trm.bench.<name> (e.g. `data`)."""
+    available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem != "__init__")
+    if not session.posargs or session.posargs[0] not in available:
+        session.error(f"name a benchmark: nox -s bench -- <{'|'.join(available)}> [args]")
+    name, *args = session.posargs
+    session.run(PYTHON, "-m", f"trm.bench.{name}", *args)
