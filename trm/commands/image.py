@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         driver = ImageDriver(connect(), config, root)
         for variant in variants:
             if args.action == "build":
-                driver.build(variant, nocache=args.no_cache, **_overrides(args))
+                driver.build(variant, nocache=args.no_cache, target=args.target, **_overrides(args))
             else:
                 lock_path = root / args.lock_file
                 driver.push(variant, args.registry, lock_path=lock_path, **_overrides(args))
@@ -96,6 +96,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     with_variants(p)
     with_bases(p)
     p.add_argument("--no-cache", action="store_true", help="ignore the engine's layer cache")
+    p.add_argument(
+        "--target",
+        default="runtime",
+        help="last Dockerfile stage to build (e.g. adam-atan2; default runtime)",
+    )
     p = actions.add_parser("push", help="push the built variants and record digests in the lock file")
     with_variants(p)
     with_bases(p)

@@ -3,7 +3,7 @@
     python3 buildtools.py subset-lock LOCK NAME...          print the named pins of a hash-locked file
     python3 buildtools.py cuda-home VENV                     locate (and complete) the pip CUDA toolkit
     python3 buildtools.py build-adam-atan2 --sdist ... --archs "9.0" --out DIR
-    python3 buildtools.py split-layers SRC DEST --slots N --max-bytes B
+    python3 buildtools.py split-layers SRC DEST --slots N --max-bytes B [--link]
     python3 buildtools.py check-runtime --sm-list sm_90      assertions on the finished runtime image
 
 Every check that fails exits non-zero with a message saying what is wrong, so the build fails.
@@ -168,11 +168,13 @@ def build_adam_atan2(sdist: Path, archs: str, out: Path, version: str, venv: Pat
     return wheel
 
 
-def split_layers(src: Path, dest: Path, slots: int, max_bytes: int) -> list[int]:
+def split_layers(src: Path, dest: Path, slots: int, max_bytes: int, *, link: bool = False) -> list[int]:
     """Move the tree `src` (absolute) into `dest/<slot>/<src path>`, each slot below `max_bytes`.
 
     Files go to the first slot with room, largest first, so each slot becomes one COPY layer of
-    bounded size. Directories keep their modes; empty ones land in slot 0.
+    bounded size. Directories keep their modes; empty ones land in slot 0. With `link`, files are
+    hard-linked instead of moved (free when done in the same build step that wrote them) and `src`
+    stays intact.
     """
     if not src.is_absolute():
         raise BuildCheckError(f"split-layers needs an absolute source path, got {src}")
@@ -186,7 +188,10 @@ def split_layers(src: Path, dest: Path, slots: int, max_bytes: int) -> list[int]
             entries.append((0, Path(dirpath)))
     entries.sort(key=lambda e: (-e[0], str(e[1])))
     for i in range(slots):
-        (dest / str(i)).mkdir(parents=True, exist_ok=True)
+        # A marker in every slot: the classic builder fails on consecutive COPYs of empty layers.
+        marker = dest / str(i) / src.relative_to("/") / f".layer-{i}"
+        _make_parents(marker.parent, dest / str(i))
+        marker.write_text(f"layer {i} of {src}\n")
     sizes = [0] * slots
     for size, path in entries:
         slot = next((i for i in range(slots) if sizes[i] + size <= max_bytes), None)
@@ -202,13 +207,18 @@ def split_layers(src: Path, dest: Path, slots: int, max_bytes: int) -> list[int]
         if path.is_dir() and not path.is_symlink():
             target.mkdir(exist_ok=True)
             shutil.copystat(path, target)
-        else:
+        elif not link:
             os.rename(path, target)
+        elif path.is_symlink():
+            os.symlink(os.readlink(path), target)
+        else:
+            os.link(path, target)
     return sizes
 
 
 def _make_parents(parent: Path, slot_root: Path) -> None:
     """Create `parent` inside a slot, copying each directory's mode from the source tree."""
+    slot_root.mkdir(parents=True, exist_ok=True)
     missing = []
     while not parent.exists():
         missing.append(parent)
@@ -255,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dest", type=Path)
     p.add_argument("--slots", type=int, required=True)
     p.add_argument("--max-bytes", type=int, required=True)
+    p.add_argument("--link", action="store_true", help="hard-link instead of moving")
     p = sub.add_parser("check-runtime")
     p.add_argument("--sm-list", default="")
     args = parser.parse_args(argv)
@@ -266,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "build-adam-atan2":
             build_adam_atan2(args.sdist, args.archs, args.out, args.version, args.venv, args.jobs)
         elif args.cmd == "split-layers":
-            sizes = split_layers(args.src, args.dest, args.slots, args.max_bytes)
+            sizes = split_layers(args.src, args.dest, args.slots, args.max_bytes, link=args.link)
             print("layer sizes (MB):", " ".join(f"{s / 1e6:.0f}" for s in sizes))
         else:
             check_runtime(args.sm_list.split())

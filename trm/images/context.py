@@ -87,7 +87,9 @@ def hashed_files(variant: Variant, root: Path) -> list[Path]:
 
 def wheelhouse_files(variant: Variant, root: Path) -> list[Path]:
     wheelhouse = root / WHEELHOUSE_DIR / variant.lock
-    files = sorted(p.relative_to(root) for p in wheelhouse.glob("*") if p.is_file())
+    files = sorted(
+        p.relative_to(root) for p in wheelhouse.glob("*") if p.is_file() and not p.name.startswith(".")
+    )
     if not files:
         raise TRMError(
             f"{wheelhouse} is empty: run `make wheelhouse VARIANTS={variant.name}` first (downloads the "

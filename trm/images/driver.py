@@ -130,11 +130,19 @@ class ImageDriver:
             bar.close()
         return image_id
 
-    def build(self, variant: Variant, *, nocache: bool = False, **overrides: Any) -> BuiltImage:
-        """Build `variant` (no network inside the build), then tag it with both local tags."""
+    def build(
+        self, variant: Variant, *, nocache: bool = False, target: str = "runtime", **overrides: Any
+    ) -> BuiltImage:
+        """Build `variant` (no network inside the build), then tag it with both local tags.
+
+        A `target` other than `runtime` (e.g. `adam-atan2`) builds only up to that stage and gets the
+        single tag `<repo>:<variant>-<hash>-<target>`.
+        """
         args = self.args(variant, **overrides)
         version_tag, content_tag = self.local_tags(variant, args)
         args["CONTENT_HASH"] = content_tag.rsplit("-", 1)[1]
+        if target != "runtime":
+            version_tag = content_tag = f"{content_tag}-{target}"
         start = time.monotonic()
         with tempfile.TemporaryFile() as ctx:
             files = context.write_context(variant, self.root, ctx)
@@ -149,7 +157,7 @@ class ImageDriver:
                 dockerfile=context.DOCKERFILE.as_posix(),
                 buildargs=args,
                 tag=content_tag,
-                target="runtime",
+                target=target,
                 network_mode="none",
                 rm=True,
                 forcerm=True,

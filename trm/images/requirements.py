@@ -9,6 +9,7 @@ written by `uv pip compile --generate-hashes`. `make wheelhouse` downloads both 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -125,6 +126,13 @@ def compile_locks(config: ImageConfig, variants: list[Variant], root: Path) -> l
     return written
 
 
+def _locks_digest(locks: tuple[Path, ...]) -> str:
+    digest = hashlib.sha256()
+    for path in locks:
+        digest.update(path.read_bytes() if path.is_file() else b"missing")
+    return digest.hexdigest()[:16]
+
+
 def download_command(lock_file: Path, dest: Path, python: str) -> list[str]:
     """`pip download` of one hash-locked file for the image platform, binaries except sdist-only pins."""
     cmd = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "-r", str(lock_file)]
@@ -142,7 +150,13 @@ def fill_wheelhouse(config: ImageConfig, variants: list[Variant], root: Path) ->
         check_torch_pin(config, variant, root)
         dest = root / WHEELHOUSE_DIR / variant.lock
         dest.mkdir(parents=True, exist_ok=True)
-        for lock_file in (runtime_lock(root, variant.lock), build_lock(root, variant.lock)):
+        locks = (runtime_lock(root, variant.lock), build_lock(root, variant.lock))
+        stamp = dest / f".complete-{_locks_digest(locks)}"
+        if stamp.exists():
+            print(f"{dest.relative_to(root)}: complete for the current locks", flush=True)
+            dirs.append(dest)
+            continue
+        for lock_file in locks:
             read_pins(lock_file)
             cmd = download_command(lock_file, dest, config.python)
             print("+", " ".join(cmd), flush=True)
@@ -151,5 +165,8 @@ def fill_wheelhouse(config: ImageConfig, variants: list[Variant], root: Path) ->
                     f"downloading {lock_file} into {dest} failed (see pip's message above): check the "
                     "package index is reachable, or rerun `make lock` if a pinned file disappeared"
                 )
+        for old in dest.glob(".complete-*"):
+            old.unlink()
+        stamp.touch()
         dirs.append(dest)
     return dirs
