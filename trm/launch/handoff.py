@@ -185,7 +185,7 @@ def session_summary(events: list[dict[str, Any]], default_hourly: float | None) 
 
 
 def _git_sha() -> str | None:
-    if sha := os.environ.get("TRM_GIT_SHA"):
+    if sha := os.environ.get("TRM_GIT_SHA") or os.environ.get("TRM_IMAGE_GIT_SHA"):
         return sha
     try:
         out = subprocess.run(

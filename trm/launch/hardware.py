@@ -166,6 +166,7 @@ def select_plan(
     micro_batch_size: int | None = None,
     compile_override: bool | None = None,
     cpu_procs: int = 1,
+    expected_global_batch_size: int | None = None,
     table: HardwareTable | None = None,
 ) -> HardwarePlan:
     """Resolve the batch layout for `num_gpus` of `gpus` (all when None; CPU when there are none)."""
@@ -215,10 +216,9 @@ def select_plan(
     else:
         micro = largest_divisor_at_most(local, tier.max_micro_batch)
     use_compile = tier.compile if compile_override is None else compile_override
-    if gbs != table.global_batch_size:
-        notes.append(
-            f"global_batch_size {gbs} differs from the table's {table.global_batch_size}: the training math changes"
-        )
+    expected = expected_global_batch_size or table.global_batch_size
+    if gbs != expected:
+        notes.append(f"global_batch_size {gbs} differs from the run's {expected}: the training math changes")
     return HardwarePlan(
         tier=tier.name,
         tier_source=tier.source,

@@ -273,6 +273,7 @@ def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str,
         micro_batch_size=settings.micro_batch_size,
         compile_override=parse_compile(settings.compile),
         cpu_procs=settings.cpu_procs,
+        expected_global_batch_size=task.global_batch_size,
     )
     dataset_dir = settings.data_dir / task.dataset
     overrides = merge_overrides(

@@ -203,6 +203,10 @@ class Launch:
                     f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
                 )
                 return exit_codes.SAVED_RETRY
+            if self.supervisor.stop_reason and not result.rank_codes and result.returncode == -15:
+                # The stop arrived while torchrun was starting, before any trainer ran: nothing was lost.
+                self.console.log("stopped before the trainer started; the same command resumes")
+                return exit_codes.SAVED_RETRY
             code = result.returncode if result.returncode > 0 else 1
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
@@ -258,4 +262,16 @@ class Launch:
                 guard.stop()
                 self.console.log(guard.cost_line())
             self.events.write("session_end", exit_code=code)
+            if self.environ.get("TRM_LAUNCH_HANDOFF", "1") != "0":
+                # Direct `python -m trm launch` (e.g. a Kubernetes Job); train_prod.sh does it from its trap.
+                self.handoff()
         return code
+
+    def handoff(self) -> None:
+        from trm.launch.handoff import build_bundle
+
+        try:
+            bundle = build_bundle(self.s.run_dir, self.s.artifacts_run_dir)
+            self.console.log(f"handoff bundle: {bundle}")
+        except (OSError, TRMError) as err:
+            self.console.log(f"handoff failed ({err}); rerun: python -m trm handoff {self.s.run_dir}")

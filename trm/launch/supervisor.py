@@ -241,7 +241,9 @@ class CostGuard(threading.Thread):
         if cost is not None:
             text += f", cost so far ${cost:.2f} ({max(self.num_gpus, 1)} GPU x ${self.hourly_usd:g}/h)"
         if self.deadline is not None:
-            text += f", cost guard stops the trainer in {max(self.deadline - now, 0) / 3600:.2f} h"
+            left = max(self.deadline - now, 0)
+            when = f"{left / 3600:.2f} h" if left >= 3600 else f"{left / 60:.1f} min"
+            text += f", cost guard stops the trainer in {when}"
         return text
 
     def run(self) -> None:
