@@ -20,6 +20,7 @@ REQUIRED = {
     "monitoring",
     "preemption-resume",
     "handoff",
+    "kaggle",
     "troubleshooting",
 }
 # Every pitfall our users reported (what went wrong in their guides), by a phrase its entry must contain.

@@ -43,7 +43,7 @@ def copy_project(root: Path, dest: Path) -> Path:
         "-c",
         "commit.gpgsign=false",
     ]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "runbook test copy"]):
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--allow-empty", "-m", "runbook test copy"]):
         subprocess.run([*git, *args], cwd=dest, check=True, capture_output=True)
     return dest
 
