@@ -25,6 +25,9 @@ SECRETS = {
     "google-api-key": "AIza" + "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
     "wandb-key": "WANDB_API_" + "KEY=" + HEX40,
     "wandb-netrc": "machine api.wandb.ai\n  login user\n  password " + HEX40,
+    "kaggle-key": '{"username": "someone", "' + 'key": "' + "0123456789abcdef" * 2 + '"}',
+    "kubernetes-secret-data": "apiVersion: v1\nkind: "
+    + "Secret\nmetadata:\n  name: trm-wandb\nstringData:\n  api-key: hunter2\n",
 }
 
 
@@ -48,6 +51,8 @@ def test_wandb_key_in_yaml_value_is_found():
         "WANDB_API_" + "KEY=$WANDB_API_KEY",
         "WANDB_API_" + "KEY=<your key>",
         "secretKeyRef:\n  name: trm-wandb\n  key: api-key\n",
+        "kind: "
+        + "Secret\nmetadata:\n  name: x\n---\nkind: ConfigMap\ndata:\n  a: b\n",  # data of another doc
         "api_key: ${{ secrets.WANDB }}",
         "image: trm@sha256:" + "ab" * 32,
         "password_file: /run/secrets/registry_password",

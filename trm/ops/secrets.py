@@ -46,6 +46,12 @@ RULES: dict[str, re.Pattern[str]] = {
         rf"{_KEYWORD}[^\n]{{0,40}}?(?:\n[^\n]{{0,40}}?)?(?<![0-9a-f])([0-9a-f]{{40}})(?![0-9a-f])", re.I
     ),
     "wandb-netrc": re.compile(r"machine\s+api\.wandb\.ai\s+login\s+\S+\s+password\s+(\S+)"),
+    # ~/.kaggle/kaggle.json: {"username": "…", "key": "<32 hex>"}
+    "kaggle-key": re.compile(r"[\"']key[\"']\s*:\s*[\"']([0-9a-f]{32})[\"']"),
+    # A Kubernetes Secret manifest with values: Secrets are created on the cluster, never committed.
+    "kubernetes-secret-data": re.compile(
+        r"(?m)^kind:\s*Secret\s*$(?:\n(?!---).*)*?\n(?:string)?[dD]ata:\s*\n\s+[\w.-]+:\s*(\S+)"
+    ),
     "assigned-secret": re.compile(
         rf"\b[A-Za-z0-9_]*{_KEYWORD}[A-Za-z0-9_]*['\"]?\s*[:=]\s*['\"]?([A-Za-z0-9_\-+/=.]{{20,}})", re.I
     ),
@@ -64,6 +70,8 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
     "google-api-key": ("AIza",),
     "vastai-or-bearer-token": ("Bearer",),
     "wandb-netrc": ("wandb.ai",),
+    "kaggle-key": ("key",),
+    "kubernetes-secret-data": ("Secret",),
 }
 _VALUE_GROUP_RULES = {"aws-secret-access-key", "vastai-or-bearer-token", "wandb-key", "wandb-netrc"}
 
