@@ -76,3 +76,9 @@ def docker_gpu(session: nox.Session) -> None:
         env={"PYTHON": PYTHON, "TRM_IMAGE_TESTS": "tests/test_images_docker_gpu.py"},
         external=True,
     )
+
+
+@nox.session(default=False)
+def smoke(session: nox.Session) -> None:
+    """CPU run lifecycle: build a tiny ARC set, train, SIGTERM, resume, evaluate (`-- --workdir DIR`)."""
+    session.run(PYTHON, "-m", "trm.training.smoke", *session.posargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -135,12 +136,46 @@ def test_run_evaluates_and_writes_a_submission_for_every_test_input(dataset: Pat
     manifest = json.loads((ckpt.find_complete(tmp_path / "run")[-1].path / "manifest.json").read_text())
     assert manifest["dataset_fingerprint"] and manifest["config_hash"] and "state.pt" in manifest["files"]
 
+    # Standalone evaluation of the final checkpoint reproduces the in-training evaluation (EMA weights).
+    newest = ckpt.find_complete(tmp_path / "run")[-1]
+    out = tmp_path / "eval-out"
+    result = subprocess.run(
+        [sys.executable, "-m", "trm.eval", str(newest.path), "--output-dir", str(out)],
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    folder = out / f"evaluator_ARC_step_{newest.step}"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    trained = [r for r in rows(tmp_path / "run") if "ARC/pass@2" in r][-1]
+    assert metrics["ARC/pass@2"] == trained["ARC/pass@2"]
+    assert metrics["eval/all/lm_loss"] == pytest.approx(trained["eval/all/lm_loss"], rel=1e-6)
+    assert json.loads((folder / "submission.json").read_text()) == json.loads(subs[-1].read_text())
+
 
 def _csv(path: Path) -> list[dict[str, str]]:
     import csv
 
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def test_the_guides_cpu_smoke_command_runs_with_only_the_entry_point_changed(
+    dataset: Path, tmp_path: Path
+) -> None:
+    # USER_GUIDES.md's local CPU smoke, verbatim except for the entry point and the two paths.
+    command = (
+        f"{sys.executable} -m trm.train arch=trm data_paths=[{dataset}] epochs=1 eval_interval=1 "
+        "arch.hidden_size=64 arch.num_heads=4 arch.L_layers=1 arch.H_cycles=1 arch.L_cycles=1 "
+        "arch.puzzle_emb_ndim=0 arch.puzzle_emb_len=0 arch.forward_dtype=float32 "
+        f"evaluators='[{{name: arc@ARC}}]' +run_name=smoke_local +checkpoint_path={tmp_path / 'smoke_local'}"
+    )
+    result = subprocess.run(shlex.split(command), env=env(), cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "smoke_local").glob("evaluator_ARC_step_*/submission.json"))
+    assert ckpt.find_complete(tmp_path / "smoke_local")
 
 
 def test_sigterm_saves_exits_75_and_the_same_command_resumes_bit_exactly(
@@ -250,29 +285,6 @@ def test_resume_refuses_another_dataset(dataset: Path, tmp_path: Path) -> None:
     again = train(other, tmp_path / "r", "epochs=1", "eval_interval=1", "evaluators=[]")
     assert again.returncode == exit_codes.CONFIG_ERROR
     assert "dataset fingerprint" in again.stderr and "Traceback" not in again.stderr
-
-
-def test_standalone_eval_of_our_checkpoint(dataset: Path, tmp_path: Path) -> None:
-    run = train(dataset, tmp_path / "run", "epochs=1", "eval_interval=1")
-    assert run.returncode == 0, run.stderr
-    newest = ckpt.find_complete(tmp_path / "run")[-1]
-    out = tmp_path / "eval-out"
-    result = subprocess.run(
-        [sys.executable, "-m", "trm.eval", str(newest.path), "--output-dir", str(out)],
-        env=env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    folder = out / f"evaluator_ARC_step_{newest.step}"
-    metrics = json.loads((folder / "metrics.json").read_text())
-    trained = [r for r in rows(tmp_path / "run") if "ARC/pass@2" in r][-1]
-    assert metrics["ARC/pass@2"] == trained["ARC/pass@2"]
-    assert metrics["eval/all/lm_loss"] == pytest.approx(trained["eval/all/lm_loss"], rel=1e-6)
-    assert json.loads((folder / "submission.json").read_text()) == json.loads(
-        (tmp_path / "run" / f"evaluator_ARC_step_{newest.step}" / "submission.json").read_text()
-    )
 
 
 @pytest.mark.dist
