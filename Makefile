@@ -72,3 +72,9 @@ image-test: venv ## real image test: engine, local base, build cpu, smoke, local
 
 smoke-local: venv ## CPU smoke: tiny ARC set, train, SIGTERM + resume, evaluate, submission.json (~1 min)
 	$(NOX) -s smoke
+
+launch-dry-run: venv ## what scripts/train_prod.sh would do on this host (steps, hardware tier, torchrun command)
+	PYTHON=$(abspath $(PY)) bash scripts/train_prod.sh --dry-run
+
+launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo ranks, kill + resume, handoff (slow)
+	$(NOX) -s launch

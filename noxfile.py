@@ -82,3 +82,18 @@ def docker_gpu(session: nox.Session) -> None:
 def smoke(session: nox.Session) -> None:
     """CPU run lifecycle: build a tiny ARC set, train, SIGTERM, resume, evaluate (`-- --workdir DIR`)."""
     session.run(PYTHON, "-m", "trm.training.smoke", *session.posargs)
+
+
+@nox.session(default=False)
+def launch(session: nox.Session) -> None:
+    """scripts/train_prod.sh on CPU (slow): real data + trainer, torchrun 2 gloo ranks, kill, resume, handoff."""
+    session.run(
+        PYTHON,
+        "-m",
+        "pytest",
+        "-m",
+        "slow",
+        "tests/test_launch_e2e.py",
+        "tests/test_launch_runner.py",
+        *session.posargs,
+    )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,7 @@ def test_handoff_command_default_location(tmp_path):
     run = synthetic_run(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "trm", "handoff", str(run)], capture_output=True, text=True, cwd=tmp_path,
-        env={**__import__("os").environ, "ARTIFACTS_DIR": str(tmp_path / "arts")},
+        env={**os.environ, "ARTIFACTS_DIR": str(tmp_path / "arts"), "PYTHONPATH": str(Path(__file__).parents[1])},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "arts" / "trm-arc2" / "handoff.json").exists()
@@ -190,3 +191,14 @@ def test_session_summary_without_price():
 def test_last_good_checkpoint_none_when_all_torn(tmp_path):
     write_checkpoint(tmp_path, 5, complete=False)
     assert last_good_checkpoint(tmp_path) is None
+
+
+def test_killed_session_is_bounded_by_its_last_event():
+    events = [
+        {"event": "session_start", "time": 0.0, "gpus": 4, "hourly_usd": 1.0},
+        {"event": "process_start", "time": 60.0, "label": "train attempt 1"},
+        {"event": "heartbeat", "time": 1800.0, "usd": 2.0},
+    ]
+    summary = session_summary(events, None)
+    assert summary["wall_seconds"] == 1800 and summary["last_exit_code"] is None
+    assert summary["cost_usd"] == pytest.approx(2.0)

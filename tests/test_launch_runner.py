@@ -56,6 +56,8 @@ def test_attempt_outcomes():
     assert AttemptResult(0).outcome == "ok"
     assert AttemptResult(1, {0: 75, 1: 75}).outcome == "saved"
     assert AttemptResult(1, {0: 75, 1: 0}).outcome == "saved"
+    assert AttemptResult(1, {0: -15, 1: 75}).outcome == "saved"  # killed by torchrun while exiting
+    assert AttemptResult(1, {0: -15, 1: 143}).outcome == "failed"  # nobody saved
     assert AttemptResult(1, {0: 75, 1: 1}).outcome == "failed"
     assert AttemptResult(1, {0: -9}).outcome == "failed"
     assert AttemptResult(1, {}).outcome == "failed"
@@ -189,3 +191,21 @@ def test_probe_step_time_from_metrics(tmp_path):
     (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
     seconds, measured = step_seconds(tmp_path / "metrics.csv")
     assert seconds == pytest.approx(2.0) and measured == 4
+
+
+def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
+    from tests.launch_fakes import FIXTURES, install_fake_smi
+    from trm.launch.probe import MemorySampler
+
+    shape = tmp_path / "shape"
+    shape.mkdir()
+    (shape / "query.csv").write_text((FIXTURES / "h100x2" / "query.csv").read_text())
+    (shape / "memory-used.csv").write_text("0, 51234\n1, 49876\n")
+    install_fake_smi(monkeypatch, tmp_path, "h100x2")
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(shape))
+    sampler = MemorySampler(interval_s=0.05)
+    sampler.start()
+    import time
+
+    time.sleep(0.3)
+    assert sampler.stop() == {0: 51234, 1: 49876}

@@ -40,6 +40,7 @@ class CheckResult:
     fix: str = ""
 
     def line(self) -> str:
+        """One report line, with the fix (or note) underneath."""
         tag = {"ok": " ok ", "warn": "warn", "fail": "FAIL", "skip": "skip"}[self.status]
         text = f"[{tag}] {self.name:<18} {self.found}"
         if self.fix and self.status in ("fail", "warn"):
@@ -87,9 +88,11 @@ class PreflightReport:
 
     @property
     def ok(self) -> bool:
+        """True when no check failed (warnings allowed)."""
         return all(c.status != "fail" for c in self.checks)
 
     def to_dict(self) -> dict[str, object]:
+        """The report as JSON-ready data (written to launch/preflight.json)."""
         return {
             "ok": self.ok,
             "mode": self.mode,
@@ -123,15 +126,18 @@ def _matmul(index: int) -> tuple[bool, str, float]:
 
 
 def fs_total_bytes(path: Path) -> int:
+    """Size of the filesystem holding `path`."""
     st = os.statvfs(path)
     return st.f_blocks * st.f_frsize
 
 
 def fs_free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem holding `path`."""
     return shutil.disk_usage(path).free
 
 
 def check_shm(path: Path, size: Callable[[Path], int] = fs_total_bytes) -> CheckResult:
+    """/dev/shm must hold at least 1 GiB (NCCL, DataLoader workers)."""
     try:
         total = size(path)
     except OSError as err:
@@ -145,6 +151,7 @@ def check_shm(path: Path, size: Callable[[Path], int] = fs_total_bytes) -> Check
 def check_disk(
     path: Path, checkpoint_bytes: int, keep: int, free_fn: Callable[[Path], int] = fs_free_bytes
 ) -> CheckResult:
+    """Free disk at the checkpoint directory >= checkpoint size x keep x 2."""
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent

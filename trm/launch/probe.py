@@ -35,16 +35,18 @@ class MemorySampler(threading.Thread):
         self.runner = runner
         self.interval_s = interval_s
         self.peak_mib: dict[int, int] = {}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        """Sample until stopped."""
+        while not self._halt.is_set():
             for index, used in query_memory_used(self.runner).items():
                 self.peak_mib[index] = max(used, self.peak_mib.get(index, 0))
-            self._stop.wait(self.interval_s)
+            self._halt.wait(self.interval_s)
 
     def stop(self) -> dict[int, int]:
-        self._stop.set()
+        """Stop sampling and return the peak MiB per GPU index."""
+        self._halt.set()
         self.join(timeout=10)
         return dict(self.peak_mib)
 
