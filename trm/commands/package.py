@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kaggle.add_argument(
         "--platform",
         action="append",
-        help="wheel platform tag, repeatable (default manylinux_2_35_x86_64, which includes older ones)",
+        help="wheel platform tag, repeatable (default: every manylinux x86_64 tag up to glibc 2.35, as on Kaggle)",
     )
     kaggle.add_argument(
         "--include-torch", action="store_true", help="also ship torch (Kaggle images already have it)"

@@ -186,7 +186,7 @@ def _run_rows(
             conf = 1.0 / (1.0 + np.exp(-q_halt.astype(np.float64)))
             record_predictions(table, test_set.test_puzzles, names, inputs, preds, conf)
             if save_predictions is not None:
-                for store, value in zip(saved, ([names], inputs, preds, q_halt), strict=True):
+                for store, value in zip(saved, (names, inputs, preds, q_halt), strict=True):
                     store.append(value)
             pos += len(chunk)
             bar.update(len(chunk))

@@ -23,8 +23,14 @@ from trm.errors import TRMError
 
 DIST_NAME = "trm-stack"
 REQUIREMENTS = "requirements.txt"
-# Kaggle's hosts are x86_64 with a recent glibc; pip expands this to every older manylinux tag.
-DEFAULT_PLATFORMS = ("manylinux_2_35_x86_64",)
+# Kaggle's hosts are x86_64 with glibc 2.35. pip does not expand a `manylinux_2_X` tag to older ones,
+# so every glibc level up to 2.35 is listed (plus the legacy aliases).
+DEFAULT_PLATFORMS = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(35, 4, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
 SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE", "setup.cfg", "MANIFEST.in")
 
 
