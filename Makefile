@@ -36,3 +36,7 @@ data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 
 		--subsets training evaluation concept --test-set-name evaluation
 	$(PY) -m trm data build-arc --output-dir $(DATA_DIR)/arc2concept-aug-1000 \
 		--subsets training2 evaluation2 concept --test-set-name evaluation2
+
+.PHONY: kaggle-test
+kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
+	$(NOX) -s kaggle

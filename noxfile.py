@@ -38,3 +38,9 @@ def gpu(session: nox.Session) -> None:
     """The gpu-marked tests; fails loudly when no CUDA GPU is visible."""
     session.env["TRM_REQUIRE_GPU"] = "1"
     session.run(PYTHON, "-m", "pytest", "-m", "gpu", *session.posargs)
+
+
+@nox.session(default=False)
+def kaggle(session: nox.Session) -> None:
+    """Kaggle bundle end to end (slow, needs the package index): wheelhouse, offline install, inference."""
+    session.run(PYTHON, "-m", "pytest", "-m", "slow", "tests/test_kaggle.py", *session.posargs)

@@ -69,3 +69,35 @@ def make_smoke(root: Path) -> Smoke:
         DEFAULT_PREFIX.with_name(DEFAULT_PREFIX.name + "_evaluation_challenges.json").read_text()
     )
     return Smoke(root=root, dataset=dataset, checkpoint=root / "run" / "step_0", challenges=challenges)
+
+
+def torch_only_path(dest: Path) -> Path:
+    """A folder of links to the installed torch and its own dependencies (nothing else), like a Kaggle
+    image's preinstalled torch, for a fresh venv to see through a .pth file."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    dest.mkdir(parents=True, exist_ok=True)
+    queue, seen = ["torch"], set()
+    while queue:
+        name = queue.pop()
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        key = dist.metadata["Name"].lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                queue.append(req.name)
+        site = Path(dist.locate_file(""))
+        tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        for top in tops:
+            source = site / top
+            if source.exists() and not (dest / top).exists() and top != "__pycache__":
+                (dest / top).symlink_to(source)
+    return dest

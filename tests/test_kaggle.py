@@ -247,3 +247,81 @@ def test_cli_infer_and_package_errors_exit_2(
     assert "manifest.json" in capsys.readouterr().err
     assert main(["package", "kaggle", str(smoke.root / "nope"), str(smoke.root / "x"), "--no-wheels"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _offline(argv: list[str]) -> list[str]:
+    """Prefix with `unshare -n` (no network namespace) where this machine allows it."""
+    import shutil
+    import subprocess
+
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-n", "true"], capture_output=True, check=False).returncode == 0:
+        return [unshare, "-n", *argv]
+    return argv
+
+
+@pytest.mark.slow
+def test_wheelhouse_installs_offline_in_a_fresh_venv_and_infers(smoke: Smoke, bundle_dir: Path) -> None:
+    """Package with wheels (downloads from the index), then in a fresh venv with no network and no pip
+    config: install from the wheelhouse only, run `python -m trm infer`, compare with this process.
+
+    torch is not in the wheelhouse (Kaggle has it), so the venv sees this machine's torch and torch's own
+    dependencies, and nothing else, through a .pth file.
+    """
+    import os
+    import subprocess
+    import venv
+
+    from kaggle_fixtures import torch_only_path
+
+    from trm.kaggle.wheelhouse import REQUIREMENTS
+
+    out = smoke.root / "bundle-wheels"
+    package_kaggle(smoke.checkpoint, out, python_version="3.11", progress=False)
+    wheels = out / B.WHEELS
+    pins = (wheels / REQUIREMENTS).read_text().split()
+    assert "hydra-core==1.3.8" in pins and "antlr4-python3-runtime==4.9.3" in pins
+    assert not any(p.startswith("torch==") for p in pins)
+    assert len(list(wheels.glob("trm_stack-*.whl"))) == 1
+    assert len(list(wheels.glob("*.whl"))) == len(pins) + 1
+
+    env_dir = smoke.root / "fresh"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(
+        subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .decode()
+        .strip()
+    )
+    (site / "host_torch.pth").write_text(str(torch_only_path(smoke.root / "host-torch")) + "\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(smoke.root), "PIP_CONFIG_FILE": os.devnull}
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels)]
+    for extra in (
+        ["-r", str(wheels / REQUIREMENTS)],
+        ["--no-deps", str(next(wheels.glob("trm_stack-*.whl")))],
+    ):
+        subprocess.run(_offline([*pip, *extra]), env=env, cwd=smoke.root, check=True)
+    where = subprocess.check_output(
+        [python, "-c", "import trm, hydra, numpy; print(trm.__file__, hydra.__file__, numpy.__file__)"],
+        env=env,
+        cwd=smoke.root,
+    ).decode()
+    assert all(str(site) in path for path in where.split()), where
+
+    tasks = task_ids(smoke)[: SEEN_TASKS + 1]
+    challenges = smoke.write_challenges("offline.json", tasks)
+    args = ["--weights", str(out), "--challenges", str(challenges), "--num-aug", "3", "--device", "cpu"]
+    proc = subprocess.run(
+        _offline([str(python), "-m", "trm", "infer", *args, "--out", "offline.json", "--quiet"]),
+        env=env,
+        cwd=smoke.root / "fresh",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    offline = json.loads((env_dir / "offline.json").read_text())
+    here = smoke.root / "here.json"
+    run_inference(out, challenges, here, num_aug=3, device="cpu", progress=False)
+    assert offline == json.loads(here.read_text())
+    validate_submission(offline, {t: smoke.challenges[t] for t in tasks})
