@@ -325,3 +325,32 @@ def test_wheelhouse_installs_offline_in_a_fresh_venv_and_infers(smoke: Smoke, bu
     run_inference(out, challenges, here, num_aug=3, device="cpu", progress=False)
     assert offline == json.loads(here.read_text())
     validate_submission(offline, {t: smoke.challenges[t] for t in tasks})
+
+
+def test_model_without_puzzle_table_packages_and_infers(smoke: Smoke, tmp_path: Path) -> None:
+    from trm.model import TinyRecursiveModel, TRMConfig
+
+    arch = {"hidden_size": 16, "num_heads": 2, "L_layers": 1, "H_cycles": 1, "L_cycles": 1}
+    cfg = TRMConfig(
+        batch_size=1,
+        seq_len=900,
+        vocab_size=12,
+        num_puzzle_identifiers=1,
+        puzzle_emb_ndim=0,
+        puzzle_emb_len=0,
+        halt_max_steps=2,
+        **arch,
+    )
+    upstream = tmp_path / "step_7"
+    torch.save(to_upstream_state_dict(TinyRecursiveModel(cfg).state_dict(), compiled=False), upstream)
+    overrides = [f"arch.{k}={v}" for k, v in arch.items()]
+    overrides += ["arch.puzzle_emb_ndim=0", "arch.puzzle_emb_len=0", "arch.halt_max_steps=2"]
+    out = tmp_path / "bundle"
+    # data_paths points at a dataset with identifiers: they are not shipped, there is no table to index.
+    package_kaggle(upstream, out, overrides=[*overrides, f"data_paths=[{smoke.dataset}]"], wheels=False)
+    assert not (out / B.IDENTIFIERS).exists()
+    challenges = smoke.write_challenges("notable.json", task_ids(smoke)[:2])
+    run_inference(out, challenges, tmp_path / "s.json", num_aug=2, device="cpu", progress=False)
+    validate_submission(
+        json.loads((tmp_path / "s.json").read_text()), {t: smoke.challenges[t] for t in task_ids(smoke)[:2]}
+    )

@@ -87,10 +87,11 @@ def package_kaggle(
     cfg, step, ours = _resolve(checkpoint, list(overrides or []))
     weights, kind = read_checkpoint_weights(str(checkpoint))
 
+    table = weights.get(PUZZLE_EMB_KEY)
+    identifiers = identifiers and table is not None  # without a puzzle table identifiers change nothing
     if data_path is None and identifiers and len(cfg.data_paths) == 1 and Path(cfg.data_paths[0]).is_dir():
         data_path = cfg.data_paths[0]
     facts, names = _dataset_facts(Path(data_path) if data_path is not None and identifiers else None)
-    table = weights.get(PUZZLE_EMB_KEY)
     rows = int(table.shape[0]) if table is not None else 1
     if names is not None and len(names) != rows:
         raise TRMError(
