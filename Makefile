@@ -37,6 +37,33 @@ data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 
 	$(PY) -m trm data build-arc --output-dir $(DATA_DIR)/arc2concept-aug-1000 \
 		--subsets training2 evaluation2 concept --test-set-name evaluation2
 
+# ---- container images (docker/images.toml; docker/README.md) ------------------------------------------
+# make image push REGISTRY=127.0.0.1:5000 VARIANTS=cpu   (VARIANTS: space-separated, default all)
+VARIANTS ?=
+REGISTRY ?=
+BUILD_BASE ?=
+RUNTIME_BASE ?=
+IMAGES_LOCK ?= docker/images.lock.json
+IMAGE_SELECT = $(if $(strip $(VARIANTS)),--variants $(VARIANTS))
+IMAGE_BASES = $(if $(BUILD_BASE),--build-base '$(BUILD_BASE)') $(if $(RUNTIME_BASE),--runtime-base '$(RUNTIME_BASE)')
+
+.PHONY: lock wheelhouse image push image-test
+
+lock: venv ## re-resolve the hash-locked image requirements in docker/requirements/ (needs the index)
+	$(PY) -m trm image lock $(IMAGE_SELECT)
+
+wheelhouse: venv ## download the locked packages of VARIANTS once into docker/wheelhouse/<lock>/
+	$(PY) -m trm image wheelhouse $(IMAGE_SELECT)
+
+image: wheelhouse ## build images for VARIANTS (default all); BUILD_BASE/RUNTIME_BASE override the bases
+	$(PY) -m trm image build $(IMAGE_SELECT) $(IMAGE_BASES)
+
+push: venv ## push the built VARIANTS to REGISTRY=host:port; digests go to docker/images.lock.json
+	$(PY) -m trm image push --registry '$(REGISTRY)' --lock-file '$(IMAGES_LOCK)' $(IMAGE_SELECT) $(IMAGE_BASES)
+
+image-test: venv ## real image test: engine, local base, build cpu, smoke, local registry, push, pull by digest
+	$(NOX) -s docker
+
 .PHONY: kaggle-test
 kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
 	$(NOX) -s kaggle

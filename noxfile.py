@@ -41,6 +41,34 @@ def gpu(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module trm.bench.<name> (e.g. `data`)."""
+    available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem != "__init__")
+    if not session.posargs or session.posargs[0] not in available:
+        session.error(f"name a benchmark: nox -s bench -- <{'|'.join(available)}> [args]")
+    name, *args = session.posargs
+    session.run(PYTHON, "-m", f"trm.bench.{name}", *args)
+
+
+@nox.session(default=False)
+def docker(session: nox.Session) -> None:
+    """Real image test: Docker engine + local registry on 127.0.0.1, build `cpu`, smoke, push, pull, rerun."""
+    session.run("bash", "scripts/image_test.sh", *session.posargs, env={"PYTHON": PYTHON}, external=True)
+
+
+@nox.session(default=False)
+def docker_gpu(session: nox.Session) -> None:
+    """GPU variants through the adam-atan2 stage (SASS check) on this machine: ~2.7 GB wheelhouse, long."""
+    session.run(
+        "bash",
+        "scripts/image_test.sh",
+        *session.posargs,
+        env={"PYTHON": PYTHON, "TRM_IMAGE_TESTS": "tests/test_images_docker_gpu.py"},
+        external=True,
+    )
+
+
+@nox.session(default=False)
 def kaggle(session: nox.Session) -> None:
     """Kaggle bundle end to end (slow, needs the package index): wheelhouse, offline install, inference."""
     session.run(PYTHON, "-m", "pytest", "-m", "slow", "tests/test_kaggle.py", *session.posargs)

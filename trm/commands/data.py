@@ -112,7 +112,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="compact (default, small) or materialized (upstream layout)",
     )
     build.add_argument(
-        "--workers", type=int, default=1, help="processes for augmentation planning (output is identical)"
+        "--workers",
+        type=int,
+        default=0,
+        help="processes for augmentation planning (0 = auto; output is identical)",
     )
     build.add_argument(
         "--overwrite", action="store_true", help="replace an existing different dataset at --output-dir"

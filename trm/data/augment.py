@@ -41,13 +41,18 @@ def task_rng(seed: int, subset: str, task_id: str, stream: int) -> np.random.Gen
     return np.random.Generator(np.random.Philox(np.random.SeedSequence([seed, stream, *words])))
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.cache
+def _dihedral_perm(shape: tuple[int, int]) -> np.ndarray:
+    """[8, h*w]: for each dihedral id, which original cell each transformed cell (row-major) comes from."""
+    cells = np.arange(shape[0] * shape[1]).reshape(shape)
+    return np.stack([dihedral(cells, t).ravel() for t in range(8)])
+
+
 def _dihedral_index(shape_a: tuple[int, int], shape_b: tuple[int, int]) -> np.ndarray:
     """[8, cells]: where each cell of the concatenated transformed pair comes from in the original pair."""
-    na = shape_a[0] * shape_a[1]
-    ia = np.arange(na).reshape(shape_a)
-    ib = np.arange(na, na + shape_b[0] * shape_b[1]).reshape(shape_b)
-    return np.stack([np.concatenate([dihedral(ia, t).ravel(), dihedral(ib, t).ravel()]) for t in range(8)])
+    return np.concatenate(
+        [_dihedral_perm(shape_a), _dihedral_perm(shape_b) + shape_a[0] * shape_a[1]], axis=1
+    )
 
 
 def _pair_classes(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,7 +91,13 @@ def _content_keys(
     tids: np.ndarray, cmaps: np.ndarray, class_ids: np.ndarray, weights: np.ndarray, filler: np.ndarray
 ) -> np.ndarray:
     """One int64 per try identifying its content: the sorted per-pair keys (class id, slot colours), mixed."""
-    keys = np.einsum("kc,pkc->kp", cmaps, weights[:, tids, :]) + (filler + (class_ids[:, tids].T << 36))
+    # float64 matmuls are exact here (keys < 2**53) and use BLAS; one per dihedral id present.
+    keys = np.empty((len(tids), len(class_ids)), dtype=np.int64)
+    colours = cmaps.astype(np.float64)
+    for t in np.unique(tids):
+        sel = tids == t
+        keys[sel] = (colours[sel] @ weights[:, t, :].T.astype(np.float64)).astype(np.int64)
+    keys += filler + (class_ids[:, tids].T << 36)
     if keys.shape[1] == 1:
         return keys[:, 0]
     keys.sort(axis=1)
@@ -162,7 +173,8 @@ def plan_translations(
     if p == 0:
         return np.zeros((n, 0, 2), dtype=np.uint8)
     extent = transformed_extent(pairs)[tids.astype(np.int64)]  # [n, p, 2]
-    offsets = rng.integers(0, GRID_SIZE - extent + 1)
-    anchor = rng.integers(0, p, size=n)
+    u = rng.random((n, p + 1, 2))
+    offsets = (u[:, :p] * (GRID_SIZE - extent + 1)).astype(np.int64)
+    anchor = np.minimum((u[:, p, 0] * p).astype(np.int64), p - 1)
     offsets[np.arange(n), anchor] = 0
     return offsets.astype(np.uint8)

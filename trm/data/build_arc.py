@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,12 +18,12 @@ from tqdm import tqdm
 
 import trm
 from trm.errors import TRMError
-from trm.io import atomic_directory, atomic_write_json, atomic_write_text
+from trm.io import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
 
 from . import formats
 from .arc_source import DEFAULT_PREFIX, ArcTask, input_checksums, load_subsets
 from .augment import plan_augmentations, plan_translations, task_rng
-from .encoding import BLANK_IDENTIFIER, GRID_SIZE, PAD, SEQ_LEN, VOCAB_SIZE, identifier
+from .encoding import BLANK_IDENTIFIER, GRID_SIZE, ID_SEPARATOR, PAD, SEQ_LEN, VOCAB_SIZE
 from .manifest import MANIFEST, read_manifest, read_verified_manifest, write_manifest
 from .metadata import DatasetMetadata
 from .render import render_task
@@ -141,32 +144,75 @@ def _metadata(arrays: dict[str, np.ndarray], num_identifiers: int) -> DatasetMet
     )
 
 
-def _identifier_strings(plans: Iterable[TaskPlan]) -> Iterator[str]:
+def _identifiers_json(plans: Iterable[TaskPlan], blanks: int) -> bytes:
+    """identifiers.json bytes: `blanks` × "<blank>", then per task its original id and `id|||tN|||digits`."""
+    parts = [json.dumps([BLANK_IDENTIFIER] * blanks)[:-1].encode()]
     for plan in plans:
-        yield plan.task.task_id
-        digits = (plan.cmaps[1:] + ord("0")).astype(np.uint8).tobytes().decode("ascii")
-        for k, tid in enumerate(plan.tids[1:].tolist()):
-            yield identifier(plan.task.task_id, tid, digits[10 * k : 10 * k + 10])
+        task = json.dumps(plan.task.task_id)  # quoted and escaped
+        parts.append(f", {task}".encode())
+        n = len(plan.tids) - 1
+        if n == 0:
+            continue
+        head = f", {task[:-1]}{ID_SEPARATOR}t".encode()
+        rows = np.empty((n, len(head) + 1 + len(ID_SEPARATOR) + 10 + 1), dtype=np.uint8)
+        rows[:, : len(head)] = np.frombuffer(head, dtype=np.uint8)
+        rows[:, len(head)] = plan.tids[1:] + ord("0")
+        rows[:, len(head) + 1 : len(head) + 4] = np.frombuffer(ID_SEPARATOR.encode(), dtype=np.uint8)
+        rows[:, len(head) + 4 : len(head) + 14] = plan.cmaps[1:] + ord("0")
+        rows[:, -1] = ord('"')
+        parts.append(rows.tobytes())
+    parts.append(b"]\n")
+    return b"".join(parts)
+
+
+def _rendered_blocks(
+    layout: SplitLayout, with_offsets: bool, workers: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(inputs, labels) rows of each group in order, rendered by a thread pool a few groups ahead.
+
+    numpy releases the GIL inside the scatter/gather kernels, so threads overlap with each other and
+    with the caller's hashing and file writes (which release it too).
+    """
+
+    def render(i: int) -> tuple[np.ndarray, np.ndarray]:
+        plan, pairs = layout.plans[i], layout.pairs[i]
+        offsets = plan.offsets if with_offsets else None
+        return tuple(
+            render_task([pair[side] for pair in pairs], plan.tids, plan.cmaps, offsets).reshape(-1, SEQ_LEN)
+            for side in (0, 1)
+        )
+
+    with ThreadPoolExecutor(max_workers=max(workers, 1)) as pool:
+        pending: deque = deque()
+        for i in range(len(layout.plans)):
+            pending.append(pool.submit(render, i))
+            if len(pending) > 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def _write_materialized(
-    root: Path, split: str, layout: SplitLayout, total: int, progress: bool
+    root: Path, split: str, layout: SplitLayout, total: int, workers: int, progress: bool
 ) -> dict[str, str]:
-    """Stream all__inputs/all__labels task by task; returns their sha256s (keyed by relative path)."""
-    writers = {
-        name: formats.NpyStreamWriter(formats.array_path(root, split, name), (total, SEQ_LEN), np.uint8)
+    """Stream all__inputs/all__labels group by group; returns their sha256s (keyed by relative path)."""
+    writers = [
+        formats.NpyStreamWriter(formats.array_path(root, split, name), (total, SEQ_LEN), np.uint8)
         for name in formats.MATERIALIZED_FIELDS
-    }
-    offsets_used = split == "train"
-    bar = tqdm(layout.plans, desc=f"write {split}", unit="task", disable=not progress, file=sys.stderr)
-    for plan, pairs in zip(bar, layout.pairs, strict=True):
-        if not pairs:
-            continue
-        offsets = plan.offsets if offsets_used else None
-        for name, side in (("inputs", 0), ("labels", 1)):
-            block = render_task([pair[side] for pair in pairs], plan.tids, plan.cmaps, offsets)
-            writers[name].write(block.reshape(-1, SEQ_LEN))
-    return {f"{split}/{w.path.name}": w.close() for w in writers.values()}
+    ]
+    blocks = _rendered_blocks(layout, split == "train", workers)
+    bar = tqdm(
+        blocks,
+        total=len(layout.plans),
+        desc=f"write {split}",
+        unit="task",
+        disable=not progress,
+        file=sys.stderr,
+    )
+    for inputs, labels in bar:
+        writers[0].write(inputs)
+        writers[1].write(labels)
+    return {f"{split}/{w.path.name}": w.close() for w in writers}
 
 
 def build_arc_dataset(
@@ -181,13 +227,13 @@ def build_arc_dataset(
     max_puzzles: int | None = None,
     puzzle_identifiers_start: int = 1,
     form: str = formats.COMPACT,
-    workers: int = 1,
+    workers: int = 0,
     overwrite: bool = False,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Build an ARC dataset dir (TRM_SPEC §8 semantics) and return its manifest.
 
-    Deterministic: the same inputs and arguments give the same bytes for any `workers`. Atomic: built in a
+    Deterministic: the same inputs and arguments give the same bytes for any `workers` (0 = auto). Atomic: built in a
     temporary directory next to `output_dir`, renamed at the end, `manifest.json` written last. An existing
     complete dataset with the same arguments and inputs is left as is.
     """
@@ -221,7 +267,7 @@ def build_arc_dataset(
                 f"{output_dir}: already exists and holds a different or incomplete dataset; "
                 "pass --overwrite to replace it, or choose another --output-dir"
             )
-    if not test_names_present(subsets, test_set_name, test_set_name2):
+    if not _has_test_subset(subsets, test_set_name, test_set_name2):
         raise TRMError(
             f"--test-set-name {test_set_name!r} (and --test-set-name2 {test_set_name2!r}) is not one of --subsets "
             f"{' '.join(subsets)}: the test split would be empty; name the evaluation subset, e.g. "
@@ -234,6 +280,8 @@ def build_arc_dataset(
             raise TRMError(
                 f"{prefix}_{task.subset}_challenges.json task {task.task_id!r}: no train pairs; fix or remove it"
             )
+    if workers <= 0:  # auto: one process per core (up to 8) when there is enough work to share
+        workers = min(os.cpu_count() or 1, 8) if len(tasks) * max(num_aug, 1) >= 20000 else 1
     plans = _plan_all([(t, t.subset in test_names, num_aug, seed) for t in tasks], workers, progress)
 
     # Identifiers: train split first, in group order; test puzzles reuse the train ids of the same variants.
@@ -276,7 +324,7 @@ def build_arc_dataset(
                 np.save(formats.array_path(tmp, split, name), arrays[name], allow_pickle=False)
             total = int(arrays["puzzle_indices"][-1])
             if form == formats.MATERIALIZED:
-                known_hashes.update(_write_materialized(tmp, split, layout, total, progress))
+                known_hashes.update(_write_materialized(tmp, split, layout, total, max(workers, 2), progress))
             atomic_write_json(tmp / split / "dataset.json", metadata.to_dict())
             counts[split] = {
                 "groups": metadata.total_groups,
@@ -291,9 +339,7 @@ def build_arc_dataset(
                 shapes[i] = grid.shape
             np.save(tmp / formats.GRIDS, padded, allow_pickle=False)
             np.save(tmp / formats.GRID_SHAPES, shapes, allow_pickle=False)
-        names = [BLANK_IDENTIFIER] * puzzle_identifiers_start
-        names.extend(_identifier_strings(plans))
-        atomic_write_text(tmp / "identifiers.json", json.dumps(names) + "\n")
+        atomic_write_bytes(tmp / "identifiers.json", _identifiers_json(plans, puzzle_identifiers_start))
         test_puzzles = {plans[i].task.task_id: plans[i].task.raw for i in test_idx}
         atomic_write_text(tmp / "test_puzzles.json", json.dumps(test_puzzles) + "\n")
         counts["identifiers"] = {"total": num_identifiers}
@@ -313,10 +359,11 @@ def build_arc_dataset(
             counts=counts,
             known_hashes=known_hashes,
         )
+        (tmp / MANIFEST).chmod(0o644)
     return manifest
 
 
-def test_names_present(subsets: Sequence[str], test_set_name: str, test_set_name2: str) -> bool:
+def _has_test_subset(subsets: Sequence[str], test_set_name: str, test_set_name2: str) -> bool:
     """Whether at least one subset feeds the test split."""
     return test_set_name in subsets or test_set_name2 in subsets
 

@@ -161,9 +161,10 @@ class PuzzleLoader:
         self._position = position
 
     # ----- train ----------------------------------------------------------------------------------------
-    def _epoch_key(self, set_index: int, epoch: int) -> np.uint64:
-        base = _mix(_add(_mix(_U64(self.seed)), (set_index + 1) * 0x632BE59BD9B4E019))
-        return _mix(_add(base, _U64(epoch) * _GOLDEN))
+    def _epoch_key(self, set_index: int, epoch: int) -> np.ndarray:
+        mask = (1 << 64) - 1
+        base = _mix(_add(_mix(_U64(self.seed & mask)), ((set_index + 1) * 0x632BE59BD9B4E019) & mask))
+        return _mix(_add(base, (epoch * int(_GOLDEN)) & mask))
 
     def _group_order(self, set_index: int, iteration: int) -> tuple[np.ndarray, np.ndarray]:
         """Groups visited in one iteration, and each visit's random key."""
@@ -209,7 +210,8 @@ class PuzzleLoader:
         take[-1] -= sizes.sum() - self.global_batch_size  # the last visit is truncated to fit
         visit = np.repeat(np.arange(len(puzzles)), sizes)
         local = np.arange(len(visit)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        draw = _mix(_add(keys[visit] ^ _U64(2), _U64(1) + local.astype(_U64) * _GOLDEN))
+        with np.errstate(over="ignore"):
+            draw = _mix(_add(keys[visit] ^ _U64(2), _U64(1) + local.astype(_U64) * _GOLDEN))
         order = np.lexsort((draw, visit))  # random order of each visited puzzle's examples
         rank_in_visit = np.empty_like(local)
         rank_in_visit[order] = local

@@ -101,38 +101,36 @@ def render_rows(
     return np.take(colour_luts(cmaps), index, mode="clip")
 
 
-def _region(grid: np.ndarray) -> np.ndarray:
-    """A grid's tokens plus its EOS row and column: [(h+1)*(w+1)] with the corner PAD."""
-    h, w = grid.shape
-    region = np.zeros((h + 1, w + 1), dtype=np.uint8)
-    region[:h, :w] = grid + COLOUR_OFFSET
-    region[h, :w] = EOS
-    region[:h, w] = EOS
-    return region
-
-
 def render_task(
     grids: list[np.ndarray], tids: np.ndarray, cmaps: np.ndarray, offsets: np.ndarray | None
 ) -> np.ndarray:
-    """uint8 [k, len(grids), 900]: every variant (tids[i], cmaps[i]) of each grid, at offsets[i, j] or (0, 0)."""
-    k = len(tids)
-    out = np.zeros((k, len(grids), SEQ_LEN + 1), dtype=np.uint8)
+    """uint8 [k, len(grids), 900]: every variant (tids[i], cmaps[i]) of each grid, at offsets[i, j] or (0, 0).
+
+    Works on a flat buffer: per (dihedral id, grid) it scatters only the grid's own cells and its EOS
+    row/column; an EOS cell pushed off the canvas goes to one spare byte at the end.
+    """
+    k, n = len(tids), len(grids)
+    flat = np.zeros(k * n * SEQ_LEN + 1, dtype=np.uint8)
+    spare = k * n * SEQ_LEN
     luts = colour_luts(cmaps)
-    rows = np.arange(k)
+    variants = np.arange(k, dtype=np.intp)
     for t in np.unique(tids):
-        sel = rows[tids == t]
+        sel = variants[tids == t]
         lut = luts[sel]
         for j, grid in enumerate(grids):
-            region = _region(dihedral(grid, int(t)))
-            rr, cc = np.indices(region.shape).reshape(2, -1)
-            values = np.take_along_axis(lut, np.broadcast_to(region.ravel(), (len(sel), rr.size)), axis=1)
-            if offsets is None:
-                pos = np.broadcast_to(
-                    np.where((rr < GRID_SIZE) & (cc < GRID_SIZE), rr * GRID_SIZE + cc, SEQ_LEN), values.shape
-                )
+            tg = dihedral(grid, int(t))
+            h, w = tg.shape
+            base = (sel * n + j) * SEQ_LEN
+            if offsets is not None:
+                r = offsets[sel, j, 0].astype(np.intp)
+                c = offsets[sel, j, 1].astype(np.intp)
+                base = base + r * GRID_SIZE + c
             else:
-                r = rr + offsets[sel, j, :1].astype(np.int64)
-                c = cc + offsets[sel, j, 1:].astype(np.int64)
-                pos = np.where((r < GRID_SIZE) & (c < GRID_SIZE), r * GRID_SIZE + c, SEQ_LEN)
-            out[sel[:, None], j, pos] = values
-    return out[:, :, :SEQ_LEN]
+                r = c = np.zeros(len(sel), dtype=np.intp)
+            cells = (np.arange(h)[:, None] * GRID_SIZE + np.arange(w)).ravel()
+            flat[base[:, None] + cells] = lut[:, tg.ravel().astype(np.intp) + COLOUR_OFFSET]
+            eos_row = h * GRID_SIZE + np.arange(w)
+            flat[np.where((r + h < GRID_SIZE)[:, None], base[:, None] + eos_row, spare)] = EOS
+            eos_col = np.arange(h) * GRID_SIZE + w
+            flat[np.where((c + w < GRID_SIZE)[:, None], base[:, None] + eos_col, spare)] = EOS
+    return flat[:spare].reshape(k, n, SEQ_LEN)

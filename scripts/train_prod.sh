@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# From a booted GPU host to a resumable TRM training run with a handoff bundle.
+#
+#   [VAR=value ...] bash scripts/train_prod.sh [--dry-run | --help] [TRAINER_OVERRIDE ...]
+#
+# Every setting is an environment variable; `--help` lists each one with its default (the list lives in
+# trm/launch/settings.py). The steps (preflight, dataset, hardware tier, smoke gate, supervised torchrun,
+# cost guard) are `python -m trm launch`; this script only adds tmux, signal forwarding and the handoff
+# trap. Running the same command again resumes the run.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
+PYTHON=${PYTHON:-python}
+
+case "${1:-}" in
+  -h | --help)
+    exec "$PYTHON" -m trm launch --help-env
+    ;;
+  --dry-run)
+    shift
+    exec "$PYTHON" -m trm launch --dry-run "$@"
+    ;;
+esac
+
+if [[ "${USE_TMUX:-0}" == 1 && -z "${TMUX:-}" ]]; then
+  exec "$PYTHON" -m trm launch --tmux "${BASH_SOURCE[0]}" "$@"
+fi
+
+# The handoff bundle is written at exit, whatever the outcome.
+trap '"$PYTHON" -m trm launch --handoff || echo "train_prod.sh: handoff failed; rerun: $PYTHON -m trm launch --handoff" >&2' EXIT
+
+# The launcher runs in the background so that SIGTERM to this shell (docker stop, pod deletion) reaches it:
+# it forwards the request to the trainer, which saves and exits 75.
+"$PYTHON" -m trm launch "$@" &
+launcher=$!
+trap 'kill -TERM "$launcher" 2>/dev/null || true' TERM INT HUP
+rc=0
+wait "$launcher" || rc=$?
+while kill -0 "$launcher" 2>/dev/null; do
+  rc=0
+  wait "$launcher" || rc=$?
+done
+exit "$rc"

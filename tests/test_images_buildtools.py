@@ -1,0 +1,204 @@
+"""The steps that run inside `docker build` (trm/images/buildtools.py), exercised on the host."""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from trm.images import buildtools
+from trm.images.buildtools import BuildCheckError
+
+LOCK = """\
+# header
+pip==26.3 \\
+    --hash=sha256:aa \\
+    --hash=sha256:bb
+    # via -r build.in
+ninja==1.13.2 \\
+    --hash=sha256:cc
+setuptools==84.2.1 \\
+    --hash=sha256:dd
+    # via
+    #   -r build.in
+"""
+
+SETUP_PY = """\
+NVCC_FLAGS = ["-O2", "-std=c++17", "--expt-extended-lambda"]
+nvcc_flags_with_arch = NVCC_FLAGS + [f"--generate-code=arch=compute_{a},code=sm_{a}" for a in ARCHS]
+ext = CUDAExtension("adam_atan2_backend", srcs, extra_compile_args={
+    "cxx": CXX_FLAGS,
+    "nvcc": nvcc_flags_with_arch,
+})
+"""
+
+
+def test_subset_lock_keeps_pins_and_hashes_only():
+    out = buildtools.subset_lock(LOCK, ["pip", "Setuptools"])
+    assert (
+        out
+        == "pip==26.3 \\\n    --hash=sha256:aa \\\n    --hash=sha256:bb\nsetuptools==84.2.1 \\\n    --hash=sha256:dd\n"
+    )
+    with pytest.raises(BuildCheckError, match="no pin for wheel"):
+        buildtools.subset_lock(LOCK, ["pip", "wheel"])
+
+
+def test_adam_setup_patch_drops_hard_coded_arches():
+    patched = buildtools.patch_adam_setup(SETUP_PY)
+    assert '"nvcc": NVCC_FLAGS,' in patched and '"nvcc": nvcc_flags_with_arch' not in patched
+    with pytest.raises(BuildCheckError, match="sdist changed"):
+        buildtools.patch_adam_setup(patched)
+
+
+def test_arch_list_maps_to_sass_names():
+    assert buildtools.arch_flags_to_sm("9.0") == {"sm_90"}
+    assert buildtools.arch_flags_to_sm("8.0;8.9 9.0+PTX") == {"sm_80", "sm_89", "sm_90"}
+
+
+def test_cuobjdump_listing_is_parsed():
+    out = (
+        "ELF file    1: adam_atan2_backend.1.sm_80.cubin\nELF file    2: adam_atan2_backend.2.sm_90a.cubin\n"
+    )
+    assert buildtools.parse_cuobjdump_elf(out) == {"sm_80", "sm_90a"}
+
+
+def _wheel(path: Path, *, with_backend: bool = True) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("adam_atan2/__init__.py", "")
+        if with_backend:
+            zf.writestr("adam_atan2_backend.cpython-311-x86_64-linux-gnu.so", b"\x7fELF")
+    return path
+
+
+def _fake_cuobjdump(tmp_path: Path, listing: str) -> str:
+    script = tmp_path / "cuobjdump"
+    script.write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_wheel_check_accepts_exactly_the_advertised_sass(tmp_path):
+    wheel = _wheel(tmp_path / "adam_atan2-0.0.3-cp311-cp311-linux_x86_64.whl")
+    tool = _fake_cuobjdump(tmp_path, "ELF file 1: x.sm_90.cubin\\n")
+    assert buildtools.check_adam_wheel(wheel, "0.0.3", {"sm_90"}, tool) == {"sm_90"}
+
+
+def test_wheel_check_rejects_extra_or_missing_sass(tmp_path):
+    wheel = _wheel(tmp_path / "adam_atan2-0.0.3-cp311-cp311-linux_x86_64.whl")
+    tool = _fake_cuobjdump(tmp_path, "ELF file 1: x.sm_80.cubin\\nELF file 2: x.sm_90.cubin\\n")
+    with pytest.raises(BuildCheckError, match=r"SASS for \['sm_80', 'sm_90'\], expected exactly \['sm_90'\]"):
+        buildtools.check_adam_wheel(wheel, "0.0.3", {"sm_90"}, tool)
+
+
+def test_wheel_check_rejects_empty_or_misversioned_wheels(tmp_path):
+    tool = _fake_cuobjdump(tmp_path, "")
+    empty = _wheel(tmp_path / "adam_atan2-0.0.3-py3-none-any.whl", with_backend=False)
+    with pytest.raises(BuildCheckError, match="no adam_atan2_backend extension"):
+        buildtools.check_adam_wheel(empty, "0.0.3", {"sm_90"}, tool)
+    zero = _wheel(tmp_path / "adam_atan2-0.0.0-cp311-cp311-linux_x86_64.whl")
+    with pytest.raises(BuildCheckError, match=r"version is not 0\.0\.3"):
+        buildtools.check_adam_wheel(zero, "0.0.3", {"sm_90"}, tool)
+
+
+def test_cuda_home_is_completed_for_cpp_extension(tmp_path):
+    home = tmp_path / "venv/lib/python3.11/site-packages/nvidia/cu13"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin/nvcc").write_text("")
+    (home / "lib").mkdir()
+    (home / "lib/libcudart.so.13").write_text("")
+    (home / "include").mkdir()
+    for header in ("cublas_v2.h", "cusparse.h", "cusolverDn.h"):
+        (home / "include" / header).write_text("")
+    with pytest.raises(BuildCheckError, match=r"cuda_runtime\.h missing"):
+        buildtools.find_cuda_home(tmp_path / "venv")
+    (home / "include/cuda_runtime.h").write_text("")
+    assert buildtools.find_cuda_home(tmp_path / "venv") == home
+    assert (home / "lib64/libcudart.so").resolve() == (home / "lib/libcudart.so.13").resolve()
+
+
+def _tree(root: Path) -> dict[str, int | str]:
+    out: dict[str, int | str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in filenames + dirnames:
+            path = Path(dirpath, name)
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "->" + os.readlink(path)
+            elif path.is_file():
+                out[rel] = path.stat().st_size
+            elif not any(path.iterdir()):
+                out[rel] = "empty"
+    return out
+
+
+def test_split_layers_moves_everything_within_the_budget(tmp_path):
+    src = tmp_path / "opt/venv"
+    (src / "lib/big").mkdir(parents=True)
+    for i, size in enumerate([600, 500, 400, 300, 10]):
+        (src / "lib/big" / f"f{i}").write_bytes(b"x" * size)
+    (src / "bin").mkdir()
+    (src / "bin/python").symlink_to("/usr/bin/python3")
+    (src / "empty").mkdir()
+    os.chmod(src / "bin", 0o750)
+    before = _tree(src)
+    dest = tmp_path / "layers"
+    sizes = buildtools.split_layers(src, dest, 4, 700)
+    assert max(sizes) <= 700 and sum(sizes) == 1810
+    merged: dict[str, int | str] = {}
+    for slot in range(4):
+        root = dest / str(slot) / src.relative_to("/")
+        if root.exists():
+            assert (root / f".layer-{slot}").is_file()  # no slot is empty (classic-builder COPY bug)
+            tree = _tree(root)
+            merged.update(
+                {k: v for k, v in tree.items() if (v != "empty" or k == "empty") and ".layer-" not in k}
+            )
+    assert merged == {k: v for k, v in before.items() if v != "empty" or k == "empty"}
+    assert not any(p.is_file() for p in src.rglob("*"))
+    slot_of_bin = next(s for s in range(4) if (dest / str(s) / src.relative_to("/") / "bin").exists())
+    assert stat.S_IMODE((dest / str(slot_of_bin) / src.relative_to("/") / "bin").stat().st_mode) == 0o750
+
+
+def test_split_layers_fails_when_the_tree_does_not_fit(tmp_path):
+    src = tmp_path / "opt/venv"
+    src.mkdir(parents=True)
+    (src / "huge").write_bytes(b"x" * 800)
+    with pytest.raises(BuildCheckError, match="does not fit in 2 layers"):
+        buildtools.split_layers(src, tmp_path / "layers", 2, 700)
+
+
+def test_runtime_check_rejects_a_compiler(tmp_path, monkeypatch):
+    gcc = tmp_path / "gcc"
+    gcc.write_text("#!/bin/sh\n")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(BuildCheckError, match="compiler toolchain"):
+        buildtools.check_runtime([])
+
+
+def test_main_reports_failures_with_exit_1(tmp_path, capsys):
+    lock = tmp_path / "lock.txt"
+    lock.write_text(LOCK)
+    assert buildtools.main(["subset-lock", str(lock), "pip"]) == 0
+    assert capsys.readouterr().out.startswith("pip==26.3")
+    assert buildtools.main(["subset-lock", str(lock), "nope"]) == 1
+    assert "build check failed: lock file has no pin for nope" in capsys.readouterr().err
+
+
+def test_split_layers_link_mode_keeps_the_source(tmp_path):
+    src = tmp_path / "opt/venv"
+    (src / "lib").mkdir(parents=True)
+    (src / "lib/a").write_bytes(b"x" * 300)
+    (src / "lib/b").write_bytes(b"y" * 300)
+    (src / "python").symlink_to("lib/a")
+    sizes = buildtools.split_layers(src, tmp_path / "layers", 2, 400, link=True)
+    assert sorted(sizes) == [300, 300]
+    assert (src / "lib/a").read_bytes() == b"x" * 300 and (src / "python").is_symlink()
+    assert len(list((tmp_path / "layers").rglob(".layer-*"))) == 2
+    copies = sorted((tmp_path / "layers").rglob("a"))
+    assert len(copies) == 1 and copies[0].stat().st_ino == (src / "lib/a").stat().st_ino
+    links = [p for p in (tmp_path / "layers").rglob("python") if p.is_symlink()]
+    assert [os.readlink(p) for p in links] == ["lib/a"]

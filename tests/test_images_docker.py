@@ -1,0 +1,178 @@
+"""The real image round trip on a Docker engine (run by `nox -s docker` / scripts/image_test.sh).
+
+Builds the `cpu` variant on a debootstrapped local base (no registry can be pulled from here), runs the
+CPU smoke inside it, pushes to the local registry in $TRM_TEST_REGISTRY with `make push`, removes the
+local image, pulls it back by the digest recorded in the lock file and runs the smoke again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trm.images import lockfile
+from trm.images.base import RUNTIME, ensure_local_base
+from trm.images.context import git_sha, project_version
+from trm.images.driver import connect
+from trm.images.variants import load_config
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(sys.executable).parent.parent
+FIVE_GB = 5 * 1000**3
+
+
+def smoke_command() -> list[str]:
+    """The in-container smoke: `[smoke].command` of docker/images.toml, or $TRM_IMAGE_SMOKE."""
+    override = os.environ.get("TRM_IMAGE_SMOKE")
+    return shlex.split(override) if override else list(load_config(ROOT / "docker/images.toml").smoke_command)
+
+
+def make(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = ["make", "--no-print-directory", f"VENV={VENV}", *args]
+    print("+", " ".join(cmd), flush=True)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    print(
+        proc.stdout[-4000:], proc.stderr[-4000:], f"({time.monotonic() - start:.0f} s)", sep="\n", flush=True
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(cmd)} exited {proc.returncode}")
+    return proc
+
+
+def run_smoke(client, image: str) -> str:
+    """Run the smoke in `image` without network; return its output (fails the test on non-zero exit)."""
+    container = client.containers.run(
+        image,
+        smoke_command(),
+        network_mode="none",
+        environment={"TRM_PREFLIGHT_ARGS": os.environ.get("TRM_IMAGE_PREFLIGHT_ARGS", "--cpu")},
+        shm_size="1g",
+        detach=True,
+    )
+    try:
+        status = container.wait(timeout=600)
+        logs = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    print(logs[-3000:])
+    assert status["StatusCode"] == 0, (
+        f"smoke {smoke_command()} exited {status['StatusCode']}:\n{logs[-3000:]}"
+    )
+    return logs
+
+
+@pytest.fixture(scope="module")
+def registry() -> str:
+    value = os.environ.get("TRM_TEST_REGISTRY")
+    if not value:
+        pytest.skip("TRM_TEST_REGISTRY not set: run through `nox -s docker` (scripts/image_test.sh)")
+    return value
+
+
+@pytest.fixture(scope="module")
+def client():
+    return connect()
+
+
+@pytest.fixture(scope="module")
+def built(client) -> dict:
+    """Local base, wheelhouse and the `cpu` image, built through `make image` like a user would."""
+    ensure_local_base(client, RUNTIME)
+    make("wheelhouse", "VARIANTS=cpu")
+    start = time.monotonic()
+    make("image", "VARIANTS=cpu", f"BUILD_BASE={RUNTIME.tag}", f"RUNTIME_BASE={RUNTIME.tag}")
+    seconds = time.monotonic() - start
+    config = load_config(ROOT / "docker/images.toml")
+    version = config.variants["cpu"].version_tag(project_version(ROOT))
+    image = client.images.get(f"{config.repository}:{version}")
+    return {"image": image, "seconds": seconds, "tags": list(image.tags)}
+
+
+def test_cpu_image_metadata_and_layers(client, built):
+    image = built["image"]
+    labels = image.labels
+    assert labels["org.trm-stack.variant"] == "cpu"
+    assert labels["org.trm-stack.torch"] == "2.13.0"
+    assert labels["org.opencontainers.image.revision"] == git_sha(ROOT)
+    assert len(built["tags"]) == 2 and any(":cpu-" in t for t in built["tags"])
+    config = image.attrs["Config"]
+    assert config["User"] == "trm"
+    assert config["Entrypoint"][-1] == "trm.images.entrypoint"
+    layers = [h["Size"] for h in image.history()]
+    print(
+        f"\nIMAGE cpu: size {image.attrs['Size'] / 1e6:.0f} MB, largest layer {max(layers) / 1e6:.0f} MB, "
+        f"{len(layers)} history entries, make image took {built['seconds']:.0f} s"
+    )
+    assert max(layers) < FIVE_GB
+    whoami = client.containers.run(
+        image.id, ["id", "-u"], entrypoint=[], network_mode="none", remove=True
+    ).decode()
+    assert whoami.strip() == "1000"
+    compilers = client.containers.run(
+        image.id,
+        ["sh", "-c", "command -v gcc cc g++ nvcc || true"],
+        entrypoint=[],
+        network_mode="none",
+        remove=True,
+    ).decode()
+    assert compilers.strip() == ""
+
+
+def test_cpu_smoke_runs_in_the_image(client, built):
+    logs = run_smoke(client, built["image"].id)
+    assert "trm image cpu" in logs.splitlines()[0]
+
+
+def test_push_to_unreachable_registry_is_a_clear_error(built):
+    proc = make(
+        "push",
+        "VARIANTS=cpu",
+        "REGISTRY=127.0.0.1:1",
+        f"RUNTIME_BASE={RUNTIME.tag}",
+        f"BUILD_BASE={RUNTIME.tag}",
+        "IMAGES_LOCK=/dev/null/none.json",
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "registry 127.0.0.1:1 is unreachable" in proc.stderr
+
+
+def test_push_pull_by_digest_and_run_again(client, built, registry, tmp_path_factory):
+    lock_path = tmp_path_factory.mktemp("lock") / "images.lock.json"
+    start = time.monotonic()
+    make(
+        "push",
+        "VARIANTS=cpu",
+        f"REGISTRY={registry}",
+        f"IMAGES_LOCK={lock_path}",
+        f"BUILD_BASE={RUNTIME.tag}",
+        f"RUNTIME_BASE={RUNTIME.tag}",
+    )
+    push_seconds = time.monotonic() - start
+    entry = json.loads(lock_path.read_text())["images"]["cpu"]
+    reference = lockfile.image_reference("cpu", lock_path)
+    assert reference == f"{registry}/trm@{entry['digest']}"
+    print(f"\nPUSHED {reference} in {push_seconds:.0f} s")
+
+    image_id = built["image"].id
+    for tag in {*built["tags"], *(f"{registry}/{t}" for t in built["tags"])}:
+        client.images.remove(tag, force=True)
+    assert not any(img.id == image_id for img in client.images.list())
+
+    start = time.monotonic()
+    pulled = client.images.pull(reference)
+    print(f"PULLED {reference} in {time.monotonic() - start:.0f} s")
+    assert reference in pulled.attrs["RepoDigests"]
+    assert pulled.id == image_id  # the same image came back
+    logs = run_smoke(client, reference)
+    assert "trm image cpu" in logs.splitlines()[0]

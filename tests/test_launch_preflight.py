@@ -1,0 +1,203 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.launch_fakes import install_fake_smi
+from trm.launch import compat
+from trm.launch.gpu_checks import allreduce_check, matmul_check
+from trm.launch.nvidia_smi import system_runner
+from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight
+
+
+def gpu_context(**overrides) -> PreflightContext:
+    """A context that simulates a healthy CUDA torch with the GPUs the fake nvidia-smi lists."""
+    defaults = dict(
+        smi=system_runner(),
+        shm_path=Path("/dev/shm"),
+        disk_path=Path("."),
+        fs_size=lambda p: 8 * GIB,
+        fs_free=lambda p: 500 * GIB,
+        image_cuda="12.4",
+        image_sm_list="80 89 90",
+        torch_cuda=lambda: ("12.4", 8),
+        adam_backend_importable=lambda: True,
+        allreduce=lambda n: (True, f"nccl all-reduce over {n} rank(s) correct"),
+        matmul=lambda i: (True, "max rel error 1e-07", 700.0),
+    )
+    defaults.update(overrides)
+    return PreflightContext(**defaults)
+
+
+def by_name(report):
+    return {c.name: c for c in report.checks}
+
+
+def test_healthy_h100_host_passes(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x4")
+    report = run_preflight(gpu_context())
+    assert report.ok and report.mode == "gpu"
+    checks = by_name(report)
+    assert checks["driver"].status == "ok" and "supports CUDA 12.4" in checks["driver"].found
+    assert checks["image sm"].status == "ok"
+    assert checks["nccl all-reduce"].status == "ok"
+    assert [c for c in checks if c.startswith("matmul gpu")] == [f"matmul gpu{i}" for i in range(4)]
+    assert "GPU-" in checks["matmul gpu3"].found  # UUID logged
+    assert len(report.environment["gpus"]) == 4
+
+
+def test_small_dev_shm_prints_the_docker_and_kubernetes_fix(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x1")
+    report = run_preflight(gpu_context(fs_size=lambda p: 64 * 1024**2))
+    shm = by_name(report)["shm"]
+    assert not report.ok and shm.status == "fail"
+    assert "0.06 GiB (< 1 GiB)" in shm.found
+    assert "--shm-size" in shm.fix and "emptyDir: {medium: Memory" in shm.fix
+
+
+def test_missing_nvidia_smi_fails_in_gpu_mode_and_skips_in_auto(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, None)
+    report = run_preflight(gpu_context(smi=system_runner()), mode="gpu")
+    smi = by_name(report)["nvidia-smi"]
+    assert smi.status == "fail" and smi.found == "not found on PATH"
+    assert "--gpus all" in smi.fix and "nvidia.com/gpu" in smi.fix
+    auto = run_preflight(gpu_context(smi=system_runner()))
+    assert auto.ok and auto.mode == "cpu"
+    assert "CPU mode, GPU checks skipped" in by_name(auto)["nvidia-smi"].found
+
+
+def test_driver_not_loaded(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "no-driver")
+    report = run_preflight(gpu_context())
+    assert not report.ok
+    assert "couldn't communicate with the NVIDIA driver" in by_name(report)["nvidia-smi"].fix
+
+
+def test_uncovered_compute_capability_names_the_image_variant(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h200x4")
+    report = run_preflight(gpu_context(image_sm_list="8.0;8.9"))
+    check = by_name(report)["image sm"]
+    assert check.status == "fail"
+    assert "sm90" in check.fix and "9.0" in check.fix and "NVIDIA H200" in check.fix
+
+
+def test_adam_atan2_build_coverage_is_checked_separately(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "l40sx2")
+    report = run_preflight(gpu_context(adam_sm_list="90"))
+    assert by_name(report)["image sm"].status == "ok"
+    assert by_name(report)["adam-atan2 sm"].status == "fail"
+    missing = run_preflight(gpu_context(adam_backend_importable=lambda: False))
+    assert missing.ok and by_name(missing)["adam-atan2"].status == "warn"
+
+
+def test_old_driver_for_image_cuda(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "old-driver-h100x1")
+    report = run_preflight(gpu_context(image_cuda="12.4"))
+    driver = by_name(report)["driver"]
+    assert driver.status == "fail"
+    assert "supports CUDA 12.2, image needs CUDA 12.4" in driver.found
+    assert ">= 550.54.14" in driver.fix
+
+
+def test_cpu_torch_on_a_gpu_host(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "a100-80gx2")
+    report = run_preflight(gpu_context(torch_cuda=lambda: (None, 0), image_cuda=None))
+    checks = by_name(report)
+    assert checks["torch cuda"].status == "fail" and "CPU build" in checks["torch cuda"].found
+    assert "nccl all-reduce" not in checks  # no collective on GPUs torch cannot see
+
+
+def test_failed_allreduce_and_bad_or_slow_gpu(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x4")
+    speeds = {0: 700.0, 1: 690.0, 2: 300.0, 3: 710.0}
+    report = run_preflight(
+        gpu_context(
+            allreduce=lambda n: (False, "ranks [2] did not answer"),
+            matmul=lambda i: (i != 1, "max rel error 3e-01" if i == 1 else "ok", speeds[i]),
+        )
+    )
+    checks = by_name(report)
+    assert checks["nccl all-reduce"].status == "fail" and "NCCL_DEBUG=INFO" in checks["nccl all-reduce"].fix
+    assert checks["matmul gpu1"].status == "fail" and "CUDA_VISIBLE_DEVICES" in checks["matmul gpu1"].fix
+    assert checks["gpu speed"].status == "warn" and "[2]" in checks["gpu speed"].found
+
+
+def test_disk_space_check(tmp_path):
+    report = run_preflight(
+        gpu_context(fs_free=lambda p: 10 * GIB, disk_path=tmp_path / "not" / "yet"),
+        mode="cpu",
+        checkpoint_bytes=2 * GIB,
+        keep=3,
+    )
+    disk = by_name(report)["disk"]
+    assert disk.status == "fail" and "need 12.0 GiB" in disk.found and "CHECKPOINT_KEEP" in disk.fix
+
+
+def test_report_printing_shows_fix_under_failure(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x1")
+    lines: list[str] = []
+    print_report(run_preflight(gpu_context(fs_size=lambda p: 1024)), lines.append)
+    text = "\n".join(lines)
+    assert "[FAIL] shm" in text and "fix: /dev/shm is what NCCL" in text and "preflight FAILED: shm" in text
+
+
+def test_preflight_command_cpu_mode_and_failure_exit(monkeypatch, tmp_path):
+    env = install_fake_smi(monkeypatch, tmp_path, None)
+    out = subprocess.run(
+        [sys.executable, "-m", "trm", "preflight", "--json", "--report", str(tmp_path / "r.json")],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["mode"] == "cpu" and report["torch"].startswith("2.13") and report["dev_shm_bytes"] > 0
+    failed = subprocess.run(
+        [sys.executable, "-m", "trm", "preflight", "--gpu"], env=env, capture_output=True, text=True
+    )
+    assert failed.returncode == 2
+    assert "[FAIL] nvidia-smi" in failed.stdout and "fix:" in failed.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("80 89 90", [(80, False), (89, False), (90, False)]),
+        ("8.0;8.9;9.0+PTX", [(80, False), (89, False), (90, True)]),
+        ("sm_80,sm_90a,compute_90", [(80, False), (90, False), (90, True)]),
+    ],
+)
+def test_sm_list_parsing(text, parsed):
+    assert compat.parse_sm_list(text) == parsed
+
+
+def test_sm_coverage_rules():
+    assert compat.sm_covered(89, [(80, False)])  # same major, newer minor: binary compatible
+    assert not compat.sm_covered(89, [(90, False)])
+    assert not compat.sm_covered(90, [(80, False), (89, False)])
+    assert compat.sm_covered(90, [(80, True)])  # PTX JIT-compiles forward
+    assert not compat.sm_covered(80, [(90, True)])
+
+
+def test_driver_table_when_banner_is_missing():
+    ok, found = compat.driver_supports(image_cuda="12.6", driver_cuda=None, driver_version="555.42.02")
+    assert ok is False and ">= 560.28.03" in found
+    ok, _ = compat.driver_supports(image_cuda="12.7", driver_cuda=None, driver_version="565.57.01")
+    assert ok is True  # 12.7 is not in the table: the closest older minor (12.6) decides
+    assert compat.driver_supports(image_cuda="12.4", driver_cuda=None, driver_version=None)[0] is None
+
+
+@pytest.mark.dist
+def test_gloo_allreduce_across_two_processes():
+    result = allreduce_check(2, backend="gloo", timeout_s=60)
+    assert result.ok, result.detail
+    assert "over 2 rank(s) correct" in result.detail
+
+
+def test_matmul_check_on_cpu():
+    result = matmul_check("cpu", size=128, bench_size=128, repeats=2)
+    assert result.ok and result.max_rel_error < 1e-5 and result.tflops > 0

@@ -1,0 +1,156 @@
+"""The launcher's supervision with real torchrun (2 CPU processes) over a fake trainer."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trm.launch.plan import build_plan
+from trm.launch.runner import Launch, has_complete_checkpoint
+from trm.launch.settings import LaunchSettings
+from trm.launch.supervisor import AttemptResult, Console, read_events
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def make_launch(tmp_path: Path, mode: str, **env: str) -> tuple[Launch, io.StringIO]:
+    environ = {
+        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS")},
+        "PYTHONPATH": os.pathsep.join([str(FAKE_DIR), str(ROOT)]),
+        "FAKE_TRAINER_MODE": mode,
+        "TASK": "cpu-tiny",
+        "NUM_GPUS": "0",
+        "CPU_PROCS": "2",
+        "WORKSPACE": str(tmp_path / "ws"),
+        "PYTHON": sys.executable,
+        "SMOKE_STEPS": "2",
+        **env,
+    }
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.trainer_module = "fake_trainer"
+    plan.dataset_dir.mkdir(parents=True, exist_ok=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    out = io.StringIO()
+    return Launch(plan, environ, Console(settings.launch_dir / "launch.log", out)), out
+
+
+def test_attempt_outcomes():
+    assert AttemptResult(0).outcome == "ok"
+    assert AttemptResult(1, {0: 75, 1: 75}).outcome == "saved"
+    assert AttemptResult(1, {0: 75, 1: 0}).outcome == "saved"
+    assert AttemptResult(1, {0: 75, 1: 1}).outcome == "failed"
+    assert AttemptResult(1, {0: -9}).outcome == "failed"
+    assert AttemptResult(1, {}).outcome == "failed"
+
+
+def test_worker_records_and_forwards(tmp_path):
+    exit_dir = tmp_path / "codes"
+    code = subprocess.call(
+        [sys.executable, "-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--", sys.executable, "-c",
+         "import sys; sys.exit(75)"],
+        env={**os.environ, "RANK": "3"},
+    )  # fmt: skip
+    assert code == 75
+    assert json.loads((exit_dir / "rank_3.json").read_text())["exit_code"] == 75
+    child = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trm.launch.worker",
+            f"--exit-dir={exit_dir}",
+            "--",
+            sys.executable,
+            "-c",
+            child,
+        ],
+        env={**os.environ, "RANK": "0"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 75
+    assert json.loads((exit_dir / "rank_0.json").read_text())["exit_code"] == 75
+
+
+@pytest.mark.dist
+def test_exit_75_restarts_and_the_run_finishes(tmp_path, restore_signals):
+    launch, out = make_launch(tmp_path, "exit75-once")
+    assert launch.run() == 0, out.getvalue()
+    log = out.getvalue()
+    assert "smoke gate passed" in log
+    assert "trainer saved and exited 75: restart 1/3" in log and "training finished" in log
+    run_dir = launch.s.run_dir
+    assert (run_dir / "step_6" / "COMPLETE").exists()
+    assert (launch.s.launch_dir / "smoke" / "step_2" / "COMPLETE").exists()
+    train_log = (launch.s.launch_dir / "train.log").read_text()
+    assert train_log.count("===== train attempt") == 2 and "start at step 3" in train_log
+    events = [e["event"] for e in read_events(launch.s.launch_dir / "events.jsonl")]
+    assert events[0] == "session_start" and events[-1] == "session_end" and "restart" in events
+    plan = json.loads((launch.s.launch_dir / "plan.json").read_text())
+    assert plan["hardware"]["world_size"] == 2 and "resume_command" in plan
+
+
+@pytest.mark.dist
+def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path,
+        "wait",
+        SMOKE_STEPS="0",
+        MAX_HOURS="0.004",
+        STOP_MARGIN_MINUTES="0",
+        GPU_HOURLY_USD="2",
+        COST_LOG_MINUTES="0.02",
+    )
+    assert launch.run() == 75, out.getvalue()
+    log = out.getvalue()
+    assert "stop requested (cost guard: MAX_HOURS reached" in log
+    assert "trainer saved and stopped" in log and "cost so far $" in log
+    assert has_complete_checkpoint(launch.s.run_dir)
+    again, out2 = make_launch(
+        tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), FAKE_TRAINER_STEPS="400"
+    )
+    again.plan.verify_command = launch.plan.verify_command  # type: ignore[method-assign]
+    assert again.run() == 0, out2.getvalue()
+    assert "smoke gate skipped" in out2.getvalue()
+    assert (launch.s.run_dir / "step_400" / "COMPLETE").exists()
+
+
+@pytest.mark.dist
+def test_crash_fails_without_restart(tmp_path, restore_signals):
+    launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0")
+    code = launch.run()
+    assert code == 1
+    assert "training failed" in out.getvalue() and "rank exit codes {0: 1" in out.getvalue()
+    assert "restart" not in out.getvalue()
+
+
+def test_failed_verification_never_trains(tmp_path, restore_signals):
+    launch, out = make_launch(tmp_path, "finish")
+    launch.plan.verify_command = lambda: [sys.executable, "-c", "import sys; sys.exit(2)"]  # type: ignore[method-assign]
+    assert launch.run() == 2
+    assert "failed verification" in out.getvalue() and "rm -rf" in out.getvalue()
+    assert not (launch.s.launch_dir / "train.log").exists()

@@ -1,0 +1,35 @@
+"""`python -m trm handoff RUN_DIR`: (re)build a run's handoff bundle."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from trm.launch.handoff import build_bundle
+
+
+def run(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    out = args.out or Path(os.environ.get("ARTIFACTS_DIR") or "artifacts") / run_dir.resolve().name
+    bundle = build_bundle(run_dir, out)
+    print(f"handoff bundle: {bundle}")
+    for name in sorted(p.name for p in bundle.iterdir()):
+        print(f"  {name}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "handoff",
+        help="write the handoff bundle (handoff.json, run.info, logs, metrics, plot, submission) of a run",
+        description="Build the handoff bundle of RUN_DIR (the trainer's checkpoint_path). Idempotent.",
+    )
+    parser.add_argument("run_dir", help="the run directory (CHECKPOINT_DIR/RUN_NAME)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="bundle directory (default: $ARTIFACTS_DIR or artifacts/, + run name)",
+    )
+    parser.set_defaults(func=run)

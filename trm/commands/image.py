@@ -1,0 +1,114 @@
+"""`python -m trm image …`: lock, wheelhouse, build, push and look up the trm-stack container images."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from trm.errors import TRMError
+
+
+def _variants(args: argparse.Namespace) -> list[str]:
+    names: list[str] = []
+    for item in args.variants or []:
+        names += item.replace(",", " ").split()
+    return names
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, str | int | None]:
+    return {"build_base": args.build_base, "runtime_base": args.runtime_base, "max_jobs": args.max_jobs}
+
+
+def run(args: argparse.Namespace) -> int:
+    from trm.images import docs, requirements
+    from trm.images.context import project_version
+    from trm.images.variants import load_config
+
+    root = Path(args.root).resolve()
+    config = load_config(root / args.config)
+    variants = config.select(_variants(args)) if hasattr(args, "variants") else []
+
+    if args.action == "lock":
+        for path in requirements.compile_locks(config, variants, root):
+            print(f"wrote {path.relative_to(root)}")
+    elif args.action == "wheelhouse":
+        for path in requirements.fill_wheelhouse(config, variants, root):
+            print(f"wheelhouse ready: {path.relative_to(root)}")
+    elif args.action == "docs":
+        changed = docs.write_docs(config, project_version(root), root / docs.README_PATH, check=args.check)
+        print(f"{docs.README_PATH}: {'updated' if changed else 'up to date'}")
+    elif args.action == "ref":
+        from trm.images.lockfile import image_reference
+
+        print(
+            image_reference(
+                args.variant, root / args.lock_file if args.lock_file else root / "docker/images.lock.json"
+            )
+        )
+    elif args.action in ("build", "push"):
+        from trm.images.driver import ImageDriver, connect
+
+        driver = ImageDriver(connect(), config, root)
+        for variant in variants:
+            if args.action == "build":
+                driver.build(variant, nocache=args.no_cache, target=args.target, **_overrides(args))
+            else:
+                lock_path = root / args.lock_file
+                driver.push(variant, args.registry, lock_path=lock_path, **_overrides(args))
+    else:  # pragma: no cover - argparse restricts the choices
+        raise TRMError(f"unknown image action {args.action}")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("image", help="container images: lock, wheelhouse, build, push, ref, docs")
+    parser.add_argument("--root", default=".", help="repository checkout to build from (default: .)")
+    parser.add_argument("--config", default="docker/images.toml", help="variants file, relative to --root")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def with_variants(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--variants", nargs="*", metavar="NAME", help="variants (space or comma separated; default: all)"
+        )
+
+    def with_bases(p: argparse.ArgumentParser) -> None:
+        env = os.environ
+        p.add_argument(
+            "--build-base",
+            default=env.get("TRM_IMAGE_BUILD_BASE") or None,
+            help="override the build stage base image (tests: a local debootstrap image)",
+        )
+        p.add_argument(
+            "--runtime-base",
+            default=env.get("TRM_IMAGE_RUNTIME_BASE") or None,
+            help="override the runtime stage base image",
+        )
+        p.add_argument(
+            "--max-jobs", type=int, default=int(env.get("MAX_JOBS", "1")), help="nvcc jobs (~3 GB each)"
+        )
+
+    p = actions.add_parser("lock", help="re-resolve docker/requirements/*.txt with uv (needs the index)")
+    with_variants(p)
+    p = actions.add_parser("wheelhouse", help="download the locked packages into docker/wheelhouse/<lock>/")
+    with_variants(p)
+    p = actions.add_parser("build", help="build the variants (docker SDK, no network inside the build)")
+    with_variants(p)
+    with_bases(p)
+    p.add_argument("--no-cache", action="store_true", help="ignore the engine's layer cache")
+    p.add_argument(
+        "--target",
+        default="runtime",
+        help="last Dockerfile stage to build (e.g. adam-atan2; default runtime)",
+    )
+    p = actions.add_parser("push", help="push the built variants and record digests in the lock file")
+    with_variants(p)
+    with_bases(p)
+    p.add_argument("--registry", default=os.environ.get("REGISTRY", ""), help="host[:port] (or $REGISTRY)")
+    p.add_argument("--lock-file", default="docker/images.lock.json", help="where pushed digests are recorded")
+    p = actions.add_parser("ref", help="print the pinned reference (repo@sha256:…) of a pushed variant")
+    p.add_argument("variant")
+    p.add_argument("--lock-file", default=None, help="lock file (default docker/images.lock.json)")
+    p = actions.add_parser("docs", help="regenerate the tag table in docker/README.md")
+    p.add_argument("--check", action="store_true", help="fail (exit 2) when the table is stale instead")
+    parser.set_defaults(func=run)

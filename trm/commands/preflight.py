@@ -1,0 +1,54 @@
+"""`python -m trm preflight`: check the host before a run; each failure prints its fix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from trm.io import atomic_write_json
+from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight, versions
+
+
+def run(args: argparse.Namespace) -> int:
+    mode = "cpu" if args.cpu else ("gpu" if args.gpu else "auto")
+    ctx = PreflightContext.from_env(shm_path=Path(args.shm_path), disk_path=Path(args.checkpoint_dir))
+    report = run_preflight(
+        ctx,
+        mode=mode,
+        num_gpus=args.num_gpus,
+        checkpoint_bytes=int(args.checkpoint_gb * GIB),
+        keep=args.keep,
+        collectives=not args.no_collectives,
+    )
+    report.environment.update(versions())
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print_report(report)
+    if args.report:
+        atomic_write_json(args.report, report.to_dict())
+    return 0 if report.ok else 2
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "preflight",
+        help="check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run",
+        description="Check this host before training. Each check prints what it found and, on failure, the fix. "
+        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so.",
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--cpu", action="store_true", help="CPU mode: skip every GPU check")
+    group.add_argument("--gpu", action="store_true", help="require GPUs (fail when nvidia-smi is missing)")
+    parser.add_argument("--num-gpus", type=int, default=None, help="GPUs to check (default: all)")
+    parser.add_argument("--checkpoint-dir", default=".", help="where checkpoints go (free-disk check)")
+    parser.add_argument(
+        "--checkpoint-gb", type=float, default=6.0, help="expected size of one checkpoint (6)"
+    )
+    parser.add_argument("--keep", type=int, default=3, help="checkpoints kept (default: 3)")
+    parser.add_argument("--shm-path", default="/dev/shm", help=argparse.SUPPRESS)
+    parser.add_argument("--no-collectives", action="store_true", help="skip the NCCL all-reduce and matmul")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--report", type=Path, default=None, help="also write the JSON report to this file")
+    parser.set_defaults(func=run)

@@ -1,0 +1,1 @@
+"""Container images: variants, hash-locked requirements, the build/push driver, the entrypoint."""

@@ -1,0 +1,291 @@
+"""Steps that run inside `docker build` (stdlib only: copied into build stages before trm is installed).
+
+    python3 buildtools.py subset-lock LOCK NAME...          print the named pins of a hash-locked file
+    python3 buildtools.py cuda-home VENV                     locate (and complete) the pip CUDA toolkit
+    python3 buildtools.py build-adam-atan2 --sdist ... --archs "9.0" --out DIR
+    python3 buildtools.py split-layers SRC DEST --slots N --max-bytes B [--link]
+    python3 buildtools.py check-runtime --sm-list sm_90      assertions on the finished runtime image
+
+Every check that fails exits non-zero with a message saying what is wrong, so the build fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+# The sdist's nvcc flag list with its hard-coded --generate-code entries, and our replacement: the
+# plain flags, so torch.utils.cpp_extension adds the arch flags from TORCH_CUDA_ARCH_LIST.
+_ADAM_ARCH_LINE = '"nvcc": nvcc_flags_with_arch,'
+_ADAM_PLAIN_LINE = '"nvcc": NVCC_FLAGS,'
+_REQ_START = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==")
+_ELF_SM = re.compile(r"\bsm_(\d+[a-z]?)\b")
+
+
+class BuildCheckError(RuntimeError):
+    """A build-time assertion failed."""
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def subset_lock(text: str, names: list[str]) -> str:
+    """The entries (pin line + hash continuation lines) of `names` from a hash-locked file."""
+    wanted = {normalize(n) for n in names}
+    out: list[str] = []
+    keep = False
+    found: set[str] = set()
+    for line in text.splitlines():
+        match = _REQ_START.match(line)
+        if match:
+            keep = normalize(match.group(1)) in wanted
+            if keep:
+                found.add(normalize(match.group(1)))
+        elif not line.startswith(" "):
+            keep = False
+        if keep and not line.lstrip().startswith("#"):
+            out.append(line)
+    missing = wanted - found
+    if missing:
+        raise BuildCheckError(f"lock file has no pin for {', '.join(sorted(missing))}")
+    return "\n".join(out) + "\n"
+
+
+def patch_adam_setup(text: str) -> str:
+    """Make adam-atan2's setup.py honour TORCH_CUDA_ARCH_LIST instead of its fixed sm_80/86/89/90."""
+    if text.count(_ADAM_ARCH_LINE) != 1:
+        raise BuildCheckError(
+            "adam-atan2 setup.py does not have the expected nvcc arch flags line; the sdist changed, "
+            "update patch_adam_setup"
+        )
+    return text.replace(_ADAM_ARCH_LINE, _ADAM_PLAIN_LINE)
+
+
+def arch_flags_to_sm(archs: str) -> set[str]:
+    """`"8.0;9.0"` → `{"sm_80", "sm_90"}` (what cuobjdump must list)."""
+    return {"sm_" + a.replace("+PTX", "").replace(".", "") for a in re.split(r"[;\s]+", archs.strip()) if a}
+
+
+def parse_cuobjdump_elf(output: str) -> set[str]:
+    """SM names in `cuobjdump --list-elf` output (lines like `ELF file 1: x.sm_90.cubin`)."""
+    return {"sm_" + m for m in _ELF_SM.findall(output)}
+
+
+def find_cuda_home(venv: Path) -> Path:
+    """The pip CUDA toolkit root (`…/site-packages/nvidia/cuXX`), completed for cpp_extension.
+
+    cpp_extension links `-lcudart` from `$CUDA_HOME/lib64`; the wheels ship `lib/libcudart.so.NN` only,
+    so add the `lib64` and unversioned `libcudart.so` links a system toolkit would have.
+    """
+    homes = sorted(venv.glob("lib/python3*/site-packages/nvidia/cu*/bin/nvcc"))
+    if len(homes) != 1:
+        raise BuildCheckError(f"expected one pip nvcc under {venv}, found {len(homes)}: {homes}")
+    home = homes[0].parent.parent
+    if not (home / "lib64").exists():
+        (home / "lib64").symlink_to("lib")
+    cudart = sorted((home / "lib").glob("libcudart.so.*"))
+    if not cudart:
+        raise BuildCheckError(f"{home}/lib has no libcudart.so.*: the cudart wheel is missing")
+    if not (home / "lib" / "libcudart.so").exists():
+        (home / "lib" / "libcudart.so").symlink_to(cudart[0].name)
+    for header in ("cublas_v2.h", "cusparse.h", "cusolverDn.h", "cuda_runtime.h"):
+        if not (home / "include" / header).exists():
+            raise BuildCheckError(
+                f"{home}/include/{header} missing: add its nvidia-* wheel to the build lock"
+            )
+    return home
+
+
+def check_adam_wheel(wheel: Path, version: str, expected_sm: set[str], cuobjdump: str) -> set[str]:
+    """Assert the built wheel has the right version, the backend module and exactly the expected SASS."""
+    match = re.match(r"adam_atan2-([^-]+)-", wheel.name)
+    if not match or match.group(1) != version:
+        raise BuildCheckError(f"{wheel.name}: version is not {version} (setuptools_scm missing?)")
+    with zipfile.ZipFile(wheel) as zf:
+        backends = [n for n in zf.namelist() if re.match(r"adam_atan2_backend[.].*\.so$", n)]
+        if len(backends) != 1:
+            raise BuildCheckError(
+                f"{wheel.name} has no adam_atan2_backend extension (an isolated or CPU-torch build)"
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            so = Path(zf.extract(backends[0], tmp))
+            proc = subprocess.run([cuobjdump, "--list-elf", str(so)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildCheckError(f"cuobjdump failed on {backends[0]}: {proc.stderr.strip()}")
+    found = parse_cuobjdump_elf(proc.stdout)
+    if found != expected_sm:
+        raise BuildCheckError(
+            f"{backends[0]} has SASS for {sorted(found)}, expected exactly {sorted(expected_sm)}"
+        )
+    return found
+
+
+def build_adam_atan2(sdist: Path, archs: str, out: Path, version: str, venv: Path, jobs: int) -> Path:
+    """Unpack, patch, build (no isolation, no cache) and verify one adam-atan2 wheel for `archs`."""
+    home = find_cuda_home(venv)
+    cuobjdump = home / "bin" / "cuobjdump"
+    if not cuobjdump.exists():
+        raise BuildCheckError(f"{cuobjdump} missing: add nvidia-cuda-cuobjdump to the build lock")
+    work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
+    with tarfile.open(sdist) as tar:
+        tar.extractall(work, filter="data")
+    (src,) = work.iterdir()
+    setup = src / "setup.py"
+    setup.write_text(patch_adam_setup(setup.read_text()))
+    env = dict(
+        os.environ,
+        CUDA_HOME=str(home),
+        PATH=f"{home / 'bin'}:{venv / 'bin'}:{os.environ['PATH']}",
+        TORCH_CUDA_ARCH_LIST=archs,
+        MAX_JOBS=str(jobs),
+        PYTHONHASHSEED="0",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    cmd = [str(venv / "bin/python"), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index"]
+    cmd += ["--no-cache-dir", "-w", str(out), str(src)]
+    subprocess.run(cmd, env=env, check=True)
+    minutes, seconds = divmod(time.monotonic() - start, 60)
+    print(f"adam-atan2 {version} for {archs}: built in {int(minutes)} min {seconds:.0f} s", flush=True)
+    (wheel,) = out.glob("adam_atan2-*.whl")
+    found = check_adam_wheel(wheel, version, arch_flags_to_sm(archs), str(cuobjdump))
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--no-index", "--no-deps", str(wheel)])
+    probe = "import torch, adam_atan2, adam_atan2_backend; assert torch.version.cuda, 'CPU torch'"
+    if subprocess.run([str(venv / "bin/python"), "-c", probe], env=env).returncode != 0:
+        raise BuildCheckError("adam_atan2 does not import next to the image's torch")
+    print(f"verified {wheel.name}: version {version}, backend present, SASS {sorted(found)}", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return wheel
+
+
+def split_layers(src: Path, dest: Path, slots: int, max_bytes: int, *, link: bool = False) -> list[int]:
+    """Move the tree `src` (absolute) into `dest/<slot>/<src path>`, each slot below `max_bytes`.
+
+    Files go to the first slot with room, largest first, so each slot becomes one COPY layer of
+    bounded size. Directories keep their modes; empty ones land in slot 0. With `link`, files are
+    hard-linked instead of moved (free when done in the same build step that wrote them) and `src`
+    stays intact.
+    """
+    if not src.is_absolute():
+        raise BuildCheckError(f"split-layers needs an absolute source path, got {src}")
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(src):
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            path = Path(dirpath, name)
+            size = 0 if path.is_symlink() else path.stat().st_size
+            entries.append((size, path))
+        if not dirnames and not filenames:
+            entries.append((0, Path(dirpath)))
+    entries.sort(key=lambda e: (-e[0], str(e[1])))
+    for i in range(slots):
+        # A marker in every slot: the classic builder fails on consecutive COPYs of empty layers.
+        marker = dest / str(i) / src.relative_to("/") / f".layer-{i}"
+        _make_parents(marker.parent, dest / str(i))
+        marker.write_text(f"layer {i} of {src}\n")
+    sizes = [0] * slots
+    for size, path in entries:
+        slot = next((i for i in range(slots) if sizes[i] + size <= max_bytes), None)
+        if slot is None:
+            total = sum(e[0] for e in entries)
+            raise BuildCheckError(
+                f"{src} ({total / 1e9:.2f} GB) does not fit in {slots} layers of {max_bytes / 1e9:.2f} GB; "
+                "raise the slot count in the Dockerfile or [image].max_layer_bytes"
+            )
+        sizes[slot] += size
+        target = dest / str(slot) / path.relative_to("/")
+        _make_parents(target.parent, dest / str(slot))
+        if path.is_dir() and not path.is_symlink():
+            target.mkdir(exist_ok=True)
+            shutil.copystat(path, target)
+        elif not link:
+            os.rename(path, target)
+        elif path.is_symlink():
+            os.symlink(os.readlink(path), target)
+        else:
+            os.link(path, target)
+    return sizes
+
+
+def _make_parents(parent: Path, slot_root: Path) -> None:
+    """Create `parent` inside a slot, copying each directory's mode from the source tree."""
+    slot_root.mkdir(parents=True, exist_ok=True)
+    missing = []
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for path in reversed(missing):
+        path.mkdir()
+        original = Path("/") / path.relative_to(slot_root)
+        if original.exists():
+            shutil.copystat(original, path)
+
+
+def check_runtime(sm_list: list[str]) -> None:
+    """The runtime image: no compiler toolchain, no CUDA toolkit outside the venv, trm (+ backend) imports."""
+    for tool in ("cc", "gcc", "g++", "c++", "nvcc", "ld"):
+        if shutil.which(tool):
+            raise BuildCheckError(f"runtime image has a compiler toolchain: {shutil.which(tool)}")
+    for path in ("/usr/local/cuda", "/usr/lib/x86_64-linux-gnu/libcudart.so"):
+        if os.path.exists(path):
+            raise BuildCheckError(f"runtime image has CUDA outside the venv ({path}): a second copy")
+    probe = "import torch, trm; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+    if sm_list:
+        probe += "; import adam_atan2, adam_atan2_backend; assert torch.version.cuda"
+    if subprocess.run([sys.executable, "-c", probe]).returncode != 0:
+        raise BuildCheckError("the runtime venv does not import torch/trm (or adam_atan2 on GPU images)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="buildtools.py", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("subset-lock")
+    p.add_argument("lock", type=Path)
+    p.add_argument("names", nargs="+")
+    p = sub.add_parser("cuda-home")
+    p.add_argument("venv", type=Path)
+    p = sub.add_parser("build-adam-atan2")
+    p.add_argument("--sdist", type=Path, required=True)
+    p.add_argument("--archs", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--version", required=True)
+    p.add_argument("--venv", type=Path, default=Path("/opt/venv"))
+    p.add_argument("--jobs", type=int, default=1)
+    p = sub.add_parser("split-layers")
+    p.add_argument("src", type=Path)
+    p.add_argument("dest", type=Path)
+    p.add_argument("--slots", type=int, required=True)
+    p.add_argument("--max-bytes", type=int, required=True)
+    p.add_argument("--link", action="store_true", help="hard-link instead of moving")
+    p = sub.add_parser("check-runtime")
+    p.add_argument("--sm-list", default="")
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "subset-lock":
+            sys.stdout.write(subset_lock(args.lock.read_text(), args.names))
+        elif args.cmd == "cuda-home":
+            print(find_cuda_home(args.venv))
+        elif args.cmd == "build-adam-atan2":
+            build_adam_atan2(args.sdist, args.archs, args.out, args.version, args.venv, args.jobs)
+        elif args.cmd == "split-layers":
+            sizes = split_layers(args.src, args.dest, args.slots, args.max_bytes, link=args.link)
+            print("layer sizes (MB):", " ".join(f"{s / 1e6:.0f}" for s in sizes))
+        else:
+            check_runtime(args.sm_list.split())
+    except (BuildCheckError, subprocess.CalledProcessError) as err:
+        print(f"build check failed: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""Build and push driver on the `docker` Python SDK: build variants, tag, push, record digests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from trm.errors import TRMError
+from trm.images import context, lockfile
+from trm.images.variants import ImageConfig, Variant
+
+_STEP = re.compile(r"^Step (\d+)/(\d+)")
+_REGISTRY_DOWN = ("connection refused", "no such host", "dial tcp", "i/o timeout", "no route to host")
+_AUTH = ("unauthorized", "authentication required", "denied", "forbidden")
+
+
+def connect(factory: Callable[[], Any] | None = None):
+    """A client for the engine in DOCKER_HOST (or the default socket), checked with a ping."""
+    import docker
+
+    try:
+        client = (factory or docker.from_env)()
+        client.ping()
+    except docker.errors.DockerException as err:
+        raise TRMError(
+            f"no Docker engine reachable ({err}); start one (`dockerd &`, or `systemctl start docker`), "
+            "check DOCKER_HOST, and that this user may use the socket"
+        ) from None
+    return client
+
+
+@dataclass
+class BuiltImage:
+    """A variant built locally: image id and local tags."""
+
+    variant: str
+    image_id: str
+    tags: list[str]
+    content_hash: str
+    seconds: float
+    args: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class PushedImage:
+    """A variant pushed to a registry, as recorded in the lock file."""
+
+    variant: str
+    repository: str
+    digest: str
+    tags: list[str]
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}@{self.digest}"
+
+
+def _registry_error(registry: str, message: str) -> TRMError:
+    low = message.lower()
+    if any(word in low for word in _AUTH):
+        return TRMError(
+            f"registry {registry} refused the push ({message.strip()}): log in with "
+            f"`docker login {registry}` (credentials stay in the engine's store, never in the repo)"
+        )
+    if any(word in low for word in _REGISTRY_DOWN):
+        return TRMError(
+            f"registry {registry} is unreachable ({message.strip()}): check REGISTRY=host:port and that "
+            "the registry is running"
+        )
+    return TRMError(f"push to {registry} failed: {message.strip()}")
+
+
+class ImageDriver:
+    """Builds and pushes the variants of one `ImageConfig` from the checkout at `root`."""
+
+    def __init__(self, client, config: ImageConfig, root: Path, out=sys.stdout) -> None:
+        self.client = client
+        self.config = config
+        self.root = root
+        self.out = out
+
+    def args(self, variant: Variant, **overrides: Any) -> dict[str, str]:
+        return context.build_args(self.config, variant, self.root, **overrides)
+
+    def local_tags(self, variant: Variant, args: dict[str, str]) -> tuple[str, str]:
+        """(`repo:<version>-cu130-sm90`, `repo:<variant>-<content12>`) for these build arguments."""
+        digest = context.content_hash(variant, self.root, args)
+        repo = self.config.repository
+        return (
+            f"{repo}:{variant.version_tag(context.project_version(self.root))}",
+            f"{repo}:{variant.content_tag(digest)}",
+        )
+
+    def _stream(self, events: Iterable[dict[str, Any]], label: str) -> str:
+        """Follow a build's JSON stream: print its lines, show steps as a bar; returns the image id."""
+        image_id = ""
+        bar = tqdm(total=0, desc=label, unit="step", file=self.out, disable=None, dynamic_ncols=True)
+        try:
+            for event in events:
+                if "error" in event:
+                    detail = event.get("errorDetail", {}).get("message") or event["error"]
+                    raise TRMError(
+                        f"building {label} failed: {detail.strip()}\n(the build log above shows the "
+                        "failing step; a failed in-build check names what is wrong)"
+                    )
+                text = event.get("stream", "")
+                match = _STEP.match(text)
+                if match:
+                    bar.total = int(match.group(2))
+                    bar.n = int(match.group(1)) - 1
+                    bar.refresh()
+                for line in text.splitlines():
+                    if line.strip():
+                        bar.write(line, file=self.out)
+                aux = event.get("aux") or {}
+                image_id = aux.get("ID", image_id)
+            if bar.total:
+                bar.n = bar.total
+                bar.refresh()
+        finally:
+            bar.close()
+        return image_id
+
+    def build(
+        self, variant: Variant, *, nocache: bool = False, target: str = "runtime", **overrides: Any
+    ) -> BuiltImage:
+        """Build `variant` (no network inside the build), then tag it with both local tags.
+
+        A `target` other than `runtime` (e.g. `adam-atan2`) builds only up to that stage and gets the
+        single tag `<repo>:<variant>-<hash>-<target>`.
+        """
+        args = self.args(variant, **overrides)
+        version_tag, content_tag = self.local_tags(variant, args)
+        args["CONTENT_HASH"] = content_tag.rsplit("-", 1)[1]
+        if target != "runtime":
+            version_tag = content_tag = f"{content_tag}-{target}"
+        start = time.monotonic()
+        with tempfile.TemporaryFile() as ctx:
+            files = context.write_context(variant, self.root, ctx)
+            ctx.seek(0)
+            print(
+                f"building {variant.name}: {files} context files -> {version_tag}, {content_tag}",
+                file=self.out,
+            )
+            events = self.client.api.build(
+                fileobj=ctx,
+                custom_context=True,
+                dockerfile=context.DOCKERFILE.as_posix(),
+                buildargs=args,
+                tag=content_tag,
+                target=target,
+                network_mode="none",
+                rm=True,
+                forcerm=True,
+                nocache=nocache,
+                decode=True,
+            )
+            image_id = self._stream(events, variant.name)
+        if not image_id:
+            image_id = self.client.images.get(content_tag).id
+        repo, tag = version_tag.split(":")
+        self.client.api.tag(image_id, repo, tag)
+        seconds = time.monotonic() - start
+        print(f"built {variant.name} {image_id[:19]} in {seconds:.0f} s", file=self.out)
+        return BuiltImage(
+            variant.name, image_id, [version_tag, content_tag], args["CONTENT_HASH"], seconds, args
+        )
+
+    def push(
+        self, variant: Variant, registry: str, *, lock_path: Path | None, **overrides: Any
+    ) -> PushedImage:
+        """Push the image built from the current inputs to `registry` and record its digest."""
+        import docker
+
+        if not registry or "/" in registry.rstrip("/") or registry.startswith(("http:", "https:")):
+            raise TRMError(f"REGISTRY={registry!r} must be a host[:port], e.g. REGISTRY=127.0.0.1:5000")
+        args = self.args(variant, **overrides)
+        version_tag, content_tag = self.local_tags(variant, args)
+        try:
+            image = self.client.images.get(content_tag)
+        except docker.errors.ImageNotFound:
+            raise TRMError(
+                f"no local image {content_tag} for variant {variant.name!r} built from the current inputs: "
+                f"run `make image VARIANTS={variant.name}` (same base overrides) before `make push`"
+            ) from None
+        repository = f"{registry.rstrip('/')}/{self.config.repository}"
+        tags = [version_tag.split(":")[1], content_tag.split(":")[1]]
+        digest = ""
+        for tag in tags:
+            image.tag(repository, tag)
+            print(f"pushing {repository}:{tag}", file=self.out, flush=True)
+            try:
+                events = self.client.api.push(repository, tag=tag, stream=True, decode=True)
+                for event in events:
+                    if "error" in event:
+                        raise _registry_error(
+                            registry, event.get("errorDetail", {}).get("message") or event["error"]
+                        )
+                    aux = event.get("aux") or {}
+                    digest = aux.get("Digest", digest)
+                    if event.get("status") and event.get("id") is None:
+                        print(f"  {event['status']}", file=self.out)
+            except docker.errors.APIError as err:
+                raise _registry_error(registry, str(err)) from None
+        if not digest:
+            raise TRMError(f"push of {repository} reported no digest; check the registry's logs")
+        pushed = PushedImage(variant.name, repository, digest, tags)
+        if lock_path is not None:
+            lockfile.record_push(
+                lock_path,
+                variant.name,
+                {
+                    "reference": pushed.reference,
+                    "repository": repository,
+                    "digest": digest,
+                    "tags": tags,
+                    "content_hash": context.content_hash(variant, self.root, args),
+                    "git_sha": args["GIT_SHA"],
+                    "torch": self.config.torch,
+                    "cuda": variant.cuda,
+                    "sm_list": list(variant.sm_list),
+                    "runtime_base": args["RUNTIME_BASE"],
+                    "pushed_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                },
+            )
+        print(f"pushed {pushed.reference}", file=self.out)
+        return pushed

@@ -1,0 +1,162 @@
+"""Image variants from `docker/images.toml`: validated, with their tags and build arguments."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trm.errors import TRMError
+
+CONFIG_PATH = Path("docker/images.toml")
+_DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
+_ARCH = re.compile(r"^\d+\.\d+$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One image variant: what it is built from and for which GPU architectures."""
+
+    name: str
+    description: str
+    cuda: str
+    lock: str
+    archs: tuple[str, ...]
+    extras: tuple[str, ...]
+    build_base: str
+    runtime_base: str
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(self.archs)
+
+    @property
+    def cuda_tag(self) -> str:
+        """`cu130` for CUDA 13.0, `cpu` for the CPU variant."""
+        return "cu" + self.cuda.replace(".", "") if self.cuda else "cpu"
+
+    @property
+    def sm_list(self) -> tuple[str, ...]:
+        """`("sm_90",)` for archs `("9.0",)`."""
+        return tuple("sm_" + arch.replace(".", "") for arch in self.archs)
+
+    def version_tag(self, version: str) -> str:
+        """The human tag: `<version>-cu130-sm90`, or `<version>-cpu`."""
+        if not self.is_gpu:
+            return f"{version}-cpu"
+        return f"{version}-{self.cuda_tag}-{self.name}"
+
+    def content_tag(self, content_hash: str) -> str:
+        """The immutable tag: `<variant>-<first 12 hex of the build-input hash>`."""
+        return f"{self.name}-{content_hash[:12]}"
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """The whole of `docker/images.toml`."""
+
+    path: Path
+    repository: str
+    python: str
+    torch: str
+    adam_atan2: str
+    max_layer_bytes: int
+    smoke_command: tuple[str, ...]
+    variants: dict[str, Variant] = field(default_factory=dict)
+
+    def select(self, names: list[str] | None) -> list[Variant]:
+        """The named variants in the given order (all, in file order, when `names` is empty)."""
+        if not names:
+            return list(self.variants.values())
+        unknown = [n for n in names if n not in self.variants]
+        if unknown:
+            raise TRMError(
+                f"unknown image variant {', '.join(map(repr, unknown))}: {self.path} defines "
+                f"{', '.join(self.variants)}; pick from those (e.g. VARIANTS=cpu) or add a "
+                "[variants.<name>] table there"
+            )
+        return [self.variants[n] for n in dict.fromkeys(names)]
+
+
+def _require(table: dict, key: str, kind: type, where: str, path: Path):
+    if key not in table:
+        raise TRMError(f"{path}: {where} is missing the key '{key}'; add it (see the other variants)")
+    value = table[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise TRMError(f"{path}: {where}.{key} must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _check_ref(ref: str, where: str, path: Path) -> str:
+    if not _DIGEST_REF.match(ref):
+        raise TRMError(
+            f"{path}: {where} = {ref!r} is not pinned by digest; write it as name:tag@sha256:<64 hex> "
+            "(find the digest with `docker buildx imagetools inspect name:tag`)"
+        )
+    return ref
+
+
+def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
+    """Parse and validate the variants file; every problem names the file and key."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TRMError(f"{path} not found: run from the repository root or pass --config") from None
+    except tomllib.TOMLDecodeError as err:
+        raise TRMError(f"{path} is not valid TOML ({err}); fix the syntax") from None
+    image = _require(raw, "image", dict, "the file", path)
+    build_base = _check_ref(_require(image, "build_base", str, "[image]", path), "[image].build_base", path)
+    runtime_base = _check_ref(
+        _require(image, "runtime_base", str, "[image]", path), "[image].runtime_base", path
+    )
+    smoke = _require(_require(raw, "smoke", dict, "the file", path), "command", list, "[smoke]", path)
+    if not smoke or not all(isinstance(part, str) for part in smoke):
+        raise TRMError(f"{path}: [smoke].command must be a non-empty list of strings")
+    config = ImageConfig(
+        path=path,
+        repository=_require(image, "repository", str, "[image]", path),
+        python=_require(image, "python", str, "[image]", path),
+        torch=_require(image, "torch", str, "[image]", path),
+        adam_atan2=_require(image, "adam_atan2", str, "[image]", path),
+        max_layer_bytes=_require(image, "max_layer_bytes", int, "[image]", path),
+        smoke_command=tuple(smoke),
+    )
+    variants = _require(raw, "variants", dict, "the file", path)
+    if not variants:
+        raise TRMError(f"{path}: [variants] is empty; define at least one [variants.<name>] table")
+    extras_by_lock: dict[str, tuple[str, ...]] = {}
+    for name, table in variants.items():
+        where = f"[variants.{name}]"
+        if not _NAME.match(name):
+            raise TRMError(f"{path}: variant name {name!r} must be lower-case letters, digits and '-'")
+        archs = tuple(_require(table, "archs", list, where, path))
+        for arch in archs:
+            if not isinstance(arch, str) or not _ARCH.match(arch):
+                raise TRMError(f"{path}: {where}.archs has {arch!r}; write compute capabilities like '9.0'")
+        cuda = _require(table, "cuda", str, where, path)
+        if bool(cuda) != bool(archs):
+            raise TRMError(
+                f"{path}: {where} has cuda={cuda!r} and archs={list(archs)}; a GPU variant needs both, "
+                "a CPU variant neither"
+            )
+        lock = _require(table, "lock", str, where, path)
+        extras = tuple(sorted(_require(table, "extras", list, where, path)))
+        if extras_by_lock.setdefault(lock, extras) != extras:
+            raise TRMError(
+                f"{path}: {where}.extras {list(extras)} differ from another variant using lock '{lock}'; "
+                "variants that share a lock must share extras (or give this one its own lock)"
+            )
+        config.variants[name] = Variant(
+            name=name,
+            description=_require(table, "description", str, where, path),
+            cuda=cuda,
+            lock=lock,
+            archs=archs,
+            extras=extras,
+            build_base=build_base if archs else runtime_base,
+            runtime_base=runtime_base,
+        )
+    return config

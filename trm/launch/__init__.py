@@ -1,0 +1,1 @@
+"""GPU-host launch tooling: hardware detection, config selection, preflight, supervision and handoff."""

@@ -1,0 +1,144 @@
+"""Read the GPUs of this host from `nvidia-smi` (the command runner is injectable for tests)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from trm.errors import TRMError
+
+QUERY_FIELDS = ("name", "memory.total", "compute_cap", "driver_version", "uuid")
+QUERY_ARGS = (f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
+MEMORY_USED_ARGS = ("--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
+
+# A runner takes argv (without the program name) and returns (exit code, stdout + stderr).
+Runner = Callable[[Sequence[str]], tuple[int, str]]
+
+NO_DRIVER_FIX = (
+    "check that the NVIDIA driver is loaded on the host (`nvidia-smi` on the host itself), and that the "
+    "container was started with GPUs: `docker run --gpus all …`, or a Kubernetes pod with "
+    "`resources.limits: nvidia.com/gpu: N` on a node with the NVIDIA device plugin"
+)
+
+
+class NvidiaSmiMissing(TRMError):
+    """`nvidia-smi` is not on PATH."""
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as `nvidia-smi --query-gpu` reports it."""
+
+    index: int
+    name: str
+    memory_mib: int
+    compute_cap: str
+    driver_version: str
+    uuid: str
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_mib / 1024
+
+    @property
+    def sm(self) -> int:
+        """Compute capability as an SM number: "9.0" -> 90, "8.9" -> 89."""
+        major, _, minor = self.compute_cap.partition(".")
+        return int(major) * 10 + int(minor or 0)
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def system_runner(program: str = "nvidia-smi", timeout: float = 60.0) -> Runner:
+    """A runner that executes the real `nvidia-smi` found on PATH."""
+
+    def run(argv: Sequence[str]) -> tuple[int, str]:
+        exe = shutil.which(program)
+        if exe is None:
+            raise NvidiaSmiMissing(f"`{program}` was not found on PATH: {NO_DRIVER_FIX}")
+        try:
+            proc = subprocess.run([exe, *argv], capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as err:
+            raise TRMError(
+                f"`{program} {' '.join(argv)}` did not answer within {timeout:.0f} s: the driver is hung; "
+                "reboot the host or move to another one"
+            ) from err
+        return proc.returncode, proc.stdout + proc.stderr
+
+    return run
+
+
+def parse_query_csv(text: str) -> list[GpuInfo]:
+    """Parse `nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version,uuid` CSV output."""
+    gpus: list[GpuInfo] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != len(QUERY_FIELDS):
+            raise TRMError(
+                f"unexpected nvidia-smi output line {line!r}: expected {len(QUERY_FIELDS)} fields "
+                f"({', '.join(QUERY_FIELDS)}); run `nvidia-smi {' '.join(QUERY_ARGS)}` by hand to check "
+                "the driver"
+            )
+        name, memory, cap, driver, uuid = fields
+        try:
+            memory_mib = int(float(memory))
+        except ValueError as err:
+            raise TRMError(
+                f"nvidia-smi reported memory.total {memory!r} for GPU {len(gpus)} ({name}); expected MiB: "
+                f"the GPU may be in a bad state, check `nvidia-smi -q -i {len(gpus)}`"
+            ) from err
+        gpus.append(GpuInfo(len(gpus), name, memory_mib, cap, driver, uuid))
+    return gpus
+
+
+def query_gpus(runner: Runner | None = None) -> list[GpuInfo]:
+    """List the GPUs of this host; raises TRMError with the fix when nvidia-smi is missing or fails."""
+    runner = runner or system_runner()
+    code, out = runner(QUERY_ARGS)
+    if code != 0:
+        first = out.strip().splitlines()[0] if out.strip() else f"exit code {code}"
+        raise TRMError(f"`nvidia-smi` failed: {first}; {NO_DRIVER_FIX}")
+    return parse_query_csv(out)
+
+
+_HEADER = re.compile(r"Driver Version:\s*(?P<driver>[\d.]+).*?CUDA Version:\s*(?P<cuda>[\d.]+)")
+
+
+def parse_plain_header(text: str) -> tuple[str | None, str | None]:
+    """(driver version, highest CUDA version the driver supports) from plain `nvidia-smi` output."""
+    match = _HEADER.search(text)
+    if not match:
+        return None, None
+    return match.group("driver"), match.group("cuda")
+
+
+def query_driver_cuda(runner: Runner | None = None) -> tuple[str | None, str | None]:
+    """Driver version and its CUDA version from the plain `nvidia-smi` banner (None when not shown)."""
+    runner = runner or system_runner()
+    code, out = runner(())
+    if code != 0:
+        return None, None
+    return parse_plain_header(out)
+
+
+def query_memory_used(runner: Runner | None = None) -> dict[int, int]:
+    """Memory in use per GPU index, in MiB (used by the probe to record peak memory)."""
+    runner = runner or system_runner()
+    code, out = runner(MEMORY_USED_ARGS)
+    if code != 0:
+        return {}
+    used: dict[int, int] = {}
+    for line in out.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit():
+            try:
+                used[int(parts[0])] = int(float(parts[1]))
+            except ValueError:
+                continue
+    return used

@@ -1,0 +1,300 @@
+"""Turn the launch settings and the detected hardware into concrete steps and commands (printed by --dry-run)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trm.launch.hardware import HardwarePlan, select_plan
+from trm.launch.nvidia_smi import GpuInfo
+from trm.launch.settings import ENV_VARS, LaunchSettings
+from trm.launch.tasks import Task, get_task
+
+# Process environment for every trainer process (only set when the user has not set them).
+TRAINER_ENV_DEFAULTS = {
+    "PYTHONUNBUFFERED": "1",
+    "HYDRA_FULL_ERROR": "1",
+    "OMP_NUM_THREADS": "1",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+}
+
+
+def override_key(override: str) -> str:
+    """`+arch.L_cycles=4` -> `arch.L_cycles`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(base: list[str] | tuple[str, ...], extra: list[str] | tuple[str, ...]) -> list[str]:
+    """`base` then `extra`, where an extra override replaces a base one with the same key (in place)."""
+    out = list(base)
+    for item in extra:
+        keys = [override_key(o) for o in out]
+        key = override_key(item)
+        if key in keys:
+            out[keys.index(key)] = item
+        else:
+            out.append(item)
+    return out
+
+
+@dataclass
+class Step:
+    """One step of the launch, as shown by --dry-run."""
+
+    name: str
+    what: str
+    commands: list[list[str]] = field(default_factory=list)
+
+
+@dataclass
+class LaunchPlan:
+    """Everything a launch will do, resolved up front."""
+
+    settings: LaunchSettings
+    task: Task
+    hardware: HardwarePlan
+    gpus: list[GpuInfo]
+    dataset_dir: Path
+    overrides: list[str]
+    env: dict[str, str]
+    trainer_module: str = "trm.train"
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        return self.task.checkpoint_bytes
+
+    def trainer_overrides(
+        self,
+        *,
+        checkpoint_path: Path | None = None,
+        max_steps: int | None = None,
+        micro_batch_size: int | None = None,
+    ) -> list[str]:
+        """The run's overrides, optionally redirected (smoke gate, probe) or with a different micro-batch."""
+        extra = []
+        if checkpoint_path is not None:
+            extra.append(f"checkpoint_path={checkpoint_path}")
+        if micro_batch_size is not None:
+            extra.append(f"micro_batch_size={micro_batch_size}")
+        if max_steps is not None:
+            extra.append(f"max_steps={max_steps}")
+        return merge_overrides(self.overrides, extra)
+
+    def torchrun(self, overrides: list[str], *, exit_dir: Path) -> list[str]:
+        """The torchrun command line: each rank runs the trainer under the exit-code recorder."""
+        s = self.settings
+        cmd = [s.python, "-m", "torch.distributed.run"]
+        if s.nnodes == 1:
+            cmd += ["--standalone"]
+        else:
+            cmd += [
+                f"--nnodes={s.nnodes}",
+                f"--node-rank={s.node_rank}",
+                f"--master-addr={s.master_addr}",
+                f"--master-port={s.master_port}",
+            ]
+        cmd += [
+            f"--nproc-per-node={self.hardware.gpus_per_node}",
+            f"--shutdown-timeout={s.shutdown_timeout}",
+            "-m",
+            "trm.launch.worker",
+            f"--exit-dir={exit_dir}",
+            "--",
+            s.python,
+            "-m",
+            self.trainer_module,
+            *overrides,
+        ]
+        return cmd
+
+    def preflight_command(self) -> list[str]:
+        s = self.settings
+        cmd = [s.python, "-m", "trm", "preflight", "--cpu" if self.hardware.device == "cpu" else "--gpu"]
+        if self.hardware.device != "cpu":
+            cmd.append(f"--num-gpus={self.hardware.gpus_per_node}")
+        return [
+            *cmd,
+            f"--checkpoint-dir={s.run_dir}",
+            f"--checkpoint-gb={self.checkpoint_bytes / 1024**3:.3g}",
+            f"--keep={s.checkpoint_keep}",
+            f"--report={s.launch_dir / 'preflight.json'}",
+        ]
+
+    def build_command(self) -> list[str]:
+        return [
+            self.settings.python,
+            "-m",
+            "trm",
+            "data",
+            "build-arc",
+            "--output-dir",
+            str(self.dataset_dir),
+            *self.task.build_args,
+        ]
+
+    def verify_command(self) -> list[str]:
+        return [self.settings.python, "-m", "trm", "data", "verify", str(self.dataset_dir)]
+
+    def handoff_command(self) -> list[str]:
+        s = self.settings
+        return [s.python, "-m", "trm", "handoff", str(s.run_dir), "--out", str(s.artifacts_run_dir)]
+
+    def resume_command(self, environ: dict[str, str], script: str = "scripts/train_prod.sh") -> str:
+        """The exact command that continues this run: the launch variables that were set, then the script."""
+        names = [v.name for v in ENV_VARS if v.name in environ and environ[v.name] != ""]
+        assigns = [f"{n}={shlex.quote(environ[n])}" for n in names]
+        return " ".join([*assigns, "bash", script])
+
+    def steps(self) -> list[Step]:
+        """The ordered steps of a launch (what --dry-run prints)."""
+        s = self.settings
+        smoke_dir = s.launch_dir / "smoke"
+        exit_dir = s.launch_dir / "exit_codes"
+        steps = [
+            Step(
+                "preflight",
+                "check the host; stop with the fix on any failure"
+                + ("" if s.preflight else " (DISABLED by PREFLIGHT=0)"),
+                [self.preflight_command()],
+            ),
+            Step(
+                "data",
+                f"build {self.dataset_dir} if it is missing (node 0 only), then verify its manifest; "
+                "never train on an unverified dataset",
+                [self.build_command(), self.verify_command()],
+            ),
+            Step("hardware", self.hardware.describe()),
+        ]
+        if s.max_hours is not None:
+            cost = (
+                f", cost so far logged every {s.cost_log_minutes:g} min at ${s.gpu_hourly_usd:g}/GPU-hour"
+                if s.gpu_hourly_usd is not None
+                else ""
+            )
+            steps.append(
+                Step(
+                    "cost guard",
+                    f"starts after data verification: SIGTERM to the trainer at "
+                    f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves and exits 75){cost}",
+                )
+            )
+        if s.probe:
+            steps.append(
+                Step(
+                    "probe",
+                    f"{s.probe_steps} steps at micro-batch {self.hardware.micro_batch_size}; "
+                    "record peak memory and step time; halve the micro-batch on out-of-memory",
+                    [
+                        self.torchrun(
+                            self.trainer_overrides(
+                                checkpoint_path=s.launch_dir / "probe", max_steps=s.probe_steps
+                            ),
+                            exit_dir=exit_dir,
+                        )
+                    ],
+                )
+            )
+        if s.smoke_steps > 0:
+            steps.append(
+                Step(
+                    "smoke gate",
+                    f"{s.smoke_steps} steps of the real config on the real hardware into "
+                    f"{smoke_dir} (skipped when the run already has a checkpoint)",
+                    [
+                        self.torchrun(
+                            self.trainer_overrides(checkpoint_path=smoke_dir, max_steps=s.smoke_steps),
+                            exit_dir=exit_dir,
+                        )
+                    ],
+                )
+            )
+        steps.append(
+            Step(
+                "train",
+                f"resumes from the newest complete checkpoint in {s.run_dir}; exit 75 without "
+                f"a stop request restarts (at most {s.max_restarts} times); log: "
+                f"{s.launch_dir / 'train.log'}",
+                [self.torchrun(self.trainer_overrides(), exit_dir=exit_dir)],
+            )
+        )
+        steps.append(
+            Step(
+                "handoff",
+                f"at exit, success or failure: bundle into {s.artifacts_run_dir}",
+                [self.handoff_command()],
+            )
+        )
+        return steps
+
+    def render(self, environ: dict[str, str]) -> str:
+        """The --dry-run text."""
+        s = self.settings
+        lines = [
+            "trm launch plan (dry run: nothing is executed)",
+            f"run           {s.run_name} (task {s.task})",
+            f"run dir       {s.run_dir}",
+            f"dataset       {self.dataset_dir}",
+            f"artifacts     {s.artifacts_run_dir}",
+            f"trainer env   {' '.join(f'{k}={v}' for k, v in sorted(self.env.items()))}",
+            "",
+        ]
+        for i, step in enumerate(self.steps(), 1):
+            lines.append(f"step {i}: {step.name}")
+            lines += [f"  {line}" for line in step.what.splitlines()]
+            lines += [f"  $ {shlex.join(cmd)}" for cmd in step.commands]
+            lines.append("")
+        lines.append(f"resume with: {self.resume_command(environ)}")
+        return "\n".join(lines)
+
+
+def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, str]:
+    """Environment additions for the trainer processes (tracking switches, NCCL/allocator defaults)."""
+    env = {k: v for k, v in TRAINER_ENV_DEFAULTS.items() if k not in environ}
+    if settings.wandb == "off":
+        env.update(WANDB_MODE="disabled", WANDB_DISABLED="true")
+    else:
+        # WANDB_DISABLED must be empty: any value (even "false") disables W&B.
+        env.update(WANDB_MODE=settings.wandb, WANDB_DISABLED="")
+    return env
+
+
+def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
+    """Resolve the hardware tier and every trainer override for this launch."""
+    from trm.commands.select_config import parse_compile
+
+    task = get_task(settings.task)
+    hardware = select_plan(
+        gpus,
+        num_gpus=settings.num_gpus,
+        nnodes=settings.nnodes,
+        global_batch_size=settings.global_batch_size or task.global_batch_size,
+        micro_batch_size=settings.micro_batch_size,
+        compile_override=parse_compile(settings.compile),
+        cpu_procs=settings.cpu_procs,
+        expected_global_batch_size=task.global_batch_size,
+    )
+    dataset_dir = settings.data_dir / task.dataset
+    overrides = merge_overrides(
+        [
+            *task.overrides,
+            f"data_paths=[{dataset_dir}]",
+            f"run_name={settings.run_name}",
+            f"project_name={settings.wandb_project}",
+            f"checkpoint_path={settings.run_dir}",
+            f"checkpoint_keep={settings.checkpoint_keep}",
+            f"wandb={'false' if settings.wandb == 'off' else 'true'}",
+            *hardware.overrides(),
+        ],
+        settings.train_overrides,
+    )
+    return LaunchPlan(
+        settings=settings,
+        task=task,
+        hardware=hardware,
+        gpus=gpus,
+        dataset_dir=dataset_dir,
+        overrides=overrides,
+        env=trainer_env(settings, environ),
+    )

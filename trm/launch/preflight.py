@@ -1,0 +1,391 @@
+"""Host preflight: every check reports what it found and, on failure, the fix. Inputs are injectable."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from trm.errors import TRMError
+from trm.launch import compat
+from trm.launch.nvidia_smi import (
+    GpuInfo,
+    NvidiaSmiMissing,
+    Runner,
+    query_driver_cuda,
+    query_gpus,
+    system_runner,
+)
+
+GIB = 1024**3
+MIN_SHM_BYTES = 1 * GIB
+SHM_FIX = (
+    "/dev/shm is what NCCL and DataLoader workers use for shared memory; give the container more: "
+    "`docker run --shm-size=8g …` (Vast.ai: add `--shm-size=8g` to the docker options), or in Kubernetes "
+    "mount `emptyDir: {medium: Memory, sizeLimit: 8Gi}` at /dev/shm"
+)
+
+
+@dataclass
+class CheckResult:
+    """Outcome of one check: status is ok, warn, fail or skip."""
+
+    name: str
+    status: str
+    found: str
+    fix: str = ""
+
+    def line(self) -> str:
+        tag = {"ok": " ok ", "warn": "warn", "fail": "FAIL", "skip": "skip"}[self.status]
+        text = f"[{tag}] {self.name:<18} {self.found}"
+        if self.fix and self.status in ("fail", "warn"):
+            text += f"\n       {'fix' if self.status == 'fail' else 'note'}: {self.fix}"
+        return text
+
+
+@dataclass
+class PreflightContext:
+    """Everything preflight reads from the machine; tests replace the parts they simulate."""
+
+    smi: Runner = field(default_factory=system_runner)
+    shm_path: Path = Path("/dev/shm")
+    disk_path: Path = Path(".")
+    fs_size: Callable[[Path], int] | None = None  # total bytes of the filesystem at a path
+    fs_free: Callable[[Path], int] | None = None  # free bytes at a path
+    image_cuda: str | None = None
+    image_sm_list: str | None = None
+    adam_sm_list: str | None = None
+    torch_cuda: Callable[[], tuple[str | None, int]] | None = None
+    adam_backend_importable: Callable[[], bool] | None = None
+    allreduce: Callable[[int], tuple[bool, str]] | None = None
+    matmul: Callable[[int], tuple[bool, str, float]] | None = None
+
+    @classmethod
+    def from_env(
+        cls, env: dict[str, str] | os._Environ[str] = os.environ, **kwargs: object
+    ) -> PreflightContext:
+        """Image facts come from the labels the image exports as environment variables."""
+        return cls(
+            image_cuda=env.get("TRM_IMAGE_CUDA") or None,
+            image_sm_list=env.get("TRM_IMAGE_SM_LIST") or None,
+            adam_sm_list=env.get("TRM_ADAM_ATAN2_SM_LIST") or None,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+
+@dataclass
+class PreflightReport:
+    """All results plus the environment facts the handoff bundle records."""
+
+    mode: str
+    checks: list[CheckResult]
+    environment: dict[str, object]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "mode": self.mode,
+            "checks": [asdict(c) for c in self.checks],
+            **self.environment,
+        }
+
+
+def _torch_cuda() -> tuple[str | None, int]:
+    import torch
+
+    return torch.version.cuda, torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _adam_backend_importable() -> bool:
+    return importlib.util.find_spec("adam_atan2_backend") is not None
+
+
+def _allreduce(n: int) -> tuple[bool, str]:
+    from trm.launch.gpu_checks import allreduce_check
+
+    result = allreduce_check(n, backend="nccl")
+    return result.ok, result.detail
+
+
+def _matmul(index: int) -> tuple[bool, str, float]:
+    from trm.launch.gpu_checks import matmul_check
+
+    r = matmul_check(f"cuda:{index}")
+    return r.ok, f"uuid {r.uuid}, max rel error {r.max_rel_error:.1e}", r.tflops
+
+
+def fs_total_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+def fs_free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def check_shm(path: Path, size: Callable[[Path], int] = fs_total_bytes) -> CheckResult:
+    try:
+        total = size(path)
+    except OSError as err:
+        return CheckResult("shm", "fail", f"{path}: cannot stat ({err})", SHM_FIX)
+    found = f"{path}: {total / GIB:.2f} GiB"
+    if total < MIN_SHM_BYTES:
+        return CheckResult("shm", "fail", f"{found} (< 1 GiB)", SHM_FIX)
+    return CheckResult("shm", "ok", f"{found} (>= 1 GiB)")
+
+
+def check_disk(
+    path: Path, checkpoint_bytes: int, keep: int, free_fn: Callable[[Path], int] = fs_free_bytes
+) -> CheckResult:
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = free_fn(probe)
+    need = checkpoint_bytes * keep * 2
+    found = (
+        f"{free / GIB:.1f} GiB free at {probe}; need {need / GIB:.1f} GiB "
+        f"(checkpoint {checkpoint_bytes / GIB:.2f} GiB x keep {keep} x 2)"
+    )
+    if free < need:
+        return CheckResult(
+            "disk",
+            "fail",
+            found,
+            "free space, lower CHECKPOINT_KEEP, or rent a bigger disk (Vast.ai: `--disk 200`; Kubernetes: a "
+            "larger PVC for the checkpoint directory)",
+        )
+    return CheckResult("disk", "ok", found)
+
+
+def _check_sm(gpus: list[GpuInfo], sm_list: str, label: str, source: str) -> CheckResult:
+    built = compat.parse_sm_list(sm_list)
+    missing = sorted({g.sm for g in gpus if not compat.sm_covered(g.sm, built)})
+    found = f"GPU SM {sorted({g.sm for g in gpus})}; {label} built for {sm_list!r} ({source})"
+    if missing:
+        names = sorted({g.name for g in gpus if g.sm in missing})
+        tags = ", ".join(f"sm{m}" for m in missing)
+        return CheckResult(
+            f"{label} sm",
+            "fail",
+            found,
+            f"{', '.join(names)} need SM {missing}, which this {label} lacks ('no kernel image is available' "
+            f"later): use the image variant tagged {tags}, or rebuild with TORCH_CUDA_ARCH_LIST including "
+            + " ".join(f"{m // 10}.{m % 10}" for m in missing),
+        )
+    return CheckResult(f"{label} sm", "ok", found)
+
+
+def run_preflight(
+    ctx: PreflightContext,
+    *,
+    mode: str = "auto",
+    num_gpus: int | None = None,
+    checkpoint_bytes: int = 6 * GIB,
+    keep: int = 3,
+    collectives: bool = True,
+) -> PreflightReport:
+    """Run every check; mode is auto (GPU when nvidia-smi exists), gpu (require GPUs) or cpu."""
+    if mode not in ("auto", "gpu", "cpu"):
+        raise TRMError(f"preflight mode must be auto, gpu or cpu (got {mode!r})")
+    checks: list[CheckResult] = []
+    env: dict[str, object] = {"python": platform.python_version()}
+    gpus: list[GpuInfo] = []
+    if mode != "cpu":
+        try:
+            gpus = query_gpus(ctx.smi)
+            if not gpus:
+                raise TRMError(
+                    "nvidia-smi answered but lists no GPU; check `nvidia-smi -L` and the device plugin"
+                )
+        except NvidiaSmiMissing as err:
+            if mode == "gpu":
+                checks.append(
+                    CheckResult("nvidia-smi", "fail", "not found on PATH", str(err).split(": ", 1)[1])
+                )
+            else:
+                mode = "cpu"
+                checks.append(
+                    CheckResult("nvidia-smi", "skip", "not found on PATH: CPU mode, GPU checks skipped")
+                )
+        except TRMError as err:
+            checks.append(CheckResult("nvidia-smi", "fail", "did not answer", str(err)))
+    if mode == "cpu" and not checks:
+        checks.append(CheckResult("nvidia-smi", "skip", "CPU mode requested (--cpu): GPU checks skipped"))
+    if gpus:
+        mode = "gpu"
+        if num_gpus is not None and num_gpus > len(gpus):
+            checks.append(
+                CheckResult(
+                    "nvidia-smi",
+                    "fail",
+                    f"{len(gpus)} GPU(s), {num_gpus} requested",
+                    "lower NUM_GPUS or start the container with every GPU (`--gpus all`)",
+                )
+            )
+        gpus = gpus[: num_gpus or len(gpus)]
+        env["gpus"] = [g.to_dict() for g in gpus]
+        checks.append(
+            CheckResult(
+                "nvidia-smi",
+                "ok",
+                "; ".join(f"{g.index}: {g.name} {g.memory_gib:.0f} GiB sm{g.sm} {g.uuid}" for g in gpus),
+            )
+        )
+        checks += _gpu_checks(ctx, gpus, env, collectives)
+    elif mode == "gpu" and not any(c.status == "fail" for c in checks):
+        checks.append(CheckResult("nvidia-smi", "fail", "no GPU", "start the container with `--gpus all`"))
+    size_fn = ctx.fs_size or fs_total_bytes
+    checks.append(check_shm(ctx.shm_path, size_fn))
+    try:
+        env["dev_shm_bytes"] = size_fn(ctx.shm_path)
+    except OSError:
+        env["dev_shm_bytes"] = None
+    checks.append(check_disk(ctx.disk_path, checkpoint_bytes, keep, ctx.fs_free or fs_free_bytes))
+    return PreflightReport(mode=mode, checks=checks, environment=env)
+
+
+def _gpu_checks(
+    ctx: PreflightContext, gpus: list[GpuInfo], env: dict[str, object], collectives: bool
+) -> list[CheckResult]:
+    checks: list[CheckResult] = []
+    torch_cuda_fn = ctx.torch_cuda or _torch_cuda
+    torch_cuda, visible = torch_cuda_fn()
+    driver, driver_cuda = query_driver_cuda(ctx.smi)
+    driver = driver or gpus[0].driver_version
+    env.update(driver_version=driver, driver_cuda=driver_cuda, torch_cuda=torch_cuda)
+    image_cuda = ctx.image_cuda or torch_cuda
+    # 1. driver new enough for the image's CUDA
+    if image_cuda:
+        ok, found = compat.driver_supports(
+            image_cuda=image_cuda, driver_cuda=driver_cuda, driver_version=driver
+        )
+        minimum = compat.min_driver_for(image_cuda)
+        fix = (
+            f"use the image variant built for CUDA <= {driver_cuda or '?'} (e.g. the cu124 tag), or a host "
+            f"whose driver is >= {minimum or 'the one listed in the CUDA release notes'} (filter offers by "
+            "driver version)"
+        )
+        status = "ok" if ok else ("warn" if ok is None else "fail")
+        checks.append(CheckResult("driver", status, found, fix))
+    else:
+        checks.append(
+            CheckResult(
+                "driver", "skip", f"driver {driver}; image CUDA unknown (CPU torch, no TRM_IMAGE_CUDA)"
+            )
+        )
+    # 2. compute capability covered by the image and the adam-atan2 build
+    image_sm = ctx.image_sm_list
+    source = "TRM_IMAGE_SM_LIST"
+    if not image_sm and torch_cuda:
+        import torch
+
+        image_sm = " ".join(a for a in torch.cuda.get_arch_list() if a.startswith(("sm_", "compute_")))
+        source = "torch.cuda.get_arch_list()"
+    if image_sm:
+        checks.append(_check_sm(gpus, image_sm, "image", source))
+    else:
+        checks.append(
+            CheckResult("image sm", "skip", "no SM list (set TRM_IMAGE_SM_LIST from the image label)")
+        )
+    adam_ok = (ctx.adam_backend_importable or _adam_backend_importable)()
+    if not adam_ok:
+        checks.append(
+            CheckResult(
+                "adam-atan2",
+                "warn",
+                "adam_atan2_backend is not importable: the optimizer uses its torch backend (same update, slower)",
+                "use the trm image (it bakes the CUDA extension), or `pip install --no-cache-dir "
+                "--no-build-isolation adam-atan2==0.0.3` with TORCH_CUDA_ARCH_LIST set for these GPUs",
+            )
+        )
+    elif ctx.adam_sm_list or ctx.image_sm_list:
+        sm_list = ctx.adam_sm_list or ctx.image_sm_list or ""
+        src = "TRM_ADAM_ATAN2_SM_LIST" if ctx.adam_sm_list else "TRM_IMAGE_SM_LIST"
+        checks.append(_check_sm(gpus, sm_list, "adam-atan2", src))
+    else:
+        checks.append(CheckResult("adam-atan2", "ok", "adam_atan2_backend importable (SM list unknown)"))
+    # 3. torch sees the GPUs
+    if visible < len(gpus):
+        why = "torch is a CPU build" if not torch_cuda else "CUDA_VISIBLE_DEVICES or the container hides some"
+        checks.append(
+            CheckResult(
+                "torch cuda",
+                "fail",
+                f"torch (CUDA {torch_cuda}) sees {visible} of {len(gpus)} GPU(s): {why}",
+                "run inside the trm GPU image (its torch is the CUDA build), or install the CUDA wheel of the "
+                "same torch version; unset CUDA_VISIBLE_DEVICES",
+            )
+        )
+        return checks
+    checks.append(CheckResult("torch cuda", "ok", f"torch (CUDA {torch_cuda}) sees {visible} GPU(s)"))
+    if not collectives:
+        checks.append(CheckResult("nccl all-reduce", "skip", "collectives disabled (--no-collectives)"))
+        return checks
+    # 4. NCCL all-reduce across the local GPUs, 5. per-GPU matmul with UUID
+    ok, detail = (ctx.allreduce or _allreduce)(len(gpus))
+    checks.append(
+        CheckResult(
+            "nccl all-reduce",
+            "ok" if ok else "fail",
+            detail,
+            "rerun with NCCL_DEBUG=INFO; a hang often means /dev/shm is too small or P2P is broken on this "
+            "host (try NCCL_P2P_DISABLE=1, and report the host to the provider)",
+        )
+    )
+    speeds: list[float] = []
+    for gpu in gpus:
+        ok, detail, tflops = (ctx.matmul or _matmul)(gpu.index)
+        speeds.append(tflops)
+        checks.append(
+            CheckResult(
+                f"matmul gpu{gpu.index}",
+                "ok" if ok else "fail",
+                f"{detail}, {tflops:.0f} TFLOP/s bf16 ({gpu.uuid})",
+                f"GPU {gpu.index} ({gpu.uuid}) computes wrong results: exclude it (CUDA_VISIBLE_DEVICES) or "
+                "move to another host, and report the UUID to the provider",
+            )
+        )
+    if len(speeds) > 1:
+        median = sorted(speeds)[len(speeds) // 2]
+        slow = [g for g, s in zip(gpus, speeds, strict=True) if s < 0.7 * median]
+        if slow:
+            checks.append(
+                CheckResult(
+                    "gpu speed",
+                    "warn",
+                    f"GPUs {[g.index for g in slow]} run below 70% of the median matmul speed",
+                    "a throttled or faulty GPU slows every step of a synchronous run; check `nvidia-smi -q -d "
+                    "PERFORMANCE` and consider another host: " + ", ".join(g.uuid for g in slow),
+                )
+            )
+    return checks
+
+
+def print_report(report: PreflightReport, write: Callable[[str], None] = print) -> None:
+    """Human-readable report: one line per check, the fix under each failure."""
+    write(f"preflight ({report.mode} mode)")
+    for check in report.checks:
+        write(check.line())
+    failed = [c.name for c in report.checks if c.status == "fail"]
+    write("preflight passed" if not failed else f"preflight FAILED: {', '.join(failed)}")
+
+
+def versions() -> dict[str, object]:
+    """torch / CUDA / NCCL versions of this process (for the handoff bundle)."""
+    import torch
+
+    nccl = None
+    if torch.cuda.is_available():
+        try:
+            nccl = ".".join(str(p) for p in torch.cuda.nccl.version())
+        except Exception:
+            nccl = None
+    return {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "nccl": nccl}

@@ -1,0 +1,336 @@
+"""The environment variables of `scripts/train_prod.sh`: declared once here, with defaults and help.
+
+`--help` of the script, the README's "GPU host" table and `LaunchSettings.from_env` all read this list.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from trm.errors import TRMError
+from trm.launch.tasks import TASKS
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One documented variable: its default (as shown to users) and what it does."""
+
+    name: str
+    default: str
+    help: str
+    group: str = "run"
+
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar(
+        "TASK",
+        "arc2",
+        "what to train: arc2 (ARC-AGI-2 + ConceptARC), arc1, arc2-smoke (100 puzzles, 1 epoch), "
+        "cpu-tiny (a tiny model on 4 puzzles, for CPU tests)",
+    ),
+    EnvVar(
+        "RUN_NAME",
+        "trm-$TASK",
+        "stable run id; the same RUN_NAME resumes from its newest complete checkpoint",
+    ),
+    EnvVar(
+        "WORKSPACE",
+        "/workspace",
+        "parent of the three directories below (mount a persistent volume here)",
+        "paths",
+    ),
+    EnvVar("DATA_DIR", "$WORKSPACE/data", "datasets; built there on first use, then verified", "paths"),
+    EnvVar(
+        "CHECKPOINT_DIR",
+        "$WORKSPACE/checkpoints",
+        "run directories: <dir>/$RUN_NAME holds checkpoints, metrics, logs (launch/)",
+        "paths",
+    ),
+    EnvVar("ARTIFACTS_DIR", "$WORKSPACE/artifacts", "handoff bundles: <dir>/$RUN_NAME", "paths"),
+    EnvVar("NUM_GPUS", "all GPUs nvidia-smi lists", "GPUs per node to use; 0 trains on CPU", "hardware"),
+    EnvVar("CPU_PROCS", "1", "processes (gloo) when training on CPU", "hardware"),
+    EnvVar(
+        "GLOBAL_BATCH_SIZE",
+        "768 (cpu-tiny: 8)",
+        "examples per optimizer step over all GPUs; fixed by the task, changing it changes the training math",
+        "hardware",
+    ),
+    EnvVar(
+        "MICRO_BATCH_SIZE",
+        "from the hardware table",
+        "per-GPU examples per forward pass (memory only)",
+        "hardware",
+    ),
+    EnvVar("COMPILE", "auto", "torch.compile: auto (the hardware tier's choice), true or false", "hardware"),
+    EnvVar(
+        "PROBE",
+        "0",
+        "1: train PROBE_STEPS steps first, record peak memory and step time, halve the "
+        "micro-batch on out-of-memory",
+        "hardware",
+    ),
+    EnvVar("PROBE_STEPS", "20", "steps of the probe", "hardware"),
+    EnvVar(
+        "NNODES",
+        "1",
+        "nodes; above 1 the rendezvous comes from MASTER_ADDR/MASTER_PORT/NODE_RANK",
+        "hardware",
+    ),
+    EnvVar("NODE_RANK", "0", "this node's rank (0 builds the dataset, the others wait for it)", "hardware"),
+    EnvVar("MASTER_ADDR", "(empty)", "address of node 0 (multi-node only)", "hardware"),
+    EnvVar("MASTER_PORT", "29500", "port on node 0 (multi-node only)", "hardware"),
+    EnvVar(
+        "CHECKPOINT_KEEP",
+        "3",
+        "newest complete checkpoints kept (preflight needs checkpoint x keep x 2 free)",
+    ),
+    EnvVar(
+        "SMOKE_STEPS",
+        "3",
+        "steps of the real config on the real GPUs before the long run (0 skips; skipped when resuming)",
+    ),
+    EnvVar("MAX_RESTARTS", "3", "restarts after the trainer saved and exited 75 without being asked to stop"),
+    EnvVar("SHUTDOWN_TIMEOUT", "300", "seconds workers get to save after SIGTERM before torchrun kills them"),
+    EnvVar(
+        "TRAIN_OVERRIDES",
+        "(empty)",
+        "extra trainer overrides, e.g. 'lr=2e-4 eval_interval=400' (arguments "
+        "after the options are appended too)",
+    ),
+    EnvVar("PREFLIGHT", "1", "0 skips the preflight checks (logged; not for production)"),
+    EnvVar(
+        "MAX_HOURS",
+        "(empty: no limit)",
+        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM)",
+        "cost",
+    ),
+    EnvVar(
+        "STOP_MARGIN_MINUTES",
+        "10",
+        "the cost guard stops this long before MAX_HOURS, leaving time to save",
+        "cost",
+    ),
+    EnvVar(
+        "GPU_HOURLY_USD",
+        "(empty)",
+        "price of one GPU-hour; when set the running cost estimate is logged",
+        "cost",
+    ),
+    EnvVar("COST_LOG_MINUTES", "30", "how often the cost estimate is logged", "cost"),
+    EnvVar(
+        "WANDB",
+        "off",
+        "Weights & Biases: off, online (needs WANDB_API_KEY in the environment) or offline",
+        "tracking",
+    ),
+    EnvVar("WANDB_PROJECT", "trm-$TASK", "W&B project (the trainer's project_name)", "tracking"),
+    EnvVar("USE_TMUX", "0", "1: run inside a detached tmux session named $RUN_NAME (attach command printed)"),
+    EnvVar("PYTHON", "python", "interpreter with trm-stack installed"),
+)
+# Set by the trm images (read by preflight and the handoff bundle), listed for completeness.
+IMAGE_VARS: tuple[EnvVar, ...] = (
+    EnvVar("TRM_IMAGE_CUDA", "the torch build's CUDA", "CUDA version of the image (driver check)", "image"),
+    EnvVar(
+        "TRM_IMAGE_SM_LIST",
+        "torch.cuda.get_arch_list()",
+        "SMs the image is built for, e.g. '80 89 90'",
+        "image",
+    ),
+    EnvVar("TRM_ADAM_ATAN2_SM_LIST", "$TRM_IMAGE_SM_LIST", "SMs of the baked adam-atan2 extension", "image"),
+    EnvVar("TRM_IMAGE_DIGEST", "(empty)", "image digest recorded in handoff.json", "image"),
+)
+ALL_VARS = ENV_VARS + IMAGE_VARS
+
+
+def help_text(script: str = "scripts/train_prod.sh") -> str:
+    """The `--help` text of the launch script."""
+    lines = [
+        f"usage: [VAR=value …] {script} [--dry-run] [--help] [TRAINER_OVERRIDE …]",
+        "",
+        "From a booted GPU host to a resumable training run with a handoff bundle: preflight, dataset build +",
+        "verification, hardware tier selection, smoke gate, torchrun (auto-resume, bounded restarts on exit 75),",
+        "cost guard, and a handoff bundle in $ARTIFACTS_DIR/$RUN_NAME at exit. Running the same command again",
+        "continues the run from its newest complete checkpoint.",
+        "",
+        "  --dry-run   print every step, the hardware tier, the resolved overrides and the torchrun command;",
+        "              run nothing (works without GPUs when an nvidia-smi answers)",
+        "  --help      this text",
+        "",
+        "environment (default in brackets):",
+    ]
+    width = max(len(v.name) for v in ALL_VARS)
+    for var in ALL_VARS:
+        if var is IMAGE_VARS[0]:
+            lines += ["", "set by the trm images:"]
+        lines.append(f"  {var.name:<{width}}  {var.help} [{var.default}]")
+    return "\n".join(lines)
+
+
+def markdown_table() -> str:
+    """The README table of the same variables."""
+    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+    for var in ALL_VARS:
+        rows.append(f"| `{var.name}` | {var.default} | {var.help.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def _int(env: Mapping[str, str], name: str, default: int | None, minimum: int = 0) -> int | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TRMError(
+            f"{name}={raw!r} is not an integer; set {name} to a whole number or unset it"
+        ) from None
+    if value < minimum:
+        raise TRMError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TRMError(f"{name}={raw!r} is not a number; set e.g. {name}=2.5 or unset it") from None
+    if value < 0:
+        raise TRMError(f"{name}={value} must be >= 0")
+    return value
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise TRMError(f"{name}={raw!r}: use 1 or 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchSettings:
+    """The resolved environment of one launch."""
+
+    task: str
+    run_name: str
+    data_dir: Path
+    checkpoint_dir: Path
+    artifacts_dir: Path
+    num_gpus: int | None
+    cpu_procs: int
+    global_batch_size: int | None
+    micro_batch_size: int | None
+    compile: str
+    probe: bool
+    probe_steps: int
+    nnodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+    checkpoint_keep: int
+    smoke_steps: int
+    max_restarts: int
+    shutdown_timeout: int
+    train_overrides: tuple[str, ...]
+    preflight: bool
+    max_hours: float | None
+    stop_margin_minutes: float
+    gpu_hourly_usd: float | None
+    cost_log_minutes: float
+    wandb: str
+    wandb_project: str
+    use_tmux: bool
+    python: str
+
+    @property
+    def run_dir(self) -> Path:
+        return self.checkpoint_dir / self.run_name
+
+    @property
+    def launch_dir(self) -> Path:
+        return self.run_dir / "launch"
+
+    @property
+    def artifacts_run_dir(self) -> Path:
+        return self.artifacts_dir / self.run_name
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str] = os.environ, extra_overrides: tuple[str, ...] = ()
+    ) -> LaunchSettings:
+        """Read and check every variable; errors name the variable and the fix."""
+        task = env.get("TASK", "").strip() or "arc2"
+        if task not in TASKS:
+            raise TRMError(f"TASK={task!r} is not a task; use one of {', '.join(TASKS)}")
+        workspace = Path(env.get("WORKSPACE", "").strip() or "/workspace")
+        wandb = (env.get("WANDB", "").strip() or "off").lower()
+        if wandb not in ("off", "online", "offline"):
+            raise TRMError(f"WANDB={wandb!r}: use off, online or offline")
+        if wandb == "online" and not env.get("WANDB_API_KEY"):
+            raise TRMError(
+                "WANDB=online needs WANDB_API_KEY in the environment (from a secret store or Kubernetes Secret; "
+                "never in a file in the repo), or set WANDB=offline / off"
+            )
+        compile_ = (env.get("COMPILE", "").strip() or "auto").lower()
+        if compile_ not in ("auto", "true", "false"):
+            raise TRMError(f"COMPILE={compile_!r}: use auto, true or false")
+        nnodes = _int(env, "NNODES", 1, minimum=1) or 1
+        master_addr = env.get("MASTER_ADDR", "").strip()
+        if nnodes > 1 and not master_addr:
+            raise TRMError(
+                f"NNODES={nnodes} needs MASTER_ADDR (the address of node 0) and NODE_RANK on each node"
+            )
+        max_hours = _float(env, "MAX_HOURS")
+        margin = _float(env, "STOP_MARGIN_MINUTES")
+        margin = 10.0 if margin is None else margin
+        if max_hours is not None and margin >= max_hours * 60:
+            raise TRMError(
+                f"STOP_MARGIN_MINUTES={margin:g} leaves no training time within MAX_HOURS={max_hours:g}; "
+                "lower STOP_MARGIN_MINUTES or raise MAX_HOURS"
+            )
+        try:
+            overrides = tuple(shlex.split(env.get("TRAIN_OVERRIDES", ""))) + tuple(extra_overrides)
+        except ValueError as err:
+            raise TRMError(f"TRAIN_OVERRIDES cannot be split into words ({err}); check its quoting") from None
+        return cls(
+            task=task,
+            run_name=env.get("RUN_NAME", "").strip() or f"trm-{task}",
+            data_dir=Path(env.get("DATA_DIR", "").strip() or workspace / "data"),
+            checkpoint_dir=Path(env.get("CHECKPOINT_DIR", "").strip() or workspace / "checkpoints"),
+            artifacts_dir=Path(env.get("ARTIFACTS_DIR", "").strip() or workspace / "artifacts"),
+            num_gpus=_int(env, "NUM_GPUS", None),
+            cpu_procs=_int(env, "CPU_PROCS", 1, minimum=1) or 1,
+            global_batch_size=_int(env, "GLOBAL_BATCH_SIZE", None, minimum=1),
+            micro_batch_size=_int(env, "MICRO_BATCH_SIZE", None, minimum=1),
+            compile=compile_,
+            probe=_flag(env, "PROBE", False),
+            probe_steps=_int(env, "PROBE_STEPS", 20, minimum=2) or 20,
+            nnodes=nnodes,
+            node_rank=_int(env, "NODE_RANK", 0) or 0,
+            master_addr=master_addr,
+            master_port=_int(env, "MASTER_PORT", 29500, minimum=1) or 29500,
+            checkpoint_keep=_int(env, "CHECKPOINT_KEEP", 3, minimum=1) or 3,
+            smoke_steps=_int(env, "SMOKE_STEPS", 3) or 0,
+            max_restarts=_int(env, "MAX_RESTARTS", 3) or 0,
+            shutdown_timeout=_int(env, "SHUTDOWN_TIMEOUT", 300, minimum=1) or 300,
+            train_overrides=overrides,
+            preflight=_flag(env, "PREFLIGHT", True),
+            max_hours=max_hours,
+            stop_margin_minutes=margin,
+            gpu_hourly_usd=_float(env, "GPU_HOURLY_USD"),
+            cost_log_minutes=_float(env, "COST_LOG_MINUTES") or 30.0,
+            wandb=wandb,
+            wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{task}",
+            use_tmux=_flag(env, "USE_TMUX", False),
+            python=env.get("PYTHON", "").strip() or "python",
+        )

@@ -1,0 +1,265 @@
+"""Run the launch's subprocesses: tee their output to the run directory, forward stop requests, classify
+torchrun outcomes by the exit codes each rank recorded, and stop the trainer at the cost guard's deadline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from trm import exit_codes
+
+
+def utc_stamp(t: float | None = None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
+
+
+class Console:
+    """Launcher messages: to stdout and appended to launch.log."""
+
+    def __init__(self, log_path: Path | None = None, stream: IO[str] | None = None) -> None:
+        self.log_path = log_path
+        self.stream = stream or sys.stdout
+        self._lock = threading.Lock()
+
+    def log(self, message: str) -> None:
+        text = "".join(
+            f"[trm launch {time.strftime('%H:%M:%S', time.gmtime())}] {line}\n"
+            for line in message.splitlines()
+        )
+        with self._lock:
+            self.stream.write(text)
+            self.stream.flush()
+            if self.log_path is not None:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.log_path, "a", encoding="utf-8") as f:
+                    f.write(text)
+
+
+class EventLog:
+    """Append-only JSON lines (launch/events.jsonl): sessions, attempts, stops; the handoff reads them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, event: str, **fields: object) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"event": event, "time": time.time(), "utc": utc_stamp(), **fields}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def read_events(path: Path) -> list[dict[str, object]]:
+    """Events of a run; a torn last line (crash while appending) is skipped."""
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events
+
+
+def _write_out(stream: IO[str], chunk: bytes) -> None:
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        buffer.write(chunk)
+        buffer.flush()
+    else:
+        stream.write(chunk.decode("utf-8", errors="replace"))
+        stream.flush()
+
+
+@dataclass
+class AttemptResult:
+    """How one torchrun (or other) run ended."""
+
+    returncode: int
+    rank_codes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def outcome(self) -> str:
+        """ok, saved (every recorded rank exited 0 or 75, at least one 75) or failed."""
+        if self.returncode == 0:
+            return "ok"
+        codes = set(self.rank_codes.values())
+        if exit_codes.SAVED_RETRY in codes and codes <= {0, exit_codes.SAVED_RETRY}:
+            return "saved"
+        return "failed"
+
+
+def read_rank_codes(exit_dir: Path) -> dict[int, int]:
+    codes: dict[int, int] = {}
+    if not exit_dir.is_dir():
+        return codes
+    for path in sorted(exit_dir.glob("rank_*.json")):
+        try:
+            data = json.loads(path.read_text())
+            codes[int(data["rank"])] = int(data["exit_code"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return codes
+
+
+class Supervisor:
+    """Owns the running child; stop requests (signals, cost guard) become SIGTERM to it."""
+
+    def __init__(self, console: Console, events: EventLog) -> None:
+        self.console = console
+        self.events = events
+        self.stop_reason: str | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: object) -> None:
+            self.request_stop(f"received {signal.Signals(signum).name}")
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, handler)
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the running child to save and stop (idempotent; later requests re-send SIGTERM)."""
+        with self._lock:
+            first = self.stop_reason is None
+            if first:
+                self.stop_reason = reason
+            child = self._child
+        if first:
+            self.console.log(f"stop requested ({reason}): asking the trainer to save and exit")
+            self.events.write("stop_requested", reason=reason)
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    def run(
+        self,
+        cmd: list[str],
+        *,
+        env: dict[str, str],
+        logs: list[Path],
+        exit_dir: Path | None = None,
+        label: str,
+        stream: IO[str] | None = None,
+        on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    ) -> AttemptResult:
+        """Run `cmd` in its own session, tee its output into `logs`, return how it ended."""
+        stream = stream or sys.stdout
+        if exit_dir is not None:
+            for old in exit_dir.glob("rank_*.json"):
+                old.unlink()
+        for log in logs:
+            log.parent.mkdir(parents=True, exist_ok=True)
+        handles = [open(log, "ab") for log in logs]  # noqa: SIM115 (closed below)
+        started = time.time()
+        banner = f"===== {label} started {utc_stamp(started)}: {' '.join(cmd)}\n".encode()
+        try:
+            for h in handles:
+                h.write(banner)
+                h.flush()
+            self.events.write("process_start", label=label)
+            with self._lock:
+                proc = subprocess.Popen(
+                    cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                )
+                self._child = proc
+                pending_stop = self.stop_reason is not None
+            if pending_stop:
+                proc.send_signal(signal.SIGTERM)
+            if on_start is not None:
+                on_start(proc)
+            assert proc.stdout is not None
+            while chunk := proc.stdout.read1(65536):
+                _write_out(stream, chunk)
+                for h in handles:
+                    h.write(chunk)
+                    h.flush()
+            code = proc.wait()
+        finally:
+            with self._lock:
+                self._child = None
+            for h in handles:
+                h.close()
+        result = AttemptResult(code, read_rank_codes(exit_dir) if exit_dir is not None else {})
+        self.events.write(
+            "process_end",
+            label=label,
+            returncode=code,
+            rank_codes=result.rank_codes,
+            outcome=result.outcome,
+            seconds=round(time.time() - started, 3),
+        )
+        return result
+
+
+class CostGuard(threading.Thread):
+    """Logs the running cost and asks the supervisor to stop at `deadline` (epoch seconds)."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        *,
+        session_start: float,
+        deadline: float | None,
+        num_gpus: int,
+        hourly_usd: float | None,
+        log_every_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(name="cost-guard", daemon=True)
+        self.supervisor = supervisor
+        self.session_start = session_start
+        self.deadline = deadline
+        self.num_gpus = num_gpus
+        self.hourly_usd = hourly_usd
+        self.log_every_s = max(log_every_s, 1.0)
+        self.clock = clock
+        self._stopped = threading.Event()
+
+    def cost_usd(self, now: float | None = None) -> float | None:
+        if self.hourly_usd is None:
+            return None
+        hours = ((now or self.clock()) - self.session_start) / 3600
+        return hours * max(self.num_gpus, 1) * self.hourly_usd
+
+    def cost_line(self, now: float | None = None) -> str:
+        now = now or self.clock()
+        hours = (now - self.session_start) / 3600
+        cost = self.cost_usd(now)
+        text = f"elapsed {hours:.2f} h"
+        if cost is not None:
+            text += f", cost so far ${cost:.2f} ({max(self.num_gpus, 1)} GPU x ${self.hourly_usd:g}/h)"
+        if self.deadline is not None:
+            left = max(self.deadline - now, 0)
+            when = f"{left / 3600:.2f} h" if left >= 3600 else f"{left / 60:.1f} min"
+            text += f", cost guard stops the trainer in {when}"
+        return text
+
+    def run(self) -> None:
+        next_log = self.clock() + self.log_every_s
+        while not self._stopped.is_set():
+            now = self.clock()
+            if self.deadline is not None and now >= self.deadline:
+                self.supervisor.request_stop(f"cost guard: MAX_HOURS reached ({self.cost_line(now)})")
+                return
+            if now >= next_log:
+                if self.hourly_usd is not None:
+                    self.supervisor.console.log(self.cost_line(now))
+                    self.supervisor.events.write("cost", usd=round(self.cost_usd(now) or 0.0, 4))
+                next_log = now + self.log_every_s
+            wake = min(next_log, self.deadline if self.deadline is not None else next_log)
+            self._stopped.wait(max(0.05, min(wake - now, 5.0)))
+
+    def stop(self) -> None:
+        self._stopped.set()

@@ -1,0 +1,70 @@
+"""`python -m trm.launch.worker --exit-dir D -- CMD …`: run one rank's trainer and record its exit code.
+
+torchrun reports only "a child failed" (exit 1), so the launcher cannot tell a trainer that saved and
+asked to be restarted (exit 75) from a crash. Each rank runs under this wrapper, which forwards
+SIGTERM/SIGINT/SIGUSR1 to the trainer, writes `D/rank_<RANK>.json` with the trainer's exit code, and exits
+with the same code. Standard library only, so it adds no start-up time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+def record(exit_dir: Path, rank: str, code: int, started: float) -> None:
+    """Write rank_<rank>.json atomically (temp file + rename)."""
+    exit_dir.mkdir(parents=True, exist_ok=True)
+    target = exit_dir / f"rank_{rank}.json"
+    tmp = exit_dir / f".rank_{rank}.json.{os.getpid()}.tmp"
+    payload = {
+        "rank": int(rank),
+        "exit_code": code,
+        "pid": os.getpid(),
+        "seconds": round(time.time() - started, 3),
+    }
+    with open(tmp, "w") as f:
+        json.dump(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, target)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trm.launch.worker")
+    parser.add_argument("--exit-dir", type=Path, required=True)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the trainer command after --")
+    rank = os.environ.get("RANK", "0")
+    started = time.time()
+    child = subprocess.Popen(command)
+
+    def forward(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    while True:
+        try:
+            code = child.wait()
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for old kernels
+            continue
+    record(args.exit_dir, rank, code, started)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
