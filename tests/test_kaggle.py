@@ -95,13 +95,9 @@ def test_upstream_weight_file_needs_and_takes_arch_overrides(smoke: Smoke, bundl
     assert not (smoke.root / "up-bad").exists()
 
     out = smoke.root / "up"
-    package_kaggle(
-        upstream,
-        out,
-        overrides=[*TINY_ARCH, f"data_paths=[{smoke.dataset}]"],
-        wheels=False,
-        progress=False,
-    )
+    # Through the CLI, with the overrides after the flags.
+    argv = ["package", "kaggle", str(upstream), str(out), "--no-wheels", "--quiet"]
+    assert main([*argv, *TINY_ARCH, f"data_paths=[{smoke.dataset}]"]) == 0
     packaged = torch.load(out / B.WEIGHTS, weights_only=True)
     reference = torch.load(bundle_dir / B.WEIGHTS, weights_only=True)
     assert packaged.keys() == reference.keys()
@@ -247,6 +243,8 @@ def test_cli_infer_and_package_errors_exit_2(
     assert "manifest.json" in capsys.readouterr().err
     assert main(["package", "kaggle", str(smoke.root / "nope"), str(smoke.root / "x"), "--no-wheels"]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main([*argv, "--num-aug", "0", "--device", "cpu"]) == 2
+    assert "--num-aug 0" in capsys.readouterr().err
 
 
 def _offline(argv: list[str]) -> list[str]:
@@ -354,3 +352,12 @@ def test_model_without_puzzle_table_packages_and_infers(smoke: Smoke, tmp_path: 
     validate_submission(
         json.loads((tmp_path / "s.json").read_text()), {t: smoke.challenges[t] for t in task_ids(smoke)[:2]}
     )
+
+
+@pytest.mark.gpu
+def test_gpu_inference_writes_a_valid_submission(smoke: Smoke, bundle_dir: Path, tmp_path: Path) -> None:
+    challenges = smoke.write_challenges("gpu.json", task_ids(smoke)[:3])
+    out = tmp_path / "gpu.json"
+    report = run_inference(bundle_dir, challenges, out, num_aug=3, device="cuda", progress=False)
+    assert report.device.startswith("cuda") and report.rows_run == report.rows_planned
+    validate_submission(json.loads(out.read_text()), {t: smoke.challenges[t] for t in task_ids(smoke)[:3]})
