@@ -361,3 +361,18 @@ def test_gpu_inference_writes_a_valid_submission(smoke: Smoke, bundle_dir: Path,
     report = run_inference(bundle_dir, challenges, out, num_aug=3, device="cuda", progress=False)
     assert report.device.startswith("cuda") and report.rows_run == report.rows_planned
     validate_submission(json.loads(out.read_text()), {t: smoke.challenges[t] for t in task_ids(smoke)[:3]})
+
+
+def test_runtime_pins_are_the_installed_closure_without_torch_by_default() -> None:
+    import importlib.metadata as md
+
+    from trm.kaggle.wheelhouse import runtime_pins
+
+    pins = runtime_pins("3.11")
+    for name in ("hydra-core", "omegaconf", "antlr4-python3-runtime", "pyyaml", "numpy", "tqdm"):
+        assert pins[name] == md.version(name)
+    assert "torch" not in pins and "trm-stack" not in pins
+    assert "colorama" not in pins  # tqdm needs it on Windows only: markers are evaluated for Linux
+    with_torch = runtime_pins("3.11", include_torch=True)
+    assert with_torch["torch"] == md.version("torch")
+    assert set(pins) < set(with_torch)

@@ -8,6 +8,7 @@ target Python). torch and its own dependencies are left out by default: Kaggle i
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -120,8 +121,10 @@ def build_own_wheel(dest: Path) -> Path:
                 shutil.copy2(root / name, src / name)
         shutil.copytree(root / "trm", src / "trm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         out = Path(tmp) / "out"
+        # Build with this environment's setuptools when it has one (no index needed), else isolated.
+        isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         _pip(
-            ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+            ["wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(src)],
             "building the trm-stack wheel (`pip wheel --no-deps .`)",
         )
         (wheel,) = out.glob("*.whl")
