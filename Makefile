@@ -64,6 +64,12 @@ push: venv ## push the built VARIANTS to REGISTRY=host:port; digests go to docke
 image-test: venv ## real image test: engine, local base, build cpu, smoke, local registry, push, pull by digest
 	$(NOX) -s docker
 
+# ---- training run lifecycle (trm.train / trm.eval) ----------------------------------------------------
+.PHONY: smoke-local
+
+smoke-local: venv ## CPU smoke: tiny ARC set, train, SIGTERM + resume, evaluate, submission.json (~1 min)
+	$(NOX) -s smoke
+
 .PHONY: kaggle-test
 kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
 	$(NOX) -s kaggle

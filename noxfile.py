@@ -69,6 +69,12 @@ def docker_gpu(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def smoke(session: nox.Session) -> None:
+    """CPU run lifecycle: build a tiny ARC set, train, SIGTERM, resume, evaluate (`-- --workdir DIR`)."""
+    session.run(PYTHON, "-m", "trm.training.smoke", *session.posargs)
+
+
+@nox.session(default=False)
 def kaggle(session: nox.Session) -> None:
     """Kaggle bundle end to end (slow, needs the package index): wheelhouse, offline install, inference."""
     session.run(PYTHON, "-m", "pytest", "-m", "slow", "tests/test_kaggle.py", *session.posargs)

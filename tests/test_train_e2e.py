@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -159,6 +160,22 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
+
+
+def test_the_guides_cpu_smoke_command_runs_with_only_the_entry_point_changed(
+    dataset: Path, tmp_path: Path
+) -> None:
+    # USER_GUIDES.md's local CPU smoke, verbatim except for the entry point and the two paths.
+    command = (
+        f"{sys.executable} -m trm.train arch=trm data_paths=[{dataset}] epochs=1 eval_interval=1 "
+        "arch.hidden_size=64 arch.num_heads=4 arch.L_layers=1 arch.H_cycles=1 arch.L_cycles=1 "
+        "arch.puzzle_emb_ndim=0 arch.puzzle_emb_len=0 arch.forward_dtype=float32 "
+        f"evaluators='[{{name: arc@ARC}}]' +run_name=smoke_local +checkpoint_path={tmp_path / 'smoke_local'}"
+    )
+    result = subprocess.run(shlex.split(command), env=env(), cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "smoke_local").glob("evaluator_ARC_step_*/submission.json"))
+    assert ckpt.find_complete(tmp_path / "smoke_local")
 
 
 def test_sigterm_saves_exits_75_and_the_same_command_resumes_bit_exactly(

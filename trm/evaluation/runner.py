@@ -2,7 +2,8 @@
 
 Runs under `torch.no_grad()` (not inference mode) and hands evaluators CPU copies, so nothing later
 updates an inference tensor in place — the class of crash that killed upstream runs at their first
-evaluation. Test batches are processed in chunks of the micro-batch size to bound memory.
+evaluation. Test batches are processed in chunks of the micro-batch size to bound memory, without the
+blank rows that pad the last one.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ import torch
 from tqdm import tqdm
 
 from trm.training.distributed import DistInfo, all_reduce_sum_
+
+# What ACTLossHead reports (sums over the batch); q_continue_loss only with no_ACT_continue=False.
+LOSS_HEAD_METRICS = (
+    "count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps", "lm_loss", "q_halt_loss", "q_continue_loss",
+)  # fmt: skip
+OPTIONAL_METRICS = frozenset({"q_continue_loss"})
 
 
 def evaluate(
@@ -31,6 +38,7 @@ def evaluate(
 ) -> dict[str, float]:
     """Evaluate; returns `eval/<set>/<metric>` and evaluator metrics on rank 0 ({} elsewhere)."""
     was_training = loss_head.training
+    blank_id = int(test_loader.metadata.blank_identifier_id)
     loss_head.eval()
     for ev in evaluators:
         ev.begin_eval()
@@ -43,8 +51,8 @@ def evaluate(
     try:
         with torch.no_grad():
             for set_name, batch, _n in test_loader.iter_test():
-                batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
-                rows = batch["inputs"].shape[0]
+                rows = _real_rows(batch["puzzle_identifiers"], blank_id)
+                batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
                 for start in range(0, rows, chunk_size):
                     chunk = {k: v[start : start + chunk_size] for k, v in batch.items()}
                     metrics, outputs = _run_to_halt(loss_head, chunk, wanted)
@@ -75,6 +83,14 @@ def evaluate(
     return result if info.is_main else {}
 
 
+def _real_rows(identifiers: torch.Tensor, blank_id: int) -> int:
+    """Rows up to the last non-blank one: the loader pads the last chunk with blank rows, which carry no
+    labels and are dropped by the evaluators, so they are not computed (their q_halt loss would otherwise
+    depend on the padding, i.e. on the world size)."""
+    real = torch.nonzero(identifiers != blank_id)
+    return int(real.max()) + 1 if real.numel() else 0
+
+
 def _run_to_halt(
     loss_head: torch.nn.Module, batch: dict[str, torch.Tensor], wanted: tuple[str, ...]
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -94,9 +110,9 @@ def _reduce_set_metrics(
     for name in sorted(sums):
         if name not in set_names:
             set_names.append(name)
-    metric_names = sorted({m for s in sums.values() for m in s})
-    if not metric_names:
-        return {}
+    # A fixed list, not the names seen here: a rank whose rows were all padding saw none, and every rank
+    # must join the same all-reduce.
+    metric_names = sorted(set(LOSS_HEAD_METRICS) | {m for s in sums.values() for m in s})
     table = torch.zeros(len(set_names), len(metric_names), dtype=torch.float64, device=info.device)
     for i, set_name in enumerate(set_names):
         for j, metric in enumerate(metric_names):
@@ -111,5 +127,7 @@ def _reduce_set_metrics(
             continue
         for j, metric in enumerate(metric_names):
             value = float(table[i, j])
+            if metric in OPTIONAL_METRICS and value == 0.0:
+                continue
             out[f"eval/{set_name}/{metric}"] = value if metric == "count" else value / count
     return out
