@@ -377,3 +377,25 @@ def test_runtime_pins_are_the_installed_closure_without_torch_by_default() -> No
     with_torch = runtime_pins("3.11", include_torch=True)
     assert with_torch["torch"] == md.version("torch")
     assert set(pins) < set(with_torch)
+
+
+@pytest.mark.parametrize("early_halt", [False, True])
+def test_rows_run_every_act_step_unless_early_halt(bundle_dir: Path, early_halt: bool) -> None:
+    bundle = B.load_bundle(bundle_dir, torch.device("cpu"), early_halt=early_halt)
+    model = bundle.model
+    with torch.no_grad():
+        model.inner.q_head.bias.fill_(10.0)  # q_halt > 0 from the first step on
+    calls = []
+    original = model.forward
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    model.forward = counting  # type: ignore[method-assign]
+    inputs = np.full((3, 900), 2, dtype=np.uint8)
+    preds, q_halt = infer_mod.predict_batch(model, inputs, np.ones(3, dtype=np.int64), torch.device("cpu"))
+    assert (
+        len(calls) == (1 if early_halt else model.config.halt_max_steps) and model.config.halt_max_steps > 1
+    )
+    assert preds.shape == (3, 900) and preds.dtype == np.uint8 and (q_halt > 0).all()
