@@ -78,3 +78,7 @@ launch-dry-run: venv ## what scripts/train_prod.sh would do on this host (steps,
 
 launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo ranks, kill + resume, handoff (slow)
 	$(NOX) -s launch
+
+.PHONY: kaggle-test
+kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
+	$(NOX) -s kaggle

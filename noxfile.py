@@ -97,3 +97,9 @@ def launch(session: nox.Session) -> None:
         "tests/test_launch_runner.py",
         *session.posargs,
     )
+
+
+@nox.session(default=False)
+def kaggle(session: nox.Session) -> None:
+    """Kaggle bundle end to end (slow, needs the package index): wheelhouse, offline install, inference."""
+    session.run(PYTHON, "-m", "pytest", "-m", "slow", "tests/test_kaggle.py", *session.posargs)

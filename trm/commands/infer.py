@@ -47,7 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--weights", required=True, help="bundle folder from `python -m trm package kaggle`")
     parser.add_argument("--out", required=True, help="submission.json to write")
     parser.add_argument("--num-aug", type=int, default=1000, help="variants per task incl. the original")
-    parser.add_argument("--batch-size", type=int, default=256, help="rows per forward (halved on OOM)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="rows per forward (default 256 on GPU, 16 on CPU; halved on OOM)",
+    )
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     parser.add_argument(
         "--max-minutes",

@@ -25,13 +25,35 @@ def _kaggle(args: argparse.Namespace) -> int:
     total = sum(f["bytes"] for f in files.values())
     wheels = sum(1 for name in files if name.endswith(".whl"))
     print(f"wrote {args.out_dir}: {len(files)} files, {total / 2**20:.1f} MiB ({wheels} wheels)")
+    if "identifiers.json" not in files:
+        print(
+            "note: no identifiers.json: every task uses the mean puzzle-embedding row (pass --data-path "
+            "DATASET to let tasks seen in training use their trained rows)"
+        )
     print(f"next: upload it as a Kaggle dataset; see {args.out_dir}/README.md")
     return 0
 
 
+class _IntermixedParser(argparse.ArgumentParser):
+    """Accepts `key=value` overrides anywhere, also after flags (argparse stops at the first flag)."""
+
+    _inside = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        if self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("package", help="package a checkpoint for offline use")
-    targets = parser.add_subparsers(dest="package_target", metavar="TARGET", required=True)
+    targets = parser.add_subparsers(
+        dest="package_target", metavar="TARGET", required=True, parser_class=_IntermixedParser
+    )
     kaggle = targets.add_parser(
         "kaggle",
         help="weights + config + offline wheelhouse as a Kaggle dataset folder",
@@ -62,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     kaggle.add_argument(
         "--platform",
         action="append",
-        help="wheel platform tag, repeatable (default manylinux_2_35_x86_64, which includes older ones)",
+        help="wheel platform tag, repeatable (default: every manylinux x86_64 tag up to glibc 2.35, as on Kaggle)",
     )
     kaggle.add_argument(
         "--include-torch", action="store_true", help="also ship torch (Kaggle images already have it)"

@@ -28,6 +28,9 @@ from trm.kaggle.bundle import load_bundle
 from trm.kaggle.testset import TestSet, build_test_set, read_challenges
 
 log = logging.getLogger(__name__)
+# Rows per forward when --batch-size is not given: (CPU, CUDA). Attention over 916 positions is the
+# memory cost, so CPU batches stay small.
+DEFAULT_BATCH = (16, 256)
 
 
 @dataclass
@@ -99,7 +102,7 @@ def run_inference(
     out: str | Path,
     *,
     num_aug: int = 1000,
-    batch_size: int = 256,
+    batch_size: int | None = None,
     device: str = "auto",
     max_minutes: float | None = None,
     early_halt: bool = False,
@@ -109,11 +112,13 @@ def run_inference(
 ) -> InferenceReport:
     """Write a Kaggle submission for `challenges` with the bundle at `weights`; see the module doc."""
     started = time.perf_counter()
+    dev = resolve_device(device)
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH[dev.type == "cuda"]
     if batch_size < 1:
         raise TRMError(f"--batch-size {batch_size}: must be at least 1")
     if max_minutes is not None and max_minutes <= 0:
         raise TRMError(f"--max-minutes {max_minutes}: must be positive (or omit it for no limit)")
-    dev = resolve_device(device)
     bundle = load_bundle(weights, dev, batch_size=batch_size, early_halt=early_halt)
     data = read_challenges(challenges)
     test_set = build_test_set(
@@ -186,7 +191,7 @@ def _run_rows(
             conf = 1.0 / (1.0 + np.exp(-q_halt.astype(np.float64)))
             record_predictions(table, test_set.test_puzzles, names, inputs, preds, conf)
             if save_predictions is not None:
-                for store, value in zip(saved, ([names], inputs, preds, q_halt), strict=True):
+                for store, value in zip(saved, (names, inputs, preds, q_halt), strict=True):
                     store.append(value)
             pos += len(chunk)
             bar.update(len(chunk))

@@ -48,8 +48,11 @@ def _with_unseen_row(
     table = weights.get(PUZZLE_EMB_KEY)
     if table is None:
         return weights, 0
-    trained = torch.cat([table[:blank_id], table[blank_id + 1 :]]) if len(table) > 1 else table
-    mean = trained.float().mean(dim=0, keepdim=True).to(table.dtype)
+    # Sum without copying the (possibly 1.8 GB) table, then take the blank row out.
+    total = table.sum(dim=0, keepdim=True, dtype=torch.float64)
+    if len(table) > 1:
+        total = total - table[blank_id : blank_id + 1].double()
+    mean = (total / max(len(table) - 1, 1)).to(table.dtype)
     base = table if keep_table else table[blank_id : blank_id + 1]
     weights = dict(weights)
     weights[PUZZLE_EMB_KEY] = torch.cat([base, mean]).contiguous()
@@ -87,10 +90,11 @@ def package_kaggle(
     cfg, step, ours = _resolve(checkpoint, list(overrides or []))
     weights, kind = read_checkpoint_weights(str(checkpoint))
 
+    table = weights.get(PUZZLE_EMB_KEY)
+    identifiers = identifiers and table is not None  # without a puzzle table identifiers change nothing
     if data_path is None and identifiers and len(cfg.data_paths) == 1 and Path(cfg.data_paths[0]).is_dir():
         data_path = cfg.data_paths[0]
     facts, names = _dataset_facts(Path(data_path) if data_path is not None and identifiers else None)
-    table = weights.get(PUZZLE_EMB_KEY)
     rows = int(table.shape[0]) if table is not None else 1
     if names is not None and len(names) != rows:
         raise TRMError(

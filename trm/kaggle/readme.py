@@ -50,6 +50,14 @@ def render_readme(
             "pip install --no-index --no-deps $W/trm_stack-*.whl",
             "```",
             "",
+            "The pinned versions replace the kernel's copies of these packages (numpy among them). The "
+            f"bundle was made with torch {config['created']['torch']}; "
+            + (
+                "the wheelhouse's torch is installed with the rest."
+                if include_torch
+                else "check the kernel's `torch.__version__` if loading fails."
+            ),
+            "",
         ]
     lines += [
         "## Write the submission",

@@ -8,6 +8,7 @@ target Python). torch and its own dependencies are left out by default: Kaggle i
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,14 @@ from trm.errors import TRMError
 
 DIST_NAME = "trm-stack"
 REQUIREMENTS = "requirements.txt"
-# Kaggle's hosts are x86_64 with a recent glibc; pip expands this to every older manylinux tag.
-DEFAULT_PLATFORMS = ("manylinux_2_35_x86_64",)
+# Kaggle's hosts are x86_64 with glibc 2.35. pip does not expand a `manylinux_2_X` tag to older ones,
+# so every glibc level up to 2.35 is listed (plus the legacy aliases).
+DEFAULT_PLATFORMS = (
+    *(f"manylinux_2_{minor}_x86_64" for minor in range(35, 4, -1)),
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
 SOURCE_FILES = ("pyproject.toml", "README.md", "LICENSE", "setup.cfg", "MANIFEST.in")
 
 
@@ -114,8 +121,10 @@ def build_own_wheel(dest: Path) -> Path:
                 shutil.copy2(root / name, src / name)
         shutil.copytree(root / "trm", src / "trm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         out = Path(tmp) / "out"
+        # Build with this environment's setuptools when it has one (no index needed), else isolated.
+        isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         _pip(
-            ["wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
+            ["wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(src)],
             "building the trm-stack wheel (`pip wheel --no-deps .`)",
         )
         (wheel,) = out.glob("*.whl")
