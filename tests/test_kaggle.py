@@ -246,6 +246,9 @@ def test_cli_infer_and_package_errors_exit_2(
     assert "does not exist" in capsys.readouterr().err
     assert main([*argv, "--num-aug", "0", "--device", "cpu"]) == 2
     assert "--num-aug 0" in capsys.readouterr().err
+    before = challenges.read_text()
+    assert main([*argv[:-2], "--out", str(challenges)]) == 2
+    assert "is the --challenges file" in capsys.readouterr().err and challenges.read_text() == before
 
 
 def _offline(argv: list[str]) -> list[str]:
