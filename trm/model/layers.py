@@ -6,6 +6,7 @@ Shape legend: B batch, S sequence (prefix + tokens), D hidden, H heads, K head_d
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,10 +43,42 @@ def swiglu_intermediate(width: int, expansion: float) -> int:
     return round_up(round(expansion * width * 2 / 3), 256)
 
 
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """x in at least fp32 (half and bfloat16 are upcast; fp32 and fp64 are kept)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+class _RMSNorm(torch.autograd.Function):
+    """y = x·rsqrt(mean(x²) + eps) in fp32, with a hand-written backward (fewer passes than autograd's)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, eps: float) -> torch.Tensor:
+        xf = _upcast(x)
+        rstd = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+        y = xf * rstd
+        ctx.save_for_backward(y, rstd)
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        y, rstd = ctx.saved_tensors
+        gf = _upcast(grad)
+        # d/dx [x·r] with r = (mean(x²)+eps)^-1/2:  r·(g − y·mean(g·y))
+        dot = (gf * y).mean(-1, keepdim=True)
+        dx = torch.addcmul(gf, y, dot, value=-1.0).mul_(rstd)
+        return dx.to(grad.dtype), None
+
+
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Parameter-free RMSNorm over the last axis, computed in fp32 and cast back to x's dtype."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
+    """Parameter-free RMSNorm over the last axis, computed in fp32 and cast back to x's dtype.
+
+    Eager mode uses the hand-written backward; under torch.compile the plain formula is traced so that
+    inductor fuses it with its neighbours.
+    """
+    if torch.compiler.is_compiling():
+        xf = _upcast(x)
+        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return _RMSNorm.apply(x, eps)
 
 
 class CastedLinear(nn.Module):
@@ -89,15 +122,50 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", freqs.sin(), persistent=False)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE on x [B, S, ..., K] in fp32 (cos/sin [S, K/2]); returns x's dtype.
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, out: torch.Tensor) -> None:
+    """out = x·cat(cos,cos) + rotate_half(x)·cat(sin,sin), computed in fp32 (sin < 0 rotates back)."""
+    x1, x2 = _upcast(x).chunk(2, dim=-1)
+    if out.dtype == x1.dtype:
+        o1, o2 = out.chunk(2, dim=-1)
+        torch.mul(x1, cos, out=o1).addcmul_(x2, sin, value=-1.0)
+        torch.mul(x2, cos, out=o2).addcmul_(x1, sin)
+    else:
+        out.copy_(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1))
 
-    Equals x·cat(cos,cos) + rotate_half(x)·cat(sin,sin) with rotate_half(x) = cat(-x2, x1), op for op.
+
+class _RopeQKV(torch.autograd.Function):
+    """RoPE on the q and k parts of a fused qkv tensor [B, S, 3, H, K]; v passes through."""
+
+    @staticmethod
+    def forward(ctx: Any, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        out = torch.empty_like(qkv)
+        _rotate(qkv[:, :, :2], cos, sin, out[:, :, :2])
+        out[:, :, 2] = qkv[:, :, 2]
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        grad_qkv = torch.empty_like(grad)
+        _rotate(grad[:, :, :2], cos, -sin, grad_qkv[:, :, :2])  # a rotation's transpose is its inverse
+        grad_qkv[:, :, 2] = grad[:, :, 2]
+        return grad_qkv, None, None
+
+
+def rope_tables(cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Half tables [S, K/2] reshaped to broadcast over [B, S, 2, H, K/2]."""
+    return cos[:, None, None, :], sin[:, None, None, :]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Differentiable rotate-half RoPE on x [B, S, ..., K] in fp32 (cos/sin [S, K/2]); returns x's dtype.
+
+    Equals x·cat(cos,cos) + rotate_half(x)·cat(sin,sin) with rotate_half(x) = cat(-x2, x1).
     """
     shape = (cos.shape[0],) + (1,) * (x.ndim - 3) + (cos.shape[1],)
     cos, sin = cos.view(shape), sin.view(shape)
-    xf = x.float()
-    x1, x2 = xf.chunk(2, dim=-1)
+    x1, x2 = _upcast(x).chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
@@ -117,12 +185,41 @@ class Attention(nn.Module):
         qkv = self.qkv(x_BSD).view(B, S, 3, self.num_heads, self.head_dim)
         if rope is None:
             q, k, v = qkv.unbind(2)
-        else:
-            qk = apply_rope(qkv[:, :, :2], *rope)
-            q, k = qk.unbind(2)
+        elif torch.compiler.is_compiling():  # plain ops: inductor fuses them
+            q, k = apply_rope(qkv[:, :, :2], *rope).unbind(2)
             v = qkv[:, :, 2]
+        else:
+            q, k, v = _RopeQKV.apply(qkv, *rope_tables(*rope)).unbind(2)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.out(out.transpose(1, 2).reshape(B, S, D))
+
+
+class _SiluGate(torch.autograd.Function):
+    """silu(gate)·up from a fused [.., 2I] gate/up tensor; the backward writes both halves in place (no cat)."""
+
+    @staticmethod
+    def forward(ctx: Any, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        act = F.silu(gate)
+        ctx.save_for_backward(gate, up, act)
+        return act * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        gate, up, act = ctx.saved_tensors
+        grad_gate_up = torch.empty(*grad.shape[:-1], 2 * grad.shape[-1], dtype=grad.dtype, device=grad.device)
+        d_gate, d_up = grad_gate_up.chunk(2, dim=-1)
+        torch.mul(grad, act, out=d_up)
+        torch.ops.aten.silu_backward.grad_input(grad * up, gate, grad_input=d_gate)
+        return grad_gate_up
+
+
+def silu_gate(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(first half)·(second half) of the last axis."""
+    if torch.compiler.is_compiling():
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return _SiluGate.apply(gate_up)
 
 
 class SwiGLU(nn.Module):
@@ -136,8 +233,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU over the last axis."""
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(silu_gate(self.gate_up(x)))
 
 
 class Block(nn.Module):

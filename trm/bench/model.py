@@ -1,0 +1,253 @@
+"""Benchmark: one training step (ACT forward, backward, AdamATan2 step) of TRM, ours vs upstream.
+
+    python -m trm.bench.model                      # tiny CPU config, eager and compiled
+    TRM_UPSTREAM=<checkout> python -m trm.bench.model   # also time upstream's model in the same run
+
+Upstream is imported from its checkout; it needs `pydantic` and `einops` importable. Both models are
+stepped with our AdamATan2 (upstream's optimizer is a CUDA-only extension), so the ratio compares models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from trm.errors import TRMError
+from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
+from trm.optim import AdamATan2
+
+# Dense bf16 peak FLOP/s used for MFU, by GPU name fragment.
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
+
+
+def tiny_config() -> TRMConfig:
+    """The tiny CPU config of the reference CPU measurements (upstream: 1.6 steps/s eager)."""
+    return TRMConfig(
+        batch_size=32,
+        seq_len=900,
+        vocab_size=12,
+        num_puzzle_identifiers=1,
+        puzzle_emb_ndim=0,
+        puzzle_emb_len=0,
+        H_cycles=1,
+        L_cycles=1,
+        L_layers=1,
+        hidden_size=64,
+        num_heads=4,
+        forward_dtype="float32",
+    )
+
+
+def paper_config() -> TRMConfig:
+    """The paper's ARC config at a per-rank batch of 192 (4 ranks × 192 = 768), bf16."""
+    return TRMConfig(
+        batch_size=192,
+        seq_len=900,
+        vocab_size=12,
+        num_puzzle_identifiers=1000,
+        H_cycles=3,
+        L_cycles=4,
+        L_layers=2,
+        forward_dtype="bfloat16",
+    )
+
+
+CONFIGS = {"tiny": tiny_config, "paper": paper_config}
+
+
+def step_flops(config: TRMConfig) -> float:
+    """Matmul FLOPs of one training step (forward of all cycles, backward of the last one)."""
+    b, s, d = config.batch_size, config.total_seq_len, config.hidden_size
+    inter = -(round(config.expansion * d * 2 / 3) // -256) * 256
+    mix = 2 * b * s * d * 4 * d + 4 * b * s * s * d  # qkv + out projections, scores + weighted sum
+    block = mix + 2 * b * s * d * 3 * inter
+    per_application = config.L_layers * block
+    with_grad = config.L_cycles + 1
+    without_grad = (config.H_cycles - 1) * (config.L_cycles + 1)
+    heads = 2 * b * s * d * config.vocab_size * 3
+    return per_application * (without_grad + 3 * with_grad) + heads
+
+
+def make_batch(config: TRMConfig, device: torch.device) -> dict[str, torch.Tensor]:
+    """A random ARC-shaped batch."""
+    g = torch.Generator().manual_seed(0)
+    shape = (config.batch_size, config.seq_len)
+    batch = {
+        "inputs": torch.randint(0, config.vocab_size, shape, generator=g, dtype=torch.int32),
+        "labels": torch.randint(0, config.vocab_size, shape, generator=g, dtype=torch.int32),
+        "puzzle_identifiers": torch.randint(
+            0, config.num_puzzle_identifiers, (config.batch_size,), generator=g
+        ),
+    }
+    batch["puzzle_identifiers"] = batch["puzzle_identifiers"].to(torch.int32)
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def build_ours(config: TRMConfig, device: torch.device) -> nn.Module:
+    """Our loss head around our model."""
+    return ACTLossHead(TinyRecursiveModel(config)).to(device)
+
+
+def build_upstream(
+    config: TRMConfig, device: torch.device, path: str, loss_type: str = "stablemax_cross_entropy"
+) -> nn.Module:
+    """Upstream's loss head and model, imported from the checkout at `path`."""
+    if not os.path.isdir(os.path.join(path, "models", "recursive_reasoning")):
+        raise TRMError(f"TRM_UPSTREAM={path} is not a TinyRecursiveModels checkout: point it at a clone.")
+    sys.path.insert(0, path)
+    try:
+        from models.losses import ACTLossHead as UpstreamLossHead
+        from models.recursive_reasoning.trm import TinyRecursiveReasoningModel_ACTV1
+    except ImportError as exc:
+        raise TRMError(f"cannot import upstream from {path} ({exc}): pip install pydantic einops") from exc
+    finally:
+        sys.path.remove(path)
+    arch = asdict(config)
+    arch.pop("eval_early_halt")
+    with torch.device(device):
+        model = TinyRecursiveReasoningModel_ACTV1(arch)
+        return UpstreamLossHead(model, loss_type=loss_type)
+
+
+class _UpstreamCall(nn.Module):
+    """Adapts upstream's keyword call convention to ours."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def initial_carry(self, batch: dict[str, torch.Tensor]) -> Any:
+        return self.head.initial_carry(batch)
+
+    def forward(self, carry: Any, batch: dict[str, torch.Tensor]) -> Any:
+        return self.head(carry=carry, batch=batch, return_keys=[])
+
+
+@dataclass
+class Timing:
+    """Result of timing one variant."""
+
+    name: str
+    first_step_s: float
+    median_s: float
+
+    @property
+    def steps_per_s(self) -> float:
+        return 1.0 / self.median_s
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Runner:
+    """One variant: a loss head (eager or compiled), its optimizer and its carry, stepped like the trainer."""
+
+    def __init__(
+        self, name: str, head: nn.Module, config: TRMConfig, device: torch.device, compiled: bool
+    ) -> None:
+        self.name, self.config, self.device = name, config, device
+        self.optimizer = AdamATan2(
+            [p for p in head.parameters() if p.requires_grad], lr=1e-4, betas=(0.9, 0.95)
+        )
+        self.step_fn: Callable[..., Any] = torch.compile(head) if compiled else head
+        self.batch = make_batch(config, device)
+        head.train()
+        self.carry = head.initial_carry(self.batch)
+        self.times: list[float] = []
+
+    def step(self) -> float:
+        """One timed training step."""
+        start = time.perf_counter()
+        self.carry, loss, *_ = self.step_fn(self.carry, self.batch)
+        (loss / self.config.batch_size).backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        _sync(self.device)
+        elapsed = time.perf_counter() - start
+        self.times.append(elapsed)
+        return elapsed
+
+
+def time_interleaved(runners: list[Runner], *, steps: int, warmup: int) -> list[Timing]:
+    """Warm every runner up, then alternate single steps between them so load changes hit all alike."""
+    for runner in runners:
+        for _ in range(warmup):
+            runner.step()
+    for _ in range(steps):
+        for runner in runners:
+            runner.step()
+    return [Timing(r.name, r.times[0], statistics.median(r.times[warmup:])) for r in runners]
+
+
+def _peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    gpu = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in gpu), None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print one line per variant plus the ours/upstream ratios."""
+    parser = argparse.ArgumentParser(prog="python -m trm.bench.model", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", choices=sorted(CONFIGS), default=None, help="tiny (CPU) or paper (GPU)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
+    parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument(
+        "--upstream", default=os.environ.get("TRM_UPSTREAM"), help="upstream checkout [$TRM_UPSTREAM]"
+    )
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device)
+    config = CONFIGS[args.config or ("paper" if device.type == "cuda" else "tiny")]()
+    modes = [False] if args.no_compile else [False, True]
+    builders: list[tuple[str, Callable[[], nn.Module]]] = [("ours", lambda: build_ours(config, device))]
+    if args.upstream:
+        builders.append(("upstream", lambda: _UpstreamCall(build_upstream(config, device, args.upstream))))
+    flops, peak = step_flops(config), _peak_flops(device)
+    print(
+        f"config={args.config or config.forward_dtype} device={device} threads={torch.get_num_threads()} "
+        f"batch={config.batch_size} seq={config.total_seq_len} hidden={config.hidden_size} "
+        f"H={config.H_cycles} L={config.L_cycles} layers={config.L_layers} dtype={config.forward_dtype}"
+    )
+    runners = []
+    for compiled in modes:
+        for name, build in builders:
+            torch.manual_seed(0)
+            label = f"{name}/{'compiled' if compiled else 'eager'}"
+            runners.append(Runner(label, build(), config, device, compiled))
+    results: dict[tuple[str, bool], Timing] = {}
+    for runner, timing in zip(
+        runners, time_interleaved(runners, steps=args.steps, warmup=args.warmup), strict=True
+    ):
+        name, mode = runner.name.split("/")
+        results[(name, mode == "compiled")] = timing
+        mfu = f" mfu={flops / timing.median_s / peak:.1%}" if peak else ""
+        print(
+            f"{timing.name:20s} {timing.median_s * 1000:8.1f} ms/step {timing.steps_per_s:6.2f} steps/s "
+            f"(first step {timing.first_step_s:.1f} s){mfu}"
+        )
+    for compiled in modes:
+        if ("upstream", compiled) in results:
+            ratio = results[("upstream", compiled)].median_s / results[("ours", compiled)].median_s
+            print(f"speedup {'compiled' if compiled else 'eager'}: {ratio:.2f}x vs upstream")
+    if ("upstream", False) in results and True in modes:
+        ratio = results[("upstream", False)].median_s / results[("ours", True)].median_s
+        print(f"speedup ours compiled vs upstream eager: {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
