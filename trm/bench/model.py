@@ -127,9 +127,12 @@ class _UpstreamCall(nn.Module):
         self.head = head
 
     def initial_carry(self, batch: dict[str, torch.Tensor]) -> Any:
-        return self.head.initial_carry(batch)
+        """Upstream allocates its carry on the default device, so set it (as upstream's trainer does)."""
+        with torch.device(batch["inputs"].device):
+            return self.head.initial_carry(batch)
 
     def forward(self, carry: Any, batch: dict[str, torch.Tensor]) -> Any:
+        """Upstream's loss head called with keywords."""
         return self.head(carry=carry, batch=batch, return_keys=[])
 
 
