@@ -1,7 +1,8 @@
 """Data benchmark: ARC dataset builds (compact and materialized) and loader throughput, optionally vs upstream.
 
     nox -s bench -- data [--num-aug 1000] [--forms compact materialized] [--keep DIR]
-    TRM_UPSTREAM=/path/to/TinyRecursiveModels nox -s bench -- data
+    TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=/venv/with/argdantic/bin/python] \
+        nox -s bench -- data
 
 Each build runs in its own process so wall time, CPU time and peak RSS are that build's alone. Targets
 (2-core machine, ARC-AGI-2 + ConceptARC, 1000 augmentations): compact ≤ 10 s, ≤ 1 GB RSS, ≤ 100 MB on
@@ -151,7 +152,8 @@ def run_upstream(checkout: Path, args: argparse.Namespace, work: Path) -> Run:
     shutil.rmtree(out, ignore_errors=True)
     if not (checkout / "dataset" / "build_arc_dataset.py").is_file():
         return Run("upstream", 0, 0, 0, 0, False, f"{checkout}: not a TinyRecursiveModels checkout")
-    cmd = [sys.executable, "-m", "dataset.build_arc_dataset", "--output-dir", str(out), *build_args(args)]
+    python = os.environ.get("TRM_UPSTREAM_PYTHON", sys.executable)  # an env with upstream's deps
+    cmd = [python, "-m", "dataset.build_arc_dataset", "--output-dir", str(out), *build_args(args)]
     return measure("upstream", cmd, out, cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)})
 
 

@@ -1,0 +1,50 @@
+"""`python -m trm.eval CHECKPOINT [key=value …]`: evaluate a checkpoint (ours or upstream's) standalone.
+
+Writes `evaluator_ARC_step_N/submission.json` and `metrics.json` under --output-dir (default: the
+checkpoint's run directory). Works in one process and under torchrun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from trm.errors import TRMError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog="python -m trm.eval", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path, help="a step_N/ folder of ours, or an upstream step_N file")
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        help="config overrides, e.g. data_paths='[data/arc1concept-aug-1000]' arch.L_cycles=4",
+    )
+    parser.add_argument("--output-dir", type=Path, default=None, help="where evaluator_ARC_step_N/ goes")
+    parser.add_argument(
+        "--weights",
+        choices=("ema", "live"),
+        default="ema",
+        help="ours: EMA weights when the checkpoint has them (default), or the live training weights",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, evaluate, return the exit code (2 with a one-line message on bad input)."""
+    from trm.evaluation.standalone import evaluate_checkpoint
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return evaluate_checkpoint(args.checkpoint, args.overrides, args.output_dir, args.weights == "ema")
+    except TRMError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The evaluation pass (TRM_SPEC §10.1): run every test batch to halting, reduce metrics, call evaluators.
+
+Runs under `torch.no_grad()` (not inference mode) and hands evaluators CPU copies, so nothing later
+updates an inference tensor in place — the class of crash that killed upstream runs at their first
+evaluation. Test batches are processed in chunks of the micro-batch size to bound memory, without the
+blank rows that pad the last one.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from trm.training.distributed import DistInfo, all_reduce_sum_
+
+# What ACTLossHead reports (sums over the batch); q_continue_loss only with no_ACT_continue=False.
+LOSS_HEAD_METRICS = (
+    "count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps", "lm_loss", "q_halt_loss", "q_continue_loss",
+)  # fmt: skip
+OPTIONAL_METRICS = frozenset({"q_continue_loss"})
+
+
+def evaluate(
+    loss_head: torch.nn.Module,
+    test_loader: Any,
+    evaluators: list[Any],
+    info: DistInfo,
+    *,
+    chunk_size: int,
+    save_dir: Path | None,
+    step: int,
+    save_outputs: tuple[str, ...] = (),
+    show_progress: bool = True,
+) -> dict[str, float]:
+    """Evaluate; returns `eval/<set>/<metric>` and evaluator metrics on rank 0 ({} elsewhere)."""
+    was_training = loss_head.training
+    blank_id = int(test_loader.metadata.blank_identifier_id)
+    loss_head.eval()
+    for ev in evaluators:
+        ev.begin_eval()
+    wanted = tuple(dict.fromkeys([*save_outputs, *(k for ev in evaluators for k in ev.required_outputs)]))
+    sums: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
+    saved: dict[str, list[torch.Tensor]] = defaultdict(list)
+    bar = tqdm(
+        desc=f"eval step {step}", unit="batch", disable=not (show_progress and info.is_main), leave=False
+    )
+    try:
+        with torch.no_grad():
+            for set_name, batch, _n in test_loader.iter_test():
+                rows = _real_rows(batch["puzzle_identifiers"], blank_id)
+                batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
+                for start in range(0, rows, chunk_size):
+                    chunk = {k: v[start : start + chunk_size] for k, v in batch.items()}
+                    metrics, outputs = _run_to_halt(loss_head, chunk, wanted)
+                    for name, value in metrics.items():
+                        acc = sums[set_name]
+                        acc[name] = acc.get(name, 0) + value.detach().double()
+                    merged = {**chunk, **outputs}
+                    for ev in evaluators:
+                        ev.update_batch(merged)
+                    for key in save_outputs:
+                        if key in merged:
+                            saved[key].append(merged[key].detach().to("cpu", copy=True))
+                bar.update()
+    finally:
+        bar.close()
+        loss_head.train(was_training)
+    result = _reduce_set_metrics(sums, test_loader, info)
+    if save_dir is not None and save_outputs and saved:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        torch.save(
+            {k: torch.cat(v) for k, v in saved.items()}, save_dir / f"step_{step}_all_preds.{info.rank}"
+        )
+    for ev in evaluators:
+        ev_dir = save_dir / f"evaluator_ARC_step_{step}" if save_dir is not None else None
+        metrics = ev.result(ev_dir, info)
+        if metrics:
+            result.update(metrics)
+    return result if info.is_main else {}
+
+
+def _real_rows(identifiers: torch.Tensor, blank_id: int) -> int:
+    """Rows up to the last non-blank one: the loader pads the last chunk with blank rows, which carry no
+    labels and are dropped by the evaluators, so they are not computed (their q_halt loss would otherwise
+    depend on the padding, i.e. on the world size)."""
+    real = torch.nonzero(identifiers != blank_id)
+    return int(real.max()) + 1 if real.numel() else 0
+
+
+def _run_to_halt(
+    loss_head: torch.nn.Module, batch: dict[str, torch.Tensor], wanted: tuple[str, ...]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Fresh carry, step until every slot halted; metrics and outputs of the last step."""
+    carry = loss_head.initial_carry(batch)
+    while True:
+        carry, _loss, metrics, outputs, all_halted = loss_head(carry, batch, return_keys=wanted)
+        if all_halted:
+            return metrics, outputs
+
+
+def _reduce_set_metrics(
+    sums: dict[str, dict[str, torch.Tensor]], test_loader: Any, info: DistInfo
+) -> dict[str, float]:
+    """Sum per-set metrics over ranks; divide each by the set's count."""
+    set_names = list(getattr(test_loader.metadata, "sets", None) or sorted(sums))
+    for name in sorted(sums):
+        if name not in set_names:
+            set_names.append(name)
+    # A fixed list, not the names seen here: a rank whose rows were all padding saw none, and every rank
+    # must join the same all-reduce.
+    metric_names = sorted(set(LOSS_HEAD_METRICS) | {m for s in sums.values() for m in s})
+    table = torch.zeros(len(set_names), len(metric_names), dtype=torch.float64, device=info.device)
+    for i, set_name in enumerate(set_names):
+        for j, metric in enumerate(metric_names):
+            if metric in sums.get(set_name, {}):
+                table[i, j] = sums[set_name][metric].to(info.device)
+    all_reduce_sum_([table], info)
+    out: dict[str, float] = {}
+    count_col = metric_names.index("count") if "count" in metric_names else None
+    for i, set_name in enumerate(set_names):
+        count = float(table[i, count_col]) if count_col is not None else 1.0
+        if count == 0:
+            continue
+        for j, metric in enumerate(metric_names):
+            value = float(table[i, j])
+            if metric in OPTIONAL_METRICS and value == 0.0:
+                continue
+            out[f"eval/{set_name}/{metric}"] = value if metric == "count" else value / count
+    return out

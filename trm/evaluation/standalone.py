@@ -1,0 +1,109 @@
+"""Evaluate one checkpoint outside training: ours (step_N/ folder) or upstream's (step_N weight file).
+
+The config is the checkpoint's stored one (ours) or the defaults (upstream), with `key=value` overrides
+on top (data_paths, arch.*, global_batch_size, micro_batch_size, device…). Writes
+`<output>/evaluator_ARC_step_N/submission.json` and `metrics.json` next to it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import torch
+
+from trm.errors import TRMError
+from trm.io import atomic_write_json
+from trm.training import config as config_mod
+from trm.training.accumulation import SlotPlan
+from trm.training.builder import build_model, load_initial_weights
+from trm.training.checkpoint import STATE, check_folder, load_torch
+from trm.training.config import TrainConfig
+from trm.training.distributed import DistInfo, initialize
+
+log = logging.getLogger(__name__)
+
+
+def resolve_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, int, bool]:
+    """(config, step, is_ours) for a checkpoint path plus overrides."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    ours = checkpoint.is_dir()
+    if ours:
+        try:
+            check_folder(checkpoint, verify_hashes=False)
+        except ValueError as why:
+            raise TRMError(
+                f"{checkpoint} is not a complete trm checkpoint ({why}): pick another step_N."
+            ) from None
+        state = load_torch(checkpoint / STATE)
+        base = config_mod.from_dict(state["config"])
+        step = int(state["progress"]["step"])
+    elif checkpoint.is_file():
+        base = TrainConfig()
+        match = re.search(r"step_(\d+)", checkpoint.name)
+        step = int(match.group(1)) if match else 0
+    else:
+        raise TRMError(
+            f"checkpoint {checkpoint} does not exist: pass a step_N folder or an upstream step_N file."
+        )
+    normalized = config_mod.normalize_overrides(overrides)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(base), OmegaConf.from_dotlist(normalized))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise TRMError(f"bad override: {str(err).splitlines()[0]}") from None
+    assert isinstance(cfg, TrainConfig)
+    config_mod.validate(cfg)
+    return cfg, step, ours
+
+
+def evaluate_checkpoint(
+    checkpoint: Path, overrides: list[str], output_dir: Path | None, use_ema: bool
+) -> int:
+    """Build the test loader and model, load the weights, evaluate; rank 0 writes the results."""
+    from trm.data.loader import PuzzleLoader
+    from trm.evaluation.arc import build_evaluators
+    from trm.evaluation.runner import evaluate
+
+    cfg, step, ours = resolve_config(checkpoint, overrides)
+    out = output_dir or checkpoint.parent
+    with initialize(cfg.device) as info:
+        plan = SlotPlan.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
+        test = PuzzleLoader(
+            cfg.data_paths_test or cfg.data_paths,
+            "test",
+            global_batch_size=cfg.global_batch_size,
+            rank=info.rank,
+            world_size=info.world_size,
+            seed=cfg.seed,
+        )
+        torch.manual_seed(cfg.seed)
+        model, loss_head = build_model(cfg, test.metadata, plan, info.device)
+        _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers)
+        evaluators = build_evaluators(cfg.evaluators, test)
+        metrics = evaluate(
+            loss_head, test, evaluators, info, chunk_size=plan.micro_batch_size, save_dir=out, step=step
+        )
+        _report(info, out, step, metrics)
+    return 0
+
+
+def _load(checkpoint: Path, ours: bool, use_ema: bool, model: torch.nn.Module, num_ids: int) -> None:
+    if ours and not use_ema:
+        state = load_torch(checkpoint / STATE)
+        model.load_state_dict(state["model"])
+        return
+    load_initial_weights(str(checkpoint), model, num_ids)
+
+
+def _report(info: DistInfo, out: Path, step: int, metrics: dict[str, float]) -> None:
+    if not info.is_main:
+        return
+    folder = out / f"evaluator_ARC_step_{step}"
+    atomic_write_json(folder / "metrics.json", {"step": step, **metrics})
+    for key, value in sorted(metrics.items()):
+        print(f"{key}: {value:.4f}")
+    print(f"submission: {folder / 'submission.json'}")

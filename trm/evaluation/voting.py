@@ -1,0 +1,185 @@
+"""ARC voting, pass@K and the Kaggle submission: pure functions over a table of predicted grids.
+
+Reused by the in-training evaluator, `python -m trm.eval` and Kaggle inference. A "test puzzle" is the
+original ARC task JSON (`{"train": [...], "test": [{"input": grid, "output": grid?}, ...]}`); predictions
+are keyed by the task id and the hash of the original (un-augmented) test input grid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trm.errors import TRMError
+
+PASS_KS = (1, 2, 5, 10, 100, 1000)
+# Kaggle needs a grid for every attempt; this stands in for "no prediction" and for empty crops.
+FALLBACK_GRID: list[list[int]] = [[0]]
+
+
+def grid_key(grid: Any) -> str:
+    """Stable hash of a grid (shape + values), for matching test inputs and counting votes."""
+    arr = np.asarray(grid, dtype=np.int64)
+    if arr.size == 0:
+        arr = arr.reshape(0, 0)
+    h = hashlib.sha256(repr(arr.shape).encode())
+    h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One distinct predicted grid for a test input, with its votes."""
+
+    key: str
+    count: int
+    mean_confidence: float
+
+
+@dataclass
+class VoteTable:
+    """Predictions per (task, test input): lists of (grid key, halt confidence), plus the grids by key."""
+
+    votes: dict[str, dict[str, list[tuple[str, float]]]] = field(default_factory=lambda: defaultdict(dict))
+    grids: dict[str, list[list[int]]] = field(default_factory=dict)
+
+    def add(self, task_id: str, input_grid: Any, pred_grid: Any, confidence: float) -> None:
+        """Record one prediction (already mapped back to the original orientation and colours)."""
+        pred_k = grid_key(pred_grid)
+        self.grids.setdefault(pred_k, np.asarray(pred_grid, dtype=np.int64).tolist())
+        self.votes[task_id].setdefault(grid_key(input_grid), []).append((pred_k, float(confidence)))
+
+    def merge(self, other: VoteTable) -> None:
+        """Add every vote of `other` (e.g. gathered from another rank)."""
+        self.grids.update(other.grids)
+        for task_id, by_input in other.votes.items():
+            for input_k, votes in by_input.items():
+                self.votes[task_id].setdefault(input_k, []).extend(votes)
+
+    def clear(self) -> None:
+        """Forget all votes (a new evaluation round)."""
+        self.votes = defaultdict(dict)
+        self.grids = {}
+
+    def ranked(self, task_id: str, input_grid: Any) -> list[Candidate]:
+        """Distinct predictions for one test input, best first (see `rank_votes`)."""
+        return rank_votes(self.votes.get(task_id, {}).get(grid_key(input_grid), []))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"votes": {k: dict(v) for k, v in self.votes.items()}, "grids": self.grids}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.votes = defaultdict(dict, state["votes"])
+        self.grids = state["grids"]
+
+
+def rank_votes(votes: list[tuple[str, float]]) -> list[Candidate]:
+    """Rank distinct grids by vote count, then by mean halt confidence (both descending), then by key."""
+    counts: dict[str, int] = defaultdict(int)
+    sums: dict[str, float] = defaultdict(float)
+    for key, conf in votes:
+        counts[key] += 1
+        sums[key] += conf
+    cands = [Candidate(k, counts[k], sums[k] / counts[k]) for k in counts]
+    return sorted(cands, key=lambda c: (-c.count, -c.mean_confidence, c.key))
+
+
+def _has_solutions(task: dict[str, Any]) -> bool:
+    return all("output" in pair for pair in task.get("test", []))
+
+
+def pass_at_k(
+    test_puzzles: dict[str, Any], table: VoteTable, ks: tuple[int, ...] = PASS_KS
+) -> dict[int, float]:
+    """Mean over tasks (with solutions) of the fraction of test pairs whose answer is in the top K."""
+    scored = {tid: task for tid, task in test_puzzles.items() if _has_solutions(task) and task.get("test")}
+    totals = dict.fromkeys(ks, 0.0)
+    for task_id, task in scored.items():
+        hits = dict.fromkeys(ks, 0)
+        for pair in task["test"]:
+            keys = [c.key for c in table.ranked(task_id, pair["input"])]
+            label = grid_key(pair["output"])
+            for k in ks:
+                hits[k] += label in keys[:k]
+        for k in ks:
+            totals[k] += hits[k] / len(task["test"])
+    return {k: (totals[k] / len(scored) if scored else 0.0) for k in ks}
+
+
+def _usable(grid: list[list[int]]) -> list[list[int]]:
+    return grid if grid and all(grid) else FALLBACK_GRID
+
+
+def build_submission(test_puzzles: dict[str, Any], table: VoteTable, attempts: int = 2) -> dict[str, Any]:
+    """Kaggle ARC Prize format: `{task: [{"attempt_1": g, "attempt_2": g}, ...]}`, one entry per test input.
+
+    Every test input gets an entry, in order (a pair with no prediction gets the fallback grid instead of
+    being skipped, which would shift later pairs). With fewer distinct candidates than attempts, the best
+    one is repeated; empty crops become the fallback grid.
+    """
+    submission: dict[str, Any] = {}
+    for task_id, task in test_puzzles.items():
+        entries = []
+        for pair in task.get("test", []):
+            ranked = table.ranked(task_id, pair["input"])
+            grids = [_usable(table.grids[c.key]) for c in ranked[:attempts]] or [FALLBACK_GRID]
+            grids += [grids[0]] * (attempts - len(grids))
+            entries.append({f"attempt_{i + 1}": g for i, g in enumerate(grids)})
+        submission[task_id] = entries
+    return submission
+
+
+def validate_submission(submission: Any, test_puzzles: dict[str, Any], attempts: int = 2) -> None:
+    """Raise TRMError unless `submission` has a well-formed entry for every test input of every task."""
+    if not isinstance(submission, dict):
+        raise TRMError("submission.json must be a JSON object {task_id: [...]}.")
+    missing = sorted(set(test_puzzles) - set(submission))
+    if missing:
+        raise TRMError(f"submission.json lacks {len(missing)} task(s), e.g. {missing[0]}: regenerate it.")
+    for task_id, task in test_puzzles.items():
+        entries = submission[task_id]
+        if not isinstance(entries, list) or len(entries) != len(task.get("test", [])):
+            raise TRMError(
+                f"submission.json task {task_id}: needs one entry per test input ({len(task['test'])})."
+            )
+        for i, entry in enumerate(entries):
+            want = {f"attempt_{a + 1}" for a in range(attempts)}
+            if not isinstance(entry, dict) or set(entry) != want:
+                raise TRMError(f"submission.json task {task_id} pair {i}: keys must be {sorted(want)}.")
+            for name, grid in entry.items():
+                ok = isinstance(grid, list) and grid and all(isinstance(r, list) and r for r in grid)
+                ok = ok and all(isinstance(v, int) and 0 <= v <= 9 for r in grid for v in r)
+                ok = ok and len({len(r) for r in grid}) == 1
+                if not ok:
+                    raise TRMError(
+                        f"submission.json task {task_id} pair {i} {name}: not a rectangular grid of 0..9."
+                    )
+
+
+def record_predictions(
+    table: VoteTable,
+    test_puzzles: dict[str, Any],
+    identifiers: Sequence[str],
+    inputs: np.ndarray,
+    preds: np.ndarray,
+    confidences: np.ndarray,
+) -> None:
+    """Add a batch of augmented predictions: row i's identifier string names its task and augmentation.
+
+    Crops the 900-token input and prediction, undoes the augmentation and votes under the original test
+    input; rows of tasks outside `test_puzzles` are ignored.
+    """
+    from trm.data.encoding import crop, invert_augmentation, parse_identifier
+
+    for row, name in enumerate(identifiers):
+        task_id, tid, colour_map = parse_identifier(name)
+        if task_id not in test_puzzles:
+            continue
+        grid_in = invert_augmentation(crop(inputs[row]), tid, colour_map)
+        grid_out = invert_augmentation(crop(preds[row]), tid, colour_map)
+        table.add(task_id, grid_in, grid_out, float(confidences[row]))

@@ -1,0 +1,191 @@
+"""Build the run's components from a TrainConfig: loaders, model + loss head, optimizers, EMA, evaluators."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trm.errors import TRMError
+from trm.training.accumulation import SlotPlan
+from trm.training.config import TrainConfig
+from trm.training.distributed import DistInfo
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Optim:
+    """One optimizer and the base LR the schedule scales."""
+
+    name: str
+    optimizer: torch.optim.Optimizer
+    base_lr: float
+
+
+@dataclass
+class Components:
+    """Everything a run trains and evaluates with."""
+
+    train_loader: Any
+    test_loader: Any | None
+    model: nn.Module
+    loss_head: nn.Module
+    step_module: nn.Module
+    optimizers: list[Optim]
+    ema: Any | None
+    evaluators: list[Any]
+    plan: SlotPlan
+
+
+def forward_dtype(cfg: TrainConfig, device: torch.device) -> str:
+    """`auto` → bfloat16 on CUDA, float32 on CPU (bf16 is slower there and not the reference)."""
+    if cfg.arch.forward_dtype != "auto":
+        return cfg.arch.forward_dtype
+    return "bfloat16" if device.type == "cuda" else "float32"
+
+
+def arch_identity(cfg: TrainConfig) -> dict[str, Any]:
+    """Architecture keys that fix parameter shapes and semantics (compared on resume)."""
+    from trm.training.config import ARCH_RESUMABLE_KEYS
+
+    arch = dataclasses.asdict(cfg.arch)
+    return {k: v for k, v in arch.items() if k not in ARCH_RESUMABLE_KEYS}
+
+
+def build_loaders(cfg: TrainConfig, info: DistInfo) -> tuple[Any, Any | None]:
+    """Train loader over data_paths and test loader over data_paths_test (or data_paths)."""
+    from trm.data.loader import PuzzleLoader
+
+    epochs_per_iter = cfg.eval_interval or cfg.epochs
+    common = {"global_batch_size": cfg.global_batch_size, "rank": info.rank, "world_size": info.world_size}
+    train = PuzzleLoader(cfg.data_paths, "train", seed=cfg.seed, epochs_per_iter=epochs_per_iter, **common)
+    test_paths = cfg.data_paths_test or cfg.data_paths
+    test = PuzzleLoader(test_paths, "test", seed=cfg.seed, **common)
+    return train, test
+
+
+def build_model(cfg: TrainConfig, metadata: Any, plan: SlotPlan, device: torch.device) -> tuple[Any, Any]:
+    """TinyRecursiveModel + ACTLossHead on `device`, sized from the dataset metadata."""
+    from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
+
+    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
+    arch["forward_dtype"] = forward_dtype(cfg, device)
+    model_cfg = TRMConfig(
+        batch_size=plan.micro_batch_size,
+        seq_len=metadata.seq_len,
+        vocab_size=metadata.vocab_size,
+        num_puzzle_identifiers=metadata.num_puzzle_identifiers,
+        **arch,
+    )
+    with torch.device(device):
+        model = TinyRecursiveModel(model_cfg)
+    loss_head = ACTLossHead(model, cfg.arch.loss.loss_type).to(device)
+    return model, loss_head
+
+
+def compile_wanted(cfg: TrainConfig, device: torch.device) -> bool:
+    """compile=auto compiles on CUDA only (DISABLE_COMPILE turns auto off, see config.apply_environment)."""
+    if cfg.compile == "true":
+        return True
+    return cfg.compile == "auto" and device.type == "cuda" and not os.environ.get("DISABLE_COMPILE")
+
+
+def build_optimizers(cfg: TrainConfig, model: Any) -> list[Optim]:
+    """Upstream's list: [SignSGD (puzzle table), AdamATan2 (all parameters)], minus what is disabled."""
+    from trm.optim import SparseEmbeddingSignSGD, build_adam_atan2
+
+    optimizers: list[Optim] = []
+    if model.puzzle_emb is not None:
+        sign = SparseEmbeddingSignSGD(model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
+        optimizers.append(Optim("puzzle_emb", sign, cfg.puzzle_emb_lr))
+    if model.puzzle_emb is None or not cfg.freeze_weights:
+        adam = build_adam_atan2(
+            model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
+        )
+        optimizers.append(Optim("adam_atan2", adam, cfg.lr))
+    elif cfg.freeze_weights and model.puzzle_emb is None:
+        raise TRMError("freeze_weights=True with arch.puzzle_emb_ndim=0 leaves nothing to train.")
+    return optimizers
+
+
+def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | None = None) -> Components:
+    """Loaders (built from data_paths unless given), model (rank 0's init broadcast), optimizers, EMA."""
+    from trm.evaluation.arc import build_evaluators
+    from trm.optim import EMA
+    from trm.training.distributed import broadcast_params_
+
+    plan = SlotPlan.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
+    train_loader, test_loader = loaders if loaders is not None else build_loaders(cfg, info)
+    torch.manual_seed(cfg.seed + info.rank)
+    model, loss_head = build_model(cfg, train_loader.metadata, plan, info.device)
+    broadcast_params_(model, info)
+    step_module = loss_head
+    if compile_wanted(cfg, info.device):
+        step_module = torch.compile(loss_head)  # type: ignore[assignment]
+    optimizers = build_optimizers(cfg, model)
+    ema = EMA(model, cfg.ema_rate) if cfg.ema else None
+    evaluators = build_evaluators(cfg.evaluators, test_loader) if test_loader is not None else []
+    if info.is_main:
+        n_params = sum(p.numel() for p in model.parameters())
+        log.info(
+            "model: %s trainable parameters; %d micro-batch(es) of %d per process",
+            f"{n_params:,}",
+            plan.accum_steps,
+            plan.micro_batch_size,
+        )
+    return Components(
+        train_loader, test_loader, model, loss_head, step_module, optimizers, ema, evaluators, plan
+    )
+
+
+def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
+    """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or an upstream file."""
+    from trm.model.upstream import convert_upstream_state_dict
+    from trm.training.checkpoint import STATE, check_folder, load_torch
+
+    p = Path(path)
+    if p.is_dir():
+        try:
+            check_folder(p, verify_hashes=True)
+        except ValueError as why:
+            raise TRMError(f"load_checkpoint={path}: not a complete trm checkpoint ({why}).") from None
+        state = load_torch(p / STATE)
+        weights = dict(state["model"])
+        if state.get("ema") is not None:
+            weights.update(state["ema"]["shadow"])
+        kind = "trm checkpoint" + (" (EMA weights)" if state.get("ema") is not None else "")
+    elif p.is_file():
+        try:
+            raw = torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as err:
+            raise TRMError(f"load_checkpoint={path}: cannot read it as a torch state dict ({err}).") from None
+        weights = convert_upstream_state_dict(raw)
+        kind = "upstream weights"
+    else:
+        raise TRMError(
+            f"load_checkpoint={path} does not exist: pass a step_N folder or upstream step_N file."
+        )
+    return weights, kind
+
+
+def load_initial_weights(path: str, model: Any, num_identifiers: int) -> str:
+    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or an upstream step_N file."""
+    from trm.model.upstream import resize_puzzle_embedding
+
+    weights, kind = read_checkpoint_weights(path)
+    weights = resize_puzzle_embedding(weights, num_identifiers)
+    try:
+        model.load_state_dict(weights, strict=True)
+    except RuntimeError as err:
+        first = str(err).splitlines()[0]
+        raise TRMError(
+            f"load_checkpoint={path}: weights do not fit this arch ({first}). Match arch.*."
+        ) from None
+    return kind

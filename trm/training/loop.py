@@ -1,0 +1,402 @@
+"""The training run, top to bottom: resume, train passes, evaluate, checkpoint, stop on signals.
+
+One loader pass covers `eval_interval` epochs (upstream's iteration). After each pass: evaluate (EMA
+weights when ema=True), then save a checkpoint. SIGTERM/SIGINT finish the current step, save and return
+SAVED_RETRY (75); SIGUSR1 saves and continues. Starting again with the same checkpoint_path resumes from
+the newest complete checkpoint, bit-exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from trm import exit_codes
+from trm.errors import TRMError
+from trm.io import atomic_write_json
+from trm.training import checkpoint as ckpt
+from trm.training import distributed as dist_utils
+from trm.training.accumulation import exploration_draw, slice_rows
+from trm.training.builder import Components, arch_identity, build, load_initial_weights
+from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
+from trm.training.distributed import DistInfo
+from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
+from trm.training.signals import StopRequests, handle_signals
+from trm.training.state import (
+    Progress,
+    read_carries,
+    read_main_state,
+    read_rng,
+    set_rng_state,
+    write_main_state,
+    write_rank_shard,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Owns one run: its components, progress, ACT carries, metric log and checkpoints."""
+
+    def __init__(self, cfg: TrainConfig, info: DistInfo, comps: Components) -> None:
+        self.cfg = cfg
+        self.info = info
+        self.c = comps
+        self.run_dir = Path(str(cfg.checkpoint_path))
+        self.progress = Progress()
+        self.carries: list[Any] | None = None
+        meta = comps.train_loader.metadata
+        self.total_steps = int(
+            cfg.epochs * meta.total_groups * meta.mean_puzzle_examples / cfg.global_batch_size
+        )
+        self.step_limit = min(self.total_steps, cfg.max_steps or self.total_steps)
+        self.total_iters = cfg.epochs // (cfg.eval_interval or cfg.epochs)
+        self.metrics: MetricsLog | None = None
+        self.resumed_from: Path | None = None
+        self._evaluated_step = -1
+
+    # ---------------------------------------------------------------- setup
+    @classmethod
+    def create(cls, cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any] | None = None) -> Trainer:
+        """Build everything, then resume from the newest complete checkpoint or load initial weights."""
+        trainer = cls(cfg, info, build(cfg, info, loaders))
+        trainer._resume_or_init()
+        if info.is_main:
+            trainer._open_logs()
+        return trainer
+
+    def _facts(self) -> dict[str, Any]:
+        return {
+            "step": self.progress.step,
+            "run_name": self.cfg.run_name,
+            "config_hash": config_hash(self.cfg),
+            "world_size": self.info.world_size,
+            "micro_batch_size": self.c.plan.micro_batch_size,
+            "global_batch_size": self.cfg.global_batch_size,
+            "dataset_fingerprint": self.c.train_loader.fingerprint,
+            "arch": arch_identity(self.cfg),
+            "math": math_dict(self.cfg),
+        }
+
+    def _resume_or_init(self) -> None:
+        found = None
+        if self.info.is_main:
+            found = ckpt.find_complete(self.run_dir)
+            found = [(i.step, str(i.path)) for i in found]
+        found = dist_utils.broadcast_object(found, self.info)
+        for _step, path in reversed(found or []):
+            folder = Path(path)
+            try:
+                manifest = ckpt.check_folder(folder, verify_hashes=True)
+            except ValueError as why:
+                log.warning("skipping checkpoint %s: %s", folder, why)
+                continue
+            self._restore(folder, manifest)
+            self.resumed_from = folder
+            return
+        if self.cfg.load_checkpoint:
+            kind = load_initial_weights(
+                self.cfg.load_checkpoint, self.c.model, self.c.train_loader.metadata.num_puzzle_identifiers
+            )
+            if self.c.ema is not None:
+                from trm.optim import EMA
+
+                self.c.ema = EMA(self.c.model, self.cfg.ema_rate)
+            if self.info.is_main:
+                log.info("initial weights from %s (%s)", self.cfg.load_checkpoint, kind)
+
+    def _restore(self, folder: Path, manifest: dict[str, Any]) -> None:
+        for warning in ckpt.check_compatible(manifest, self._facts(), folder):
+            if self.info.is_main:
+                log.warning(warning)
+        state = read_main_state(folder)
+        self.c.model.load_state_dict(state["model"])
+        if self.c.ema is not None:
+            if state.get("ema") is None:
+                raise TRMError(
+                    f"cannot resume from {folder} with ema=True: it was saved without EMA. Use ema=False."
+                )
+            self.c.ema.load_state_dict(state["ema"])
+        saved_opts = state["optimizers"]
+        for o in self.c.optimizers:
+            if o.name not in saved_opts:
+                raise TRMError(
+                    f"cannot resume from {folder}: it has no {o.name} optimizer state (freeze_weights?)."
+                )
+            o.optimizer.load_state_dict(saved_opts[o.name])
+        self.c.train_loader.load_state_dict(state["train_loader"])
+        self.progress = Progress(**state["progress"])
+        world_saved = int(manifest["world_size"])
+        self.carries = read_carries(folder, world_saved, self.c.plan, self.info.device)
+        rng = read_rng(folder, self.info.rank, world_saved)
+        if rng is not None:
+            set_rng_state(rng)
+        if self.info.is_main:
+            log.info("resumed from %s (step %d)", folder, self.progress.step)
+
+    def _open_logs(self) -> None:
+        resume_step = self.progress.step if self.resumed_from is not None else None
+        self.metrics = MetricsLog(self.run_dir, resume_step=resume_step)
+        cfg = self.cfg
+        if wandb_wanted(cfg.wandb):
+            self.metrics.add_sink(
+                WandbSink(str(cfg.project_name), str(cfg.run_name), as_dict(cfg), self.run_dir)
+            )
+        if cfg.tensorboard:
+            self.metrics.add_sink(TensorBoardSink(self.run_dir))
+        atomic_write_json(
+            self.run_dir / "run.json",
+            {
+                "config": as_dict(cfg),
+                "config_hash": config_hash(cfg),
+                "world_size": self.info.world_size,
+                "device": str(self.info.device),
+                "micro_batch_size": self.c.plan.micro_batch_size,
+                "accum_steps": self.c.plan.accum_steps,
+                "total_steps": self.total_steps,
+                "step_limit": self.step_limit,
+                "resumed_from": str(self.resumed_from) if self.resumed_from else None,
+                "versions": {"python": sys.version.split()[0], "torch": torch.__version__},
+                "platform": platform.platform(),
+                "git_sha": ckpt.git_sha(),
+                "image_digest": os.environ.get("TRM_IMAGE_DIGEST") or None,
+                "command": sys.argv,
+            },
+        )
+        if self.resumed_from is None:
+            n = sum(p.numel() for p in self.c.model.parameters())
+            self.metrics.log(0, {"num_params": float(n)})
+
+    # ---------------------------------------------------------------- the run
+    def train(self) -> int:
+        """Run to the end (OK) or until a stop signal (SAVED_RETRY after saving)."""
+        if self.progress.finished:
+            if self.info.is_main:
+                log.info(
+                    "run in %s already finished at step %d; nothing to do", self.run_dir, self.progress.step
+                )
+            return exit_codes.OK
+        self.c.model.train()
+        bar = tqdm(
+            total=self.step_limit,
+            initial=self.progress.step,
+            desc="train",
+            unit="step",
+            disable=not self.info.is_main,
+            dynamic_ncols=True,
+        )
+        try:
+            with handle_signals() as requests:
+                return self._run(requests, bar)
+        finally:
+            bar.close()
+
+    def _run(self, requests: StopRequests, bar: tqdm) -> int:
+        p = self.progress
+        while p.iteration < self.total_iters and p.step < self.step_limit:
+            if not p.pass_done:
+                for _set_name, batch, _n in self.c.train_loader.iter_train():
+                    if p.step >= self.step_limit:
+                        break
+                    self._train_step(batch, bar)
+                    stop, save = dist_utils.any_rank([requests.stop, requests.take_save()], self.info)
+                    if stop or save:
+                        self.save_checkpoint()
+                    if stop:
+                        return self._stopped(requests)
+                p.pass_done = True
+            if p.step >= self.step_limit:
+                break
+            if p.iteration >= (self.cfg.min_eval_interval or 0):
+                self._evaluate_and_log()
+            p.iteration += 1
+            p.pass_done = False
+            if p.iteration >= self.total_iters:
+                break
+            if self.cfg.checkpoint_every_eval:
+                self.save_checkpoint()
+            if dist_utils.any_rank([requests.stop], self.info)[0]:
+                self.save_checkpoint()
+                return self._stopped(requests)
+        p.finished = True
+        if self._evaluated_step != p.step:
+            self._evaluate_and_log()
+        self.save_checkpoint(replace=True)
+        return exit_codes.OK
+
+    def _stopped(self, requests: StopRequests) -> int:
+        if self.info.is_main:
+            log.warning(
+                "%s: saved step %d in %s; exiting with %d (the same command resumes)",
+                requests.signal_name or "stop request (another rank)",
+                self.progress.step,
+                self.run_dir,
+                exit_codes.SAVED_RETRY,
+            )
+        return exit_codes.SAVED_RETRY
+
+    # ---------------------------------------------------------------- one optimizer step
+    def _train_step(self, batch: dict[str, torch.Tensor], bar: tqdm) -> None:
+        from trm.model import HaltExploration
+        from trm.optim import lr_at_step
+
+        c, cfg, plan, info = self.c, self.cfg, self.c.plan, self.info
+        batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
+        if self.carries is None:
+            self.carries = [
+                c.loss_head.initial_carry(slice_rows(batch, plan.micro_rows(k)))
+                for k in range(plan.accum_steps)
+            ]
+        explore, min_steps = exploration_draw(
+            cfg.seed,
+            self.progress.step + 1,
+            cfg.global_batch_size,
+            cfg.arch.halt_exploration_prob,
+            cfg.arch.halt_max_steps,
+        )
+        totals: dict[str, torch.Tensor] = {}
+        for k in range(plan.accum_steps):
+            slots = plan.micro_slots(k)
+            exploration = HaltExploration(explore[slots].to(info.device), min_steps[slots].to(info.device))
+            micro = slice_rows(batch, plan.micro_rows(k))
+            carry, loss, metrics, _, _ = c.step_module(self.carries[k], micro, exploration=exploration)
+            (loss / cfg.global_batch_size).backward()
+            self.carries[k] = carry
+            for name, value in metrics.items():
+                totals[name] = totals[name] + value.detach() if name in totals else value.detach()
+        dist_utils.all_reduce_sum_([p.grad for p in c.model.parameters() if p.grad is not None], info)
+        step = self.progress.step + 1
+        lr_scale = lr_at_step(
+            step,
+            base_lr=1.0,
+            warmup_steps=cfg.lr_warmup_steps,
+            total_steps=self.total_steps,
+            min_ratio=cfg.lr_min_ratio,
+        )
+        for o in c.optimizers:
+            for group in o.optimizer.param_groups:
+                group["lr"] = o.base_lr * lr_scale
+            o.optimizer.step()
+            o.optimizer.zero_grad()
+        c.model.zero_grad(set_to_none=True)
+        if c.ema is not None:
+            c.ema.update(c.model)
+        self.progress.step = step
+        bar.update()
+        if step % cfg.log_interval == 0:
+            self._log_train(step, totals, c.optimizers[-1].base_lr * lr_scale, bar)
+
+    def _log_train(self, step: int, totals: dict[str, torch.Tensor], lr: float, bar: tqdm) -> None:
+        names = sorted(totals)
+        flat = torch.stack([totals[n].double() for n in names])
+        dist_utils.all_reduce_sum_([flat], self.info)
+        if not self.info.is_main:
+            return
+        values = dict(zip(names, flat.tolist(), strict=True))
+        count = values.get("count", 0.0)
+        out: dict[str, float] = {"train/count": count, "train/lr": lr}
+        for name, value in values.items():
+            if name.endswith("loss"):
+                out[f"train/{name}"] = value / self.cfg.global_batch_size
+            elif name != "count" and count > 0:
+                out[f"train/{name}"] = value / count
+        assert self.metrics is not None
+        self.metrics.log(step, out)
+        postfix = {"loss": f"{out.get('train/lm_loss', float('nan')):.3f}"}
+        if "train/accuracy" in out:
+            postfix["acc"] = f"{out['train/accuracy']:.3f}"
+        bar.set_postfix(postfix, refresh=False)
+
+    # ---------------------------------------------------------------- evaluation
+    def _evaluate_and_log(self) -> None:
+        from trm.evaluation.runner import evaluate
+
+        if self.c.test_loader is None:
+            return
+        start = time.perf_counter()
+        self._evaluated_step = self.progress.step
+        with self._eval_weights():
+            metrics = evaluate(
+                self.c.loss_head,
+                self.c.test_loader,
+                self.c.evaluators,
+                self.info,
+                chunk_size=self.c.plan.micro_batch_size,
+                save_dir=self.run_dir,
+                step=self.progress.step,
+                save_outputs=tuple(self.cfg.eval_save_outputs),
+            )
+        if self.info.is_main and self.metrics is not None:
+            metrics["eval/seconds"] = time.perf_counter() - start
+            self.metrics.log(self.progress.step, metrics)
+            shown = {
+                k: round(v, 4) for k, v in metrics.items() if "pass@" in k or k.endswith("exact_accuracy")
+            }
+            log.info("eval at step %d: %s", self.progress.step, json.dumps(shown))
+
+    @contextlib.contextmanager
+    def _eval_weights(self) -> Iterator[None]:
+        """Swap the EMA weights in for evaluation (ema=True) and put the live weights back afterwards."""
+        ema = self.c.ema
+        if ema is None:
+            yield
+            return
+        params = [p for p in self.c.model.parameters() if p.requires_grad]
+        backup = [p.detach().clone() for p in params]
+        ema.copy_to(self.c.model)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, saved in zip(params, backup, strict=True):
+                    p.copy_(saved)
+
+    # ---------------------------------------------------------------- checkpoints
+    def save_checkpoint(self, *, replace: bool = False) -> None:
+        """Write step_N/ (every rank its shard, rank 0 the rest), publish atomically, prune old ones.
+
+        A complete step_N/ already there is kept unless `replace` (the final save marks the run finished).
+        """
+        step, info = self.progress.step, self.info
+        final = self.run_dir / f"step_{step}"
+        if (final / ckpt.COMPLETE).is_file() and not replace:
+            return
+        if info.is_main:
+            ckpt.prepare_partial(self.run_dir, step)
+        dist_utils.barrier(info)
+        folder = ckpt.partial_dir(self.run_dir, step)
+        write_rank_shard(folder, info.rank, self.c.plan, self.carries)
+        if info.is_main:
+            write_main_state(folder, self._main_payload())
+        dist_utils.barrier(info)
+        if info.is_main:
+            ckpt.publish(self.run_dir, step, self._facts())
+            ckpt.prune(self.run_dir, self.cfg.checkpoint_keep)
+        dist_utils.barrier(info)
+
+    def _main_payload(self) -> dict[str, Any]:
+        c = self.c
+        return {
+            "progress": vars(self.progress).copy(),
+            "model": c.model.state_dict(),
+            "ema": c.ema.state_dict() if c.ema is not None else None,
+            "optimizers": {o.name: o.optimizer.state_dict() for o in c.optimizers},
+            "train_loader": c.train_loader.state_dict(),
+            "config": as_dict(self.cfg),
+        }
+
+    def close(self) -> None:
+        """Close the metric sinks."""
+        if self.metrics is not None:
+            self.metrics.close()

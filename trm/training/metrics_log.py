@@ -1,0 +1,168 @@
+"""Metric sinks for rank 0: metrics.jsonl + metrics.csv (long format) in the run dir, optional W&B / TensorBoard.
+
+Files are appended line by line and flushed; on resume the rows logged after the resumed checkpoint's
+step (by a run killed before its next save) are dropped, so a resumed run logs exactly what an
+uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from trm.errors import TRMError
+from trm.io import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+JSONL = "metrics.jsonl"
+CSV = "metrics.csv"
+CSV_HEADER = ("step", "wall_time", "name", "value")
+
+
+def wandb_wanted(setting: str) -> bool:
+    """W&B is off by default: on with wandb=true, or wandb=auto and WANDB_MODE online/offline.
+
+    WANDB_DISABLED set to anything but an empty string (as W&B reads it) or WANDB_MODE=disabled always wins.
+    """
+    if os.environ.get("WANDB_DISABLED", "").strip() or os.environ.get("WANDB_MODE") == "disabled":
+        return False
+    if setting == "true":
+        return True
+    return setting == "auto" and os.environ.get("WANDB_MODE") in ("online", "offline")
+
+
+class MetricsLog:
+    """Writes scalar metrics as `{step, wall_time, name: value...}` JSON lines and `step,wall_time,name,value`."""
+
+    def __init__(self, run_dir: Path, *, resume_step: int | None = None) -> None:
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl_path = run_dir / JSONL
+        self.csv_path = run_dir / CSV
+        if resume_step is None:
+            self._truncate(-1)
+        else:
+            self._truncate(resume_step)
+        new_csv = not self.csv_path.exists() or self.csv_path.stat().st_size == 0
+        self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._csv_file = open(self.csv_path, "a", encoding="utf-8", newline="")  # noqa: SIM115
+        self._csv = csv.writer(self._csv_file)
+        if new_csv:
+            self._csv.writerow(CSV_HEADER)
+        self._extra: list[Any] = []
+
+    def _truncate(self, step: int) -> None:
+        """Keep only rows with step ≤ `step` (−1: start empty)."""
+        for path, keep in ((self.jsonl_path, _keep_jsonl), (self.csv_path, _keep_csv)):
+            if path.exists():
+                text = path.read_text(encoding="utf-8")
+                kept = keep(text, step)
+                if kept != text:
+                    atomic_write_text(path, kept)
+
+    def add_sink(self, sink: Any) -> None:
+        """Also send every record to `sink.log(metrics: dict, step: int)` (W&B, TensorBoard)."""
+        self._extra.append(sink)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Append one record (non-finite values are written as null / empty)."""
+        if not metrics:
+            return
+        wall = round(time.time(), 3)
+        clean = {k: (float(v) if math.isfinite(float(v)) else None) for k, v in metrics.items()}
+        self._jsonl.write(json.dumps({"step": step, "wall_time": wall, **clean}) + "\n")
+        for name, value in clean.items():
+            self._csv.writerow((step, wall, name, "" if value is None else repr(value)))
+        self._jsonl.flush()
+        self._csv_file.flush()
+        for sink in self._extra:
+            sink.log(metrics, step)
+
+    def close(self) -> None:
+        """Flush and close the files and sinks."""
+        self._jsonl.close()
+        self._csv_file.close()
+        for sink in self._extra:
+            sink.close()
+
+
+def _keep_jsonl(text: str, step: int) -> str:
+    lines = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line torn by a kill mid-write
+        if row.get("step", step + 1) <= step:
+            lines.append(line)
+    return "".join(line + "\n" for line in lines)
+
+
+def _keep_csv(text: str, step: int) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(CSV_HEADER)
+    for row in list(csv.reader(io.StringIO(text)))[1:]:
+        if len(row) == 4 and row[0].isdigit() and int(row[0]) <= step:
+            writer.writerow(row)
+    return out.getvalue() if step >= 0 else ""
+
+
+class WandbSink:
+    """W&B run (only built when `wandb_wanted`); the API key comes from W&B's own login/env, never from us."""
+
+    def __init__(self, project: str, name: str, config: dict[str, Any], run_dir: Path) -> None:
+        try:
+            import wandb
+        except ImportError:
+            log.warning(
+                "W&B requested but not installed: pip install 'trm-stack[wandb]'. Logging to files only."
+            )
+            self._run = None
+            return
+        self._run = wandb.init(
+            project=project, name=name, config=config, dir=str(run_dir), resume="allow", id=_wandb_id(run_dir)
+        )
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self._run is not None:
+            self._run.log(metrics, step=step)
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+
+
+def _wandb_id(run_dir: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:16]
+
+
+class TensorBoardSink:
+    """TensorBoard event files under `<run_dir>/tensorboard`."""
+
+    def __init__(self, run_dir: Path) -> None:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise TRMError(
+                "tensorboard=true needs the tensorboard package: pip install 'trm-stack[tensorboard]', "
+                "or set tensorboard=false."
+            ) from None
+        self._writer = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        for name, value in metrics.items():
+            self._writer.add_scalar(name, value, step)
+
+    def close(self) -> None:
+        self._writer.close()

@@ -1,0 +1,94 @@
+"""What a checkpoint holds and how it is put back: the TrainState payload and per-rank carry shards."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trm.training.accumulation import SlotPlan, cat_rows, slice_rows, tree_map
+from trm.training.checkpoint import STATE, load_torch, rank_file, save_torch
+
+
+@dataclass
+class Progress:
+    """Where the run is: optimizer steps done, loader pass index, and whether that pass is finished."""
+
+    step: int = 0
+    iteration: int = 0
+    pass_done: bool = False
+    finished: bool = False
+
+
+def rng_state() -> dict[str, Any]:
+    """Every RNG this process uses."""
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what `rng_state` captured."""
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def write_rank_shard(folder: Path, rank: int, plan: SlotPlan, carries: list[Any] | None) -> None:
+    """This rank's ACT carry (all its micro-batches, as global slot rows) and RNG states."""
+    carry = None if carries is None else tree_map(lambda t: t.detach().cpu(), cat_rows(carries))
+    save_torch(
+        {
+            "slot_start": plan.slot_start,
+            "slot_end": plan.slot_start + plan.local_batch_size,
+            "carry": carry,
+            "rng": rng_state(),
+        },
+        folder / rank_file(rank),
+    )
+
+
+def read_carries(
+    folder: Path, world_size_saved: int, plan: SlotPlan, device: torch.device
+) -> list[Any] | None:
+    """This rank's micro-batch carries rebuilt from the saved shards (any saved world size / micro split)."""
+    shards = [load_torch(folder / rank_file(r)) for r in range(world_size_saved)]
+    if any(s["carry"] is None for s in shards):
+        return None
+    whole = cat_rows([s["carry"] for s in sorted(shards, key=lambda s: s["slot_start"])])
+    mine = slice_rows(whole, slice(plan.slot_start, plan.slot_start + plan.local_batch_size))
+    mine = tree_map(lambda t: t.to(device).clone(), mine)
+    return [slice_rows(mine, plan.micro_rows(k)) for k in range(plan.accum_steps)]
+
+
+def read_rng(folder: Path, rank: int, world_size_saved: int) -> dict[str, Any] | None:
+    """This rank's saved RNG states (None when the run had fewer ranks)."""
+    if rank >= world_size_saved:
+        return None
+    return load_torch(folder / rank_file(rank))["rng"]
+
+
+def write_main_state(folder: Path, payload: dict[str, Any]) -> None:
+    """Rank 0's part: model, EMA, optimizers, loader, progress, config."""
+    save_torch(payload, folder / STATE)
+
+
+def read_main_state(folder: Path) -> dict[str, Any]:
+    """Load `state.pt`."""
+    return load_torch(folder / STATE)
+
+
+def progress_dict(p: Progress) -> dict[str, Any]:
+    """Progress as a plain dict."""
+    return asdict(p)
