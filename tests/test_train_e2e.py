@@ -178,14 +178,8 @@ def test_the_guides_cpu_smoke_command_runs_with_only_the_entry_point_changed(
     assert ckpt.find_complete(tmp_path / "smoke_local")
 
 
-def test_sigterm_saves_exits_75_and_the_same_command_resumes_bit_exactly(
-    dataset: Path, tmp_path: Path
-) -> None:
-    extra = ("epochs=6", "eval_interval=3")
-    straight = train(dataset, tmp_path / "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
-
-    run_dir = tmp_path / "split"
+def sigterm_after_step_2(dataset: Path, run_dir: Path, *extra: str) -> None:
+    """Start a run, SIGTERM it once step 2 is logged, and check it saved and exited 75."""
     proc = subprocess.Popen(
         train_cmd(dataset, run_dir, *extra),
         env=env(),
@@ -194,15 +188,26 @@ def test_sigterm_saves_exits_75_and_the_same_command_resumes_bit_exactly(
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 120
+    deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
         metrics = run_dir / "metrics.jsonl"
         if metrics.exists() and any(json.loads(x)["step"] >= 2 for x in metrics.read_text().splitlines()):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=300)
     assert proc.returncode == exit_codes.SAVED_RETRY, err
+
+
+def test_sigterm_saves_exits_75_and_the_same_command_resumes_bit_exactly(
+    dataset: Path, tmp_path: Path
+) -> None:
+    extra = ("epochs=6", "eval_interval=3")
+    straight = train(dataset, tmp_path / "straight", *extra)
+    assert straight.returncode == 0, straight.stderr
+
+    run_dir = tmp_path / "split"
+    sigterm_after_step_2(dataset, run_dir, *extra)
     stopped_at = ckpt.find_complete(run_dir)[-1].step
     assert stopped_at < final_state(tmp_path / "straight")["progress"]["step"]
 
@@ -320,3 +325,26 @@ def test_torchrun_two_gloo_ranks_match_one_process_with_accumulation(dataset: Pa
             assert x[key] == pytest.approx(y[key], rel=1e-4, abs=1e-6), key
     manifest = json.loads((ckpt.find_complete(tmp_path / "two")[-1].path / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and {"rank_0.pt", "rank_1.pt"} <= set(manifest["files"])
+
+
+@pytest.mark.dist
+def test_resume_under_torchrun_with_two_ranks_continues_a_one_process_run(
+    dataset: Path, tmp_path: Path
+) -> None:
+    extra = ("epochs=6", "eval_interval=3", "global_batch_size=4", "evaluators=[]")
+    straight = train(dataset, tmp_path / "straight", *extra)
+    assert straight.returncode == 0, straight.stderr
+    run_dir = tmp_path / "moved"
+    sigterm_after_step_2(dataset, run_dir, *extra)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+                "trm.train"]  # fmt: skip
+    resumed = subprocess.run(
+        train_cmd(dataset, run_dir, *extra, launcher=launcher),
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed from" in resumed.stderr
+    assert_states_equal(final_state(tmp_path / "straight"), final_state(run_dir), exact=False)
