@@ -431,3 +431,17 @@ def test_out_of_memory_halves_the_batch_and_keeps_going(
     monkeypatch.setattr(infer_mod, "predict_batch", always_fails)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         run_inference(bundle_dir, challenges, out, num_aug=3, device="cpu", progress=False)
+
+
+def test_a_run_directory_means_its_newest_complete_checkpoint(smoke: Smoke, tmp_path: Path) -> None:
+    import shutil
+
+    from trm.kaggle.package import newest_in_run_dir
+
+    run = tmp_path / "run"
+    for step in (0, 7, 12):
+        shutil.copytree(smoke.checkpoint, run / f"step_{step}")
+    (run / "step_12" / "COMPLETE").unlink()  # torn: skipped
+    assert newest_in_run_dir(run) == run / "step_7"
+    assert newest_in_run_dir(run / "step_0") == run / "step_0"
+    assert newest_in_run_dir(tmp_path) == tmp_path  # nothing there: left for the loader's error
