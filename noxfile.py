@@ -41,6 +41,16 @@ def gpu(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def runbooks(session: nox.Session) -> None:
+    """Runbooks and jobs: static checks, secret scan, jobs tests (kustomize required), every `bash cpu` block."""
+    session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"
+    session.run(PYTHON, "-m", "trm", "runbooks", "check")
+    session.run(PYTHON, "-m", "trm", "scan-secrets")
+    session.run(PYTHON, "-m", "pytest", "-q", "tests/test_jobs.py", "tests/test_runbooks_repo.py")
+    session.run(PYTHON, "-m", "trm", "runbooks", "run", *session.posargs)
+
+
+@nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module trm.bench.<name> (e.g. `data`)."""
     available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem != "__init__")
@@ -72,6 +82,21 @@ def docker_gpu(session: nox.Session) -> None:
 def smoke(session: nox.Session) -> None:
     """CPU run lifecycle: build a tiny ARC set, train, SIGTERM, resume, evaluate (`-- --workdir DIR`)."""
     session.run(PYTHON, "-m", "trm.training.smoke", *session.posargs)
+
+
+@nox.session(default=False)
+def launch(session: nox.Session) -> None:
+    """scripts/train_prod.sh on CPU (slow): real data + trainer, torchrun 2 gloo ranks, kill, resume, handoff."""
+    session.run(
+        PYTHON,
+        "-m",
+        "pytest",
+        "-m",
+        "slow",
+        "tests/test_launch_e2e.py",
+        "tests/test_launch_runner.py",
+        *session.posargs,
+    )
 
 
 @nox.session(default=False)

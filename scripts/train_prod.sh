@@ -32,7 +32,7 @@ trap '"$PYTHON" -m trm launch --handoff || echo "train_prod.sh: handoff failed; 
 
 # The launcher runs in the background so that SIGTERM to this shell (docker stop, pod deletion) reaches it:
 # it forwards the request to the trainer, which saves and exits 75.
-"$PYTHON" -m trm launch "$@" &
+TRM_LAUNCH_HANDOFF=0 "$PYTHON" -m trm launch "$@" &
 launcher=$!
 trap 'kill -TERM "$launcher" 2>/dev/null || true' TERM INT HUP
 rc=0

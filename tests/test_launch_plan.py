@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,8 @@ LAUNCH_VARS = [v.name for v in ALL_VARS]
 def script_env(tmp_path: Path, shape: str | None, **extra: str) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and k != "TMUX"}
     env = fake_smi_env(tmp_path, shape, base)
-    env.update(PYTHON=sys.executable, WORKSPACE=str(tmp_path / "ws"), **extra)
+    env.update(PYTHON=sys.executable, WORKSPACE=str(tmp_path / "ws"))
+    env.update(extra)
     return env
 
 
@@ -69,6 +71,10 @@ def test_user_overrides_replace_task_and_table_values():
     assert plan.overrides.count("compile=false") == 1 and "compile=true" not in plan.overrides
     assert "eval_interval=400" in plan.overrides and "eval_interval=800" not in plan.overrides
     assert plan.overrides[-1] == "lr=3e-4"
+    assert (
+        plan.resume_command({"TASK": "arc2", "WANDB_API_KEY": "secret"})
+        == "TASK=arc2 bash scripts/train_prod.sh lr=3e-4"
+    )
     smoke = plan.trainer_overrides(checkpoint_path=Path("/x/smoke"), max_steps=3)
     assert "checkpoint_path=/x/smoke" in smoke and f"checkpoint_path={settings.run_dir}" not in smoke
 
@@ -153,7 +159,9 @@ def test_readme_documents_the_same_variables_and_defaults():
             f"README 'GPU host' table lacks {var.name}: regenerate it with python -m trm launch --markdown-env"
         )
         assert f"| {var.default} |" in row, f"README default of {var.name} differs from --help"
-    documented = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    documented = {
+        m.group(1) for line in section.splitlines() if (m := re.match(r"\| `([A-Z0-9_]+)` \|", line))
+    }
     assert documented == set(LAUNCH_VARS)
 
 
@@ -162,3 +170,48 @@ def test_every_variable_is_read_by_from_env():
     for var in ENV_VARS:
         if var.name != "WORKSPACE":
             assert f'"{var.name}"' in source, var.name
+
+
+def test_tmux_session_inherits_the_environment(tmp_path):
+    import shutil
+    import time
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    marker = tmp_path / "marker"
+    fake = tmp_path / "fake_script.sh"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$TRM_IN_TMUX $SECRET_FOR_TEST $*" > {marker}\n')
+    env = script_env(tmp_path, None, RUN_NAME=f"t{os.getpid()}", SECRET_FOR_TEST="s3cret")
+    cmd = [sys.executable, "-m", "trm", "launch", "--tmux", str(fake), "lr=1"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert f"tmux -L trm-t{os.getpid()} attach -t t{os.getpid()}" in proc.stdout
+        deadline = time.time() + 20
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert marker.read_text().strip() == "1 s3cret lr=1"
+        # the secret travelled through the environment, never through the tmux command line
+        from trm.commands.launch import tmux_command
+
+        argv = tmux_command(LaunchSettings.from_env(env), str(fake), ["lr=1"])
+        assert not any("s3cret" in a for a in argv)
+    finally:
+        subprocess.run(["tmux", "-L", f"trm-t{os.getpid()}", "kill-server"], capture_output=True)
+
+
+def test_unwritable_workspace_is_a_clean_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = script_env(tmp_path, None, TASK="cpu-tiny", NUM_GPUS="0", WORKSPACE=str(blocker / "ws"))
+    proc = subprocess.run([sys.executable, "-m", "trm", "launch"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "cannot write to" in proc.stderr and "set CHECKPOINT_DIR" in proc.stderr
+
+
+def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)], env=script_env(tmp_path, None, TASK="sudoku"), capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("TASK='sudoku' is not a task") == 1 and "Traceback" not in proc.stderr
+    assert "handoff skipped" in proc.stdout

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trm.launch.plan import build_plan
-from trm.launch.runner import Launch, has_complete_checkpoint
+from trm.launch.runner import Launch
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, read_events
 
@@ -40,6 +40,7 @@ def make_launch(tmp_path: Path, mode: str, **env: str) -> tuple[Launch, io.Strin
         "WORKSPACE": str(tmp_path / "ws"),
         "PYTHON": sys.executable,
         "SMOKE_STEPS": "2",
+        "TRM_LAUNCH_HANDOFF": "0",
         **env,
     }
     settings = LaunchSettings.from_env(environ)
@@ -55,6 +56,8 @@ def test_attempt_outcomes():
     assert AttemptResult(0).outcome == "ok"
     assert AttemptResult(1, {0: 75, 1: 75}).outcome == "saved"
     assert AttemptResult(1, {0: 75, 1: 0}).outcome == "saved"
+    assert AttemptResult(1, {0: -15, 1: 75}).outcome == "saved"  # killed by torchrun while exiting
+    assert AttemptResult(1, {0: -15, 1: 143}).outcome == "failed"  # nobody saved
     assert AttemptResult(1, {0: 75, 1: 1}).outcome == "failed"
     assert AttemptResult(1, {0: -9}).outcome == "failed"
     assert AttemptResult(1, {}).outcome == "failed"
@@ -96,6 +99,7 @@ def test_worker_records_and_forwards(tmp_path):
     assert json.loads((exit_dir / "rank_0.json").read_text())["exit_code"] == 75
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_exit_75_restarts_and_the_run_finishes(tmp_path, restore_signals):
     launch, out = make_launch(tmp_path, "exit75-once")
@@ -114,6 +118,7 @@ def test_exit_75_restarts_and_the_run_finishes(tmp_path, restore_signals):
     assert plan["hardware"]["world_size"] == 2 and "resume_command" in plan
 
 
+@pytest.mark.slow
 @pytest.mark.dist
 def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signals):
     launch, out = make_launch(
@@ -124,24 +129,28 @@ def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signal
         STOP_MARGIN_MINUTES="0",
         GPU_HOURLY_USD="2",
         COST_LOG_MINUTES="0.02",
+        FAKE_STEP_SECONDS="0.5",
+        PREFLIGHT="0",
     )
     assert launch.run() == 75, out.getvalue()
     log = out.getvalue()
     assert "stop requested (cost guard: MAX_HOURS reached" in log
     assert "trainer saved and stopped" in log and "cost so far $" in log
-    assert has_complete_checkpoint(launch.s.run_dir)
+    saved = max(int(p.name[5:]) for p in launch.s.run_dir.glob("step_*") if (p / "COMPLETE").exists())
     again, out2 = make_launch(
-        tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), FAKE_TRAINER_STEPS="400"
-    )
+        tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), FAKE_TRAINER_STEPS=str(saved + 2),
+        PREFLIGHT="0",
+    )  # fmt: skip
     again.plan.verify_command = launch.plan.verify_command  # type: ignore[method-assign]
     assert again.run() == 0, out2.getvalue()
     assert "smoke gate skipped" in out2.getvalue()
-    assert (launch.s.run_dir / "step_400" / "COMPLETE").exists()
+    assert (launch.s.run_dir / f"step_{saved + 2}" / "COMPLETE").exists()
+    assert f"start at step {saved}," in (launch.s.launch_dir / "train.log").read_text()
 
 
 @pytest.mark.dist
 def test_crash_fails_without_restart(tmp_path, restore_signals):
-    launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0")
+    launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0", PREFLIGHT="0")
     code = launch.run()
     assert code == 1
     assert "training failed" in out.getvalue() and "rank exit codes {0: 1" in out.getvalue()
@@ -149,8 +158,54 @@ def test_crash_fails_without_restart(tmp_path, restore_signals):
 
 
 def test_failed_verification_never_trains(tmp_path, restore_signals):
-    launch, out = make_launch(tmp_path, "finish")
+    launch, out = make_launch(tmp_path, "finish", PREFLIGHT="0")
     launch.plan.verify_command = lambda: [sys.executable, "-c", "import sys; sys.exit(2)"]  # type: ignore[method-assign]
     assert launch.run() == 2
     assert "failed verification" in out.getvalue() and "rm -rf" in out.getvalue()
     assert not (launch.s.launch_dir / "train.log").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.dist
+def test_probe_steps_down_on_out_of_memory(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path, "finish", PROBE="1", PROBE_STEPS="5", FAKE_OOM_ABOVE="1", SMOKE_STEPS="0", PREFLIGHT="0",
+        FAKE_STEP_SECONDS="0.05", FAKE_TRAINER_STEPS="5",
+    )  # fmt: skip
+    assert launch.run() == 0, out.getvalue()
+    probe = json.loads((launch.s.launch_dir / "probe.json").read_text())
+    assert [a["micro_batch_size"] for a in probe["attempts"]] == [4, 2, 1]
+    assert [a["out_of_memory"] for a in probe["attempts"]] == [True, True, False]
+    assert probe["chosen_micro_batch_size"] == 1 and probe["table_micro_batch_size"] == 4
+    assert probe["attempts"][-1]["step_seconds"] is not None
+    assert any("stepped down to 1" in note for note in probe["drift"])
+    assert "micro 1" in (launch.s.launch_dir / "train.log").read_text()
+
+
+def test_probe_step_time_from_metrics(tmp_path):
+    from trm.launch.probe import step_seconds
+
+    rows = ["step,wall_time,name,value"] + [
+        f"{s},{100 + 2 * s + (5 if s == 1 else 0)},train/lm_loss,1" for s in range(1, 8)
+    ]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    seconds, measured = step_seconds(tmp_path / "metrics.csv")
+    assert seconds == pytest.approx(2.0) and measured == 4
+
+
+def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
+    from tests.launch_fakes import FIXTURES, install_fake_smi
+    from trm.launch.probe import MemorySampler
+
+    shape = tmp_path / "shape"
+    shape.mkdir()
+    (shape / "query.csv").write_text((FIXTURES / "h100x2" / "query.csv").read_text())
+    (shape / "memory-used.csv").write_text("0, 51234\n1, 49876\n")
+    install_fake_smi(monkeypatch, tmp_path, "h100x2")
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(shape))
+    sampler = MemorySampler(interval_s=0.05)
+    sampler.start()
+    import time
+
+    time.sleep(0.3)
+    assert sampler.stop() == {0: 51234, 1: 49876}

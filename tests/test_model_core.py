@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
-from trm.model.layers import _RopeQKV, apply_rope, rms_norm, rope_tables, swiglu_intermediate, trunc_normal_
+from trm.model.layers import (
+    _RopeQKV,
+    apply_rope,
+    rms_norm,
+    rope_tables,
+    silu_gate,
+    swiglu_intermediate,
+    trunc_normal_,
+)
 
 
 def small_config(**overrides) -> TRMConfig:
@@ -115,6 +124,9 @@ def test_custom_backward_of_rms_norm_and_rope_match_autograd():
     out = _RopeQKV.apply(qkv, *rope_tables(cos, sin))
     torch.testing.assert_close(out[:, :, 2], qkv[:, :, 2])
     torch.testing.assert_close(out[:, :, :2], apply_rope(qkv[:, :, :2], cos, sin))
+    gate_up = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(silu_gate, (gate_up,))
+    torch.testing.assert_close(silu_gate(gate_up), F.silu(gate_up[..., :4]) * gate_up[..., 4:])
     # bf16 activations: the gradient comes back in bf16, computed in fp32.
     xb = torch.randn(4, 8).bfloat16().requires_grad_(True)
     rms_norm(xb, 1e-5).sum().backward()

@@ -194,3 +194,55 @@ def test_cli_error_exit_code_and_message(tmp_path):
     assert proc.returncode == 2
     assert "arc-agi_nope_challenges.json: file not found" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+
+
+def test_cli_build_then_rebuild_is_a_no_op(tmp_path):
+    out = tmp_path / "d"
+    cmd = [sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out), "--subsets", "training2",
+           "evaluation2", "--test-set-name", "evaluation2", "--num-aug", "2", "--max-puzzles", "3", "--quiet"]  # fmt: skip
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "train: " in first.stdout and "done in" in first.stdout
+    second = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "nothing to do" in second.stdout
+
+
+def test_counts_match_upstream_builds(tmp_path):
+    """ARC-1+concept at aug 10: the figures upstream's builder gives (TRM_SPEC §8.2)."""
+    m = build_arc_dataset(
+        tmp_path / "a1", subsets=["training", "evaluation", "concept"], test_set_name="evaluation", num_aug=10
+    )
+    assert m["counts"]["train"] == {"examples": 43862, "puzzles": 10558, "groups": 960}
+    assert m["counts"]["test"]["puzzles"] == 4398 and m["counts"]["test"]["groups"] == 400
+    assert m["counts"]["identifiers"]["total"] == 10559
+
+
+@pytest.mark.slow
+def test_full_arc2_concept_build_counts(tmp_path):
+    """ARC-AGI-2 + ConceptARC at aug 1000 (compact): shape of the README dataset, verified end to end."""
+    m = build_arc_dataset(tmp_path / "full")
+    assert m["counts"]["train"]["groups"] == 1280 and m["counts"]["test"]["groups"] == 120
+    assert 1_150_000 < m["counts"]["train"]["puzzles"] < 1_281_280
+    assert m["counts"]["identifiers"]["total"] == m["counts"]["train"]["puzzles"] + 1
+    assert read_verified_manifest(tmp_path / "full", full=True)["fingerprint"] == m["fingerprint"]
+
+
+def test_identifiers_json_escapes_odd_task_ids(tmp_path):
+    odd = 'quote"back\\slash-ü'
+    task, sol = tiny_task(4)
+    prefix = write_subset(tmp_path / "in", "s", {odd: task}, {odd: sol})
+    build_arc_dataset(tmp_path / "d", input_file_prefix=prefix, subsets=["s"], test_set_name="s", num_aug=3)
+    ids = json.loads((tmp_path / "d" / "identifiers.json").read_text())
+    assert ids[:2] == ["<blank>", odd] and len(ids) == 5
+    assert all(parse_identifier(i)[0] == odd for i in ids[1:])
+    assert json.loads((tmp_path / "d" / "test_puzzles.json").read_text())[odd]["test"][0]["output"] == sol[0]
+
+
+def test_upstream_input_prefix_maps_to_the_shipped_data(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no kaggle/combined here, as in a trm-stack checkout
+    m = build_arc_dataset(
+        tmp_path / "d", input_file_prefix="kaggle/combined/arc-agi", **{**SMOKE, "max_puzzles": 2}
+    )
+    assert m["inputs"]["arc-agi_training2_challenges.json"] == (
+        "779eaba89790ebad9af02514a7efc0aefaf2cf8236f046a31bbf8b9ec48f20f5"
+    )
+    assert "shipped copy" in capsys.readouterr().err

@@ -167,3 +167,17 @@ def test_bad_arguments_and_mismatched_state(smoke_dirs):
     state = PuzzleLoader([d], "train", global_batch_size=8, seed=1).state_dict()
     with pytest.raises(TRMError, match="seed"):
         PuzzleLoader([d], "train", global_batch_size=8, seed=2).load_state_dict(state)
+
+
+def test_row_reader_matches_numpy_indexing(smoke_dirs):
+    from trm.data.formats import RowReader
+
+    path = smoke_dirs["materialized"] / "train" / "all__inputs.npy"
+    full = np.load(path)
+    reader = RowReader(path)
+    ids = np.random.default_rng(0).integers(0, len(full), 300)
+    ids[:3] = [5, 5, 6]  # repeats and a run
+    assert np.array_equal(reader.rows(ids), full[ids])
+    assert reader.rows(np.zeros(0, dtype=np.int64)).shape == (0, 900)
+    with pytest.raises(IndexError):
+        reader.rows(np.array([len(full)]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from trm.data import formats
 from trm.data.arc_source import DEFAULT_PREFIX
@@ -11,8 +12,9 @@ from trm.data.arc_source import DEFAULT_PREFIX
 
 def _build_arc(args: argparse.Namespace) -> int:
     from trm.data.build_arc import build_arc_dataset
+    from trm.data.manifest import MANIFEST
 
-    started = time.perf_counter()
+    started, wall_started = time.perf_counter(), time.time()
     manifest = build_arc_dataset(
         args.output_dir,
         input_file_prefix=args.input_file_prefix,
@@ -29,7 +31,12 @@ def _build_arc(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     _summary(args.output_dir, manifest)
-    print(f"done in {time.perf_counter() - started:.1f} s")
+    if (Path(args.output_dir) / MANIFEST).stat().st_mtime < wall_started:
+        print(
+            "already built with these arguments and inputs: nothing to do (files checked against manifest.json)"
+        )
+    else:
+        print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
 
 
@@ -84,7 +91,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--input-file-prefix",
         default=str(DEFAULT_PREFIX),
-        help="reads <prefix>_<subset>_challenges.json (default: the shipped data)",
+        help="reads <prefix>_<subset>_challenges.json (default: the shipped data; upstream's kaggle/combined/arc-agi maps to it)",
     )
     build.add_argument("--output-dir", required=True, help="dataset directory to create")
     build.add_argument(

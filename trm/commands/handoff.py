@@ -6,10 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
-from trm.launch.handoff import build_bundle
-
 
 def run(args: argparse.Namespace) -> int:
+    from trm.launch.handoff import build_bundle
+
     run_dir = Path(args.run_dir)
     out = args.out or Path(os.environ.get("ARTIFACTS_DIR") or "artifacts") / run_dir.resolve().name
     bundle = build_bundle(run_dir, out)

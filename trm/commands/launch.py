@@ -17,7 +17,9 @@ def tmux_command(settings: LaunchSettings, script: str, args: list[str]) -> list
     inner = (
         shlex.join(["bash", script, *args]) + "; echo; echo '[trm launch] finished: press Enter'; read -r _"
     )
-    return ["tmux", "-L", f"trm-{settings.run_name}", "new-session", "-d", "-s", settings.run_name, inner]
+    return [
+        "tmux", "-L", f"trm-{settings.run_name}", "new-session", "-d", "-s", settings.run_name, "-c", os.getcwd(), inner,
+    ]  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,10 +30,19 @@ def run(args: argparse.Namespace) -> int:
         print(markdown_table())
         return 0
     environ = dict(os.environ)
-    settings = LaunchSettings.from_env(environ, tuple(args.overrides))
+    try:
+        settings = LaunchSettings.from_env(environ, tuple(args.overrides))
+    except TRMError:
+        if args.handoff:  # the launcher already reported the bad setting; there is no run to hand off
+            print("handoff skipped: the launch settings are invalid (see the error above)")
+            return 0
+        raise
     if args.handoff:
         from trm.launch.handoff import build_bundle
 
+        if not settings.run_dir.is_dir():
+            print(f"no run directory {settings.run_dir} yet: nothing to hand off")
+            return 0
         bundle = build_bundle(settings.run_dir, settings.artifacts_run_dir)
         print(f"handoff bundle: {bundle}")
         return 0
@@ -60,7 +71,27 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan.render(environ))
         return 0
+    ensure_writable(settings)
     return Launch(plan, environ, Console(settings.launch_dir / "launch.log")).run()
+
+
+def ensure_writable(settings: LaunchSettings) -> None:
+    """Create the run, data and artifacts directories up front; a permission problem is a clean error."""
+    for name, path in (
+        ("CHECKPOINT_DIR", settings.launch_dir),
+        ("DATA_DIR", settings.data_dir),
+        ("ARTIFACTS_DIR", settings.artifacts_dir),
+    ):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            probe = path / f".trm-write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as err:
+            raise TRMError(
+                f"cannot write to {path} ({err.strerror or err}); set {name} (or WORKSPACE) to a writable "
+                "directory on a persistent volume, or fix its owner (`sudo chown -R $(id -u) …`)"
+            ) from None
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

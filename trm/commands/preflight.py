@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from trm.io import atomic_write_json
@@ -11,6 +12,8 @@ from trm.launch.preflight import GIB, PreflightContext, print_report, run_prefli
 
 
 def run(args: argparse.Namespace) -> int:
+    # Number CUDA devices like nvidia-smi does, so each matmul check is logged with the right UUID.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     mode = "cpu" if args.cpu else ("gpu" if args.gpu else "auto")
     ctx = PreflightContext.from_env(shm_path=Path(args.shm_path), disk_path=Path(args.checkpoint_dir))
     report = run_preflight(

@@ -41,8 +41,42 @@ def plan_from_args(args: argparse.Namespace) -> HardwarePlan:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.probe:
+        return run_probe_command(args)
     plan = plan_from_args(args)
     print(json.dumps(plan.to_dict(), indent=2) if args.json else plan.describe())
+    return 0
+
+
+def run_probe_command(args: argparse.Namespace) -> int:
+    """--probe: resolve the launch plan from the environment (as train_prod.sh does), verify the dataset
+    (building it if missing) and probe; the record lands in <run dir>/launch/probe.json."""
+    import os
+
+    from trm.commands.launch import ensure_writable
+    from trm.launch.probe import run_probe
+    from trm.launch.runner import Launch, LaunchFailed, resolve
+    from trm.launch.settings import LaunchSettings
+    from trm.launch.supervisor import Console
+
+    environ = dict(os.environ)
+    settings = LaunchSettings.from_env(environ)
+    plan = resolve(settings, environ)
+    ensure_writable(settings)
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log"))
+    launch.supervisor.install_signal_handlers()
+    try:
+        launch.data()
+        micro = run_probe(launch)
+    except LaunchFailed as err:
+        print(f"error: {err}")
+        return err.code
+    record = json.loads((settings.launch_dir / "probe.json").read_text())
+    print(
+        json.dumps(record, indent=2)
+        if args.json
+        else f"micro-batch {micro} fits; record: {settings.launch_dir / 'probe.json'}"
+    )
     return 0
 
 
@@ -67,4 +101,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_plan_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="GPU host: train PROBE_STEPS steps of the launch configured by the environment (TASK, NUM_GPUS, … as "
+        "for train_prod.sh), record peak memory and step time, halve the micro-batch on out-of-memory",
+    )
     parser.set_defaults(func=run)

@@ -133,7 +133,11 @@ class PuzzleLoader:
 
     # ----- resumable position ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last yielded train batch (plus what it is only valid for)."""
+        """The position after the last yielded train batch (plus what it is only valid for).
+
+        A restored loader's `iter_train()` first finishes the interrupted pass (an empty pass if it stopped
+        right after the pass's last batch), then each call is one new pass.
+        """
         return {
             "version": STATE_VERSION,
             "fingerprint": self.fingerprint,

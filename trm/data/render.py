@@ -101,36 +101,58 @@ def render_rows(
     return np.take(colour_luts(cmaps), index, mode="clip")
 
 
-def render_task(
-    grids: list[np.ndarray], tids: np.ndarray, cmaps: np.ndarray, offsets: np.ndarray | None
-) -> np.ndarray:
-    """uint8 [k, len(grids), 900]: every variant (tids[i], cmaps[i]) of each grid, at offsets[i, j] or (0, 0).
+@functools.cache
+def _cells(t: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """For a grid shape under dihedral t: source cell of each transformed cell, canvas positions of the
+    cells, of the EOS row and of the EOS column (at offset 0), and the transformed height and width."""
+    h, w = shape
+    height, width = (w, h) if t in TRANSPOSING else (h, w)
+    source = dihedral(np.arange(h * w).reshape(h, w), t).ravel()
+    cells = (np.arange(height)[:, None] * GRID_SIZE + np.arange(width)).ravel()
+    eos_row = height * GRID_SIZE + np.arange(width)
+    eos_col = np.arange(height) * GRID_SIZE + width
+    return source, cells, eos_row, eos_col, height, width
 
-    Works on a flat buffer: per (dihedral id, grid) it scatters only the grid's own cells and its EOS
-    row/column; an EOS cell pushed off the canvas goes to one spare byte at the end.
+
+def render_pairs(
+    pairs: list[tuple[np.ndarray, np.ndarray]],
+    tids: np.ndarray,
+    cmaps: np.ndarray,
+    offsets: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(inputs, labels), each uint8 [k, len(pairs), 900]: every variant (tids[i], cmaps[i]) of each pair,
+    input and output sharing the offset offsets[i, j] (or (0, 0) when offsets is None).
+
+    Works on one flat buffer with one scatter per dihedral id for all grids: only the grids' own cells and
+    their EOS rows/columns are written; an EOS cell pushed off the canvas goes to a spare byte at the end.
     """
-    k, n = len(tids), len(grids)
-    flat = np.zeros(k * n * SEQ_LEN + 1, dtype=np.uint8)
-    spare = k * n * SEQ_LEN
+    k, n = len(tids), len(pairs)
+    grids = [p[0] for p in pairs] + [p[1] for p in pairs]
+    half = k * n * SEQ_LEN
+    flat = np.zeros(2 * half + 1, dtype=np.uint8)
+    spare = 2 * half
     luts = colour_luts(cmaps)
     variants = np.arange(k, dtype=np.intp)
-    for t in np.unique(tids):
+    side_base = np.repeat([0, half], n)  # [2n]: labels live in the second half of the buffer
+    for t in np.unique(tids).tolist():
         sel = variants[tids == t]
-        lut = luts[sel]
-        for j, grid in enumerate(grids):
-            tg = dihedral(grid, int(t))
-            h, w = tg.shape
-            base = (sel * n + j) * SEQ_LEN
-            if offsets is not None:
-                r = offsets[sel, j, 0].astype(np.intp)
-                c = offsets[sel, j, 1].astype(np.intp)
-                base = base + r * GRID_SIZE + c
-            else:
-                r = c = np.zeros(len(sel), dtype=np.intp)
-            cells = (np.arange(h)[:, None] * GRID_SIZE + np.arange(w)).ravel()
-            flat[base[:, None] + cells] = lut[:, tg.ravel().astype(np.intp) + COLOUR_OFFSET]
-            eos_row = h * GRID_SIZE + np.arange(w)
-            flat[np.where((r + h < GRID_SIZE)[:, None], base[:, None] + eos_row, spare)] = EOS
-            eos_col = np.arange(h) * GRID_SIZE + w
-            flat[np.where((c + w < GRID_SIZE)[:, None], base[:, None] + eos_col, spare)] = EOS
-    return flat[:spare].reshape(k, n, SEQ_LEN)
+        parts = [_cells(t, g.shape) for g in grids]
+        tokens = np.concatenate([g.ravel()[p[0]] for g, p in zip(grids, parts, strict=True)]).astype(np.intp)
+        owner = np.repeat(np.arange(2 * n), [len(p[0]) for p in parts])
+        cells = np.concatenate([p[1] for p in parts])
+        heights = np.array([p[4] for p in parts])
+        widths = np.array([p[5] for p in parts])
+        base = side_base + (sel[:, None] * n + np.tile(np.arange(n), 2)) * SEQ_LEN  # [k_t, 2n]
+        if offsets is not None:
+            r = np.tile(offsets[sel, :, 0].astype(np.intp), 2)
+            c = np.tile(offsets[sel, :, 1].astype(np.intp), 2)
+            base = base + r * GRID_SIZE + c
+        else:
+            r = c = np.zeros((len(sel), 2 * n), dtype=np.intp)
+        flat[base[:, owner] + cells] = luts[sel][:, tokens + COLOUR_OFFSET]
+        for which, start, size in ((2, r, heights), (3, c, widths)):
+            eos = np.concatenate([p[which] for p in parts])
+            eos_owner = np.repeat(np.arange(2 * n), [len(p[which]) for p in parts])
+            fits = (start + size < GRID_SIZE)[:, eos_owner]
+            flat[np.where(fits, base[:, eos_owner] + eos, spare)] = EOS
+    return flat[:half].reshape(k, n, SEQ_LEN), flat[half:spare].reshape(k, n, SEQ_LEN)

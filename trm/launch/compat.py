@@ -27,6 +27,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 def cuda_major_minor(version: str) -> tuple[int, int]:
+    """ "12.4.1" -> (12, 4)."""
     parts = version_tuple(version)
     if not parts:
         raise ValueError(f"not a CUDA version: {version!r}")

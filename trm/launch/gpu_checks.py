@@ -50,6 +50,8 @@ def _allreduce_worker(rank: int, world_size: int, backend: str, port: int, queue
 
 @dataclass
 class AllReduceResult:
+    """Outcome of the all-reduce check."""
+
     ok: bool
     detail: str
 
@@ -100,6 +102,8 @@ def allreduce_check(world_size: int, *, backend: str = "nccl", timeout_s: float 
 
 @dataclass
 class MatmulResult:
+    """Outcome of the matmul check on one device (UUID logged)."""
+
     device: str
     uuid: str
     ok: bool

@@ -112,7 +112,10 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
     import matplotlib.pyplot as plt
 
     losses = {n: p for n, p in series.items() if "loss" in n.lower()}
-    accuracies = {n: p for n, p in series.items() if "accuracy" in n.lower() or "pass@" in n.lower()}
+    # pass@1 and pass@2 (the competition metric); the larger K only crowd the plot (they are in handoff.json).
+    accuracies = {
+        n: p for n, p in series.items() if "accuracy" in n.lower() or n.lower().endswith(("pass@1", "pass@2"))
+    }
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, group, label in ((ax_loss, losses, "loss"), (ax_acc, accuracies, "accuracy")):
         for name, points in sorted(group.items()):
@@ -139,6 +142,7 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
 
 
 def newest_submission(run_dir: Path) -> Path | None:
+    """The newest `evaluator_ARC_step_N/submission.json` of the run, if any."""
     found = sorted(
         (int(m.group(1)), p / "submission.json")
         for p in run_dir.iterdir()
@@ -158,7 +162,9 @@ def session_summary(events: list[dict[str, Any]], default_hourly: float | None) 
             current = {"start": ev.get("utc"), "t0": ev.get("time"), "gpus": ev.get("gpus", 0),
                        "hourly_usd": ev.get("hourly_usd"), "host": ev.get("host")}  # fmt: skip
             sessions.append(current)
-        elif current is not None and kind in ("session_end", "process_end", "cost", "stop_requested"):
+        elif current is not None:
+            # Any later event bounds the session (a killed launcher leaves no session_end; the cost guard's
+            # heartbeat events keep the undercount below COST_LOG_MINUTES).
             current["end"], current["t1"] = ev.get("utc"), ev.get("time")
             if kind == "session_end":
                 current["exit_code"] = ev.get("exit_code")
@@ -185,7 +191,7 @@ def session_summary(events: list[dict[str, Any]], default_hourly: float | None) 
 
 
 def _git_sha() -> str | None:
-    if sha := os.environ.get("TRM_GIT_SHA"):
+    if sha := os.environ.get("TRM_GIT_SHA") or os.environ.get("TRM_IMAGE_GIT_SHA"):
         return sha
     try:
         out = subprocess.run(
@@ -198,6 +204,7 @@ def _git_sha() -> str | None:
 
 
 def status_of(exit_code: object) -> str:
+    """Human status of a run from the exit code of its last launcher session."""
     return {
         None: "unknown (no launcher session recorded, or still running)",
         0: "finished",

@@ -25,6 +25,7 @@ class Tier:
     note: str = ""
 
     def matches_name(self, gpu_name: str) -> bool:
+        """Whether one of the `match` substrings occurs in the nvidia-smi name."""
         return any(m.lower() in gpu_name.lower() for m in self.match)
 
 
@@ -67,6 +68,7 @@ class HardwarePlan:
         ]
 
     def to_dict(self) -> dict[str, object]:
+        """The plan as JSON-ready data, overrides included."""
         data = asdict(self)
         data["overrides"] = self.overrides()
         return data

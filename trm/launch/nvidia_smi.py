@@ -41,6 +41,7 @@ class GpuInfo:
 
     @property
     def memory_gib(self) -> float:
+        """Total memory in GiB."""
         return self.memory_mib / 1024
 
     @property
@@ -50,6 +51,7 @@ class GpuInfo:
         return int(major) * 10 + int(minor or 0)
 
     def to_dict(self) -> dict[str, object]:
+        """The GPU as JSON-ready data."""
         return asdict(self)
 
 

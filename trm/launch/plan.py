@@ -18,6 +18,8 @@ TRAINER_ENV_DEFAULTS = {
     "OMP_NUM_THREADS": "1",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    # CUDA device i is nvidia-smi's GPU i, so the UUIDs in preflight and handoff name the right devices.
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
 }
 
 
@@ -63,6 +65,14 @@ class LaunchPlan:
 
     @property
     def checkpoint_bytes(self) -> int:
+        """Size of the newest complete checkpoint of this run, else the task's estimate."""
+        run_dir = self.settings.run_dir
+        done = sorted(
+            (p for p in run_dir.glob("step_*") if (p / "COMPLETE").exists()),
+            key=lambda p: int(p.name.split("_", 1)[1]) if p.name.split("_", 1)[1].isdigit() else -1,
+        )
+        if done:
+            return sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
         return self.task.checkpoint_bytes
 
     def trainer_overrides(
@@ -110,6 +120,7 @@ class LaunchPlan:
         return cmd
 
     def preflight_command(self) -> list[str]:
+        """`python -m trm preflight …` for this plan (GPU or CPU mode, disk need, report file)."""
         s = self.settings
         cmd = [s.python, "-m", "trm", "preflight", "--cpu" if self.hardware.device == "cpu" else "--gpu"]
         if self.hardware.device != "cpu":
@@ -123,6 +134,7 @@ class LaunchPlan:
         ]
 
     def build_command(self) -> list[str]:
+        """`python -m trm data build-arc …` for the task's dataset."""
         return [
             self.settings.python,
             "-m",
@@ -135,9 +147,11 @@ class LaunchPlan:
         ]
 
     def verify_command(self) -> list[str]:
+        """`python -m trm data verify D`."""
         return [self.settings.python, "-m", "trm", "data", "verify", str(self.dataset_dir)]
 
     def handoff_command(self) -> list[str]:
+        """`python -m trm handoff RUN_DIR --out …`."""
         s = self.settings
         return [s.python, "-m", "trm", "handoff", str(s.run_dir), "--out", str(s.artifacts_run_dir)]
 
@@ -145,7 +159,7 @@ class LaunchPlan:
         """The exact command that continues this run: the launch variables that were set, then the script."""
         names = [v.name for v in ENV_VARS if v.name in environ and environ[v.name] != ""]
         assigns = [f"{n}={shlex.quote(environ[n])}" for n in names]
-        return " ".join([*assigns, "bash", script])
+        return " ".join([*assigns, "bash", script, *(shlex.quote(o) for o in self.settings.cli_overrides)])
 
     def steps(self) -> list[Step]:
         """The ordered steps of a launch (what --dry-run prints)."""
@@ -213,7 +227,7 @@ class LaunchPlan:
         steps.append(
             Step(
                 "train",
-                f"resumes from the newest complete checkpoint in {s.run_dir}; exit 75 without "
+                f"torchrun (python -m torch.distributed.run); resumes from the newest complete checkpoint in {s.run_dir}; exit 75 without "
                 f"a stop request restarts (at most {s.max_restarts} times); log: "
                 f"{s.launch_dir / 'train.log'}",
                 [self.torchrun(self.trainer_overrides(), exit_dir=exit_dir)],

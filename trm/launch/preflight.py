@@ -40,6 +40,7 @@ class CheckResult:
     fix: str = ""
 
     def line(self) -> str:
+        """One report line, with the fix (or note) underneath."""
         tag = {"ok": " ok ", "warn": "warn", "fail": "FAIL", "skip": "skip"}[self.status]
         text = f"[{tag}] {self.name:<18} {self.found}"
         if self.fix and self.status in ("fail", "warn"):
@@ -56,6 +57,7 @@ class PreflightContext:
     disk_path: Path = Path(".")
     fs_size: Callable[[Path], int] | None = None  # total bytes of the filesystem at a path
     fs_free: Callable[[Path], int] | None = None  # free bytes at a path
+    memlock: Callable[[], int] | None = None  # soft RLIMIT_MEMLOCK in bytes (-1: unlimited)
     image_cuda: str | None = None
     image_sm_list: str | None = None
     adam_sm_list: str | None = None
@@ -87,9 +89,11 @@ class PreflightReport:
 
     @property
     def ok(self) -> bool:
+        """True when no check failed (warnings allowed)."""
         return all(c.status != "fail" for c in self.checks)
 
     def to_dict(self) -> dict[str, object]:
+        """The report as JSON-ready data (written to launch/preflight.json)."""
         return {
             "ok": self.ok,
             "mode": self.mode,
@@ -123,15 +127,18 @@ def _matmul(index: int) -> tuple[bool, str, float]:
 
 
 def fs_total_bytes(path: Path) -> int:
+    """Size of the filesystem holding `path`."""
     st = os.statvfs(path)
     return st.f_blocks * st.f_frsize
 
 
 def fs_free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem holding `path`."""
     return shutil.disk_usage(path).free
 
 
 def check_shm(path: Path, size: Callable[[Path], int] = fs_total_bytes) -> CheckResult:
+    """/dev/shm must hold at least 1 GiB (NCCL, DataLoader workers)."""
     try:
         total = size(path)
     except OSError as err:
@@ -142,9 +149,37 @@ def check_shm(path: Path, size: Callable[[Path], int] = fs_total_bytes) -> Check
     return CheckResult("shm", "ok", f"{found} (>= 1 GiB)")
 
 
+MIN_MEMLOCK_BYTES = 64 * 1024**2
+
+
+def memlock_limit() -> int:
+    """Soft `ulimit -l` in bytes; -1 when unlimited."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return -1 if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def check_memlock(limit: int) -> CheckResult:
+    """`ulimit -l`: NCCL pins host memory; a tiny limit breaks or slows its transports."""
+    if limit < 0:
+        return CheckResult("ulimit -l", "ok", "locked memory unlimited")
+    found = f"locked memory limited to {limit / 1024**2:.1f} MiB"
+    if limit < MIN_MEMLOCK_BYTES:
+        return CheckResult(
+            "ulimit -l",
+            "warn",
+            found,
+            "NCCL pins host buffers; raise the limit: `docker run --ulimit memlock=-1 …`, or in Kubernetes "
+            "set it in the container runtime's default ulimits",
+        )
+    return CheckResult("ulimit -l", "ok", found)
+
+
 def check_disk(
     path: Path, checkpoint_bytes: int, keep: int, free_fn: Callable[[Path], int] = fs_free_bytes
 ) -> CheckResult:
+    """Free disk at the checkpoint directory >= checkpoint size x keep x 2."""
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -326,6 +361,7 @@ def _gpu_checks(
         )
         return checks
     checks.append(CheckResult("torch cuda", "ok", f"torch (CUDA {torch_cuda}) sees {visible} GPU(s)"))
+    checks.append(check_memlock((ctx.memlock or memlock_limit)()))
     if not collectives:
         checks.append(CheckResult("nccl all-reduce", "skip", "collectives disabled (--no-collectives)"))
         return checks

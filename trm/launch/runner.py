@@ -43,6 +43,7 @@ def detect_gpus(settings: LaunchSettings, runner: Runner | None = None) -> list[
 
 
 def has_complete_checkpoint(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a `step_N/` with its COMPLETE marker."""
     return any((d / "COMPLETE").exists() for d in run_dir.glob("step_*") if d.is_dir())
 
 
@@ -80,6 +81,7 @@ class Launch:
 
     # -- steps -----------------------------------------------------------------------------------
     def write_plan(self) -> None:
+        """Record the resolved plan in launch/plan.json (read by the handoff)."""
         plan = self.plan
         atomic_write_json(
             self.s.launch_dir / "plan.json",
@@ -102,6 +104,7 @@ class Launch:
         )
 
     def preflight(self) -> None:
+        """Step 1: the host checks; any failure stops the launch."""
         if not self.s.preflight:
             self.console.log("PREFLIGHT=0: preflight checks SKIPPED")
             return
@@ -112,6 +115,7 @@ class Launch:
         )
 
     def data(self) -> None:
+        """Step 2: build the dataset if missing (node 0), then verify it."""
         d = self.plan.dataset_dir
         if not d.exists():
             if self.s.node_rank == 0:
@@ -146,6 +150,7 @@ class Launch:
             time.sleep(10)
 
     def probe(self) -> None:
+        """Optional: measure the micro-batch on the real GPUs and use what fits."""
         from trm.launch.probe import run_probe
 
         micro = run_probe(self)
@@ -154,6 +159,7 @@ class Launch:
             self.console.log(f"probe: training with micro-batch {micro}")
 
     def smoke(self) -> None:
+        """Step 4: a few steps of the real config in a scratch directory (fresh runs only)."""
         if self.s.smoke_steps <= 0:
             return
         if has_complete_checkpoint(self.s.run_dir):
@@ -178,6 +184,7 @@ class Launch:
         self.console.log("smoke gate passed")
 
     def train(self) -> int:
+        """Step 5: torchrun under supervision; exit 75 without a stop request restarts (bounded)."""
         restarts = 0
         while True:
             label = f"train attempt {restarts + 1}"
@@ -216,6 +223,7 @@ class Launch:
 
     # -- the whole launch ------------------------------------------------------------------------
     def run(self) -> int:
+        """All steps; returns the launcher exit code (0, 2, 75 or the trainer's failure)."""
         s = self.s
         session_start = time.time()
         self.supervisor.install_signal_handlers()
@@ -262,4 +270,17 @@ class Launch:
                 guard.stop()
                 self.console.log(guard.cost_line())
             self.events.write("session_end", exit_code=code)
+            if self.environ.get("TRM_LAUNCH_HANDOFF", "1") != "0":
+                # Direct `python -m trm launch` (e.g. a Kubernetes Job); train_prod.sh does it from its trap.
+                self.handoff()
         return code
+
+    def handoff(self) -> None:
+        """Write the handoff bundle (used when the launcher runs without train_prod.sh)."""
+        from trm.launch.handoff import build_bundle
+
+        try:
+            bundle = build_bundle(self.s.run_dir, self.s.artifacts_run_dir)
+            self.console.log(f"handoff bundle: {bundle}")
+        except (OSError, TRMError) as err:
+            self.console.log(f"handoff failed ({err}); rerun: python -m trm handoff {self.s.run_dir}")

@@ -251,17 +251,22 @@ class LaunchSettings:
     wandb_project: str
     use_tmux: bool
     python: str
+    cli_overrides: tuple[str, ...] = ()
+    """Overrides given as script arguments (also part of train_overrides; kept for the resume command)."""
 
     @property
     def run_dir(self) -> Path:
+        """CHECKPOINT_DIR/RUN_NAME: the trainer's checkpoint_path."""
         return self.checkpoint_dir / self.run_name
 
     @property
     def launch_dir(self) -> Path:
+        """The launcher's records inside the run directory."""
         return self.run_dir / "launch"
 
     @property
     def artifacts_run_dir(self) -> Path:
+        """ARTIFACTS_DIR/RUN_NAME: the handoff bundle."""
         return self.artifacts_dir / self.run_name
 
     @classmethod
@@ -333,4 +338,5 @@ class LaunchSettings:
             wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{task}",
             use_tmux=_flag(env, "USE_TMUX", False),
             python=env.get("PYTHON", "").strip() or "python",
+            cli_overrides=tuple(extra_overrides),
         )

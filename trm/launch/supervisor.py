@@ -19,6 +19,7 @@ from trm import exit_codes
 
 
 def utc_stamp(t: float | None = None) -> str:
+    """ISO-8601 UTC time stamp."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if t is None else t))
 
 
@@ -31,6 +32,7 @@ class Console:
         self._lock = threading.Lock()
 
     def log(self, message: str) -> None:
+        """Print and append one (possibly multi-line) message."""
         text = "".join(
             f"[trm launch {time.strftime('%H:%M:%S', time.gmtime())}] {line}\n"
             for line in message.splitlines()
@@ -51,6 +53,7 @@ class EventLog:
         self.path = path
 
     def write(self, event: str, **fields: object) -> None:
+        """Append one event (fsync'd: the handoff relies on it after a crash)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         record = {"event": event, "time": time.time(), "utc": utc_stamp(), **fields}
         with open(self.path, "a", encoding="utf-8") as f:
@@ -91,16 +94,23 @@ class AttemptResult:
 
     @property
     def outcome(self) -> str:
-        """ok, saved (every recorded rank exited 0 or 75, at least one 75) or failed."""
+        """ok, saved or failed.
+
+        saved: some rank exited 75 and no rank failed otherwise. The trainer exits 75 only after the
+        collective save completed, and once one rank has exited torchrun SIGTERMs the others; a rank
+        that was already shutting down then dies of that SIGTERM (-15 / 143), which is not a failure.
+        """
         if self.returncode == 0:
             return "ok"
         codes = set(self.rank_codes.values())
-        if exit_codes.SAVED_RETRY in codes and codes <= {0, exit_codes.SAVED_RETRY}:
+        benign = {0, exit_codes.SAVED_RETRY, -signal.SIGTERM, 128 + signal.SIGTERM}
+        if exit_codes.SAVED_RETRY in codes and codes <= benign:
             return "saved"
         return "failed"
 
 
 def read_rank_codes(exit_dir: Path) -> dict[int, int]:
+    """Exit codes recorded by `trm.launch.worker`, by rank."""
     codes: dict[int, int] = {}
     if not exit_dir.is_dir():
         return codes
@@ -124,6 +134,8 @@ class Supervisor:
         self._lock = threading.Lock()
 
     def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT/SIGHUP become a stop request."""
+
         def handler(signum: int, _frame: object) -> None:
             self.request_stop(f"received {signal.Signals(signum).name}")
 
@@ -228,12 +240,14 @@ class CostGuard(threading.Thread):
         self._stopped = threading.Event()
 
     def cost_usd(self, now: float | None = None) -> float | None:
+        """Cost since the session started (None without a price)."""
         if self.hourly_usd is None:
             return None
         hours = ((now or self.clock()) - self.session_start) / 3600
         return hours * max(self.num_gpus, 1) * self.hourly_usd
 
     def cost_line(self, now: float | None = None) -> str:
+        """One log line: elapsed time, cost, time left before the guard stops the trainer."""
         now = now or self.clock()
         hours = (now - self.session_start) / 3600
         cost = self.cost_usd(now)
@@ -254,12 +268,14 @@ class CostGuard(threading.Thread):
                 self.supervisor.request_stop(f"cost guard: MAX_HOURS reached ({self.cost_line(now)})")
                 return
             if now >= next_log:
-                if self.hourly_usd is not None:
+                cost = self.cost_usd(now)
+                if cost is not None:
                     self.supervisor.console.log(self.cost_line(now))
-                    self.supervisor.events.write("cost", usd=round(self.cost_usd(now) or 0.0, 4))
+                self.supervisor.events.write("heartbeat", usd=round(cost, 4) if cost is not None else None)
                 next_log = now + self.log_every_s
             wake = min(next_log, self.deadline if self.deadline is not None else next_log)
             self._stopped.wait(max(0.05, min(wake - now, 5.0)))
 
     def stop(self) -> None:
+        """End the guard thread."""
         self._stopped.set()

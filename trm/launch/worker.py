@@ -39,6 +39,7 @@ def record(exit_dir: Path, rank: str, code: int, started: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command, forward signals, record and return its exit code."""
     parser = argparse.ArgumentParser(prog="python -m trm.launch.worker")
     parser.add_argument("--exit-dir", type=Path, required=True)
     parser.add_argument("command", nargs=argparse.REMAINDER)

@@ -70,7 +70,14 @@ class _RMSNorm(torch.autograd.Function):
 
 
 def rms_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """Parameter-free RMSNorm over the last axis, computed in fp32 and cast back to x's dtype."""
+    """Parameter-free RMSNorm over the last axis, computed in fp32 and cast back to x's dtype.
+
+    Eager mode uses the hand-written backward; under torch.compile the plain formula is traced so that
+    inductor fuses it with its neighbours.
+    """
+    if torch.compiler.is_compiling():
+        xf = _upcast(x)
+        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
     return _RMSNorm.apply(x, eps)
 
 
@@ -176,11 +183,43 @@ class Attention(nn.Module):
         """Attention output [B, S, D]."""
         B, S, D = x_BSD.shape
         qkv = self.qkv(x_BSD).view(B, S, 3, self.num_heads, self.head_dim)
-        if rope is not None:
-            qkv = _RopeQKV.apply(qkv, *rope_tables(*rope))
-        q, k, v = qkv.unbind(2)
+        if rope is None:
+            q, k, v = qkv.unbind(2)
+        elif torch.compiler.is_compiling():  # plain ops: inductor fuses them
+            q, k = apply_rope(qkv[:, :, :2], *rope).unbind(2)
+            v = qkv[:, :, 2]
+        else:
+            q, k, v = _RopeQKV.apply(qkv, *rope_tables(*rope)).unbind(2)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         return self.out(out.transpose(1, 2).reshape(B, S, D))
+
+
+class _SiluGate(torch.autograd.Function):
+    """silu(gate)·up from a fused [.., 2I] gate/up tensor; the backward writes both halves in place (no cat)."""
+
+    @staticmethod
+    def forward(ctx: Any, gate_up: torch.Tensor) -> torch.Tensor:
+        gate, up = gate_up.chunk(2, dim=-1)
+        act = F.silu(gate)
+        ctx.save_for_backward(gate, up, act)
+        return act * up
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        gate, up, act = ctx.saved_tensors
+        grad_gate_up = torch.empty(*grad.shape[:-1], 2 * grad.shape[-1], dtype=grad.dtype, device=grad.device)
+        d_gate, d_up = grad_gate_up.chunk(2, dim=-1)
+        torch.mul(grad, act, out=d_up)
+        torch.ops.aten.silu_backward.grad_input(grad * up, gate, grad_input=d_gate)
+        return grad_gate_up
+
+
+def silu_gate(gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(first half)·(second half) of the last axis."""
+    if torch.compiler.is_compiling():
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return _SiluGate.apply(gate_up)
 
 
 class SwiGLU(nn.Module):
@@ -194,8 +233,7 @@ class SwiGLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """SwiGLU over the last axis."""
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return self.down(silu_gate(self.gate_up(x)))
 
 
 class Block(nn.Module):

@@ -120,4 +120,10 @@ class ACTLossHead(nn.Module):
         loss = lm_loss + 0.5 * q_loss
 
         detached = {k: outputs[k].detach() for k in return_keys if k in outputs}
-        return carry, loss, metrics, detached, bool(carry.halted.all())
+        return carry, loss, metrics, detached, _all_true(carry.halted)
+
+
+@torch.compiler.disable
+def _all_true(flags: torch.Tensor) -> bool:
+    """bool(flags.all()); a host sync kept outside compiled graphs (no graph-break warning)."""
+    return bool(flags.all())

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trm.errors import TRMError
 from trm.io import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,13 @@ class TensorBoardSink:
     """TensorBoard event files under `<run_dir>/tensorboard`."""
 
     def __init__(self, run_dir: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise TRMError(
+                "tensorboard=true needs the tensorboard package: pip install 'trm-stack[tensorboard]', "
+                "or set tensorboard=false."
+            ) from None
         self._writer = SummaryWriter(str(run_dir / "tensorboard"))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
