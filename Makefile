@@ -11,7 +11,7 @@ NOX := $(VENV)/bin/nox
 TORCH_SPEC ?= torch==2.13.0
 DATA_DIR ?= data
 
-.PHONY: help venv test lint data
+.PHONY: help venv test lint data runbooks
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -36,6 +36,9 @@ data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 
 		--subsets training evaluation concept --test-set-name evaluation
 	$(PY) -m trm data build-arc --output-dir $(DATA_DIR)/arc2concept-aug-1000 \
 		--subsets training2 evaluation2 concept --test-set-name evaluation2
+
+runbooks: venv ## runbook/jobs checks, secret scan, and every `bash cpu` runbook block (nox -s runbooks)
+	$(NOX) -s runbooks
 
 # ---- container images (docker/images.toml; docker/README.md) ------------------------------------------
 # make image push REGISTRY=127.0.0.1:5000 VARIANTS=cpu   (VARIANTS: space-separated, default all)
@@ -75,3 +78,7 @@ launch-dry-run: venv ## what scripts/train_prod.sh would do on this host (steps,
 
 launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo ranks, kill + resume, handoff (slow)
 	$(NOX) -s launch
+
+.PHONY: kaggle-test
+kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
+	$(NOX) -s kaggle

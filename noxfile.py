@@ -41,6 +41,16 @@ def gpu(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def runbooks(session: nox.Session) -> None:
+    """Runbooks and jobs: static checks, secret scan, jobs tests (kustomize required), every `bash cpu` block."""
+    session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"
+    session.run(PYTHON, "-m", "trm", "runbooks", "check")
+    session.run(PYTHON, "-m", "trm", "scan-secrets")
+    session.run(PYTHON, "-m", "pytest", "-q", "tests/test_jobs.py", "tests/test_runbooks_repo.py")
+    session.run(PYTHON, "-m", "trm", "runbooks", "run", *session.posargs)
+
+
+@nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module trm.bench.<name> (e.g. `data`)."""
     available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem != "__init__")
@@ -87,3 +97,9 @@ def launch(session: nox.Session) -> None:
         "tests/test_launch_runner.py",
         *session.posargs,
     )
+
+
+@nox.session(default=False)
+def kaggle(session: nox.Session) -> None:
+    """Kaggle bundle end to end (slow, needs the package index): wheelhouse, offline install, inference."""
+    session.run(PYTHON, "-m", "pytest", "-m", "slow", "tests/test_kaggle.py", *session.posargs)

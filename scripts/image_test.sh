@@ -67,4 +67,4 @@ registry_pid=$!
 for _ in $(seq 30); do registry_up && break; sleep 1; done
 registry_up || { tail -20 "$work/registry.log"; echo "docker-registry did not come up" >&2; exit 1; }
 
-TRM_TEST_REGISTRY="127.0.0.1:$PORT" "$PYTHON" -m pytest -m docker -v -p no:cacheprovider "$TESTS" "$@"
+TRM_TEST_REGISTRY="127.0.0.1:$PORT" "$PYTHON" -m pytest -m docker -v -s -p no:cacheprovider "$TESTS" "$@"

@@ -46,6 +46,21 @@ def test_subset_lock_keeps_pins_and_hashes_only():
         buildtools.subset_lock(LOCK, ["pip", "wheel"])
 
 
+def test_subset_lock_exclude_and_hashes():
+    out = buildtools.subset_lock(LOCK, ["ninja"], exclude=True)
+    assert out.startswith("pip==26.3") and "ninja" not in out and "setuptools==84.2.1" in out
+    assert buildtools.lock_hashes(LOCK, "pip") == {"aa", "bb"}
+
+
+def test_adam_build_refuses_an_sdist_the_lock_does_not_allow(tmp_path):
+    sdist = tmp_path / "adam_atan2-0.0.3.tar.gz"
+    sdist.write_bytes(b"tampered")
+    lock = tmp_path / "build.txt"
+    lock.write_text("adam-atan2==0.0.3 \\\n    --hash=sha256:" + "0" * 64 + "\n")
+    with pytest.raises(BuildCheckError, match="sha256 not among the hashes"):
+        buildtools.build_adam_atan2(sdist, lock, "9.0", tmp_path / "out", "0.0.3", tmp_path / "venv", 1)
+
+
 def test_adam_setup_patch_drops_hard_coded_arches():
     patched = buildtools.patch_adam_setup(SETUP_PY)
     assert '"nvcc": NVCC_FLAGS,' in patched and '"nvcc": nvcc_flags_with_arch' not in patched

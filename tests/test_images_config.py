@@ -33,6 +33,7 @@ runtime_base = "{runtime_base}"
 max_layer_bytes = 1000
 [smoke]
 command = ["python", "-m", "trm", "version"]
+preflight_args = "--cpu"
 {variants}
 """
     )
@@ -233,3 +234,20 @@ def test_cli_unknown_variant_exits_2_without_traceback():
     )
     assert proc.returncode == 2
     assert "unknown image variant 'sm75'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_runtime_locks_cover_every_project_dependency():
+    """A dependency added to pyproject.toml without `make lock` would be missing from the images."""
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    for lock in ("cpu", "cu130"):
+        pins = requirements.read_pins(requirements.runtime_lock(ROOT, lock))
+        for dep in deps:
+            name, _, version = dep.partition("==")
+            key = requirements.normalize_name(name)
+            assert key in pins, f"{dep} is not in runtime-{lock}.txt: run `make lock`"
+            assert pins[key].split("+")[0] == version, (
+                f"{dep} vs {pins[key]} in runtime-{lock}.txt: run `make lock`"
+            )

@@ -55,7 +55,7 @@ def run_smoke(client, image: str) -> str:
         image,
         smoke_command(),
         network_mode="none",
-        environment={"TRM_PREFLIGHT_ARGS": os.environ.get("TRM_IMAGE_PREFLIGHT_ARGS", "--cpu")},
+        environment={"TRM_PREFLIGHT_ARGS": load_config(ROOT / "docker/images.toml").smoke_preflight_args},
         shm_size="1g",
         detach=True,
     )
@@ -165,8 +165,8 @@ def test_push_pull_by_digest_and_run_again(client, built, registry, tmp_path_fac
     print(f"\nPUSHED {reference} in {push_seconds:.0f} s")
 
     image_id = built["image"].id
-    for tag in {*built["tags"], *(f"{registry}/{t}" for t in built["tags"])}:
-        client.images.remove(tag, force=True)
+    # Every reference (tags and the registry digest) goes; the parent layers stay as build cache.
+    client.images.remove(image_id, force=True, noprune=True)
     assert not any(img.id == image_id for img in client.images.list())
 
     start = time.monotonic()

@@ -24,6 +24,10 @@ class FakeImage:
     def __init__(self, api: FakeAPI, image_id: str) -> None:
         self.api = api
         self.id = image_id
+        self.attrs = {"Size": sum(api.layer_sizes)}
+
+    def history(self) -> list[dict]:
+        return [{"Size": size} for size in self.api.layer_sizes]
 
     def tag(self, repository: str, tag: str) -> None:
         self.api.tags[f"{repository}:{tag}"] = self.id
@@ -32,7 +36,8 @@ class FakeImage:
 class FakeAPI:
     """The low-level calls the driver makes, recording what it was asked."""
 
-    def __init__(self, build_events=None, push_events=None, push_error=None) -> None:
+    def __init__(self, build_events=None, push_events=None, push_error=None, layer_sizes=(10, 2000)) -> None:
+        self.layer_sizes = list(layer_sizes)
         self.build_events = build_events if build_events is not None else []
         self.push_events = push_events if push_events is not None else []
         self.push_error = push_error
@@ -63,6 +68,8 @@ class FakeImages:
         self.api = api
 
     def get(self, name: str) -> FakeImage:
+        if name in self.api.tags.values():
+            return FakeImage(self.api, name)
         if name not in self.api.tags:
             raise docker.errors.ImageNotFound(f"no such image: {name}")
         return FakeImage(self.api, self.api.tags[name])
@@ -123,6 +130,15 @@ def test_build_streams_progress_and_tags_both_ways(checkout):
     assert client.api.tags["trm:0.1.0-cu130-sm90"] == built.image_id
     assert built.tags[1] == f"trm:sm90-{built.content_hash}"
     assert "Step 3/3 : RUN check" in out.getvalue()
+
+
+def test_build_reports_size_and_rejects_oversized_layers(checkout):
+    driver, _, out = make_driver(checkout, layer_sizes=(10, 1_500_000_000, 300))
+    driver.build(driver.config.variants["cpu"])
+    assert "cpu: image 1500 MB, largest layer 1500 MB" in out.getvalue()
+    driver, _, _ = make_driver(checkout, layer_sizes=(10, 5_200_000_000))
+    with pytest.raises(TRMError, match=r"5\.2 GB layer, above the 5 GB"):
+        driver.build(driver.config.variants["cpu"])
 
 
 def test_build_error_event_becomes_a_trm_error(checkout):

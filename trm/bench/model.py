@@ -23,6 +23,7 @@ from torch import nn
 
 from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
+from trm.model.layers import swiglu_intermediate
 from trm.optim import AdamATan2
 
 # Dense bf16 peak FLOP/s used for MFU, by GPU name fragment.
@@ -67,7 +68,7 @@ CONFIGS = {"tiny": tiny_config, "paper": paper_config}
 def step_flops(config: TRMConfig) -> float:
     """Matmul FLOPs of one training step (forward of all cycles, backward of the last one)."""
     b, s, d = config.batch_size, config.total_seq_len, config.hidden_size
-    inter = -(round(config.expansion * d * 2 / 3) // -256) * 256
+    inter = swiglu_intermediate(d, config.expansion)
     mix = 2 * b * s * d * 4 * d + 4 * b * s * s * d  # qkv + out projections, scores + weighted sum
     block = mix + 2 * b * s * d * 3 * inter
     per_application = config.L_layers * block
@@ -97,7 +98,9 @@ def build_ours(config: TRMConfig, device: torch.device) -> nn.Module:
     return ACTLossHead(TinyRecursiveModel(config)).to(device)
 
 
-def build_upstream(config: TRMConfig, device: torch.device, path: str) -> nn.Module:
+def build_upstream(
+    config: TRMConfig, device: torch.device, path: str, loss_type: str = "stablemax_cross_entropy"
+) -> nn.Module:
     """Upstream's loss head and model, imported from the checkout at `path`."""
     if not os.path.isdir(os.path.join(path, "models", "recursive_reasoning")):
         raise TRMError(f"TRM_UPSTREAM={path} is not a TinyRecursiveModels checkout: point it at a clone.")
@@ -113,7 +116,7 @@ def build_upstream(config: TRMConfig, device: torch.device, path: str) -> nn.Mod
     arch.pop("eval_early_halt")
     with torch.device(device):
         model = TinyRecursiveReasoningModel_ACTV1(arch)
-        return UpstreamLossHead(model, loss_type="stablemax_cross_entropy")
+        return UpstreamLossHead(model, loss_type=loss_type)
 
 
 class _UpstreamCall(nn.Module):
@@ -124,9 +127,12 @@ class _UpstreamCall(nn.Module):
         self.head = head
 
     def initial_carry(self, batch: dict[str, torch.Tensor]) -> Any:
-        return self.head.initial_carry(batch)
+        """Upstream allocates its carry on the default device, so set it (as upstream's trainer does)."""
+        with torch.device(batch["inputs"].device):
+            return self.head.initial_carry(batch)
 
     def forward(self, carry: Any, batch: dict[str, torch.Tensor]) -> Any:
+        """Upstream's loss head called with keywords."""
         return self.head(carry=carry, batch=batch, return_keys=[])
 
 
@@ -140,6 +146,7 @@ class Timing:
 
     @property
     def steps_per_s(self) -> float:
+        """Throughput from the median step time."""
         return 1.0 / self.median_s
 
 
@@ -196,6 +203,15 @@ def _peak_flops(device: torch.device) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; a TRMError (e.g. a bad TRM_UPSTREAM) is printed without traceback, exit 2."""
+    try:
+        return _run(argv)
+    except TRMError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _run(argv: list[str] | None) -> int:
     """Run the benchmark and print one line per variant plus the ours/upstream ratios."""
     parser = argparse.ArgumentParser(prog="python -m trm.bench.model", description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default=None, help="tiny (CPU) or paper (GPU)")

@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from trm.evaluation.voting import PASS_KS, VoteTable, build_submission, pass_at_k, validate_submission
+from trm.evaluation.voting import (
+    PASS_KS,
+    VoteTable,
+    build_submission,
+    pass_at_k,
+    record_predictions,
+    validate_submission,
+)
 from trm.io import atomic_write_json
 from trm.training.distributed import DistInfo, gather_objects
 
@@ -55,21 +62,18 @@ class ARCEvaluator:
 
     def update_batch(self, outputs: dict[str, torch.Tensor]) -> None:
         """Add one batch: int tokens `inputs`/`preds` [B, seq], `puzzle_identifiers` [B], `q_halt_logits` [B]."""
-        from trm.data.encoding import crop, invert_augmentation, parse_identifier
-
         # Copies on the CPU, outside any inference-mode tensor: nothing here is updated in place later.
         host = {k: outputs[k].detach().to("cpu", copy=True) for k in self.required_outputs}
         ids = host["puzzle_identifiers"].numpy()
-        inputs = host["inputs"].numpy()
-        preds = host["preds"].numpy()
-        conf = torch.sigmoid(host["q_halt_logits"].float()).numpy()
-        for row in np.nonzero(ids != self.blank_identifier_id)[0]:
-            task_id, tid, colour_map = parse_identifier(self.identifiers[int(ids[row])])
-            if task_id not in self.test_puzzles:
-                continue
-            grid_in = invert_augmentation(crop(inputs[row]), tid, colour_map)
-            grid_out = invert_augmentation(crop(preds[row]), tid, colour_map)
-            self.table.add(task_id, grid_in, grid_out, float(conf[row]))
+        rows = np.nonzero(ids != self.blank_identifier_id)[0]
+        record_predictions(
+            self.table,
+            self.test_puzzles,
+            [self.identifiers[int(ids[row])] for row in rows],
+            host["inputs"].numpy()[rows],
+            host["preds"].numpy()[rows],
+            torch.sigmoid(host["q_halt_logits"].float()).numpy()[rows],
+        )
 
     def result(self, save_path: Path | None, info: DistInfo) -> dict[str, float] | None:
         """Gather to rank 0, write `<save_path>/submission.json`, return `ARC/pass@K` (None on other ranks)."""

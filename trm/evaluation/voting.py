@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,3 +159,27 @@ def validate_submission(submission: Any, test_puzzles: dict[str, Any], attempts:
                     raise TRMError(
                         f"submission.json task {task_id} pair {i} {name}: not a rectangular grid of 0..9."
                     )
+
+
+def record_predictions(
+    table: VoteTable,
+    test_puzzles: dict[str, Any],
+    identifiers: Sequence[str],
+    inputs: np.ndarray,
+    preds: np.ndarray,
+    confidences: np.ndarray,
+) -> None:
+    """Add a batch of augmented predictions: row i's identifier string names its task and augmentation.
+
+    Crops the 900-token input and prediction, undoes the augmentation and votes under the original test
+    input; rows of tasks outside `test_puzzles` are ignored.
+    """
+    from trm.data.encoding import crop, invert_augmentation, parse_identifier
+
+    for row, name in enumerate(identifiers):
+        task_id, tid, colour_map = parse_identifier(name)
+        if task_id not in test_puzzles:
+            continue
+        grid_in = invert_augmentation(crop(inputs[row]), tid, colour_map)
+        grid_out = invert_augmentation(crop(preds[row]), tid, colour_map)
+        table.add(task_id, grid_in, grid_out, float(confidences[row]))

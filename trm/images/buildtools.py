@@ -1,6 +1,6 @@
 """Steps that run inside `docker build` (stdlib only: copied into build stages before trm is installed).
 
-    python3 buildtools.py subset-lock LOCK NAME...          print the named pins of a hash-locked file
+    python3 buildtools.py subset-lock LOCK NAME... [--exclude]   the named pins of a hash-locked file
     python3 buildtools.py cuda-home VENV                     locate (and complete) the pip CUDA toolkit
     python3 buildtools.py build-adam-atan2 --sdist ... --archs "9.0" --out DIR
     python3 buildtools.py split-layers SRC DEST --slots N --max-bytes B [--link]
@@ -12,6 +12,7 @@ Every check that fails exits non-zero with a message saying what is wrong, so th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import shutil
@@ -39,8 +40,11 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def subset_lock(text: str, names: list[str]) -> str:
-    """The entries (pin line + hash continuation lines) of `names` from a hash-locked file."""
+def subset_lock(text: str, names: list[str], *, exclude: bool = False) -> str:
+    """The entries (pin line + hash continuation lines) of `names` from a hash-locked file.
+
+    With `exclude`, every entry except `names` (e.g. the toolchain without the sdist built later).
+    """
     wanted = {normalize(n) for n in names}
     out: list[str] = []
     keep = False
@@ -48,9 +52,10 @@ def subset_lock(text: str, names: list[str]) -> str:
     for line in text.splitlines():
         match = _REQ_START.match(line)
         if match:
-            keep = normalize(match.group(1)) in wanted
-            if keep:
-                found.add(normalize(match.group(1)))
+            name = normalize(match.group(1))
+            keep = (name in wanted) != exclude
+            if name in wanted:
+                found.add(name)
         elif not line.startswith(" "):
             keep = False
         if keep and not line.lstrip().startswith("#"):
@@ -59,6 +64,20 @@ def subset_lock(text: str, names: list[str]) -> str:
     if missing:
         raise BuildCheckError(f"lock file has no pin for {', '.join(sorted(missing))}")
     return "\n".join(out) + "\n"
+
+
+def lock_hashes(text: str, name: str) -> set[str]:
+    """The sha256 values a hash-locked file allows for `name`."""
+    entry = subset_lock(text, [name])
+    return set(re.findall(r"--hash=sha256:([0-9a-f]+)", entry))
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def patch_adam_setup(text: str) -> str:
@@ -130,8 +149,12 @@ def check_adam_wheel(wheel: Path, version: str, expected_sm: set[str], cuobjdump
     return found
 
 
-def build_adam_atan2(sdist: Path, archs: str, out: Path, version: str, venv: Path, jobs: int) -> Path:
-    """Unpack, patch, build (no isolation, no cache) and verify one adam-atan2 wheel for `archs`."""
+def build_adam_atan2(
+    sdist: Path, lock: Path, archs: str, out: Path, version: str, venv: Path, jobs: int
+) -> Path:
+    """Check the sdist against the lock, unpack, patch, build (no isolation, no cache), verify the wheel."""
+    if sha256_of(sdist) not in lock_hashes(lock.read_text(), "adam-atan2"):
+        raise BuildCheckError(f"{sdist.name}: sha256 not among the hashes {lock} allows for adam-atan2")
     home = find_cuda_home(venv)
     cuobjdump = home / "bin" / "cuobjdump"
     if not cuobjdump.exists():
@@ -251,10 +274,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("subset-lock")
     p.add_argument("lock", type=Path)
     p.add_argument("names", nargs="+")
+    p.add_argument("--exclude", action="store_true", help="print every entry except NAMES")
     p = sub.add_parser("cuda-home")
     p.add_argument("venv", type=Path)
     p = sub.add_parser("build-adam-atan2")
     p.add_argument("--sdist", type=Path, required=True)
+    p.add_argument("--lock", type=Path, required=True, help="hash-locked file that pins the sdist")
     p.add_argument("--archs", required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--version", required=True)
@@ -271,11 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "subset-lock":
-            sys.stdout.write(subset_lock(args.lock.read_text(), args.names))
+            sys.stdout.write(subset_lock(args.lock.read_text(), args.names, exclude=args.exclude))
         elif args.cmd == "cuda-home":
             print(find_cuda_home(args.venv))
         elif args.cmd == "build-adam-atan2":
-            build_adam_atan2(args.sdist, args.archs, args.out, args.version, args.venv, args.jobs)
+            build_adam_atan2(args.sdist, args.lock, args.archs, args.out, args.version, args.venv, args.jobs)
         elif args.cmd == "split-layers":
             sizes = split_layers(args.src, args.dest, args.slots, args.max_bytes, link=args.link)
             print("layer sizes (MB):", " ".join(f"{s / 1e6:.0f}" for s in sizes))

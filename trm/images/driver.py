@@ -18,6 +18,8 @@ from trm.errors import TRMError
 from trm.images import context, lockfile
 from trm.images.variants import ImageConfig, Variant
 
+# Registries commonly refuse layers above 5 GB (some at 10 GB); the venv is split well below this.
+LAYER_LIMIT_BYTES = 5_000_000_000
 _STEP = re.compile(r"^Step (\d+)/(\d+)")
 _REGISTRY_DOWN = ("connection refused", "no such host", "dial tcp", "i/o timeout", "no route to host")
 _AUTH = ("unauthorized", "authentication required", "denied", "forbidden")
@@ -171,9 +173,25 @@ class ImageDriver:
         self.client.api.tag(image_id, repo, tag)
         seconds = time.monotonic() - start
         print(f"built {variant.name} {image_id[:19]} in {seconds:.0f} s", file=self.out)
+        self.check_layers(variant, image_id)
         return BuiltImage(
             variant.name, image_id, [version_tag, content_tag], args["CONTENT_HASH"], seconds, args
         )
+
+    def check_layers(self, variant: Variant, image_id: str) -> int:
+        """Print the image size and its largest layer; fail when a layer exceeds LAYER_LIMIT_BYTES."""
+        image = self.client.images.get(image_id)
+        layers = [entry.get("Size", 0) for entry in image.history()]
+        largest = max(layers, default=0)
+        size_mb = image.attrs.get("Size", 0) / 1e6
+        print(f"{variant.name}: image {size_mb:.0f} MB, largest layer {largest / 1e6:.0f} MB", file=self.out)
+        if largest > LAYER_LIMIT_BYTES:
+            raise TRMError(
+                f"image {variant.name} has a {largest / 1e9:.1f} GB layer, above the "
+                f"{LAYER_LIMIT_BYTES / 1e9:.0f} GB registries accept: lower [image].max_layer_bytes in "
+                "docker/images.toml or split the offending Dockerfile step"
+            )
+        return largest
 
     def push(
         self, variant: Variant, registry: str, *, lock_path: Path | None, **overrides: Any

@@ -48,12 +48,17 @@ def lock_groups(variants: list[Variant]) -> dict[str, Variant]:
     return groups
 
 
+def normalize_name(name: str) -> str:
+    """PEP 503 name normalization (`Hydra_Core` → `hydra-core`)."""
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
 def read_pins(path: Path) -> dict[str, str]:
     """`{normalized name: version}` of a compiled requirements file."""
     if not path.is_file():
         raise TRMError(f"lock file {path} is missing: run `make lock` (needs network) and commit it")
     text = path.read_text(encoding="utf-8")
-    return {re.sub(r"[-_.]+", "-", m.group(1)).lower(): m.group(2) for m in _PIN.finditer(text)}
+    return {normalize_name(m.group(1)): m.group(2) for m in _PIN.finditer(text)}
 
 
 def check_torch_pin(config: ImageConfig, variant: Variant, root: Path) -> None:

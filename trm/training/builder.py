@@ -145,9 +145,9 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
     )
 
 
-def load_initial_weights(path: str, model: Any, num_identifiers: int) -> str:
-    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or an upstream step_N file."""
-    from trm.model.upstream import convert_upstream_state_dict, resize_puzzle_embedding
+def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
+    """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or an upstream file."""
+    from trm.model.upstream import convert_upstream_state_dict
     from trm.training.checkpoint import STATE, check_folder, load_torch
 
     p = Path(path)
@@ -172,6 +172,14 @@ def load_initial_weights(path: str, model: Any, num_identifiers: int) -> str:
         raise TRMError(
             f"load_checkpoint={path} does not exist: pass a step_N folder or upstream step_N file."
         )
+    return weights, kind
+
+
+def load_initial_weights(path: str, model: Any, num_identifiers: int) -> str:
+    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or an upstream step_N file."""
+    from trm.model.upstream import resize_puzzle_embedding
+
+    weights, kind = read_checkpoint_weights(path)
     weights = resize_puzzle_embedding(weights, num_identifiers)
     try:
         model.load_state_dict(weights, strict=True)

@@ -1,0 +1,51 @@
+"""`python -m trm runbooks check|run|stamp`: the versioned, tested runbooks under runbooks/."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def _check(args: argparse.Namespace) -> int:
+    from trm.ops.runbookcheck import check_runbooks
+
+    problems = check_runbooks(args.root)
+    for problem in problems:
+        print(problem)
+    print(f"runbooks: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from trm.ops.runbookrun import run_cpu_blocks
+
+    timings = run_cpu_blocks(args.root, names=args.names, workdir=args.workdir, timeout_s=args.timeout)
+    for name, seconds in timings:
+        print(f"{name:>20}: {seconds:7.1f} s")
+    print(f"runbooks: cpu blocks of {len(timings)} runbook(s) passed")
+    return 0
+
+
+def _stamp(args: argparse.Namespace) -> int:
+    from trm.ops.runbookcheck import stamp
+
+    bumped = stamp(args.root, args.message)
+    print("\n".join(f"bumped {b}" for b in bumped) or "nothing changed: no version bumped")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("runbooks", help="check, run (cpu tier) or version-stamp the runbooks")
+    sub = parser.add_subparsers(dest="runbooks_command", metavar="ACTION", required=True)
+    check = sub.add_parser("check", help="headers, versions, image pins, bash syntax, commands that exist")
+    run = sub.add_parser("run", help="execute every `bash cpu` block, in order, on a copy of the project")
+    run.add_argument("names", nargs="*", help="only these runbooks (default: all)")
+    run.add_argument("--workdir", type=Path, help="keep the copy and workspace here (default: a temp dir)")
+    run.add_argument("--timeout", type=float, default=1800, help="seconds for all blocks (default 1800)")
+    stamp = sub.add_parser("stamp", help="bump the version of every runbook whose procedure or image changed")
+    stamp.add_argument(
+        "--message", "-m", required=True, help="what changed (goes into runbooks/CHANGELOG.md)"
+    )
+    for p, func in ((check, _check), (run, _run), (stamp, _stamp)):
+        p.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
+        p.set_defaults(func=func)

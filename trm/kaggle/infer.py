@@ -1,0 +1,221 @@
+"""Offline inference for Kaggle: one process, CPU or one GPU, no process group.
+
+Builds the augmented test set in memory, runs every row for the full ACT schedule (or until it halts with
+`early_halt`), votes with the evaluator's functions and writes a submission with two attempts for every
+test input. Rows run round by round (every task's k-th augmentation before any (k+1)-th), so a
+`max_minutes` budget that runs out leaves every task with about the same number of votes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from trm.errors import TRMError
+from trm.evaluation.voting import VoteTable, build_submission, record_predictions, validate_submission
+from trm.io import atomic_write_bytes, atomic_write_json
+from trm.kaggle.bundle import load_bundle
+from trm.kaggle.testset import TestSet, build_test_set, read_challenges
+
+log = logging.getLogger(__name__)
+# Rows per forward when --batch-size is not given: (CPU, CUDA). Attention over 916 positions is the
+# memory cost, so CPU batches stay small.
+DEFAULT_BATCH = (16, 256)
+
+
+@dataclass
+class InferenceReport:
+    """What a run did (printed by the command, asserted by tests)."""
+
+    tasks: int
+    test_inputs: int
+    rows_planned: int
+    rows_run: int
+    rounds_complete: int
+    skipped: dict[str, str]
+    seconds: float
+    device: str
+    stopped_by_budget: bool = False
+    batch_size: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_device(name: str) -> torch.device:
+    """auto → cuda when available, else cpu; an explicit cuda without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise TRMError(f"--device {name}: no CUDA GPU is visible; use --device cpu (or auto)")
+    if not (name == "cpu" or name.startswith("cuda")):
+        raise TRMError(f"--device {name}: use auto, cpu, cuda or cuda:N")
+    return torch.device(name)
+
+
+def predict_batch(
+    model: Any, inputs: np.ndarray, embedding_ids: np.ndarray, device: torch.device
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run a batch through every ACT step (until all slots halted); (preds uint8 [B, 900], q_halt [B])."""
+    batch = {
+        "inputs": torch.from_numpy(inputs.astype(np.int32)).to(device),
+        "puzzle_identifiers": torch.from_numpy(embedding_ids.astype(np.int32)).to(device),
+    }
+    with torch.inference_mode():
+        carry = model.initial_carry(batch)
+        for _ in range(model.config.halt_max_steps):
+            carry, outputs = model(carry, batch)
+            if bool(carry.halted.all()):
+                break
+        preds = outputs["logits"].argmax(dim=-1).to(torch.uint8).cpu().numpy()
+        q_halt = outputs["q_halt_logits"].float().cpu().numpy()
+    return preds, q_halt
+
+
+def _save_predictions(path: Path, names: list[str], inputs: list, preds: list, q_halt: list) -> None:
+    buffer = io.BytesIO()
+    np.savez_compressed(
+        buffer,
+        identifiers=np.array(json.dumps(names)),
+        inputs=np.concatenate(inputs) if inputs else np.zeros((0, 900), np.uint8),
+        preds=np.concatenate(preds) if preds else np.zeros((0, 900), np.uint8),
+        q_halt_logits=np.concatenate(q_halt) if q_halt else np.zeros(0, np.float32),
+    )
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def _is_oom(err: BaseException) -> bool:
+    return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def run_inference(
+    weights: str | Path,
+    challenges: str | Path,
+    out: str | Path,
+    *,
+    num_aug: int = 1000,
+    batch_size: int | None = None,
+    device: str = "auto",
+    max_minutes: float | None = None,
+    early_halt: bool = False,
+    seed: int = 0,
+    save_predictions: str | Path | None = None,
+    progress: bool = True,
+) -> InferenceReport:
+    """Write a Kaggle submission for `challenges` with the bundle at `weights`; see the module doc."""
+    started = time.perf_counter()
+    dev = resolve_device(device)
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH[dev.type == "cuda"]
+    if batch_size < 1:
+        raise TRMError(f"--batch-size {batch_size}: must be at least 1")
+    if Path(out).resolve() == Path(challenges).resolve():
+        raise TRMError(f"--out {out} is the --challenges file: choose another --out (e.g. submission.json)")
+    if max_minutes is not None and max_minutes <= 0:
+        raise TRMError(f"--max-minutes {max_minutes}: must be positive (or omit it for no limit)")
+    bundle = load_bundle(weights, dev, batch_size=batch_size, early_halt=early_halt)
+    data = read_challenges(challenges)
+    test_set = build_test_set(
+        data, num_aug=num_aug, identifiers=bundle.identifiers, unseen_id=bundle.unseen_id, seed=seed
+    )
+    table = VoteTable()
+    report = _run_rows(
+        bundle.model, test_set, table, dev, batch_size, max_minutes, started, save_predictions, progress
+    )
+    submission = build_submission(test_set.test_puzzles, table, attempts=2)
+    validate_submission(submission, test_set.test_puzzles, attempts=2)
+    atomic_write_json(out, submission, indent=None)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _run_rows(
+    model: Any,
+    test_set: TestSet,
+    table: VoteTable,
+    dev: torch.device,
+    batch_size: int,
+    max_minutes: float | None,
+    started: float,
+    save_predictions: str | Path | None,
+    progress: bool,
+) -> InferenceReport:
+    rows = test_set.rows(test_set.max_variants)
+    budget = None if max_minutes is None else max_minutes * 60.0
+    report = InferenceReport(
+        tasks=len(test_set.test_puzzles),
+        test_inputs=sum(len(t["test"]) for t in test_set.test_puzzles.values()),
+        rows_planned=len(rows),
+        rows_run=0,
+        rounds_complete=0,
+        skipped=test_set.skipped,
+        seconds=0.0,
+        device=str(dev),
+    )
+    saved: tuple[list, list, list, list] = ([], [], [], [])
+    bar = tqdm(total=len(rows), desc="infer", unit="row", disable=not progress, file=sys.stderr)
+    per_row = 0.0  # seconds per row, measured
+    pos = 0
+    try:
+        while pos < len(rows):
+            chunk = rows[pos : pos + batch_size]
+            if budget is not None and per_row > 0:
+                left = budget - (time.perf_counter() - started)
+                if left < per_row * len(chunk) * 1.1 + 5.0:
+                    report.stopped_by_budget = True
+                    break
+            tasks = [test_set.tasks[t] for t, _, _ in chunk]
+            inputs = np.stack([task.inputs[k, j] for task, (_, k, j) in zip(tasks, chunk, strict=True)])
+            emb = np.array([task.embedding_ids[k] for task, (_, k, _) in zip(tasks, chunk, strict=True)])
+            names = [task.names[k] for task, (_, k, _) in zip(tasks, chunk, strict=True)]
+            t0 = time.perf_counter()
+            try:
+                preds, q_halt = predict_batch(model, inputs, emb, dev)
+            except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
+                if not _is_oom(err) or batch_size == 1:
+                    raise
+                batch_size //= 2
+                report.notes.append(f"out of memory: batch size lowered to {batch_size}")
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+                continue
+            elapsed = time.perf_counter() - t0
+            rate = elapsed / len(chunk)
+            per_row = rate if per_row == 0 else 0.7 * per_row + 0.3 * rate
+            conf = 1.0 / (1.0 + np.exp(-q_halt.astype(np.float64)))
+            record_predictions(table, test_set.test_puzzles, names, inputs, preds, conf)
+            if save_predictions is not None:
+                for store, value in zip(saved, (names, inputs, preds, q_halt), strict=True):
+                    store.append(value)
+            pos += len(chunk)
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+    report.rows_run = pos
+    report.batch_size = batch_size
+    report.rounds_complete = _complete_rounds(test_set, pos)
+    if report.stopped_by_budget:
+        report.notes.append(
+            f"--max-minutes reached: ran {pos} of {len(rows)} rows; every task got at least "
+            f"{report.rounds_complete} augmentation(s)"
+        )
+    if save_predictions is not None:
+        names_flat = [n for group in saved[0] for n in group]
+        _save_predictions(Path(save_predictions), names_flat, saved[1], saved[2], saved[3])
+    return report
+
+
+def _complete_rounds(test_set: TestSet, rows_run: int) -> int:
+    """How many augmentation rounds every task (that has that many variants) received in full."""
+    per_round = np.zeros(test_set.max_variants, dtype=np.int64)
+    for task in test_set.tasks:
+        per_round[: len(task.names)] += task.inputs.shape[1]
+    return int((np.cumsum(per_round) <= rows_run).sum())

@@ -1,0 +1,180 @@
+"""`python -m trm package kaggle`: a checkpoint → an offline Kaggle dataset folder (see `trm.kaggle.bundle`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import trm
+from trm.errors import TRMError
+from trm.io import atomic_directory, atomic_write_json, atomic_write_text
+from trm.kaggle import bundle as B
+from trm.kaggle.readme import render_readme
+from trm.model.upstream import PUZZLE_EMB_KEY
+
+# Dataset facts inference needs; ARC's values (TRM_SPEC §8.2) when no dataset folder is at hand.
+ARC_DATASET = {"pad_id": 0, "ignore_label_id": 0, "blank_identifier_id": 0, "vocab_size": 12, "seq_len": 900}
+
+
+def _dataset_facts(data_path: Path | None) -> tuple[dict[str, Any], list[str] | None]:
+    """(dataset metadata needed at inference, identifier strings) from a dataset folder, or ARC defaults."""
+    if data_path is None:
+        return dict(ARC_DATASET), None
+    meta_path = data_path / "test" / "dataset.json"
+    ids_path = data_path / B.IDENTIFIERS
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        identifiers = json.loads(ids_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise TRMError(
+            f"--data-path {data_path}: cannot read {meta_path.name} / {ids_path.name} ({err}); pass the dataset "
+            "folder the checkpoint was trained on (built by `python -m trm data build-arc`), or --no-identifiers"
+        ) from None
+    facts = {k: meta[k] for k in ARC_DATASET}
+    facts["num_puzzle_identifiers"] = meta["num_puzzle_identifiers"]
+    return facts, identifiers
+
+
+def _with_unseen_row(
+    weights: dict[str, torch.Tensor], keep_table: bool, blank_id: int
+) -> tuple[dict[str, torch.Tensor], int]:
+    """Append the mean trained row (for unseen tasks) to the puzzle table; without keep_table, keep only
+    the blank row and that mean row. Returns (weights, index of the mean row)."""
+    table = weights.get(PUZZLE_EMB_KEY)
+    if table is None:
+        return weights, 0
+    # Sum without copying the (possibly 1.8 GB) table, then take the blank row out.
+    total = table.sum(dim=0, keepdim=True, dtype=torch.float64)
+    if len(table) > 1:
+        total = total - table[blank_id : blank_id + 1].double()
+    mean = (total / max(len(table) - 1, 1)).to(table.dtype)
+    base = table if keep_table else table[blank_id : blank_id + 1]
+    weights = dict(weights)
+    weights[PUZZLE_EMB_KEY] = torch.cat([base, mean]).contiguous()
+    return weights, len(base)
+
+
+def _resolve(checkpoint: Path, overrides: list[str]) -> tuple[Any, int, bool]:
+    from trm.evaluation.standalone import resolve_config
+
+    return resolve_config(checkpoint, overrides)
+
+
+def package_kaggle(
+    checkpoint: str | Path,
+    out_dir: str | Path,
+    *,
+    overrides: list[str] | None = None,
+    data_path: str | Path | None = None,
+    identifiers: bool = True,
+    wheels: bool = True,
+    python_version: str = "3.11",
+    platforms: tuple[str, ...] | None = None,
+    include_torch: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Write the bundle for `checkpoint` (our step_N/ folder or an upstream step_N file) to `out_dir`."""
+    from trm.model import TinyRecursiveModel, TRMConfig
+    from trm.training.builder import read_checkpoint_weights
+    from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
+
+    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
+    cfg, step, ours = _resolve(checkpoint, list(overrides or []))
+    weights, kind = read_checkpoint_weights(str(checkpoint))
+
+    table = weights.get(PUZZLE_EMB_KEY)
+    identifiers = identifiers and table is not None  # without a puzzle table identifiers change nothing
+    if data_path is None and identifiers and len(cfg.data_paths) == 1 and Path(cfg.data_paths[0]).is_dir():
+        data_path = cfg.data_paths[0]
+    facts, names = _dataset_facts(Path(data_path) if data_path is not None and identifiers else None)
+    rows = int(table.shape[0]) if table is not None else 1
+    if names is not None and len(names) != rows:
+        raise TRMError(
+            f"--data-path {data_path}: {len(names)} identifiers, but the checkpoint's puzzle table has {rows} "
+            "rows; pass the dataset the checkpoint was trained on, or --no-identifiers"
+        )
+    weights, unseen_id = _with_unseen_row(weights, names is not None, facts["blank_identifier_id"])
+
+    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
+    if arch["forward_dtype"] == "auto":
+        arch["forward_dtype"] = "bfloat16"
+    new_table = weights.get(PUZZLE_EMB_KEY)
+    model_cfg = TRMConfig(
+        batch_size=1,
+        seq_len=facts["seq_len"],
+        vocab_size=facts["vocab_size"],
+        num_puzzle_identifiers=int(new_table.shape[0]) if new_table is not None else 1,
+        **arch,
+    )
+    with torch.device("meta"):
+        model = TinyRecursiveModel(model_cfg)
+    try:
+        model.load_state_dict(weights, strict=True, assign=True)
+    except RuntimeError as err:
+        raise TRMError(
+            f"{checkpoint}: weights do not fit the architecture ({str(err).splitlines()[0]}); pass the "
+            "run's arch overrides, e.g. `arch.hidden_size=… arch.L_layers=…`"
+        ) from None
+
+    ckpt_manifest = {}
+    if ours:
+        ckpt_manifest = json.loads((checkpoint / CKPT_MANIFEST).read_text(encoding="utf-8"))
+    config = {
+        "format": B.FORMAT,
+        "format_version": B.FORMAT_VERSION,
+        "arch": B.arch_fields(model_cfg),
+        "loss_type": cfg.arch.loss.loss_type,
+        "dataset": facts,
+        "identifiers": {
+            "shipped": names is not None,
+            "trained_rows": rows,
+            "unseen_id": unseen_id,
+            "unseen_rule": "mean of the trained puzzle-embedding rows (blank row excluded)",
+        },
+        "source": {
+            "checkpoint": checkpoint.name,
+            "kind": kind,
+            "step": step,
+            "dataset_fingerprint": ckpt_manifest.get("dataset_fingerprint"),
+            "git_sha": ckpt_manifest.get("git_sha"),
+        },
+        "created": {"trm_stack": trm.__version__, "torch": torch.__version__, "unix_time": time.time()},
+    }
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        with open(tmp / B.WEIGHTS, "wb") as f:
+            torch.save({k: v.contiguous() for k, v in weights.items()}, f)
+        atomic_write_json(tmp / B.CONFIG, config)
+        if names is not None:
+            atomic_write_text(tmp / B.IDENTIFIERS, json.dumps(names) + "\n")
+        pins: dict[str, str] = {}
+        if wheels:
+            from trm.kaggle.wheelhouse import DEFAULT_PLATFORMS, build_wheelhouse
+
+            pins = build_wheelhouse(
+                tmp / B.WHEELS,
+                python_version=python_version,
+                platforms=platforms or DEFAULT_PLATFORMS,
+                include_torch=include_torch,
+                progress=progress,
+            )
+        atomic_write_text(tmp / B.README, render_readme(config, pins, python_version, include_torch, wheels))
+        manifest = {
+            "format": B.FORMAT,
+            "format_version": B.FORMAT_VERSION,
+            "python_version": python_version if wheels else None,
+            "torch_in_wheelhouse": include_torch if wheels else None,
+            "files": B.file_entries(tmp),
+        }
+        atomic_write_json(tmp / B.MANIFEST, manifest)
+        for path in tmp.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        tmp.chmod(0o755)
+    return manifest

@@ -1,0 +1,1 @@
+"""Operations tooling: versioned runbooks, Kubernetes job manifests, image pins and the secret scan."""

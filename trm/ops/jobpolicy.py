@@ -1,0 +1,227 @@
+"""The rules every rendered trainer Job must follow; each one guards a failure our users have had.
+
+`check_objects` takes the objects one overlay renders to and returns human-readable problems.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from trm.exit_codes import CONFIG_ERROR, SAVED_RETRY
+from trm.ops.imagelock import LockedImage
+from trm.ops.shellrefs import RefChecker
+
+TRAINER = "trainer"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+REQUIRED_ENV = ("OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")
+_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
+_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
+# Environment for the runtime and libraries rather than for the launcher's own settings.
+_RUNTIME_ENV = re.compile(
+    r"^(OMP_NUM_THREADS|PYTORCH_CUDA_ALLOC_CONF|PYTHONUNBUFFERED|PYTHONFAULTHANDLER|HYDRA_FULL_ERROR|"
+    r"WANDB_API_KEY|(NCCL|TORCH_NCCL|CUDA|NVIDIA)_[A-Z0-9_]+)$"
+)
+LAUNCH_COMMAND = ["python", "-m", "trm", "launch"]
+
+
+def launcher_env_names() -> set[str]:
+    """The variables `python -m trm launch` documents (its --help-env list)."""
+    from trm.launch.settings import ALL_VARS
+
+    return {var.name for var in ALL_VARS}
+
+
+def check_launcher_env(where: str, container: dict) -> list[str]:
+    """A launcher container may only set variables the launcher documents, or runtime/library ones."""
+    if container.get("command", [])[: len(LAUNCH_COMMAND)] != LAUNCH_COMMAND:
+        return []
+    known = launcher_env_names()
+    return [
+        f"{where}: env {var['name']} is neither a launcher setting (`python -m trm launch --help-env`) "
+        "nor a runtime variable; a typo here is silently ignored"
+        for var in container.get("env", [])
+        if var["name"] not in known and not _RUNTIME_ENV.match(var["name"])
+    ]
+
+
+def _rules(job: dict) -> list[dict]:
+    return job["spec"].get("podFailurePolicy", {}).get("rules", [])
+
+
+def _exit_rule(job: dict, code: int) -> str | None:
+    for rule in _rules(job):
+        codes = rule.get("onExitCodes", {})
+        if codes.get("operator") == "In" and code in codes.get("values", []):
+            return rule["action"]
+    return None
+
+
+def _disruption_rule(job: dict) -> str | None:
+    for rule in _rules(job):
+        if any(c.get("type") == "DisruptionTarget" for c in rule.get("onPodConditions", [])):
+            return rule["action"]
+    return None
+
+
+def check_failure_policy(name: str, job: dict) -> list[str]:
+    """Deadlines, cleanup and the exit-code contract of `trm.exit_codes`."""
+    spec = job["spec"]
+    problems = []
+    for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        if not isinstance(spec.get(key), int) or spec[key] <= 0:
+            problems.append(f"{name}: spec.{key} must be set (a run without it can bill forever / linger)")
+    if spec["template"]["spec"].get("restartPolicy") != "Never":
+        problems.append(f"{name}: podFailurePolicy needs restartPolicy: Never")
+    if _exit_rule(job, CONFIG_ERROR) != "FailJob":
+        problems.append(f"{name}: exit {CONFIG_ERROR} (configuration error) must FailJob, not be retried")
+    if _exit_rule(job, SAVED_RETRY) not in ("Ignore", "Count"):
+        problems.append(f"{name}: exit {SAVED_RETRY} (saved, safe to retry) must be retried (Ignore/Count)")
+    if _disruption_rule(job) != "Ignore":
+        problems.append(f"{name}: a DisruptionTarget pod condition (preemption, drain) must be Ignore'd")
+    for rule in _rules(job):
+        container = rule.get("onExitCodes", {}).get("containerName")
+        if container is not None and container != TRAINER:
+            problems.append(f"{name}: podFailurePolicy names container {container!r}, not {TRAINER!r}")
+    return problems
+
+
+def check_pod(name: str, pod: dict, image: LockedImage | None, refs: RefChecker | None) -> list[str]:
+    """Volumes, image pin, GPU placement, env and the container's command."""
+    problems = []
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if GPU_PRODUCT_LABEL not in pod.get("nodeSelector", {}):
+        problems.append(f"{name}: nodeSelector must pick the GPU product ({GPU_PRODUCT_LABEL})")
+    trainers = [c for c in pod.get("containers", []) if c["name"] == TRAINER]
+    if len(trainers) != 1:
+        return [*problems, f"{name}: needs exactly one container named {TRAINER!r}"]
+    for container in pod.get("initContainers", []) + pod["containers"]:
+        where = f"{name} container {container['name']}"
+        ref = container.get("image", "")
+        if not _DIGEST_REF.match(ref):
+            problems.append(f"{where}: image {ref!r} is not pinned by digest (run `python -m trm jobs pin`)")
+        elif image is not None and ref != image.pinned:
+            problems.append(f"{where}: image {ref} differs from the lock file's {image.pinned}")
+        elif container["name"] == TRAINER:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            if env.get("TRM_IMAGE_DIGEST") != ref.split("@", 1)[1]:
+                problems.append(
+                    f"{where}: TRM_IMAGE_DIGEST must be the image's digest (run `python -m trm jobs pin`)"
+                )
+        problems += _check_mounts(where, container, volumes)
+        problems += _check_env(where, container)
+        problems += check_launcher_env(where, container)
+        if refs is not None:
+            words = [*container.get("command", []), *container.get("args", [])]
+            problems += [f"{where}: {p}" for p in refs.check_code(shlex.join(words))] if words else []
+    trainer = trainers[0]
+    limits = trainer.get("resources", {}).get("limits", {})
+    if "nvidia.com/gpu" not in limits:
+        problems.append(f"{name}: the trainer must request GPUs (resources.limits nvidia.com/gpu)")
+    env = {e["name"] for e in trainer.get("env", [])}
+    problems += [f"{name}: the trainer must set {var}" for var in REQUIRED_ENV if var not in env]
+    if not any(var.startswith(("NCCL_", "TORCH_NCCL_")) for var in env):
+        problems.append(f"{name}: the trainer must set NCCL behaviour (e.g. TORCH_NCCL_ASYNC_ERROR_HANDLING)")
+    return problems
+
+
+def _check_mounts(where: str, container: dict, volumes: dict[str, dict]) -> list[str]:
+    problems = []
+    mounts = container.get("volumeMounts", [])
+    shm = [m for m in mounts if m["mountPath"] == "/dev/shm"]
+    if container["name"] == TRAINER and not shm:
+        problems.append(
+            f"{where}: /dev/shm must be a memory-backed emptyDir (the 64 MiB default → bus errors)"
+        )
+    for mount in shm:
+        if volumes.get(mount["name"], {}).get("emptyDir", {}).get("medium") != "Memory":
+            problems.append(f"{where}: /dev/shm must come from an emptyDir with medium: Memory")
+    workdir = container.get("workingDir")
+    for mount in mounts:
+        volume = volumes.get(mount["name"], {})
+        if "persistentVolumeClaim" not in volume:
+            continue
+        if not mount.get("subPath"):
+            problems.append(
+                f"{where}: PVC mounted at {mount['mountPath']} without subPath (mount data/checkpoints)"
+            )
+        path = mount["mountPath"].rstrip("/") or "/"
+        if path in ("/", "/workspace", "/opt", "/app", "/home") or (
+            workdir and (workdir.rstrip("/") + "/").startswith(path + "/")
+        ):
+            problems.append(f"{where}: PVC mounted at {path} would hide the image's code; mount subfolders")
+    return problems
+
+
+def _check_env(where: str, container: dict) -> list[str]:
+    problems = []
+    for var in container.get("env", []):
+        if _SECRET_ENV.search(var["name"]) and "value" in var:
+            problems.append(
+                f"{where}: {var['name']} has an inline value; take it from a Secret (secretKeyRef)"
+            )
+    return problems
+
+
+def check_multinode(name: str, job: dict, objects: list[dict], rwx_claims: set[str]) -> list[str]:
+    """An Indexed multi-pod Job needs a matching headless Service, a rendezvous address and RWX storage."""
+    spec = job["spec"]
+    if (spec.get("parallelism") or 1) <= 1:
+        return []
+    pod = spec["template"]["spec"]
+    problems = []
+    if spec.get("completionMode") != "Indexed" or spec.get("completions") != spec.get("parallelism"):
+        problems.append(
+            f"{name}: multi-pod training needs completionMode: Indexed with completions = parallelism"
+        )
+    services = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Service"}
+    service = services.get(pod.get("subdomain", ""))
+    if service is None:
+        problems.append(
+            f"{name}: spec.template.spec.subdomain must name a headless Service in the same overlay"
+        )
+    else:
+        if service["spec"].get("clusterIP") != "None":
+            problems.append(
+                f"{name}: Service {service['metadata']['name']} must be headless (clusterIP: None)"
+            )
+        labels = spec["template"].get("metadata", {}).get("labels", {})
+        selector = service["spec"].get("selector", {})
+        if not selector or any(labels.get(k) != v for k, v in selector.items()):
+            problems.append(f"{name}: Service selector {selector} does not match the pod labels {labels}")
+        env = {e["name"]: e.get("value") for c in pod["containers"] for e in c.get("env", [])}
+        expected = f"{job['metadata']['name']}-0.{service['metadata']['name']}"
+        if env.get("MASTER_ADDR") != expected:
+            problems.append(f"{name}: MASTER_ADDR must be {expected} (pod 0 of the Indexed Job)")
+    for volume in pod.get("volumes", []):
+        claim = volume.get("persistentVolumeClaim", {}).get("claimName")
+        if claim is not None and claim not in rwx_claims:
+            problems.append(f"{name}: multi-node pods need a ReadWriteMany claim, not {claim!r}")
+    return problems
+
+
+def check_objects(
+    objects: list[dict], image: LockedImage | None, refs: RefChecker | None, rwx_claims: set[str]
+) -> list[str]:
+    """Every rule above for the objects of one rendered overlay."""
+    problems = []
+    for obj in objects:
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        if obj["kind"] == "Job":
+            problems += check_failure_policy(name, obj)
+            problems += check_pod(name, obj["spec"]["template"]["spec"], image, refs)
+            problems += check_multinode(name, obj, objects, rwx_claims)
+        elif obj["kind"] == "Secret":
+            problems.append(f"{name}: Secrets are created by hand on the cluster, never committed")
+    return problems
+
+
+def rwx_claim_names(objects_by_dir: dict[Path, list[dict]]) -> set[str]:
+    """Names of the ReadWriteMany PVCs among rendered objects."""
+    return {
+        o["metadata"]["name"]
+        for objs in objects_by_dir.values()
+        for o in objs
+        if o["kind"] == "PersistentVolumeClaim" and "ReadWriteMany" in o["spec"].get("accessModes", [])
+    }
