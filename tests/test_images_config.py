@@ -33,6 +33,7 @@ runtime_base = "{runtime_base}"
 max_layer_bytes = 1000
 [smoke]
 command = ["python", "-m", "trm", "version"]
+preflight_args = "--cpu"
 {variants}
 """
     )

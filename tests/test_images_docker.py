@@ -55,7 +55,7 @@ def run_smoke(client, image: str) -> str:
         image,
         smoke_command(),
         network_mode="none",
-        environment={"TRM_PREFLIGHT_ARGS": os.environ.get("TRM_IMAGE_PREFLIGHT_ARGS", "--cpu")},
+        environment={"TRM_PREFLIGHT_ARGS": load_config(ROOT / "docker/images.toml").smoke_preflight_args},
         shm_size="1g",
         detach=True,
     )

@@ -246,6 +246,9 @@ def test_cli_infer_and_package_errors_exit_2(
     assert "does not exist" in capsys.readouterr().err
     assert main([*argv, "--num-aug", "0", "--device", "cpu"]) == 2
     assert "--num-aug 0" in capsys.readouterr().err
+    before = challenges.read_text()
+    assert main([*argv[:-2], "--out", str(challenges)]) == 2
+    assert "is the --challenges file" in capsys.readouterr().err and challenges.read_text() == before
 
 
 def _offline(argv: list[str]) -> list[str]:
@@ -399,3 +402,32 @@ def test_rows_run_every_act_step_unless_early_halt(bundle_dir: Path, early_halt:
         len(calls) == (1 if early_halt else model.config.halt_max_steps) and model.config.halt_max_steps > 1
     )
     assert preds.shape == (3, 900) and preds.dtype == np.uint8 and (q_halt > 0).all()
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_going(
+    smoke: Smoke, bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    challenges = smoke.write_challenges("oom.json", task_ids(smoke)[:3])
+    reference = smoke.root / "oom-ref.json"
+    run_inference(bundle_dir, challenges, reference, num_aug=3, batch_size=2, device="cpu", progress=False)
+
+    real = infer_mod.predict_batch
+
+    def small_batches_only(model, inputs, ids, device):
+        if len(inputs) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return real(model, inputs, ids, device)
+
+    monkeypatch.setattr(infer_mod, "predict_batch", small_batches_only)
+    out = smoke.root / "oom-submission.json"
+    report = run_inference(bundle_dir, challenges, out, num_aug=3, batch_size=8, device="cpu", progress=False)
+    assert report.batch_size == 2 and report.rows_run == report.rows_planned
+    assert sum("out of memory" in n for n in report.notes) == 2  # 8 -> 4 -> 2
+    assert json.loads(out.read_text()) == json.loads(reference.read_text())
+
+    def always_fails(model, inputs, ids, device):
+        raise RuntimeError("shape mismatch")  # not memory: no retry
+
+    monkeypatch.setattr(infer_mod, "predict_batch", always_fails)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_inference(bundle_dir, challenges, out, num_aug=3, device="cpu", progress=False)

@@ -28,6 +28,7 @@ def gpu_context(**overrides) -> PreflightContext:
         adam_backend_importable=lambda: True,
         allreduce=lambda n: (True, f"nccl all-reduce over {n} rank(s) correct"),
         matmul=lambda i: (True, "max rel error 1e-07", 700.0),
+        memlock=lambda: -1,
     )
     defaults.update(overrides)
     return PreflightContext(**defaults)
@@ -201,3 +202,11 @@ def test_gloo_allreduce_across_two_processes():
 def test_matmul_check_on_cpu():
     result = matmul_check("cpu", size=128, bench_size=128, repeats=2)
     assert result.ok and result.max_rel_error < 1e-5 and result.tflops > 0
+
+
+def test_small_locked_memory_limit_is_a_warning_with_the_fix(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x2")
+    report = run_preflight(gpu_context(memlock=lambda: 64 * 1024))
+    check = by_name(report)["ulimit -l"]
+    assert report.ok and check.status == "warn" and "--ulimit memlock=-1" in check.fix
+    assert by_name(run_preflight(gpu_context()))["ulimit -l"].status == "ok"

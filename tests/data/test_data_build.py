@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import SMOKE, tiny_task, write_subset
+from arc_fixtures import SMOKE, tiny_task, write_subset
 
 from trm.data.arc_source import DEFAULT_PREFIX
 from trm.data.build_arc import build_arc_dataset

@@ -97,7 +97,9 @@ def build_ours(config: TRMConfig, device: torch.device) -> nn.Module:
     return ACTLossHead(TinyRecursiveModel(config)).to(device)
 
 
-def build_upstream(config: TRMConfig, device: torch.device, path: str) -> nn.Module:
+def build_upstream(
+    config: TRMConfig, device: torch.device, path: str, loss_type: str = "stablemax_cross_entropy"
+) -> nn.Module:
     """Upstream's loss head and model, imported from the checkout at `path`."""
     if not os.path.isdir(os.path.join(path, "models", "recursive_reasoning")):
         raise TRMError(f"TRM_UPSTREAM={path} is not a TinyRecursiveModels checkout: point it at a clone.")
@@ -113,7 +115,7 @@ def build_upstream(config: TRMConfig, device: torch.device, path: str) -> nn.Mod
     arch.pop("eval_early_halt")
     with torch.device(device):
         model = TinyRecursiveReasoningModel_ACTV1(arch)
-        return UpstreamLossHead(model, loss_type="stablemax_cross_entropy")
+        return UpstreamLossHead(model, loss_type=loss_type)
 
 
 class _UpstreamCall(nn.Module):

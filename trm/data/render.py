@@ -114,45 +114,69 @@ def _cells(t: int, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.n
     return source, cells, eos_row, eos_col, height, width
 
 
+def _scatter(
+    flat: np.ndarray,
+    grids: list[np.ndarray],
+    tids: np.ndarray,
+    cmaps: np.ndarray,
+    offsets: np.ndarray | None,
+    row_start: np.ndarray,
+) -> None:
+    """Write every variant k of every grid j at flat[row_start[k, j] : +900] (offset offsets[k, j] or 0).
+
+    One scatter per dihedral id for all grids: only the grids' own cells and their EOS rows/columns are
+    written (the rows must be zero already); an EOS cell pushed off the canvas goes to flat[-1].
+    """
+    spare = len(flat) - 1
+    luts = colour_luts(cmaps)
+    variants = np.arange(len(tids), dtype=np.intp)
+    for t in np.unique(tids).tolist():
+        sel = variants[tids == t]
+        parts = [_cells(t, g.shape) for g in grids]
+        tokens = np.concatenate([g.ravel()[p[0]] for g, p in zip(grids, parts, strict=True)]).astype(np.intp)
+        owner = np.repeat(np.arange(len(grids)), [len(p[0]) for p in parts])
+        cells = np.concatenate([p[1] for p in parts])
+        heights = np.array([p[4] for p in parts])
+        widths = np.array([p[5] for p in parts])
+        base = row_start[sel]  # [k_t, grids]
+        if offsets is not None:
+            r = offsets[sel, :, 0].astype(np.intp)
+            c = offsets[sel, :, 1].astype(np.intp)
+            base = base + r * GRID_SIZE + c
+        else:
+            r = c = np.zeros(base.shape, dtype=np.intp)
+        flat[base[:, owner] + cells] = luts[sel][:, tokens + COLOUR_OFFSET]
+        for which, start, size in ((2, r, heights), (3, c, widths)):
+            eos = np.concatenate([p[which] for p in parts])
+            eos_owner = np.repeat(np.arange(len(grids)), [len(p[which]) for p in parts])
+            fits = (start + size < GRID_SIZE)[:, eos_owner]
+            flat[np.where(fits, base[:, eos_owner] + eos, spare)] = EOS
+
+
+def render_task(
+    grids: list[np.ndarray], tids: np.ndarray, cmaps: np.ndarray, offsets: np.ndarray | None
+) -> np.ndarray:
+    """uint8 [k, len(grids), 900]: every variant (tids[i], cmaps[i]) of each grid, at offsets[i, j] or (0, 0)."""
+    k, n = len(tids), len(grids)
+    flat = np.zeros(k * n * SEQ_LEN + 1, dtype=np.uint8)
+    row_start = (np.arange(k, dtype=np.intp)[:, None] * n + np.arange(n)) * SEQ_LEN
+    _scatter(flat, grids, tids, cmaps, offsets, row_start)
+    return flat[:-1].reshape(k, n, SEQ_LEN)
+
+
 def render_pairs(
     pairs: list[tuple[np.ndarray, np.ndarray]],
     tids: np.ndarray,
     cmaps: np.ndarray,
     offsets: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(inputs, labels), each uint8 [k, len(pairs), 900]: every variant (tids[i], cmaps[i]) of each pair,
-    input and output sharing the offset offsets[i, j] (or (0, 0) when offsets is None).
-
-    Works on one flat buffer with one scatter per dihedral id for all grids: only the grids' own cells and
-    their EOS rows/columns are written; an EOS cell pushed off the canvas goes to a spare byte at the end.
-    """
+    """(inputs, labels), each uint8 [k, len(pairs), 900]: every variant of each pair, input and output
+    sharing the offset offsets[i, j] (or (0, 0)); both come from one buffer without copies."""
     k, n = len(tids), len(pairs)
-    grids = [p[0] for p in pairs] + [p[1] for p in pairs]
     half = k * n * SEQ_LEN
     flat = np.zeros(2 * half + 1, dtype=np.uint8)
-    spare = 2 * half
-    luts = colour_luts(cmaps)
-    variants = np.arange(k, dtype=np.intp)
-    side_base = np.repeat([0, half], n)  # [2n]: labels live in the second half of the buffer
-    for t in np.unique(tids).tolist():
-        sel = variants[tids == t]
-        parts = [_cells(t, g.shape) for g in grids]
-        tokens = np.concatenate([g.ravel()[p[0]] for g, p in zip(grids, parts, strict=True)]).astype(np.intp)
-        owner = np.repeat(np.arange(2 * n), [len(p[0]) for p in parts])
-        cells = np.concatenate([p[1] for p in parts])
-        heights = np.array([p[4] for p in parts])
-        widths = np.array([p[5] for p in parts])
-        base = side_base + (sel[:, None] * n + np.tile(np.arange(n), 2)) * SEQ_LEN  # [k_t, 2n]
-        if offsets is not None:
-            r = np.tile(offsets[sel, :, 0].astype(np.intp), 2)
-            c = np.tile(offsets[sel, :, 1].astype(np.intp), 2)
-            base = base + r * GRID_SIZE + c
-        else:
-            r = c = np.zeros((len(sel), 2 * n), dtype=np.intp)
-        flat[base[:, owner] + cells] = luts[sel][:, tokens + COLOUR_OFFSET]
-        for which, start, size in ((2, r, heights), (3, c, widths)):
-            eos = np.concatenate([p[which] for p in parts])
-            eos_owner = np.repeat(np.arange(2 * n), [len(p[which]) for p in parts])
-            fits = (start + size < GRID_SIZE)[:, eos_owner]
-            flat[np.where(fits, base[:, eos_owner] + eos, spare)] = EOS
-    return flat[:half].reshape(k, n, SEQ_LEN), flat[half:spare].reshape(k, n, SEQ_LEN)
+    row_start = (np.arange(k, dtype=np.intp)[:, None] * n + np.tile(np.arange(n), 2)) * SEQ_LEN
+    row_start[:, n:] += half  # labels live in the second half of the buffer
+    both = None if offsets is None else np.concatenate([offsets, offsets], axis=1)
+    _scatter(flat, [p[0] for p in pairs] + [p[1] for p in pairs], tids, cmaps, both, row_start)
+    return flat[:half].reshape(k, n, SEQ_LEN), flat[half:-1].reshape(k, n, SEQ_LEN)

@@ -64,6 +64,7 @@ class ImageConfig:
     adam_atan2: str
     max_layer_bytes: int
     smoke_command: tuple[str, ...]
+    smoke_preflight_args: str
     variants: dict[str, Variant] = field(default_factory=dict)
 
     def select(self, names: list[str] | None) -> list[Variant]:
@@ -112,7 +113,8 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
     runtime_base = _check_ref(
         _require(image, "runtime_base", str, "[image]", path), "[image].runtime_base", path
     )
-    smoke = _require(_require(raw, "smoke", dict, "the file", path), "command", list, "[smoke]", path)
+    smoke_table = _require(raw, "smoke", dict, "the file", path)
+    smoke = _require(smoke_table, "command", list, "[smoke]", path)
     if not smoke or not all(isinstance(part, str) for part in smoke):
         raise TRMError(f"{path}: [smoke].command must be a non-empty list of strings")
     config = ImageConfig(
@@ -123,6 +125,7 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
         adam_atan2=_require(image, "adam_atan2", str, "[image]", path),
         max_layer_bytes=_require(image, "max_layer_bytes", int, "[image]", path),
         smoke_command=tuple(smoke),
+        smoke_preflight_args=_require(smoke_table, "preflight_args", str, "[smoke]", path),
     )
     variants = _require(raw, "variants", dict, "the file", path)
     if not variants:

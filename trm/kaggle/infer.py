@@ -117,6 +117,8 @@ def run_inference(
         batch_size = DEFAULT_BATCH[dev.type == "cuda"]
     if batch_size < 1:
         raise TRMError(f"--batch-size {batch_size}: must be at least 1")
+    if Path(out).resolve() == Path(challenges).resolve():
+        raise TRMError(f"--out {out} is the --challenges file: choose another --out (e.g. submission.json)")
     if max_minutes is not None and max_minutes <= 0:
         raise TRMError(f"--max-minutes {max_minutes}: must be positive (or omit it for no limit)")
     bundle = load_bundle(weights, dev, batch_size=batch_size, early_halt=early_halt)

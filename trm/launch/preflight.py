@@ -57,6 +57,7 @@ class PreflightContext:
     disk_path: Path = Path(".")
     fs_size: Callable[[Path], int] | None = None  # total bytes of the filesystem at a path
     fs_free: Callable[[Path], int] | None = None  # free bytes at a path
+    memlock: Callable[[], int] | None = None  # soft RLIMIT_MEMLOCK in bytes (-1: unlimited)
     image_cuda: str | None = None
     image_sm_list: str | None = None
     adam_sm_list: str | None = None
@@ -146,6 +147,33 @@ def check_shm(path: Path, size: Callable[[Path], int] = fs_total_bytes) -> Check
     if total < MIN_SHM_BYTES:
         return CheckResult("shm", "fail", f"{found} (< 1 GiB)", SHM_FIX)
     return CheckResult("shm", "ok", f"{found} (>= 1 GiB)")
+
+
+MIN_MEMLOCK_BYTES = 64 * 1024**2
+
+
+def memlock_limit() -> int:
+    """Soft `ulimit -l` in bytes; -1 when unlimited."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return -1 if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def check_memlock(limit: int) -> CheckResult:
+    """`ulimit -l`: NCCL pins host memory; a tiny limit breaks or slows its transports."""
+    if limit < 0:
+        return CheckResult("ulimit -l", "ok", "locked memory unlimited")
+    found = f"locked memory limited to {limit / 1024**2:.1f} MiB"
+    if limit < MIN_MEMLOCK_BYTES:
+        return CheckResult(
+            "ulimit -l",
+            "warn",
+            found,
+            "NCCL pins host buffers; raise the limit: `docker run --ulimit memlock=-1 …`, or in Kubernetes "
+            "set it in the container runtime's default ulimits",
+        )
+    return CheckResult("ulimit -l", "ok", found)
 
 
 def check_disk(
@@ -333,6 +361,7 @@ def _gpu_checks(
         )
         return checks
     checks.append(CheckResult("torch cuda", "ok", f"torch (CUDA {torch_cuda}) sees {visible} GPU(s)"))
+    checks.append(check_memlock((ctx.memlock or memlock_limit)()))
     if not collectives:
         checks.append(CheckResult("nccl all-reduce", "skip", "collectives disabled (--no-collectives)"))
         return checks

@@ -70,6 +70,8 @@ def run(workdir: Path, *, max_puzzles: int, num_aug: int, epochs: int, batch: in
     """The smoke sequence; raises TRMError naming the stage that failed."""
     started = time.perf_counter()
     env = dict(os.environ, DISABLE_COMPILE="1", WANDB_MODE=os.environ.get("WANDB_MODE", "disabled"))
+    # Batch-2 steps of a tiny model gain nothing from a second thread; one keeps a shared machine usable.
+    env.setdefault("OMP_NUM_THREADS", "1")
     data, ckpts = workdir / "data" / "arc-smoke", workdir / "checkpoints" / "smoke_local"
     if ckpts.exists():
         shutil.rmtree(ckpts)
