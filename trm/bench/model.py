@@ -23,6 +23,7 @@ from torch import nn
 
 from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
+from trm.model.layers import swiglu_intermediate
 from trm.optim import AdamATan2
 
 # Dense bf16 peak FLOP/s used for MFU, by GPU name fragment.
@@ -67,7 +68,7 @@ CONFIGS = {"tiny": tiny_config, "paper": paper_config}
 def step_flops(config: TRMConfig) -> float:
     """Matmul FLOPs of one training step (forward of all cycles, backward of the last one)."""
     b, s, d = config.batch_size, config.total_seq_len, config.hidden_size
-    inter = -(round(config.expansion * d * 2 / 3) // -256) * 256
+    inter = swiglu_intermediate(d, config.expansion)
     mix = 2 * b * s * d * 4 * d + 4 * b * s * s * d  # qkv + out projections, scores + weighted sum
     block = mix + 2 * b * s * d * 3 * inter
     per_application = config.L_layers * block
@@ -126,9 +127,12 @@ class _UpstreamCall(nn.Module):
         self.head = head
 
     def initial_carry(self, batch: dict[str, torch.Tensor]) -> Any:
-        return self.head.initial_carry(batch)
+        """Upstream allocates its carry on the default device, so set it (as upstream's trainer does)."""
+        with torch.device(batch["inputs"].device):
+            return self.head.initial_carry(batch)
 
     def forward(self, carry: Any, batch: dict[str, torch.Tensor]) -> Any:
+        """Upstream's loss head called with keywords."""
         return self.head(carry=carry, batch=batch, return_keys=[])
 
 
@@ -142,6 +146,7 @@ class Timing:
 
     @property
     def steps_per_s(self) -> float:
+        """Throughput from the median step time."""
         return 1.0 / self.median_s
 
 
