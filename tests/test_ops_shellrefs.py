@@ -130,3 +130,13 @@ def test_a_deliberate_error_can_be_marked():
     refs = RefChecker(Path(__file__).resolve().parents[1])
     assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # refcheck: deliberate error") == []
     assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # a comment") != []
+
+
+def test_commands_run_inside_containers_are_checked():
+    refs = RefChecker(Path(__file__).resolve().parents[1])
+    ok = 'docker run -d --name r --gpus all -e RUN_NAME=x -v /a:/workspace/data "$IMAGE" python -m trm launch'
+    assert refs.check_code(ok) == []
+    assert refs.check_code("docker exec -it trm python -m trm preflight --gpu") == []
+    assert "no option --gpus" in refs.check_code("docker exec -it trm python -m trm preflight --gpus")[0]
+    assert "no subcommand 'lunch'" in refs.check_code('docker run --rm "$IMAGE" python -m trm lunch')[0]
+    assert "no option --jsn" in refs.check_code("kubectl exec job/x -- python -m trm version --jsn")[0]

@@ -200,7 +200,9 @@ class RefChecker:
         if head == "torchrun":
             return self._torchrun(words[1:])
         if head == "kubectl":
-            return self._kubectl(words[1:])
+            return self._kubectl(words[1:]) + self._inner_command(words[1:])
+        if head == "docker" and words[1:2] and words[1] in ("run", "exec", "create"):
+            return self._inner_command(words[2:])
         return []
 
     def check_code(self, code: str) -> list[str]:
@@ -265,6 +267,15 @@ class RefChecker:
             return [f"module {module} does not exist (no {rel}.py)"]
         if module == "trm.train":
             return check_train_overrides(args)
+        return []
+
+    def _inner_command(self, args: list[str]) -> list[str]:
+        """The command a container runs (`docker run … IMAGE python -m trm …`, `kubectl exec … -- …`)."""
+        if "--" in args:
+            return self.check(args[args.index("--") + 1 :])
+        for i, word in enumerate(args):
+            if _PYTHONS.match(word) and args[i + 1 : i + 2] == ["-m"]:
+                return self.check(args[i:])
         return []
 
     def _torchrun(self, args: list[str]) -> list[str]:
