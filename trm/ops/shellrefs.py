@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}", "|&", ";;", "!"}
-_WRAPPERS = {"sudo", "env", "time", "nohup", "exec", "command", "then", "do", "else", "if", "while", "until"}
+_WRAPPERS = {"sudo", "env", "time", "nohup", "setsid", "exec", "command", "then", "do", "else", "if", "while", "until"}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 # Variables a script passes through to the system or libraries (not its own settings), and the fake
