@@ -43,6 +43,7 @@ def test_simple_commands_split_operators_continuations_and_heredocs():
     assert ["make", "not-a-command"] not in commands  # here-document body is data, not a command
     assert ["bash", "scripts/run.sh", "--help"] in commands
     assert ["cat"] in commands  # the redirect target `f` is dropped
+    assert list(simple_commands("python -m trm version 2>/dev/null")) == [["python", "-m", "trm", "version"]]
 
 
 def test_strip_prefix_and_assignments():

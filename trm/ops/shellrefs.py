@@ -20,7 +20,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}", "|&", ";;", "!"}
-_WRAPPERS = {"sudo", "env", "time", "nohup", "setsid", "exec", "command", "then", "do", "else", "if", "while", "until"}
+_WRAPPERS = {
+    "sudo",
+    "env",
+    "time",
+    "nohup",
+    "setsid",
+    "exec",
+    "command",
+    "then",
+    "do",
+    "else",
+    "if",
+    "while",
+    "until",
+}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 # Variables a script passes through to the system or libraries (not its own settings), and the fake
@@ -84,6 +98,8 @@ def simple_commands(code: str) -> Iterator[list[str]]:
                 words = []
             elif set(tok) <= set("<>&"):
                 skip_redirect = True  # `> file`, `2>&1`: the next word is the target
+                if words and words[-1].isdigit():
+                    words.pop()  # the file descriptor of `2>…`
             else:
                 words.append(tok)
         if words:
