@@ -145,3 +145,12 @@ def test_resume_refuses_another_architecture(tmp_path: Path) -> None:
 def test_checkpoints_are_pruned_to_keep(tmp_path: Path) -> None:
     run(tmp_path / "k", "checkpoint_keep=1", "epochs=6")
     assert [c.step for c in ckpt.find_complete(tmp_path / "k")] == [12]
+
+
+def test_resume_with_another_micro_batch_keeps_the_math(tmp_path: Path) -> None:
+    _, straight = run(tmp_path / "a")
+    code, _ = run(tmp_path / "b", stop_at=3)
+    assert code == exit_codes.SAVED_RETRY
+    code, resumed = run(tmp_path / "b", "micro_batch_size=1")
+    assert code == exit_codes.OK and resumed.c.plan.accum_steps == 4
+    assert_same_state(straight, resumed, exact=False)

@@ -203,6 +203,15 @@ def _peak_flops(device: torch.device) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark; a TRMError (e.g. a bad TRM_UPSTREAM) is printed without traceback, exit 2."""
+    try:
+        return _run(argv)
+    except TRMError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def _run(argv: list[str] | None) -> int:
     """Run the benchmark and print one line per variant plus the ours/upstream ratios."""
     parser = argparse.ArgumentParser(prog="python -m trm.bench.model", description=__doc__.splitlines()[0])
     parser.add_argument("--config", choices=sorted(CONFIGS), default=None, help="tiny (CPU) or paper (GPU)")

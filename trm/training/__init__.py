@@ -1,0 +1,1 @@
+"""The training run lifecycle: config, distributed setup, loop, checkpoints, signals, metric logs."""
