@@ -191,3 +191,12 @@ def test_exact_prediction_gives_exact_accuracy():
 def test_unknown_loss_type_is_a_trm_error():
     with pytest.raises(TRMError, match="loss_type"):
         ACTLossHead(TinyRecursiveModel(small_config()), loss_type="mse")
+
+
+def test_halt_exploration_draw_is_seeded_and_in_range():
+    config = small_config(halt_max_steps=5, halt_exploration_prob=0.5)
+    first = HaltExploration.draw(1000, config, torch.Generator().manual_seed(3))
+    again = HaltExploration.draw(1000, config, torch.Generator().manual_seed(3))
+    assert torch.equal(first.explore, again.explore) and torch.equal(first.min_steps, again.min_steps)
+    assert 350 < int(first.explore.sum()) < 650
+    assert int(first.min_steps.min()) == 2 and int(first.min_steps.max()) == 5
