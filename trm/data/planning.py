@@ -36,17 +36,25 @@ class TaskPlan:
         return self.task.test if self.is_test else []
 
 
-def plan_task(job: tuple[ArcTask, bool, int, int]) -> TaskPlan:
-    """Variants and offsets of one task from (task, is_test, num_aug, seed) only: safe in any worker."""
-    task, is_test, num_aug, seed = job
-    plan = plan_augmentations(
-        task.train + task.test, num_aug, task_rng(seed, task.subset, task.task_id, _AUG_STREAM)
-    )
-    train_pairs = task.train if is_test else task.train + task.test
+PlanJob = tuple[list[tuple[np.ndarray, np.ndarray]], int, str, str, int, int]
+
+
+def plan_task(job: PlanJob) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tids, cmaps, offsets) of one task from (all pairs, #train-split pairs, subset, task id, num_aug,
+    seed) only, so it is the same in any worker; jobs and results are small to pickle."""
+    pairs, n_train_split, subset, task_id, num_aug, seed = job
+    plan = plan_augmentations(pairs, num_aug, task_rng(seed, subset, task_id, _AUG_STREAM))
     offsets = plan_translations(
-        train_pairs, plan.tids, task_rng(seed, task.subset, task.task_id, _TRANSLATION_STREAM)
+        pairs[:n_train_split], plan.tids, task_rng(seed, subset, task_id, _TRANSLATION_STREAM)
     )
-    return TaskPlan(task=task, is_test=is_test, tids=plan.tids, cmaps=plan.colour_maps, offsets=offsets)
+    return plan.tids, plan.colour_maps, offsets
+
+
+_FORKED_JOBS: list[PlanJob] = []
+
+
+def _plan_forked(index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return plan_task(_FORKED_JOBS[index])
 
 
 def ordered_tasks(subsets: list[list[ArcTask]], seed: int) -> list[ArcTask]:
@@ -63,17 +71,30 @@ def plan_all(
     tasks: list[ArcTask], test_names: set[str], num_aug: int, seed: int, workers: int, progress: bool
 ) -> list[TaskPlan]:
     """Plans of all tasks in order; `workers` > 1 uses forked processes (same result)."""
-    jobs = [(task, task.subset in test_names, num_aug, seed) for task in tasks]
+    is_test = [task.subset in test_names for task in tasks]
+    jobs = [
+        (task.train + task.test, len(task.train) if test else len(task.train) + len(task.test),
+         task.subset, task.task_id, num_aug, seed)
+        for task, test in zip(tasks, is_test, strict=True)
+    ]  # fmt: skip
     bar = tqdm(total=len(jobs), desc="augment", unit="task", disable=not progress, file=sys.stderr)
-    plans = []
+    results = []
     if workers > 1 and len(jobs) > 1:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            for plan in pool.imap(plan_task, jobs, chunksize=8):
-                plans.append(plan)
-                bar.update()
+        _FORKED_JOBS[:] = jobs  # forked workers inherit the jobs: only indices and results are pickled
+        try:
+            with multiprocessing.get_context("fork").Pool(workers) as pool:
+                for result in pool.imap(_plan_forked, range(len(jobs)), chunksize=8):
+                    results.append(result)
+                    bar.update()
+        finally:
+            _FORKED_JOBS.clear()
     else:
         for job in jobs:
-            plans.append(plan_task(job))
+            results.append(plan_task(job))
             bar.update()
+    plans = [
+        TaskPlan(task=task, is_test=test, tids=tids, cmaps=cmaps, offsets=offsets)
+        for task, test, (tids, cmaps, offsets) in zip(tasks, is_test, results, strict=True)
+    ]
     bar.close()
     return plans
