@@ -65,7 +65,6 @@ def evaluate_checkpoint(
 ) -> int:
     """Build the test loader and model, load the weights, evaluate; rank 0 writes the results."""
     from trm.data.loader import PuzzleLoader
-
     from trm.evaluation.arc import build_evaluators
     from trm.evaluation.runner import evaluate
 
