@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trm.images import buildtools
+from trm.images import buildtools, venvtools
 from trm.images.buildtools import BuildCheckError
 
 LOCK = """\
@@ -197,9 +197,9 @@ def test_runtime_check_rejects_a_compiler(tmp_path, monkeypatch):
 def test_main_reports_failures_with_exit_1(tmp_path, capsys):
     lock = tmp_path / "lock.txt"
     lock.write_text(LOCK)
-    assert buildtools.main(["subset-lock", str(lock), "pip"]) == 0
+    assert venvtools.main(["subset-lock", str(lock), "pip"]) == 0
     assert capsys.readouterr().out.startswith("pip==26.3")
-    assert buildtools.main(["subset-lock", str(lock), "nope"]) == 1
+    assert venvtools.main(["subset-lock", str(lock), "nope"]) == 1
     assert "build check failed: lock file has no pin for nope" in capsys.readouterr().err
 
 
@@ -217,3 +217,27 @@ def test_split_layers_link_mode_keeps_the_source(tmp_path):
     assert len(copies) == 1 and copies[0].stat().st_ino == (src / "lib/a").stat().st_ino
     links = [p for p in (tmp_path / "layers").rglob("python") if p.is_symlink()]
     assert [os.readlink(p) for p in links] == ["lib/a"]
+
+
+def test_sdist_with_path_traversal_is_refused(tmp_path):
+    import io
+    import tarfile
+
+    sdist = tmp_path / "adam_atan2-0.0.3.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        data = b"x"
+        info = tarfile.TarInfo("../evil")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    lock = tmp_path / "build.txt"
+    lock.write_text(f"adam-atan2==0.0.3 \\\n    --hash=sha256:{buildtools.sha256_of(sdist)}\n")
+    venv = tmp_path / "venv/lib/python3.11/site-packages/nvidia/cu13"
+    for rel in ("bin/nvcc", "bin/cuobjdump", "lib/libcudart.so.13"):
+        (venv / rel).parent.mkdir(parents=True, exist_ok=True)
+        (venv / rel).write_text("")
+    for header in ("cublas_v2.h", "cusparse.h", "cusolverDn.h", "cuda_runtime.h"):
+        (venv / "include").mkdir(exist_ok=True)
+        (venv / "include" / header).write_text("")
+    with pytest.raises(BuildCheckError, match=r"refusing to extract '\.\./evil'"):
+        buildtools.build_adam_atan2(sdist, lock, "9.0", tmp_path / "out", "0.0.3", tmp_path / "venv", 1)
+    assert not (tmp_path / "evil").exists()

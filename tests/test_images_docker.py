@@ -60,7 +60,7 @@ def run_smoke(client, image: str) -> str:
         detach=True,
     )
     try:
-        status = container.wait(timeout=600)
+        status = container.wait(timeout=1500)
         logs = container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
@@ -81,7 +81,7 @@ def registry() -> str:
 
 @pytest.fixture(scope="module")
 def client():
-    return connect()
+    return connect(timeout=1800)
 
 
 @pytest.fixture(scope="module")

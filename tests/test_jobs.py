@@ -254,3 +254,27 @@ def test_repository_overlays_are_pinned_to_the_lock_file():
         pytest.skip("docker/images.lock.json is written by `make image push` (images branch)")
     read_lock(ROOT)
     assert k8s.pin_images(ROOT, check=True) == [], "run `python -m trm jobs pin`"
+
+
+def test_cli_check_and_pin(tree: Path, kustomize):
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "trm", "jobs", *args, "--root", str(tree)]
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+
+    shutil.copytree(ROOT / "scripts", tree / "scripts", dirs_exist_ok=True)
+    ok = cli("check")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "0 problem(s)" in ok.stdout
+    patch = tree / "jobs" / "overlays" / "prod-8xh200" / "job-patch.yaml"
+    patch.write_text(patch.read_text().replace("activeDeadlineSeconds:", "activeDeadlineSecond:"))  # a typo
+    bad = cli("check")
+    assert bad.returncode == 1 and "prod-8xh200" in bad.stdout and "activeDeadlineSecond" in bad.stdout
+    lock = json.loads((tree / "docker" / "images.lock.json").read_text())
+    lock["variants"]["sm90"]["digest"] = "sha256:" + "ee" * 32
+    (tree / "docker" / "images.lock.json").write_text(json.dumps(lock))
+    stale = cli("pin", "--check")
+    assert stale.returncode == 1 and "stale: " in stale.stdout
+    assert cli("pin").returncode == 0 and cli("pin", "--check").returncode == 0

@@ -11,10 +11,10 @@ import torch
 from kaggle_fixtures import SEEN_TASKS, TINY_ARCH, Smoke, make_smoke
 
 from trm.__main__ import main
-from trm.data.encoding import parse_identifier
+from trm.data.encoding import dihedral, encode_grid, parse_identifier
 from trm.errors import TRMError
 from trm.evaluation.arc import ARCEvaluator
-from trm.evaluation.voting import FALLBACK_GRID, build_submission, validate_submission
+from trm.evaluation.voting import FALLBACK_GRID, build_submission, grid_key, validate_submission
 from trm.io import sha256_file
 from trm.kaggle import bundle as B
 from trm.kaggle import infer as infer_mod
@@ -127,6 +127,13 @@ def test_seen_tasks_reuse_trained_rows_and_unseen_tasks_use_the_mean_row(smoke: 
     assert by_task[unseen].names[0] == unseen  # the original first
     rows = by_task[unseen].inputs.reshape(len(by_task[unseen].names), -1)
     assert len({r.tobytes() for r in rows}) == len(rows)  # distinct variants
+    # Each row is the test input colour-mapped, then transformed, encoded at (0, 0) (TRM_SPEC §8.2).
+    for task in test_set.tasks:
+        grid = np.array(smoke.challenges[task.task_id]["test"][0]["input"], dtype=np.uint8)
+        for k, name in enumerate(task.names):
+            _, tid, cmap = parse_identifier(name)
+            mapped = grid if cmap is None else cmap[grid]
+            assert np.array_equal(task.inputs[k, 0], encode_grid(dihedral(mapped, tid)))
     # Round-major order: every task's variant k before any variant k+1.
     order = [k for _, k, _ in test_set.rows(test_set.max_variants)]
     assert order == sorted(order)
@@ -166,6 +173,11 @@ def test_submission_matches_the_evaluators_voting_on_the_same_predictions(
         }
     )
     assert build_submission(test_puzzles, evaluator.table) == submission
+    # Every test input was matched back (inputs un-augment to the original grid), with one vote per row.
+    votes = [
+        len(evaluator.table.votes[t][grid_key(p["input"])]) for t in tasks for p in test_puzzles[t]["test"]
+    ]
+    assert all(votes) and sum(votes) == report.rows_run
 
 
 def test_inference_is_repeatable_and_batch_size_independent(smoke: Smoke, bundle_dir: Path) -> None:
@@ -431,3 +443,17 @@ def test_out_of_memory_halves_the_batch_and_keeps_going(
     monkeypatch.setattr(infer_mod, "predict_batch", always_fails)
     with pytest.raises(RuntimeError, match="shape mismatch"):
         run_inference(bundle_dir, challenges, out, num_aug=3, device="cpu", progress=False)
+
+
+def test_a_run_directory_means_its_newest_complete_checkpoint(smoke: Smoke, tmp_path: Path) -> None:
+    import shutil
+
+    from trm.kaggle.package import newest_in_run_dir
+
+    run = tmp_path / "run"
+    for step in (0, 7, 12):
+        shutil.copytree(smoke.checkpoint, run / f"step_{step}")
+    (run / "step_12" / "COMPLETE").unlink()  # torn: skipped
+    assert newest_in_run_dir(run) == run / "step_7"
+    assert newest_in_run_dir(run / "step_0") == run / "step_0"
+    assert newest_in_run_dir(tmp_path) == tmp_path  # nothing there: left for the loader's error

@@ -149,7 +149,19 @@ def test_report_printing_shows_fix_under_failure(monkeypatch, tmp_path):
 def test_preflight_command_cpu_mode_and_failure_exit(monkeypatch, tmp_path):
     env = install_fake_smi(monkeypatch, tmp_path, None)
     out = subprocess.run(
-        [sys.executable, "-m", "trm", "preflight", "--json", "--report", str(tmp_path / "r.json")],
+        [
+            sys.executable,
+            "-m",
+            "trm",
+            "preflight",
+            "--json",
+            "--report",
+            str(tmp_path / "r.json"),
+            "--checkpoint-gb",
+            "0.001",
+            "--checkpoint-dir",
+            str(tmp_path),
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -43,6 +43,7 @@ def test_simple_commands_split_operators_continuations_and_heredocs():
     assert ["make", "not-a-command"] not in commands  # here-document body is data, not a command
     assert ["bash", "scripts/run.sh", "--help"] in commands
     assert ["cat"] in commands  # the redirect target `f` is dropped
+    assert list(simple_commands("python -m trm version 2>/dev/null")) == [["python", "-m", "trm", "version"]]
 
 
 def test_strip_prefix_and_assignments():
@@ -130,3 +131,13 @@ def test_a_deliberate_error_can_be_marked():
     refs = RefChecker(Path(__file__).resolve().parents[1])
     assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # refcheck: deliberate error") == []
     assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # a comment") != []
+
+
+def test_commands_run_inside_containers_are_checked():
+    refs = RefChecker(Path(__file__).resolve().parents[1])
+    ok = 'docker run -d --name r --gpus all -e RUN_NAME=x -v /a:/workspace/data "$IMAGE" python -m trm launch'
+    assert refs.check_code(ok) == []
+    assert refs.check_code("docker exec -it trm python -m trm preflight --gpu") == []
+    assert "no option --gpus" in refs.check_code("docker exec -it trm python -m trm preflight --gpus")[0]
+    assert "no subcommand 'lunch'" in refs.check_code('docker run --rm "$IMAGE" python -m trm lunch')[0]
+    assert "no option --jsn" in refs.check_code("kubectl exec job/x -- python -m trm version --jsn")[0]

@@ -6,10 +6,15 @@ import argparse
 
 
 def _kaggle(args: argparse.Namespace) -> int:
-    from trm.kaggle.package import package_kaggle
+    from pathlib import Path
 
+    from trm.kaggle.package import newest_in_run_dir, package_kaggle
+
+    checkpoint = newest_in_run_dir(Path(args.checkpoint))
+    if checkpoint != Path(args.checkpoint):
+        print(f"packaging {checkpoint}, the newest complete checkpoint of run {args.checkpoint}")
     manifest = package_kaggle(
-        args.checkpoint,
+        checkpoint,
         args.out_dir,
         overrides=args.overrides,
         data_path=args.data_path,
@@ -62,7 +67,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "wheels/ for the target Python, README.md and manifest.json with sha256s."
         ),
     )
-    kaggle.add_argument("checkpoint", help="our step_N/ checkpoint folder, or an upstream step_N weight file")
+    kaggle.add_argument(
+        "checkpoint",
+        help="our step_N/ folder (or a run directory: its newest complete one), or an upstream step_N file",
+    )
     kaggle.add_argument("out_dir", help="folder to create")
     kaggle.add_argument(
         "overrides",

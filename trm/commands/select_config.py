@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from trm.errors import TRMError
 from trm.launch.hardware import HardwarePlan, select_plan
@@ -63,7 +64,8 @@ def run_probe_command(args: argparse.Namespace) -> int:
     settings = LaunchSettings.from_env(environ)
     plan = resolve(settings, environ)
     ensure_writable(settings)
-    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log"))
+    # Progress goes to stderr so that `--json` output on stdout stays parseable.
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", sys.stderr))
     launch.supervisor.install_signal_handlers()
     try:
         launch.data()

@@ -1,10 +1,9 @@
 """Steps that run inside `docker build` (stdlib only: copied into build stages before trm is installed).
 
-    python3 buildtools.py subset-lock LOCK NAME... [--exclude]   the named pins of a hash-locked file
     python3 buildtools.py cuda-home VENV                     locate (and complete) the pip CUDA toolkit
-    python3 buildtools.py build-adam-atan2 --sdist ... --archs "9.0" --out DIR
-    python3 buildtools.py split-layers SRC DEST --slots N --max-bytes B [--link]
+    python3 buildtools.py build-adam-atan2 --sdist ... --lock ... --archs "9.0" --out DIR
     python3 buildtools.py check-runtime --sm-list sm_90      assertions on the finished runtime image
+(The venv stage's steps are in venvtools.py.)
 
 Every check that fails exits non-zero with a message saying what is wrong, so the build fails.
 """
@@ -24,46 +23,18 @@ import time
 import zipfile
 from pathlib import Path
 
+try:
+    from trm.images.venvtools import BuildCheckError, split_layers, subset_lock
+except ImportError:  # a script inside a build stage, next to venvtools.py
+    from venvtools import BuildCheckError, split_layers, subset_lock  # type: ignore[no-redef]
+
+__all__ = ["BuildCheckError", "split_layers", "subset_lock"]
+
 # The sdist's nvcc flag list with its hard-coded --generate-code entries, and our replacement: the
 # plain flags, so torch.utils.cpp_extension adds the arch flags from TORCH_CUDA_ARCH_LIST.
 _ADAM_ARCH_LINE = '"nvcc": nvcc_flags_with_arch,'
 _ADAM_PLAIN_LINE = '"nvcc": NVCC_FLAGS,'
-_REQ_START = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==")
 _ELF_SM = re.compile(r"\bsm_(\d+[a-z]?)\b")
-
-
-class BuildCheckError(RuntimeError):
-    """A build-time assertion failed."""
-
-
-def normalize(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def subset_lock(text: str, names: list[str], *, exclude: bool = False) -> str:
-    """The entries (pin line + hash continuation lines) of `names` from a hash-locked file.
-
-    With `exclude`, every entry except `names` (e.g. the toolchain without the sdist built later).
-    """
-    wanted = {normalize(n) for n in names}
-    out: list[str] = []
-    keep = False
-    found: set[str] = set()
-    for line in text.splitlines():
-        match = _REQ_START.match(line)
-        if match:
-            name = normalize(match.group(1))
-            keep = (name in wanted) != exclude
-            if name in wanted:
-                found.add(name)
-        elif not line.startswith(" "):
-            keep = False
-        if keep and not line.lstrip().startswith("#"):
-            out.append(line)
-    missing = wanted - found
-    if missing:
-        raise BuildCheckError(f"lock file has no pin for {', '.join(sorted(missing))}")
-    return "\n".join(out) + "\n"
 
 
 def lock_hashes(text: str, name: str) -> set[str]:
@@ -161,7 +132,11 @@ def build_adam_atan2(
         raise BuildCheckError(f"{cuobjdump} missing: add nvidia-cuda-cuobjdump to the build lock")
     work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
     with tarfile.open(sdist) as tar:
-        tar.extractall(work, filter="data")
+        for member in tar.getmembers():  # Python < 3.11.4 (Debian's 3.11.2) has no extraction filter
+            parts = Path(member.name).parts
+            if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+                raise BuildCheckError(f"{sdist.name}: refusing to extract {member.name!r}")
+        tar.extractall(work)
     (src,) = work.iterdir()
     setup = src / "setup.py"
     setup.write_text(patch_adam_setup(setup.read_text()))
@@ -191,68 +166,6 @@ def build_adam_atan2(
     return wheel
 
 
-def split_layers(src: Path, dest: Path, slots: int, max_bytes: int, *, link: bool = False) -> list[int]:
-    """Move the tree `src` (absolute) into `dest/<slot>/<src path>`, each slot below `max_bytes`.
-
-    Files go to the first slot with room, largest first, so each slot becomes one COPY layer of
-    bounded size. Directories keep their modes; empty ones land in slot 0. With `link`, files are
-    hard-linked instead of moved (free when done in the same build step that wrote them) and `src`
-    stays intact.
-    """
-    if not src.is_absolute():
-        raise BuildCheckError(f"split-layers needs an absolute source path, got {src}")
-    entries = []
-    for dirpath, dirnames, filenames in os.walk(src):
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            path = Path(dirpath, name)
-            size = 0 if path.is_symlink() else path.stat().st_size
-            entries.append((size, path))
-        if not dirnames and not filenames:
-            entries.append((0, Path(dirpath)))
-    entries.sort(key=lambda e: (-e[0], str(e[1])))
-    for i in range(slots):
-        # A marker in every slot: the classic builder fails on consecutive COPYs of empty layers.
-        marker = dest / str(i) / src.relative_to("/") / f".layer-{i}"
-        _make_parents(marker.parent, dest / str(i))
-        marker.write_text(f"layer {i} of {src}\n")
-    sizes = [0] * slots
-    for size, path in entries:
-        slot = next((i for i in range(slots) if sizes[i] + size <= max_bytes), None)
-        if slot is None:
-            total = sum(e[0] for e in entries)
-            raise BuildCheckError(
-                f"{src} ({total / 1e9:.2f} GB) does not fit in {slots} layers of {max_bytes / 1e9:.2f} GB; "
-                "raise the slot count in the Dockerfile or [image].max_layer_bytes"
-            )
-        sizes[slot] += size
-        target = dest / str(slot) / path.relative_to("/")
-        _make_parents(target.parent, dest / str(slot))
-        if path.is_dir() and not path.is_symlink():
-            target.mkdir(exist_ok=True)
-            shutil.copystat(path, target)
-        elif not link:
-            os.rename(path, target)
-        elif path.is_symlink():
-            os.symlink(os.readlink(path), target)
-        else:
-            os.link(path, target)
-    return sizes
-
-
-def _make_parents(parent: Path, slot_root: Path) -> None:
-    """Create `parent` inside a slot, copying each directory's mode from the source tree."""
-    slot_root.mkdir(parents=True, exist_ok=True)
-    missing = []
-    while not parent.exists():
-        missing.append(parent)
-        parent = parent.parent
-    for path in reversed(missing):
-        path.mkdir()
-        original = Path("/") / path.relative_to(slot_root)
-        if original.exists():
-            shutil.copystat(original, path)
-
-
 def check_runtime(sm_list: list[str]) -> None:
     """The runtime image: no compiler toolchain, no CUDA toolkit outside the venv, trm (+ backend) imports."""
     for tool in ("cc", "gcc", "g++", "c++", "nvcc", "ld"):
@@ -271,10 +184,6 @@ def check_runtime(sm_list: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="buildtools.py", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("subset-lock")
-    p.add_argument("lock", type=Path)
-    p.add_argument("names", nargs="+")
-    p.add_argument("--exclude", action="store_true", help="print every entry except NAMES")
     p = sub.add_parser("cuda-home")
     p.add_argument("venv", type=Path)
     p = sub.add_parser("build-adam-atan2")
@@ -285,25 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", required=True)
     p.add_argument("--venv", type=Path, default=Path("/opt/venv"))
     p.add_argument("--jobs", type=int, default=1)
-    p = sub.add_parser("split-layers")
-    p.add_argument("src", type=Path)
-    p.add_argument("dest", type=Path)
-    p.add_argument("--slots", type=int, required=True)
-    p.add_argument("--max-bytes", type=int, required=True)
-    p.add_argument("--link", action="store_true", help="hard-link instead of moving")
     p = sub.add_parser("check-runtime")
     p.add_argument("--sm-list", default="")
     args = parser.parse_args(argv)
     try:
-        if args.cmd == "subset-lock":
-            sys.stdout.write(subset_lock(args.lock.read_text(), args.names, exclude=args.exclude))
-        elif args.cmd == "cuda-home":
+        if args.cmd == "cuda-home":
             print(find_cuda_home(args.venv))
         elif args.cmd == "build-adam-atan2":
             build_adam_atan2(args.sdist, args.lock, args.archs, args.out, args.version, args.venv, args.jobs)
-        elif args.cmd == "split-layers":
-            sizes = split_layers(args.src, args.dest, args.slots, args.max_bytes, link=args.link)
-            print("layer sizes (MB):", " ".join(f"{s / 1e6:.0f}" for s in sizes))
         else:
             check_runtime(args.sm_list.split())
     except (BuildCheckError, subprocess.CalledProcessError) as err:

@@ -25,12 +25,15 @@ _REGISTRY_DOWN = ("connection refused", "no such host", "dial tcp", "i/o timeout
 _AUTH = ("unauthorized", "authentication required", "denied", "forbidden")
 
 
-def connect(factory: Callable[[], Any] | None = None):
-    """A client for the engine in DOCKER_HOST (or the default socket), checked with a ping."""
+def connect(factory: Callable[[], Any] | None = None, *, timeout: int = 600):
+    """A client for the engine in DOCKER_HOST (or the default socket), checked with a ping.
+
+    `timeout` bounds each API call (the SDK's 60 s default is too short for a loaded 2-core builder).
+    """
     import docker
 
     try:
-        client = (factory or docker.from_env)()
+        client = factory() if factory else docker.from_env(timeout=timeout)
         client.ping()
     except docker.errors.DockerException as err:
         raise TRMError(

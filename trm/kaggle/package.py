@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from trm.io import atomic_directory, atomic_write_json, atomic_write_text
 from trm.kaggle import bundle as B
 from trm.kaggle.readme import render_readme
 from trm.model.upstream import PUZZLE_EMB_KEY
+
+log = logging.getLogger(__name__)
 
 # Dataset facts inference needs; ARC's values (TRM_SPEC §8.2) when no dataset folder is at hand.
 ARC_DATASET = {"pad_id": 0, "ignore_label_id": 0, "blank_identifier_id": 0, "vocab_size": 12, "seq_len": 900}
@@ -59,6 +62,19 @@ def _with_unseen_row(
     return weights, len(base)
 
 
+def newest_in_run_dir(path: Path) -> Path:
+    """A run directory (holding step_N/ folders) stands for its newest complete checkpoint."""
+    from trm.training.checkpoint import COMPLETE, find_complete
+
+    if not path.is_dir() or (path / COMPLETE).exists():
+        return path
+    found = find_complete(path)
+    if not found:
+        return path
+    log.info("%s is a run directory: packaging its newest complete checkpoint %s", path, found[-1].path)
+    return found[-1].path
+
+
 def _resolve(checkpoint: Path, overrides: list[str]) -> tuple[Any, int, bool]:
     from trm.evaluation.standalone import resolve_config
 
@@ -85,6 +101,7 @@ def package_kaggle(
     from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
+    checkpoint = newest_in_run_dir(checkpoint)
     if out_dir.exists() and not overwrite:
         raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
     cfg, step, ours = _resolve(checkpoint, list(overrides or []))

@@ -21,7 +21,7 @@ import numpy as np
 from trm.data.arc_source import to_grid
 from trm.data.augment import plan_augmentations, task_rng
 from trm.data.encoding import BLANK_IDENTIFIER, identifier, parse_identifier
-from trm.data.render import render_task
+from trm.data.render import render_pairs
 from trm.errors import TRMError
 from trm.evaluation.voting import FALLBACK_GRID
 
@@ -137,6 +137,6 @@ def build_test_set(
                 for k, (t, cmap) in enumerate(zip(tids, cmaps, strict=True))
             ]
             rows = [unseen_id] * len(names)
-        inputs = render_task(grids, tids, cmaps, None)
+        inputs, _ = render_pairs([(g, g) for g in grids], tids, cmaps, None)  # inputs only matter
         tasks.append(TaskVariants(task_id=task_id, names=names, embedding_ids=rows, inputs=inputs))
     return TestSet(test_puzzles=test_puzzles, tasks=tasks, skipped=skipped)

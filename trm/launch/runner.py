@@ -6,6 +6,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import IO
 
 from trm import exit_codes
 from trm.errors import TRMError
@@ -13,7 +14,7 @@ from trm.io import atomic_write_json
 from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
 from trm.launch.plan import LaunchPlan, build_plan
 from trm.launch.settings import LaunchSettings
-from trm.launch.supervisor import Console, CostGuard, EventLog, Supervisor
+from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
 PRODUCTION_TASKS = ("arc1", "arc2")
@@ -75,9 +76,13 @@ class Launch:
         if result.returncode != 0:
             raise LaunchFailed(exit_codes.CONFIG_ERROR, failure.format(code=result.returncode))
 
-    def _torchrun(self, overrides: list[str], log: Path, label: str):
+    def _torchrun(
+        self, overrides: list[str], log: Path, label: str, stream: IO[str] | None = None
+    ) -> AttemptResult:
         cmd = self.plan.torchrun(overrides, exit_dir=self.exit_dir)
-        return self.supervisor.run(cmd, env=self.child_env, logs=[log], exit_dir=self.exit_dir, label=label)
+        return self.supervisor.run(
+            cmd, env=self.child_env, logs=[log], exit_dir=self.exit_dir, label=label, stream=stream
+        )
 
     # -- steps -----------------------------------------------------------------------------------
     def write_plan(self) -> None:

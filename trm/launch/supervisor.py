@@ -167,7 +167,7 @@ class Supervisor:
         on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
     ) -> AttemptResult:
         """Run `cmd` in its own session, tee its output into `logs`, return how it ended."""
-        stream = stream or sys.stdout
+        stream = stream or self.console.stream
         if exit_dir is not None:
             for old in exit_dir.glob("rank_*.json"):
                 old.unlink()

@@ -20,7 +20,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 _OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}", "|&", ";;", "!"}
-_WRAPPERS = {"sudo", "env", "time", "nohup", "exec", "command", "then", "do", "else", "if", "while", "until"}
+_WRAPPERS = {
+    "sudo",
+    "env",
+    "time",
+    "nohup",
+    "setsid",
+    "exec",
+    "command",
+    "then",
+    "do",
+    "else",
+    "if",
+    "while",
+    "until",
+}
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 # Variables a script passes through to the system or libraries (not its own settings), and the fake
@@ -84,6 +98,8 @@ def simple_commands(code: str) -> Iterator[list[str]]:
                 words = []
             elif set(tok) <= set("<>&"):
                 skip_redirect = True  # `> file`, `2>&1`: the next word is the target
+                if words and words[-1].isdigit():
+                    words.pop()  # the file descriptor of `2>…`
             else:
                 words.append(tok)
         if words:
@@ -200,7 +216,9 @@ class RefChecker:
         if head == "torchrun":
             return self._torchrun(words[1:])
         if head == "kubectl":
-            return self._kubectl(words[1:])
+            return self._kubectl(words[1:]) + self._inner_command(words[1:])
+        if head == "docker" and words[1:2] and words[1] in ("run", "exec", "create"):
+            return self._inner_command(words[2:])
         return []
 
     def check_code(self, code: str) -> list[str]:
@@ -265,6 +283,15 @@ class RefChecker:
             return [f"module {module} does not exist (no {rel}.py)"]
         if module == "trm.train":
             return check_train_overrides(args)
+        return []
+
+    def _inner_command(self, args: list[str]) -> list[str]:
+        """The command a container runs (`docker run … IMAGE python -m trm …`, `kubectl exec … -- …`)."""
+        if "--" in args:
+            return self.check(args[args.index("--") + 1 :])
+        for i, word in enumerate(args):
+            if _PYTHONS.match(word) and args[i + 1 : i + 2] == ["-m"]:
+                return self.check(args[i:])
         return []
 
     def _torchrun(self, args: list[str]) -> list[str]:
