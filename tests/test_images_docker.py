@@ -89,13 +89,14 @@ def built(client) -> dict:
     """Local base, wheelhouse and the `cpu` image, built through `make image` like a user would."""
     ensure_local_base(client, RUNTIME)
     make("wheelhouse", "VARIANTS=cpu")
+    revision = git_sha(ROOT)
     start = time.monotonic()
     make("image", "VARIANTS=cpu", f"BUILD_BASE={RUNTIME.tag}", f"RUNTIME_BASE={RUNTIME.tag}")
     seconds = time.monotonic() - start
     config = load_config(ROOT / "docker/images.toml")
     version = config.variants["cpu"].version_tag(project_version(ROOT))
     image = client.images.get(f"{config.repository}:{version}")
-    return {"image": image, "seconds": seconds, "tags": list(image.tags)}
+    return {"image": image, "seconds": seconds, "tags": list(image.tags), "revision": revision}
 
 
 def test_cpu_image_metadata_and_layers(client, built):
@@ -103,7 +104,7 @@ def test_cpu_image_metadata_and_layers(client, built):
     labels = image.labels
     assert labels["org.trm-stack.variant"] == "cpu"
     assert labels["org.trm-stack.torch"] == "2.13.0"
-    assert labels["org.opencontainers.image.revision"] == git_sha(ROOT)
+    assert labels["org.opencontainers.image.revision"] == built["revision"]
     assert len(built["tags"]) == 2 and any(":cpu-" in t for t in built["tags"])
     config = image.attrs["Config"]
     assert config["User"] == "trm"

@@ -20,7 +20,7 @@ from trm.errors import TRMError
 
 SUITE = "bookworm"
 RUNTIME_PACKAGES = ("python3", "python3-venv", "ca-certificates")
-DEVEL_PACKAGES = (*RUNTIME_PACKAGES, "g++", "libc6-dev")
+DEVEL_PACKAGES = (*RUNTIME_PACKAGES, "g++", "libc6-dev", "python3-dev")
 CHANGES = ["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8"]
 
 
