@@ -1,4 +1,4 @@
-"""A stand-in for PuzzleLoader with the contract's interface, for in-process trainer tests."""
+"""A stand-in for PuzzleLoader with the same interface (no dataset on disk), for in-process trainer tests."""
 
 from __future__ import annotations
 
