@@ -176,7 +176,8 @@ class ImageDriver:
         self.client.api.tag(image_id, repo, tag)
         seconds = time.monotonic() - start
         print(f"built {variant.name} {image_id[:19]} in {seconds:.0f} s", file=self.out)
-        self.check_layers(variant, image_id)
+        if target == "runtime":  # build stages hold the whole venv in one layer; they are never pushed
+            self.check_layers(variant, image_id)
         return BuiltImage(
             variant.name, image_id, [version_tag, content_tag], args["CONTENT_HASH"], seconds, args
         )
