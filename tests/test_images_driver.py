@@ -136,9 +136,13 @@ def test_build_reports_size_and_rejects_oversized_layers(checkout):
     driver, _, out = make_driver(checkout, layer_sizes=(10, 1_500_000_000, 300))
     driver.build(driver.config.variants["cpu"])
     assert "cpu: image 1500 MB, largest layer 1500 MB" in out.getvalue()
-    driver, _, _ = make_driver(checkout, layer_sizes=(10, 5_200_000_000))
+    driver, client, _ = make_driver(checkout, layer_sizes=(10, 5_200_000_000))
     with pytest.raises(TRMError, match=r"5\.2 GB layer, above the 5 GB"):
         driver.build(driver.config.variants["cpu"])
+    # Build stages keep the venv in one layer; they are never pushed, so only runtime images are checked.
+    built = driver.build(driver.config.variants["sm90"], target="adam-atan2")
+    assert built.tags == [f"trm:sm90-{built.content_hash}-adam-atan2"]
+    assert client.api.build_kwargs["target"] == "adam-atan2"
 
 
 def test_build_error_event_becomes_a_trm_error(checkout):

@@ -176,10 +176,10 @@ class ImageDriver:
         self.client.api.tag(image_id, repo, tag)
         seconds = time.monotonic() - start
         print(f"built {variant.name} {image_id[:19]} in {seconds:.0f} s", file=self.out)
-        self.check_layers(variant, image_id)
-        return BuiltImage(
-            variant.name, image_id, [version_tag, content_tag], args["CONTENT_HASH"], seconds, args
-        )
+        if target == "runtime":  # build stages hold the whole venv in one layer; they are never pushed
+            self.check_layers(variant, image_id)
+        tags = list(dict.fromkeys([version_tag, content_tag]))
+        return BuiltImage(variant.name, image_id, tags, args["CONTENT_HASH"], seconds, args)
 
     def check_layers(self, variant: Variant, image_id: str) -> int:
         """Print the image size and its largest layer; fail when a layer exceeds LAYER_LIMIT_BYTES."""
