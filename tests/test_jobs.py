@@ -251,7 +251,7 @@ def test_pin_fails_for_a_variant_without_pushed_image(tree: Path):
 
 def test_repository_overlays_are_pinned_to_the_lock_file():
     if not (ROOT / "docker" / "images.lock.json").exists():
-        pytest.skip("docker/images.lock.json is written by `make image push` (images branch)")
+        pytest.skip("docker/images.lock.json is written by `make image push`; nothing is pushed yet")
     read_lock(ROOT)
     assert k8s.pin_images(ROOT, check=True) == [], "run `python -m trm jobs pin`"
 
