@@ -46,34 +46,25 @@ def env() -> dict[str, str]:
     return e
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("data") / "arc-tiny"
+def build_dataset(out: Path, *, max_puzzles: int) -> None:
+    """A tiny ARC-AGI-1 set (the first `max_puzzles` tasks of training + evaluation, 1 augmentation)."""
     subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "trm",
-            "data",
-            "build-arc",
-            "--output-dir",
-            str(out),
-            "--subsets",
-            "training",
-            "evaluation",
-            "--test-set-name",
-            "evaluation",
-            "--num-aug",
-            "1",
-            "--max-puzzles",
-            "2",
-            "--quiet",
+            *(sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out)),
+            *("--subsets", "training", "evaluation", "--test-set-name", "evaluation"),
+            *("--num-aug", "1", "--max-puzzles", str(max_puzzles), "--quiet"),
         ],
         check=True,
         env=env(),
         cwd=ROOT,
         capture_output=True,
     )
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data") / "arc-tiny"
+    build_dataset(out, max_puzzles=2)
     return out
 
 
@@ -262,31 +253,7 @@ def test_resume_refuses_another_dataset(dataset: Path, tmp_path: Path) -> None:
     first = train(dataset, tmp_path / "r", "epochs=1", "eval_interval=1", "evaluators=[]")
     assert first.returncode == 0, first.stderr
     other = tmp_path / "other-data"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trm",
-            "data",
-            "build-arc",
-            "--output-dir",
-            str(other),
-            "--subsets",
-            "training",
-            "evaluation",
-            "--test-set-name",
-            "evaluation",
-            "--num-aug",
-            "1",
-            "--max-puzzles",
-            "3",
-            "--quiet",
-        ],
-        check=True,
-        env=env(),
-        cwd=ROOT,
-        capture_output=True,
-    )
+    build_dataset(other, max_puzzles=3)
     again = train(other, tmp_path / "r", "epochs=1", "eval_interval=1", "evaluators=[]")
     assert again.returncode == exit_codes.CONFIG_ERROR
     assert "dataset fingerprint" in again.stderr and "Traceback" not in again.stderr
