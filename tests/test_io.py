@@ -2,9 +2,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
+from trm import io as io_module
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 
 
@@ -47,3 +51,25 @@ def test_sha256_file(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"abc")
     assert sha256_file(p) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_killed_writers_leftovers_are_removed_by_the_next_writer(tmp_path):
+    target = tmp_path / "data"
+    code = (
+        "import os, signal, sys\n"
+        "from trm.io import atomic_directory\n"
+        "with atomic_directory(sys.argv[1]) as tmp:\n"
+        "    (tmp / 'half').write_text('x')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(target)], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    (leftover,) = tmp_path.iterdir()
+    assert leftover.name.startswith(".data.") and leftover.name.endswith(".partial")
+    live = tmp_path / f".data.{io_module._owner_tag()}.keep.partial"  # our own pid: still running
+    other_host = tmp_path / ".data.otherhost-1.x.partial"  # another machine on a shared disk
+    live.mkdir()
+    other_host.mkdir()
+    with atomic_directory(target) as tmp:
+        (tmp / "a").write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["data", live.name, other_host.name])

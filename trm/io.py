@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,24 +61,64 @@ def fsync_tree(root: str | os.PathLike[str]) -> None:
         fsync_dir(dirpath)
 
 
+def _owner_tag() -> str:
+    """`<host>-<pid>`: names the process that owns a temp directory (hostname matters on shared disks)."""
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname()) or "host"
+    return f"{host}-{os.getpid()}"
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
+    """Delete temp directories next to `target` that a killed writer on this host left behind.
+
+    `atomic_directory` names its temp directory `.<name>.<host>-<pid>.<random>.partial` (and a replaced
+    target `.<name>.old-<host>-<pid>`). A SIGKILLed writer never cleans up; a leftover whose host is
+    this one and whose pid no longer runs is removed. Leftovers of other hosts (shared volumes) stay.
+    Returns what was removed.
+    """
+    target = Path(target)
+    host = _owner_tag().rsplit("-", 1)[0]
+    removed = []
+    for pattern in (f".{target.name}.{host}-*.partial", f".{target.name}.old-{host}-*"):
+        for leftover in target.parent.glob(pattern):
+            owner = leftover.name[len(f".{target.name}.") :].removeprefix("old-").removeprefix(f"{host}-")
+            pid = owner.split(".", 1)[0]
+            if pid.isdigit() and not _is_alive(int(pid)):
+                shutil.rmtree(leftover, ignore_errors=True)
+                removed.append(leftover)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
     """Yield a fresh temp directory next to `target`; on success publish it at `target` by rename.
 
     On any exception the temp directory is removed and `target` is left untouched. With
     `overwrite=True` an existing `target` is replaced (moved aside, then deleted after the rename).
+    Leftovers of earlier writers that were killed (SIGKILL, OOM) are removed first.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} already exists")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    remove_dead_leftovers(target)
+    owner = _owner_tag()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{owner}.", suffix=".partial", dir=target.parent))
     try:
         yield tmp
         fsync_tree(tmp)
         old = None
         if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            old = target.with_name(f".{target.name}.old-{owner}")
             os.replace(target, old)
         os.replace(tmp, target)
         fsync_dir(target.parent)

@@ -131,8 +131,13 @@ def save_torch(obj: Any, path: Path) -> None:
 
 
 def load_torch(path: Path) -> Any:
-    """Load one of our own checkpoint files (trusted: its sha256 is checked against the manifest first)."""
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """Load one of our own checkpoint files (trusted: its sha256 is checked against the manifest first).
+
+    Memory-mapped: readers that need only part of the state (the config, the weights) touch only those
+    pages, and a second load of the same file costs no second copy. Tensors are private mappings, so
+    in-place updates (optimizer state after resume) never write back to the checkpoint.
+    """
+    return torch.load(path, map_location="cpu", weights_only=False, mmap=True)
 
 
 def check_folder(folder: Path, *, verify_hashes: bool) -> dict[str, Any]:
