@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from trm.errors import TRMError
@@ -195,6 +196,57 @@ def time_interleaved(runners: list[Runner], *, steps: int, warmup: int) -> list[
     return [Timing(r.name, r.times[0], statistics.median(r.times[warmup:])) for r in runners]
 
 
+def attention_applications(config: TRMConfig) -> tuple[int, int]:
+    """(block applications with gradient, without) of one training step; each holds one attention call."""
+    with_grad = config.L_layers * (config.L_cycles + 1)
+    without_grad = config.L_layers * (config.H_cycles - 1) * (config.L_cycles + 1)
+    return with_grad, without_grad
+
+
+def time_attention(config: TRMConfig, device: torch.device, repeats: int = 5) -> float:
+    """Seconds per training step spent in SDPA alone: the kernel both models call, at the step's shapes.
+
+    Forward+backward for each application with gradient, forward for each without, in the forward dtype;
+    the median of `repeats`. The model-only difference between two implementations is the step time
+    minus this.
+    """
+    shape = (config.batch_size, config.num_heads, config.total_seq_len, config.head_dim)
+    g = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(shape, generator=g, device=device, dtype=config.dtype) for _ in range(3))
+    grad = torch.randn(shape, generator=g, device=device, dtype=config.dtype)
+    with_grad, without_grad = attention_applications(config)
+    times = []
+    for _ in range(repeats + 1):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(with_grad):
+            q.requires_grad_(True)
+            out = F.scaled_dot_product_attention(q, k.requires_grad_(True), v.requires_grad_(True))
+            torch.autograd.grad(out, (q, k, v), grad)
+        with torch.no_grad():
+            for _ in range(without_grad):
+                F.scaled_dot_product_attention(q, k, v)
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+
+def print_attention_split(results: dict[tuple[str, bool], Timing], attention_s: float, compiled: bool) -> None:
+    """Attention's share of the step and each model's time outside it (eager: SDPA is called as such)."""
+    ours = results[("ours", compiled)].median_s
+    print(f"attention (SDPA, same kernel in both): {attention_s * 1000:.1f} ms/step = {attention_s / ours:.0%} of ours")
+    if ("upstream", compiled) not in results:
+        return
+    theirs = results[("upstream", compiled)].median_s
+    ours_rest, theirs_rest = ours - attention_s, theirs - attention_s
+    if ours_rest > 0 and theirs_rest > 0:
+        print(
+            f"outside attention: ours {ours_rest * 1000:.1f} ms, upstream {theirs_rest * 1000:.1f} ms "
+            f"({theirs_rest / ours_rest:.2f}x); with this attention kernel the step ratio cannot exceed "
+            f"{theirs / attention_s:.2f}x"
+        )
+
+
 def _peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
@@ -219,6 +271,9 @@ def _run(argv: list[str] | None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument(
+        "--no-attention-split", action="store_true", help="skip timing SDPA alone (attention's share)"
+    )
     parser.add_argument(
         "--upstream", default=os.environ.get("TRM_UPSTREAM"), help="upstream checkout [$TRM_UPSTREAM]"
     )
@@ -257,6 +312,8 @@ def _run(argv: list[str] | None) -> int:
         if ("upstream", compiled) in results:
             ratio = results[("upstream", compiled)].median_s / results[("ours", compiled)].median_s
             print(f"speedup {'compiled' if compiled else 'eager'}: {ratio:.2f}x vs upstream")
+    if not config.mlp_t and not args.no_attention_split:
+        print_attention_split(results, time_attention(config, device), compiled=False)
     if ("upstream", False) in results and True in modes:
         ratio = results[("upstream", False)].median_s / results[("ours", True)].median_s
         print(f"speedup ours compiled vs upstream eager: {ratio:.2f}x")
