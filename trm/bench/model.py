@@ -231,10 +231,14 @@ def time_attention(config: TRMConfig, device: torch.device, repeats: int = 5) ->
     return statistics.median(times[1:])
 
 
-def print_attention_split(results: dict[tuple[str, bool], Timing], attention_s: float, compiled: bool) -> None:
+def print_attention_split(
+    results: dict[tuple[str, bool], Timing], attention_s: float, compiled: bool
+) -> None:
     """Attention's share of the step and each model's time outside it (eager: SDPA is called as such)."""
     ours = results[("ours", compiled)].median_s
-    print(f"attention (SDPA, same kernel in both): {attention_s * 1000:.1f} ms/step = {attention_s / ours:.0%} of ours")
+    print(
+        f"attention (SDPA, same kernel in both): {attention_s * 1000:.1f} ms/step = {attention_s / ours:.0%} of ours"
+    )
     if ("upstream", compiled) not in results:
         return
     theirs = results[("upstream", compiled)].median_s

@@ -6,8 +6,11 @@
 Tiny config (TRM_SPEC §17): hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle embedding, fp32, batch 32,
 seq 900, on the tiny ARC set (16 training + 8 evaluation tasks, 8 augmentations). Steps/s is measured
 from the trainer's own metric timestamps after a warm-up, so start-up and evaluation are excluded.
-Upstream (goal: ours ≥ 1.5× its steps/s) runs on the same data in upstream's layout; it needs CUDA unless
-patched for CPU (TRM_SPEC §17), in which case its failure is reported instead of a ratio.
+Upstream (goal: ours ≥ 1.5× its steps/s) runs on the same data in upstream's layout, through
+`trm.bench.upstream_trainer` (its CPU changes applied in memory), in one process, with about the same
+number of steps; its steps/s comes from its tqdm bar after the same warm-up. Upstream's own imports
+(pydantic, einops, argdantic, wandb, coolname) must be importable by TRM_UPSTREAM_PYTHON (default: this
+interpreter; PYTHONPATH works too). If it cannot run, why is printed instead of a ratio.
 """
 
 from __future__ import annotations
@@ -75,23 +78,52 @@ def bench_ours(data: Path, work: Path, steps: int, batch: int) -> dict[str, floa
     return {"steps_per_s": 1.0 / median, "median_s_per_step": median, "wall_s": time.perf_counter() - started}
 
 
-def bench_upstream(upstream: Path, data: Path, batch: int) -> dict[str, float] | str:
-    """Upstream's pretrain.py on the same data; steps/s from its tqdm bar, or why it could not run."""
+TQDM_PROGRESS = re.compile(r"(\d+)/\d+ \[[^,\]]*, *([0-9.]+)(it/s|s/it)\]")
+
+
+def tqdm_step_seconds(stderr: str, warmup: int = WARMUP_STEPS) -> list[float]:
+    """Seconds per step from tqdm's progress records, one per step reached after the warm-up.
+
+    A record that does not advance the count (tqdm's refresh when the bar closes, after evaluation)
+    is dropped, so time spent outside training steps never enters.
+    """
+    seconds, last = [], -1
+    for count, rate, unit in TQDM_PROGRESS.findall(stderr):
+        n, value = int(count), float(rate)
+        if n <= last or value <= 0:
+            continue
+        last = n
+        if n > warmup:
+            seconds.append(value if unit == "s/it" else 1.0 / value)
+    return seconds
+
+
+def upstream_epochs_for(data: Path, steps: int, batch: int) -> int:
+    """Epochs that give upstream about `steps` optimizer steps: it runs epochs·groups·mean_examples/batch."""
+    meta = json.loads((data / "train" / "dataset.json").read_text(encoding="utf-8"))
+    per_epoch = meta["total_groups"] * meta["mean_puzzle_examples"] / batch
+    return max(1, round(steps / per_epoch))
+
+
+def bench_upstream(upstream: Path, data: Path, batch: int, steps: int) -> dict[str, float] | str:
+    """Upstream's pretrain.py on CPU (trm.bench.upstream_trainer) on the same data; steps/s from its bar."""
     python = os.environ.get("TRM_UPSTREAM_PYTHON", sys.executable)
-    cmd = [python, "pretrain.py", *[o for o in TINY if not o.startswith("arch=")], f"data_paths=[{data}]",
-           f"global_batch_size={batch}", "epochs=1", "eval_interval=1", "evaluators=[]",
+    epochs = upstream_epochs_for(data, steps, batch)
+    cmd = [python, "-m", "trm.bench.upstream_trainer", str(upstream),
+           *[o for o in TINY if not o.startswith("arch=")], f"data_paths=[{data}]",
+           f"global_batch_size={batch}", f"epochs={epochs}", f"eval_interval={epochs}", "evaluators=[]",
            f"+checkpoint_path={data.parent / 'upstream-ckpt'}"]  # fmt: skip
-    env = dict(os.environ, DISABLE_COMPILE="1", WANDB_MODE="disabled", WANDB_DISABLED="true")
+    env = dict(os.environ, DISABLE_COMPILE="1", WANDB_MODE="disabled")
     try:
         proc = subprocess.run(cmd, cwd=upstream, env=env, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired:
         return "timed out after 30 min"
-    rates = [float(m) for m in re.findall(r"([0-9.]+)it/s", proc.stderr)]
-    rates += [1.0 / float(m) for m in re.findall(r"([0-9.]+)s/it", proc.stderr) if float(m) > 0]
-    if proc.returncode != 0 or not rates:
+    seconds = tqdm_step_seconds(proc.stderr)
+    if proc.returncode != 0 or not seconds:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"exit {proc.returncode}: {last} (upstream needs the CPU patches of TRM_SPEC §17 off-GPU)"
-    return {"steps_per_s": rates[-1], "median_s_per_step": 1.0 / rates[-1]}
+        return f"exit {proc.returncode}: {last[-300:]}"
+    median = statistics.median(seconds)
+    return {"steps_per_s": 1.0 / median, "median_s_per_step": median}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         upstream = os.environ.get("TRM_UPSTREAM")
         if upstream:
             build_data(work / "arc-tiny-upstream", "materialized")
-            theirs = bench_upstream(Path(upstream), work / "arc-tiny-upstream", args.global_batch_size)
+            theirs = bench_upstream(
+                Path(upstream), work / "arc-tiny-upstream", args.global_batch_size, args.steps
+            )
             if isinstance(theirs, str):
                 print(f"  upstream:  could not run: {theirs}")
             else:
