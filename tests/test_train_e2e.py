@@ -169,11 +169,13 @@ def test_the_guides_cpu_smoke_command_runs_with_only_the_entry_point_changed(
     assert ckpt.find_complete(tmp_path / "smoke_local")
 
 
-def sigterm_after_step_2(dataset: Path, run_dir: Path, *extra: str) -> None:
-    """Start a run, SIGTERM it once step 2 is logged, and check it saved and exited 75."""
+def sigterm_after_step_2(
+    dataset: Path, run_dir: Path, *extra: str, cmd: list[str] | None = None, environ: dict | None = None
+) -> None:
+    """Start a run (`cmd`, default the tiny CPU run), SIGTERM it once step 2 is logged; it saved and exited 75."""
     proc = subprocess.Popen(
-        train_cmd(dataset, run_dir, *extra),
-        env=env(),
+        cmd or train_cmd(dataset, run_dir, *extra),
+        env=environ or env(),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
