@@ -154,7 +154,8 @@ def run_upstream(checkout: Path, args: argparse.Namespace, work: Path) -> Run:
         return Run("upstream", 0, 0, 0, 0, False, f"{checkout}: not a TinyRecursiveModels checkout")
     python = os.environ.get("TRM_UPSTREAM_PYTHON", sys.executable)  # an env with upstream's deps
     cmd = [python, "-m", "dataset.build_arc_dataset", "--output-dir", str(out), *build_args(args)]
-    return measure("upstream", cmd, out, cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)})
+    path = os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")]))
+    return measure("upstream", cmd, out, cwd=checkout, env={**os.environ, "PYTHONPATH": path})
 
 
 def import_and_load(path: Path, args: argparse.Namespace) -> tuple[float, float, float]:
