@@ -16,6 +16,7 @@ interpreter; PYTHONPATH works too). If it cannot run, why is printed instead of 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -25,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 TINY = [
@@ -64,18 +64,14 @@ def step_times(metrics_jsonl: Path) -> list[float]:
     return [stamps[b] - stamps[a] for a, b in itertools.pairwise(steps) if b == a + 1]
 
 
-def bench_ours(data: Path, work: Path, steps: int, batch: int) -> dict[str, float]:
-    """Run our trainer for `steps` steps without evaluation; steps/s from its metric timestamps."""
-    run_dir = work / "ours"
+def bench_ours(data: Path, run_dir: Path, steps: int, batch: int) -> list[float]:
+    """Run our trainer for `steps` steps without evaluation; seconds per step from its metric timestamps."""
     cmd = [sys.executable, "-m", "trm.train", *TINY, f"data_paths=[{data}]", f"global_batch_size={batch}",
            "epochs=1000", "eval_interval=1000", "evaluators=[]", f"max_steps={steps}", "checkpoint_keep=1",
            f"+checkpoint_path={run_dir}"]  # fmt: skip
     env = dict(os.environ, DISABLE_COMPILE="1", WANDB_MODE="disabled")
-    started = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    times = step_times(run_dir / "metrics.jsonl")
-    median = statistics.median(times)
-    return {"steps_per_s": 1.0 / median, "median_s_per_step": median, "wall_s": time.perf_counter() - started}
+    return step_times(run_dir / "metrics.jsonl")
 
 
 TQDM_PROGRESS = re.compile(r"(\d+)/\d+ \[[^,\]]*, *([0-9.]+)(it/s|s/it)\]")
@@ -126,6 +122,15 @@ def bench_upstream(upstream: Path, data: Path, batch: int, steps: int) -> dict[s
     return {"steps_per_s": 1.0 / median, "median_s_per_step": median}
 
 
+def attention_seconds(batch: int) -> float:
+    """SDPA's share of one tiny-config step at this batch, timed alone (see trm.bench.model)."""
+    import torch
+
+    from trm.bench.model import time_attention, tiny_config
+
+    return time_attention(dataclasses.replace(tiny_config(), batch_size=batch), torch.device("cpu"))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print a small table of steps/s (ours, upstream when TRM_UPSTREAM is set, ratio vs goal)."""
     parser = argparse.ArgumentParser(prog="nox -s bench -- train", description=__doc__.splitlines()[0])
@@ -136,26 +141,34 @@ def main(argv: list[str] | None = None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="trm-bench-train-"))
     try:
         build_data(work / "arc-tiny", "compact")
-        ours = bench_ours(work / "arc-tiny", work, args.steps, args.global_batch_size)
-        print(
-            f"tiny CPU config, batch {args.global_batch_size}, torch threads {os.environ.get('OMP_NUM_THREADS', 'default')}"
-        )
-        print(
-            f"  trm-stack: {ours['steps_per_s']:.2f} steps/s ({ours['median_s_per_step']:.3f} s/step median)"
-        )
         upstream = os.environ.get("TRM_UPSTREAM")
+        ours_times = bench_ours(work / "arc-tiny", work / "ours-1", args.steps, args.global_batch_size)
+        theirs: dict[str, float] | str | None = None
         if upstream:
             build_data(work / "arc-tiny-upstream", "materialized")
             theirs = bench_upstream(
                 Path(upstream), work / "arc-tiny-upstream", args.global_batch_size, args.steps
             )
-            if isinstance(theirs, str):
-                print(f"  upstream:  could not run: {theirs}")
-            else:
-                ratio = ours["steps_per_s"] / theirs["steps_per_s"]
-                verdict = "meets" if ratio >= GOAL_VS_UPSTREAM else "misses"
-                print(f"  upstream:  {theirs['steps_per_s']:.2f} steps/s")
-                print(f"  ratio:     {ratio:.2f}x ({verdict} the {GOAL_VS_UPSTREAM}x goal)")
+            # Ours runs again after upstream and both runs' steps are pooled, so drift hits both alike.
+            ours_times += bench_ours(work / "arc-tiny", work / "ours-2", args.steps, args.global_batch_size)
+        ours_s = statistics.median(ours_times)
+        threads = os.environ.get("OMP_NUM_THREADS", "default")
+        print(f"tiny CPU config, batch {args.global_batch_size}, torch threads {threads}")
+        print(f"  trm-stack: {1 / ours_s:.2f} steps/s ({ours_s:.3f} s/step median of {len(ours_times)})")
+        if isinstance(theirs, str):
+            print(f"  upstream:  could not run: {theirs}")
+        elif theirs is not None:
+            ratio = theirs["median_s_per_step"] / ours_s
+            verdict = "meets" if ratio >= GOAL_VS_UPSTREAM else "misses"
+            print(
+                f"  upstream:  {theirs['steps_per_s']:.2f} steps/s ({theirs['median_s_per_step']:.3f} s/step)"
+            )
+            print(f"  ratio:     {ratio:.2f}x ({verdict} the {GOAL_VS_UPSTREAM}x goal)")
+            attention = attention_seconds(args.global_batch_size)
+            print(
+                f"  attention: {attention:.3f} s of every step is SDPA, the same PyTorch kernel in both; "
+                f"no trainer can beat upstream by more than {theirs['median_s_per_step'] / attention:.2f}x here"
+            )
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
