@@ -35,7 +35,6 @@ def test_saved_activations_grow_linearly_with_the_batch():
     assert per_row_bytes(_build, config) == (sizes[1] - sizes[0], 2 * sizes[0] - sizes[1])
 
 
-@pytest.mark.slow
 def test_every_gpu_tier_keeps_its_micro_batch_activations_within_its_vram():
     # Gradient-free H cycles save nothing, so H_cycles=1 keeps what the paper config saves, at 1/3 the work.
     config = dataclasses.replace(paper_config(), H_cycles=1)
