@@ -99,3 +99,46 @@ def test_shim_names_a_checkout_without_a_trainer(tmp_path):
         [sys.executable, "-m", "trm.bench.upstream_trainer", str(tmp_path)], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "has no pretrain.py" in proc.stderr
+
+
+def test_setups_give_both_trainers_the_same_run_and_compile_only_the_paper_setup(tmp_path, monkeypatch):
+    from trm.bench import train as bench
+
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append((cmd, kwargs["env"]))
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr=" 9/9 [00:09<00:00,  1.00s/it]")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(bench, "step_times", lambda _path: [1.0])
+    monkeypatch.setenv("DISABLE_COMPILE", "1")
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "dataset.json").write_text('{"total_groups": 10, "mean_puzzle_examples": 1.0}')
+    for name, compiled in (("tiny", False), ("paper", True)):
+        setup = bench.SETUPS[name]
+        calls.clear()
+        bench.bench_ours(setup, tmp_path, tmp_path / "ours", steps=4)
+        assert bench.bench_upstream(setup, tmp_path / "up", tmp_path, steps=4)["median_s_per_step"] == 1.0
+        (ours_cmd, ours_env), (up_cmd, up_env) = calls
+        assert f"device={setup.device}" in ours_cmd and up_cmd[3:5] == ["--device", setup.device]
+        for override in (*setup.overrides, f"global_batch_size={setup.batch}", "evaluators=[]"):
+            assert override in ours_cmd and override in up_cmd, override
+        assert ("DISABLE_COMPILE" in ours_env) == ("DISABLE_COMPILE" in up_env) == (not compiled)
+        assert ours_env["WANDB_MODE"] == up_env["WANDB_MODE"] == "disabled"
+
+
+def test_cuda_mode_runs_the_script_unchanged_and_stands_in_only_for_a_missing_extension(tmp_path):
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    script = (
+        "import json, sys\n"
+        "from adam_atan2 import AdamATan2\n"
+        "MARK = 'x.cuda()'\n"
+        "json.dump({'mark': MARK, 'opt': AdamATan2.__module__}, open(sys.argv[1], 'w'))\n"
+    )
+    (checkout / "pretrain.py").write_text(script)
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "-m", "trm.bench.upstream_trainer", "--device", "cuda", str(checkout), str(out)]
+    subprocess.run(cmd, check=True, cwd=tmp_path)
+    assert json.loads(out.read_text()) == {"mark": "x.cuda()", "opt": "trm.optim.adam_atan2"}

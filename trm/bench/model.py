@@ -251,7 +251,7 @@ def print_attention_split(
         )
 
 
-def _peak_flops(device: torch.device) -> float | None:
+def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     gpu = torch.cuda.get_device_name(device)
@@ -289,7 +289,7 @@ def _run(argv: list[str] | None) -> int:
     builders: list[tuple[str, Callable[[], nn.Module]]] = [("ours", lambda: build_ours(config, device))]
     if args.upstream:
         builders.append(("upstream", lambda: _UpstreamCall(build_upstream(config, device, args.upstream))))
-    flops, peak = step_flops(config), _peak_flops(device)
+    flops, peak = step_flops(config), peak_flops(device)
     print(
         f"config={args.config or config.forward_dtype} device={device} threads={torch.get_num_threads()} "
         f"batch={config.batch_size} seq={config.total_seq_len} hidden={config.hidden_size} "

@@ -1,16 +1,22 @@
-"""Trainer benchmark: optimizer steps/s of `python -m trm.train` at the tiny CPU config, optionally vs upstream.
+"""Trainer benchmark: optimizer steps/s of `python -m trm.train`, optionally against upstream's trainer.
 
-    nox -s bench -- train [--steps 40] [--global-batch-size 32] [--keep DIR]
+    nox -s bench -- train [--setup tiny|paper] [--steps 40] [--keep DIR]
     TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=python] nox -s bench -- train
 
-Tiny config (TRM_SPEC §17): hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle embedding, fp32, batch 32,
-seq 900, on the tiny ARC set (16 training + 8 evaluation tasks, 8 augmentations). Steps/s is measured
-from the trainer's own metric timestamps after a warm-up, so start-up and evaluation are excluded.
-Upstream (goal: ours ≥ 1.5× its steps/s) runs on the same data in upstream's layout, through
-`trm.bench.upstream_trainer` (its CPU changes applied in memory), in one process, with about the same
-number of steps; its steps/s comes from its tqdm bar after the same warm-up. Upstream's own imports
-(pydantic, einops, argdantic, wandb, coolname) must be importable by TRM_UPSTREAM_PYTHON (default: this
-interpreter; PYTHONPATH works too). If it cannot run, why is printed instead of a ratio.
+Setups:
+- `tiny` (CPU; TRM_SPEC §17): hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle embedding, fp32, batch 32,
+  seq 900, eager, on the tiny ARC set (16 tasks per subset, 8 augmentations). Goal: ours ≥ 1.5× upstream.
+- `paper` (one CUDA GPU): the guides' ARC config (hidden 512, 2 layers, H 3, L 4, puzzle embedding, EMA),
+  bf16, compiled (both trainers' default), batch 192 = one rank of the paper's 4 × 192, on ARC-AGI-2 +
+  ConceptARC at 16 augmentations. Goal: ours ≥ 1.3× upstream; MFU is printed.
+
+Steps/s comes from the trainer's own metric timestamps after a warm-up (start-up, compilation and
+evaluation excluded). Upstream runs on the same data in its layout, through `trm.bench.upstream_trainer`
+(on CPU its device changes are applied in memory), for about the same number of steps; its s/step comes
+from its tqdm records after the same warm-up. Ours runs before and after it and both runs' steps are
+pooled. Upstream's imports (pydantic, einops, argdantic, wandb, coolname) must be importable by
+TRM_UPSTREAM_PYTHON (default: this interpreter; PYTHONPATH works too). If it cannot run, why is printed
+instead of a ratio.
 """
 
 from __future__ import annotations
@@ -28,29 +34,95 @@ import sys
 import tempfile
 from pathlib import Path
 
-TINY = [
-    "arch=trm",
-    "arch.hidden_size=64",
-    "arch.num_heads=4",
-    "arch.L_layers=1",
-    "arch.H_cycles=1",
-    "arch.L_cycles=1",
-    "arch.puzzle_emb_ndim=0",
-    "arch.puzzle_emb_len=0",
-    "arch.forward_dtype=float32",
-    "lr=1e-3",
-    "lr_warmup_steps=10",
-]
-GOAL_VS_UPSTREAM = 1.5
 WARMUP_STEPS = 5
 
 
-def build_data(out: Path, form: str) -> None:
-    """The tiny ARC set of TRM_SPEC §17 in `form` (compact for us, materialized for upstream)."""
-    cmd = [sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out), "--subsets", "training",
-           "evaluation", "--test-set-name", "evaluation", "--num-aug", "8", "--max-puzzles", "16",
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """One benchmark configuration: trainer overrides shared by both trainers, batch, data, device, goal."""
+
+    name: str
+    overrides: tuple[str, ...]  # without arch= (ours takes it, upstream's default is the same model)
+    batch: int
+    device: str
+    compiled: bool
+    goal: float
+    data: tuple[str, ...]  # `trm data build-arc` selection flags
+
+
+SETUPS = {
+    "tiny": Setup(
+        name="tiny",
+        overrides=(
+            "arch.hidden_size=64",
+            "arch.num_heads=4",
+            "arch.L_layers=1",
+            "arch.H_cycles=1",
+            "arch.L_cycles=1",
+            "arch.puzzle_emb_ndim=0",
+            "arch.puzzle_emb_len=0",
+            "arch.forward_dtype=float32",
+            "lr=1e-3",
+            "lr_warmup_steps=10",
+        ),
+        batch=32,
+        device="cpu",
+        compiled=False,
+        goal=1.5,
+        data=(
+            "--subsets",
+            "training",
+            "evaluation",
+            "--test-set-name",
+            "evaluation",
+            "--num-aug",
+            "8",
+            "--max-puzzles",
+            "16",
+        ),
+    ),
+    "paper": Setup(
+        name="paper",
+        overrides=(
+            "arch.L_layers=2",
+            "arch.H_cycles=3",
+            "arch.L_cycles=4",
+            "arch.forward_dtype=bfloat16",
+            "ema=True",
+        ),
+        batch=192,
+        device="cuda",
+        compiled=True,
+        goal=1.3,
+        data=(
+            "--subsets",
+            "training2",
+            "evaluation2",
+            "concept",
+            "--test-set-name",
+            "evaluation2",
+            "--num-aug",
+            "16",
+        ),
+    ),
+}
+
+
+def build_data(out: Path, setup: Setup, form: str) -> None:
+    """The setup's ARC set in `form` (compact for us, materialized for upstream)."""
+    cmd = [sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out), *setup.data,
            "--form", form, "--quiet", "--overwrite"]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def trainer_env(setup: Setup) -> dict[str, str]:
+    """Environment for both trainers: no tracking; DISABLE_COMPILE (both honour it) for eager setups."""
+    env = dict(os.environ, WANDB_MODE="disabled")
+    if setup.compiled:
+        env.pop("DISABLE_COMPILE", None)
+    else:
+        env["DISABLE_COMPILE"] = "1"
+    return env
 
 
 def step_times(metrics_jsonl: Path) -> list[float]:
@@ -64,13 +136,18 @@ def step_times(metrics_jsonl: Path) -> list[float]:
     return [stamps[b] - stamps[a] for a, b in itertools.pairwise(steps) if b == a + 1]
 
 
-def bench_ours(data: Path, run_dir: Path, steps: int, batch: int) -> list[float]:
+def bench_ours(setup: Setup, data: Path, run_dir: Path, steps: int) -> list[float]:
     """Run our trainer for `steps` steps without evaluation; seconds per step from its metric timestamps."""
-    cmd = [sys.executable, "-m", "trm.train", *TINY, f"data_paths=[{data}]", f"global_batch_size={batch}",
-           "epochs=1000", "eval_interval=1000", "evaluators=[]", f"max_steps={steps}", "checkpoint_keep=1",
+    cmd = [sys.executable, "-m", "trm.train", "arch=trm", *setup.overrides, f"data_paths=[{data}]",
+           f"global_batch_size={setup.batch}", "epochs=100000", "eval_interval=100000", "evaluators=[]",
+           f"max_steps={steps}", "checkpoint_keep=1", f"device={setup.device}",
            f"+checkpoint_path={run_dir}"]  # fmt: skip
-    env = dict(os.environ, DISABLE_COMPILE="1", WANDB_MODE="disabled")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.run(
+        cmd, env=trainer_env(setup), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise SystemExit(f"our trainer failed (exit {proc.returncode}):\n{tail}")
     return step_times(run_dir / "metrics.jsonl")
 
 
@@ -101,19 +178,19 @@ def upstream_epochs_for(data: Path, steps: int, batch: int) -> int:
     return max(1, round(steps / per_epoch))
 
 
-def bench_upstream(upstream: Path, data: Path, batch: int, steps: int) -> dict[str, float] | str:
-    """Upstream's pretrain.py on CPU (trm.bench.upstream_trainer) on the same data; steps/s from its bar."""
+def bench_upstream(setup: Setup, upstream: Path, data: Path, steps: int) -> dict[str, float] | str:
+    """Upstream's pretrain.py (through trm.bench.upstream_trainer) on the same data; s/step from its bar."""
     python = os.environ.get("TRM_UPSTREAM_PYTHON", sys.executable)
-    epochs = upstream_epochs_for(data, steps, batch)
-    cmd = [python, "-m", "trm.bench.upstream_trainer", str(upstream),
-           *[o for o in TINY if not o.startswith("arch=")], f"data_paths=[{data}]",
-           f"global_batch_size={batch}", f"epochs={epochs}", f"eval_interval={epochs}", "evaluators=[]",
-           f"+checkpoint_path={data.parent / 'upstream-ckpt'}"]  # fmt: skip
-    env = dict(os.environ, DISABLE_COMPILE="1", WANDB_MODE="disabled")
+    epochs = upstream_epochs_for(data, steps, setup.batch)
+    cmd = [python, "-m", "trm.bench.upstream_trainer", "--device", setup.device, str(upstream),
+           *setup.overrides, f"data_paths=[{data}]", f"global_batch_size={setup.batch}", f"epochs={epochs}",
+           f"eval_interval={epochs}", "evaluators=[]", f"+checkpoint_path={data.parent / 'upstream-ckpt'}"]  # fmt: skip
     try:
-        proc = subprocess.run(cmd, cwd=upstream, env=env, capture_output=True, text=True, timeout=1800)
+        proc = subprocess.run(
+            cmd, cwd=upstream, env=trainer_env(setup), capture_output=True, text=True, timeout=3600
+        )
     except subprocess.TimeoutExpired:
-        return "timed out after 30 min"
+        return "timed out after 60 min"
     seconds = tqdm_step_seconds(proc.stderr)
     if proc.returncode != 0 or not seconds:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -122,53 +199,83 @@ def bench_upstream(upstream: Path, data: Path, batch: int, steps: int) -> dict[s
     return {"steps_per_s": 1.0 / median, "median_s_per_step": median}
 
 
-def attention_seconds(batch: int) -> float:
-    """SDPA's share of one tiny-config step at this batch, timed alone (see trm.bench.model)."""
+def model_config(setup: Setup):  # -> TRMConfig (torch is imported lazily: the driver stays light)
+    """The setup's model as the model benchmark describes it, at the setup's batch."""
+    from trm.bench.model import paper_config, tiny_config
+
+    base = tiny_config() if setup.name == "tiny" else paper_config()
+    return dataclasses.replace(base, batch_size=setup.batch)
+
+
+def attention_seconds(setup: Setup) -> float:
+    """SDPA's share of one step of the setup, timed alone (see trm.bench.model)."""
     import torch
 
-    from trm.bench.model import time_attention, tiny_config
+    from trm.bench.model import time_attention
 
-    return time_attention(dataclasses.replace(tiny_config(), batch_size=batch), torch.device("cpu"))
+    return time_attention(model_config(setup), torch.device(setup.device))
+
+
+def mfu(setup: Setup, seconds_per_step: float) -> float | None:
+    """Model FLOPs utilization of a step on this GPU (None on CPU or an unknown GPU)."""
+    import torch
+
+    from trm.bench.model import peak_flops, step_flops
+
+    if setup.device != "cuda":
+        return None
+    peak = peak_flops(torch.device("cuda"))
+    return step_flops(model_config(setup)) / seconds_per_step / peak if peak else None
+
+
+def report(setup: Setup, ours_times: list[float], theirs: dict[str, float] | str | None) -> None:
+    """The results table: ours, upstream (or why not), ratio against the goal, attention bound / MFU."""
+    ours_s = statistics.median(ours_times)
+    threads = os.environ.get("OMP_NUM_THREADS", "default")
+    print(f"{setup.name} setup on {setup.device}, batch {setup.batch}, torch threads {threads}")
+    ours_mfu = mfu(setup, ours_s)
+    extra = f", MFU {ours_mfu:.1%}" if ours_mfu is not None else ""
+    print(f"  trm-stack: {1 / ours_s:.2f} steps/s ({ours_s:.3f} s/step median of {len(ours_times)}{extra})")
+    if isinstance(theirs, str):
+        print(f"  upstream:  could not run: {theirs}")
+        return
+    if theirs is None:
+        return
+    theirs_s = theirs["median_s_per_step"]
+    theirs_mfu = mfu(setup, theirs_s)
+    extra = f", MFU {theirs_mfu:.1%}" if theirs_mfu is not None else ""
+    print(f"  upstream:  {1 / theirs_s:.2f} steps/s ({theirs_s:.3f} s/step{extra})")
+    ratio = theirs_s / ours_s
+    verdict = "meets" if ratio >= setup.goal else "misses"
+    print(f"  ratio:     {ratio:.2f}x ({verdict} the {setup.goal}x goal)")
+    if setup.device == "cpu":
+        attention = attention_seconds(setup)
+        print(
+            f"  attention: {attention:.3f} s of every step is SDPA, the same PyTorch kernel in both; "
+            f"no trainer can beat upstream by more than {theirs_s / attention:.2f}x here"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print a small table of steps/s (ours, upstream when TRM_UPSTREAM is set, ratio vs goal)."""
+    """Run the setup for ours (and upstream when TRM_UPSTREAM is set) and print the comparison."""
     parser = argparse.ArgumentParser(prog="nox -s bench -- train", description=__doc__.splitlines()[0])
+    parser.add_argument("--setup", choices=sorted(SETUPS), default="tiny", help="tiny (CPU) or paper (GPU)")
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--global-batch-size", type=int, default=32)
     parser.add_argument("--keep", type=Path, default=None, help="keep data and runs here")
     args = parser.parse_args(argv)
+    setup = SETUPS[args.setup]
     work = args.keep or Path(tempfile.mkdtemp(prefix="trm-bench-train-"))
     try:
-        build_data(work / "arc-tiny", "compact")
+        build_data(work / "arc", setup, "compact")
         upstream = os.environ.get("TRM_UPSTREAM")
-        ours_times = bench_ours(work / "arc-tiny", work / "ours-1", args.steps, args.global_batch_size)
+        ours_times = bench_ours(setup, work / "arc", work / "ours-1", args.steps)
         theirs: dict[str, float] | str | None = None
         if upstream:
-            build_data(work / "arc-tiny-upstream", "materialized")
-            theirs = bench_upstream(
-                Path(upstream), work / "arc-tiny-upstream", args.global_batch_size, args.steps
-            )
+            build_data(work / "arc-upstream", setup, "materialized")
+            theirs = bench_upstream(setup, Path(upstream), work / "arc-upstream", args.steps)
             # Ours runs again after upstream and both runs' steps are pooled, so drift hits both alike.
-            ours_times += bench_ours(work / "arc-tiny", work / "ours-2", args.steps, args.global_batch_size)
-        ours_s = statistics.median(ours_times)
-        threads = os.environ.get("OMP_NUM_THREADS", "default")
-        print(f"tiny CPU config, batch {args.global_batch_size}, torch threads {threads}")
-        print(f"  trm-stack: {1 / ours_s:.2f} steps/s ({ours_s:.3f} s/step median of {len(ours_times)})")
-        if isinstance(theirs, str):
-            print(f"  upstream:  could not run: {theirs}")
-        elif theirs is not None:
-            ratio = theirs["median_s_per_step"] / ours_s
-            verdict = "meets" if ratio >= GOAL_VS_UPSTREAM else "misses"
-            print(
-                f"  upstream:  {theirs['steps_per_s']:.2f} steps/s ({theirs['median_s_per_step']:.3f} s/step)"
-            )
-            print(f"  ratio:     {ratio:.2f}x ({verdict} the {GOAL_VS_UPSTREAM}x goal)")
-            attention = attention_seconds(args.global_batch_size)
-            print(
-                f"  attention: {attention:.3f} s of every step is SDPA, the same PyTorch kernel in both; "
-                f"no trainer can beat upstream by more than {theirs['median_s_per_step'] / attention:.2f}x here"
-            )
+            ours_times += bench_ours(setup, work / "arc", work / "ours-2", args.steps)
+        report(setup, ours_times, theirs)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -1,15 +1,16 @@
-"""Run upstream's `pretrain.py` on a CPU-only machine, for the trainer benchmark; nothing is changed on disk.
+"""Run upstream's `pretrain.py` for the trainer benchmark, on CPU as well as CUDA; nothing is changed on disk.
 
-    python -m trm.bench.upstream_trainer <TinyRecursiveModels checkout> [hydra overrides ...]
+    python -m trm.bench.upstream_trainer [--device cpu|cuda] <TinyRecursiveModels checkout> [overrides ...]
 
 Upstream hard-codes CUDA and imports the adam-atan2 CUDA extension. TRM_SPEC §17 lists what it takes to
-run it on CPU; this applies those changes in memory, to the script's source text, and then runs it as
-`__main__` in one process (no torchrun, so no process group):
+run it on CPU; with `--device cpu` (the default) this applies those changes in memory, to the script's
+source text, and then runs it as `__main__` in one process (no torchrun, so no process group):
 
 - device switch: every "cuda" device string and `.cuda()` call becomes CPU; NCCL becomes gloo;
 - optimizer: `adam_atan2.AdamATan2` is ours, which has the same 0.0.3 update rule and constructor.
 
-The evaluator's cross-process gather is not patched: benchmark with `evaluators=[]`. Every replacement
+With `--device cuda` the script runs unchanged; only when the extension does not import does ours stand
+in. The evaluator's cross-process gather is not patched: benchmark with `evaluators=[]`. Every replacement
 must match at least once, so a changed upstream fails here with the pattern named instead of silently
 running on a GPU path.
 """
@@ -54,13 +55,30 @@ def install_optimizer_shim() -> None:
     sys.modules["adam_atan2"] = module
 
 
-def run(checkout: Path, overrides: list[str]) -> None:
-    """Execute the patched pretrain.py as `__main__` with `overrides` as its command line."""
+def extension_imports() -> bool:
+    """Whether the compiled adam-atan2 extension imports (then upstream uses it unchanged)."""
+    try:
+        import adam_atan2  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run(checkout: Path, overrides: list[str], device: str = "cpu") -> None:
+    """Execute pretrain.py as `__main__` with `overrides` as its command line.
+
+    device "cpu": with the device switch and our optimizer. "cuda": unchanged, except that our optimizer
+    stands in for the extension when that does not import.
+    """
     script = checkout / "pretrain.py"
     if not script.is_file():
         raise TRMError(f"{checkout} has no pretrain.py: point TRM_UPSTREAM at a TinyRecursiveModels clone")
-    code = compile(patched_source(script.read_text(encoding="utf-8"), script), str(script), "exec")
-    install_optimizer_shim()
+    source = script.read_text(encoding="utf-8")
+    if device == "cpu":
+        source = patched_source(source, script)
+    code = compile(source, str(script), "exec")
+    if device == "cpu" or not extension_imports():
+        install_optimizer_shim()
     sys.path.insert(0, str(checkout))
     sys.argv = [str(script), *overrides]
     # A real `__main__` module: pydantic resolves the config classes' annotations through sys.modules,
@@ -74,11 +92,17 @@ def run(checkout: Path, overrides: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """`<checkout> [overrides...]`; a TRMError is printed without traceback (exit 2)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args:
-        print("usage: python -m trm.bench.upstream_trainer <checkout> [hydra overrides ...]", file=sys.stderr)
+    device = "cpu"
+    if args[:1] == ["--device"] and len(args) > 1:
+        device, args = args[1], args[2:]
+    if not args or device not in ("cpu", "cuda"):
+        print(
+            "usage: python -m trm.bench.upstream_trainer [--device cpu|cuda] <checkout> [hydra overrides ...]",
+            file=sys.stderr,
+        )
         return 2
     try:
-        run(Path(args[0]).resolve(), args[1:])
+        run(Path(args[0]).resolve(), args[1:], device)
     except TRMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
