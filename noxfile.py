@@ -53,7 +53,8 @@ def runbooks(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module trm.bench.<name> (e.g. `data`)."""
-    available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem != "__init__")
+    helpers = {"__init__", "upstream_trainer"}  # modules of trm/bench that are not benchmarks
+    available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem not in helpers)
     if not session.posargs or session.posargs[0] not in available:
         session.error(f"name a benchmark: nox -s bench -- <{'|'.join(available)}> [args]")
     name, *args = session.posargs
