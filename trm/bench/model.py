@@ -10,6 +10,7 @@ stepped with our AdamATan2 (upstream's optimizer is a CUDA-only extension), so t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -274,6 +275,7 @@ def _run(argv: list[str] | None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
+    parser.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the config's)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
     parser.add_argument(
         "--no-attention-split", action="store_true", help="skip timing SDPA alone (attention's share)"
@@ -285,6 +287,8 @@ def _run(argv: list[str] | None) -> int:
 
     device = torch.device(args.device)
     config = CONFIGS[args.config or ("paper" if device.type == "cuda" else "tiny")]()
+    if args.batch_size is not None:
+        config = dataclasses.replace(config, batch_size=args.batch_size)
     modes = [False] if args.no_compile else [False, True]
     builders: list[tuple[str, Callable[[], nn.Module]]] = [("ours", lambda: build_ours(config, device))]
     if args.upstream:
