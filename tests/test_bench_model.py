@@ -38,7 +38,7 @@ def test_attention_split_counts_every_block_application_and_bounds_the_ratio(cap
     assert attention_applications(small_config(H_cycles=3, L_cycles=4, L_layers=2)) == (10, 20)
     assert time_attention(small_config(), torch.device("cpu"), repeats=1) > 0
     results = {("ours", False): Timing("ours", 1.0, 0.5), ("upstream", False): Timing("upstream", 1.0, 0.7)}
-    print_attention_split(results, attention_s=0.3, compiled=False)
+    print_attention_split(results, attention_s=0.3)
     out = capsys.readouterr().out
     assert "60% of ours" in out
     assert "ours 200.0 ms, upstream 400.0 ms (2.00x)" in out

@@ -61,10 +61,14 @@ def fsync_tree(root: str | os.PathLike[str]) -> None:
         fsync_dir(dirpath)
 
 
+def _host_tag() -> str:
+    """This host's name, reduced to characters safe in a file name (hostnames matter on shared disks)."""
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname()) or "host"
+
+
 def _owner_tag() -> str:
-    """`<host>-<pid>`: names the process that owns a temp directory (hostname matters on shared disks)."""
-    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname()) or "host"
-    return f"{host}-{os.getpid()}"
+    """`<host>-<pid>`: names the process that owns a temp directory."""
+    return f"{_host_tag()}-{os.getpid()}"
 
 
 def _is_alive(pid: int) -> bool:
@@ -86,7 +90,7 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     Returns what was removed.
     """
     target = Path(target)
-    host = _owner_tag().rsplit("-", 1)[0]
+    host = _host_tag()
     removed = []
     for pattern in (f".{target.name}.{host}-*.partial", f".{target.name}.old-{host}-*"):
         for leftover in target.parent.glob(pattern):

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from trm.bench.model import CONFIGS, _UpstreamCall, build_ours, build_upstream, make_batch
+from trm.bench.model import CONFIGS, UpstreamCall, build_ours, build_upstream, make_batch
 from trm.errors import TRMError
 from trm.model import TRMConfig
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu = torch.device("cpu")
     builders: list[tuple[str, Callable[[TRMConfig], nn.Module]]] = [("ours", lambda c: build_ours(c, cpu))]
     if args.upstream:
-        builders.append(("upstream", lambda c: _UpstreamCall(build_upstream(c, cpu, args.upstream))))
+        builders.append(("upstream", lambda c: UpstreamCall(build_upstream(c, cpu, args.upstream))))
     print(
         f"config={args.config} seq={config.total_seq_len} hidden={config.hidden_size} H={config.H_cycles} "
         f"L={config.L_cycles} layers={config.L_layers} dtype={config.forward_dtype} (eager, saved tensors)"

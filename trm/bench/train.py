@@ -47,7 +47,7 @@ class Setup:
     device: str
     compiled: bool
     goal: float
-    data: tuple[str, ...]  # `trm data build-arc` selection flags
+    data: str  # `trm data build-arc` selection flags
 
 
 SETUPS = {
@@ -69,17 +69,7 @@ SETUPS = {
         device="cpu",
         compiled=False,
         goal=1.5,
-        data=(
-            "--subsets",
-            "training",
-            "evaluation",
-            "--test-set-name",
-            "evaluation",
-            "--num-aug",
-            "8",
-            "--max-puzzles",
-            "16",
-        ),
+        data="--subsets training evaluation --test-set-name evaluation --num-aug 8 --max-puzzles 16",
     ),
     "paper": Setup(
         name="paper",
@@ -94,23 +84,14 @@ SETUPS = {
         device="cuda",
         compiled=True,
         goal=1.3,
-        data=(
-            "--subsets",
-            "training2",
-            "evaluation2",
-            "concept",
-            "--test-set-name",
-            "evaluation2",
-            "--num-aug",
-            "16",
-        ),
+        data="--subsets training2 evaluation2 concept --test-set-name evaluation2 --num-aug 16",
     ),
 }
 
 
 def build_data(out: Path, setup: Setup, form: str) -> None:
     """The setup's ARC set in `form` (compact for us, materialized for upstream)."""
-    cmd = [sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out), *setup.data,
+    cmd = [sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out), *setup.data.split(),
            "--form", form, "--quiet", "--overwrite"]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 
@@ -200,11 +181,10 @@ def bench_upstream(setup: Setup, upstream: Path, data: Path, steps: int) -> dict
 
 
 def model_config(setup: Setup):  # -> TRMConfig (torch is imported lazily: the driver stays light)
-    """The setup's model as the model benchmark describes it, at the setup's batch."""
-    from trm.bench.model import paper_config, tiny_config
+    """The setup's model as the model benchmark describes it (same names), at the setup's batch."""
+    from trm.bench.model import CONFIGS
 
-    base = tiny_config() if setup.name == "tiny" else paper_config()
-    return dataclasses.replace(base, batch_size=setup.batch)
+    return dataclasses.replace(CONFIGS[setup.name](), batch_size=setup.batch)
 
 
 def attention_seconds(setup: Setup) -> float:
