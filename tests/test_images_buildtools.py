@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shutil
 import stat
+import sys
 import zipfile
 from pathlib import Path
 
@@ -185,13 +189,54 @@ def test_split_layers_fails_when_the_tree_does_not_fit(tmp_path):
         buildtools.split_layers(src, tmp_path / "layers", 2, 700)
 
 
-def test_runtime_check_rejects_a_compiler(tmp_path, monkeypatch):
-    gcc = tmp_path / "gcc"
-    gcc.write_text("#!/bin/sh\n")
-    gcc.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
-    with pytest.raises(BuildCheckError, match="compiler toolchain"):
+def test_runtime_check_requires_the_c_build_triton_does(tmp_path, monkeypatch):
+    """Triton (torch.compile on GPU) compiles C helpers at run time: no compiler must fail the build."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {"PATH": str(empty)}
+    assert buildtools.find_c_compiler(env) is None
+    with pytest.raises(BuildCheckError, match=r"no C compiler .*gcc, libc6-dev and the Python headers"):
+        buildtools.build_probe(tmp_path, env)
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(BuildCheckError, match="no C compiler"):
         buildtools.check_runtime([])
+
+
+def test_compiler_lookup_follows_triton_cc_then_gcc_then_clang(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("clang", "gcc"):
+        (bindir / name).write_text("#!/bin/sh\n")
+        (bindir / name).chmod(0o755)
+    assert buildtools.find_c_compiler({"PATH": str(bindir)}) == str(bindir / "gcc")
+    (bindir / "gcc").unlink()
+    assert buildtools.find_c_compiler({"PATH": str(bindir)}) == str(bindir / "clang")
+    assert buildtools.find_c_compiler({"PATH": str(bindir), "CC": "/opt/cc"}) == "/opt/cc"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc on the test host")
+def test_probe_is_a_real_c_extension_build_and_import(tmp_path):
+    cc, how = buildtools.build_probe(tmp_path, dict(os.environ))
+    assert Path(cc).name in ("gcc", "clang") or cc == os.environ.get("CC")
+    assert "-shared -fPIC" in how or how == "triton.runtime.build._build"
+    assert list(tmp_path.glob(f"{buildtools.PROBE_MODULE}*.so"))
+
+
+def test_probe_compile_error_names_the_fix(tmp_path):
+    broken = tmp_path / "cc"
+    broken.write_text("#!/bin/sh\necho 'fatal error: Python.h: No such file' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "CC": str(broken)}
+    with pytest.raises(BuildCheckError, match=r"(?s)failed.*full python image"):
+        buildtools.build_probe(tmp_path, env)
+
+
+def test_gpu_runtime_check_requires_the_nvidia_container_variables(monkeypatch):
+    monkeypatch.setattr(buildtools, "check_cc", lambda: "cc ok")
+    env = {"PATH": "/usr/bin:/bin", "NVIDIA_VISIBLE_DEVICES": "all"}
+    with pytest.raises(BuildCheckError, match="NVIDIA_DRIVER_CAPABILITIES=None, needs 'compute,utility'"):
+        buildtools.check_runtime(["sm_90"], env)
 
 
 def test_main_reports_failures_with_exit_1(tmp_path, capsys):
@@ -241,3 +286,70 @@ def test_sdist_with_path_traversal_is_refused(tmp_path):
     with pytest.raises(BuildCheckError, match=r"refusing to extract '\.\./evil'"):
         buildtools.build_adam_atan2(sdist, lock, "9.0", tmp_path / "out", "0.0.3", tmp_path / "venv", 1)
     assert not (tmp_path / "evil").exists()
+
+
+def _facts(**changes: str) -> dict[str, str]:
+    facts = venvtools.python_facts()
+    facts.update(changes)
+    return facts
+
+
+def test_python_facts_name_what_a_venv_depends_on():
+    facts = venvtools.python_facts()
+    assert set(venvtools.PYTHON_FACTS) <= set(facts)
+    assert facts["version"].startswith(f"{sys.version_info.major}.{sys.version_info.minor}.")
+    assert facts["soabi"].startswith("cpython-3")
+    assert Path(facts["executable"]).is_file()
+
+
+def test_interpreters_differing_only_in_build_date_are_accepted(tmp_path):
+    """The official full and slim images compile one CPython release separately: only the date differs."""
+    built = _facts(build="main Jun  1 2020 01:02:03")
+    assert built != venvtools.python_facts()
+    (tmp_path / "facts.json").write_text(json.dumps(built))
+    note = venvtools.check_python(tmp_path / "facts.json")
+    assert "matches the build base" in note and "does not matter" in note
+    assert venvtools.python_mismatches(built, venvtools.python_facts()) == []
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("version", "3.12.7-final0"),
+        ("soabi", "cpython-312-x86_64-linux-gnu"),
+        ("executable", "/usr/bin/python3.11"),
+        ("prefix", "/opt/other-python"),
+    ],
+)
+def test_interpreters_differing_in_what_the_venv_needs_are_refused(tmp_path, key, value, capsys):
+    facts_file = tmp_path / "facts.json"
+    facts_file.write_text(json.dumps(_facts(**{key: value})))
+    with pytest.raises(BuildCheckError, match=rf"{key} \(.*build base '{re.escape(value)}'") as err:
+        venvtools.check_python(facts_file)
+    assert "docker/images.toml" in str(err.value) and "same CPython release" in str(err.value)
+    assert venvtools.main(["check-python", str(facts_file)]) == 1
+    assert capsys.readouterr().err.startswith("build check failed: the runtime base's Python cannot run")
+
+
+def test_python_facts_round_trip_through_the_cli(tmp_path, capsys):
+    out = tmp_path / "venv/.python-built.json"
+    assert venvtools.main(["python-facts", str(out)]) == 0
+    assert json.loads(out.read_text()) == venvtools.python_facts()
+    assert venvtools.main(["check-python", str(out)]) == 0
+    assert "matches the build base" in capsys.readouterr().out
+    assert list(out.parent.iterdir()) == [out]  # written atomically: no temporary left
+
+
+def test_unreadable_or_foreign_facts_are_a_clear_build_error(tmp_path):
+    with pytest.raises(BuildCheckError, match="cannot read the build base's interpreter facts"):
+        venvtools.check_python(tmp_path / "missing.json")
+    (tmp_path / "old.json").write_text('"3.11.2 (main, Mar 13 2023) [GCC 12.2.0]"')
+    with pytest.raises(BuildCheckError, match="rebuild without cache"):
+        venvtools.check_python(tmp_path / "old.json")
+
+
+def test_dockerfile_compares_interpreter_facts_not_sys_version():
+    dockerfile = (Path(__file__).resolve().parents[1] / "docker/Dockerfile").read_text()
+    assert "print(sys.version)" not in dockerfile
+    assert "venvtools.py python-facts /opt/venv/.python-built.json" in dockerfile
+    assert "venvtools.py check-python /opt/venv/.python-built.json" in dockerfile

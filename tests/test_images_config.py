@@ -50,9 +50,11 @@ def test_repo_config_has_the_four_variants_with_pinned_bases():
     assert config.variants["sm90"].sm_list == ("sm_90",)
     assert config.variants["sm80"].archs == ("8.0",)
     assert config.variants["sm89"].sm_list == ("sm_89",)
-    # The CPU variant needs no compiler: its build stage starts from the slim runtime base.
-    assert config.variants["cpu"].build_base == config.variants["cpu"].runtime_base
-    assert config.variants["sm90"].build_base != config.variants["sm90"].runtime_base
+    # One full CPython image for both stages: the venv moves unchanged, and the runtime keeps the C
+    # toolchain torch.compile's Triton needs (the slim image has no gcc, libc headers or Python.h).
+    for variant in config.variants.values():
+        assert variant.build_base == variant.runtime_base
+        assert variant.runtime_base.startswith("python:3.11-bookworm@")
     for variant in config.variants.values():
         assert "@sha256:" in variant.build_base and "@sha256:" in variant.runtime_base
 
@@ -251,3 +253,22 @@ def test_runtime_locks_cover_every_project_dependency():
             assert pins[key].split("+")[0] == version, (
                 f"{dep} vs {pins[key]} in runtime-{lock}.txt: run `make lock`"
             )
+
+
+def test_gpu_runtime_images_ask_the_container_toolkit_for_compute():
+    """Without NVIDIA_DRIVER_CAPABILITIES=compute a runtime defaulting to `utility` hides libcuda."""
+    config = load_config(CONFIG)
+    for variant in config.variants.values():
+        args = context.build_args(config, variant, ROOT)
+        if variant.is_gpu:
+            assert args["NVIDIA_VISIBLE_DEVICES"] == "all"
+            assert args["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+            assert args["NVIDIA_REQUIRE_CUDA"] == f"cuda>={variant.cuda.split('.')[0]}.0"
+        else:
+            assert args["NVIDIA_VISIBLE_DEVICES"] == args["NVIDIA_DRIVER_CAPABILITIES"] == ""
+    dockerfile = (ROOT / context.DOCKERFILE).read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime") :]
+    # The runtime stage turns the arguments into the image's environment before its checks run.
+    env_block = runtime[runtime.index("ENV NVIDIA_VISIBLE_DEVICES") : runtime.index("RUN python3")]
+    for key in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA"):
+        assert f"ARG {key}=" in runtime and f"{key}=${{{key}}}" in env_block

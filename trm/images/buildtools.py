@@ -3,6 +3,7 @@
     python3 buildtools.py cuda-home VENV                     locate (and complete) the pip CUDA toolkit
     python3 buildtools.py build-adam-atan2 --sdist ... --lock ... --archs "9.0" --out DIR
     python3 buildtools.py check-runtime --sm-list sm_90      assertions on the finished runtime image
+    python3 buildtools.py check-cc                          the C build torch.compile's Triton does at run time
 (The venv stage's steps are in venvtools.py.)
 
 Every check that fails exits non-zero with a message saying what is wrong, so the build fails.
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import time
@@ -166,11 +169,124 @@ def build_adam_atan2(
     return wheel
 
 
-def check_runtime(sm_list: list[str]) -> None:
-    """The runtime image: no compiler toolchain, no CUDA toolkit outside the venv, trm (+ backend) imports."""
-    for tool in ("cc", "gcc", "g++", "c++", "nvcc", "ld"):
-        if shutil.which(tool):
-            raise BuildCheckError(f"runtime image has a compiler toolchain: {shutil.which(tool)}")
+# What Triton (torch.compile's GPU code generator) needs at run time to build its small C launcher
+# modules, from triton/runtime/build.py and triton/backends/nvidia/driver.py (3.7): the compiler in $CC,
+# else `gcc`, else `clang` on PATH; Python.h in the interpreter's include directory (Debian's
+# `posix_local` scheme read as `posix_prefix`); libc headers and a linker for `-shared -fPIC`; and
+# /sbin/ldconfig, through which it finds the driver's libcuda.so.1 (mounted by the container toolkit).
+PROBE_MODULE = "trm_cc_probe"
+PROBE_SOURCE = """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+static PyObject *answer(PyObject *self, PyObject *args) {
+  (void)self; (void)args;
+  return PyLong_FromLong(42);
+}
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "trm_cc_probe", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_trm_cc_probe(void) { return PyModule_Create(&module); }
+"""
+CC_FIX = (
+    "torch.compile (Triton) builds C helpers at run time: the runtime image needs gcc, libc6-dev and the "
+    "Python headers; keep [image].runtime_base in docker/images.toml on the full python image (which has "
+    "them), not the slim one"
+)
+
+
+def find_c_compiler(env: dict[str, str] | None = None) -> str | None:
+    """The C compiler Triton would use: $CC, else `gcc`, else `clang` on PATH (None when none)."""
+    env = dict(os.environ if env is None else env)
+    if env.get("CC"):
+        return env["CC"]
+    path = env.get("PATH")
+    return shutil.which("gcc", path=path) or shutil.which("clang", path=path)
+
+
+def python_include_dir() -> Path:
+    """Where Triton looks for Python.h: the default scheme's include path (`posix_local` → `posix_prefix`)."""
+    scheme = sysconfig.get_default_scheme()
+    if scheme == "posix_local":
+        scheme = "posix_prefix"
+    return Path(sysconfig.get_paths(scheme=scheme)["include"])
+
+
+def _load_extension(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise BuildCheckError(f"cannot load the compiled probe {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_probe(workdir: Path, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """Compile and import a Python C extension the way Triton does; returns (compiler, how).
+
+    With triton installed (GPU images) its own build function compiles the probe, so the check follows
+    Triton's lookup exactly; without it (CPU image) the same command line is run here.
+    """
+    cc = find_c_compiler(env)
+    if cc is None:
+        raise BuildCheckError(f"no C compiler ($CC unset, no gcc or clang on PATH): {CC_FIX}")
+    include = python_include_dir()
+    if not (include / "Python.h").is_file():
+        raise BuildCheckError(f"{include}/Python.h is missing: {CC_FIX}")
+    if not Path("/sbin/ldconfig").exists():
+        raise BuildCheckError("/sbin/ldconfig is missing: Triton finds libcuda.so.1 through `ldconfig -p`")
+    src = workdir / f"{PROBE_MODULE}.c"
+    src.write_text(PROBE_SOURCE)
+    if importlib.util.find_spec("triton") is not None:
+        from triton.runtime import build as triton_build
+
+        try:
+            so = Path(triton_build._build(PROBE_MODULE, str(src), str(workdir), [], [], [], []))
+        except subprocess.CalledProcessError as err:
+            raise BuildCheckError(f"Triton's C build failed ({err}): {CC_FIX}") from None
+        except (TypeError, AttributeError) as err:
+            raise BuildCheckError(
+                f"triton.runtime.build._build changed ({err}): update build_probe for this Triton"
+            ) from None
+        how = "triton.runtime.build._build"
+    else:
+        so = workdir / f"{PROBE_MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}"
+        cmd = [cc, str(src), "-O3", "-shared", "-fPIC", "-Wno-psabi", "-o", str(so), f"-I{include}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise BuildCheckError(f"`{' '.join(cmd)}` failed:\n{proc.stderr.strip()}\n{CC_FIX}")
+        how = " ".join(cmd[:1] + cmd[2:6])
+    if _load_extension(so, PROBE_MODULE).answer() != 42:
+        raise BuildCheckError(f"the compiled probe {so} imported but returned a wrong value")
+    return cc, how
+
+
+def check_cc() -> str:
+    with tempfile.TemporaryDirectory(prefix="trm-cc-") as tmp:
+        cc, how = build_probe(Path(tmp))
+    return f"C build for Triton works: {cc} via {how}, Python.h in {python_include_dir()}"
+
+
+NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+
+
+def check_runtime(sm_list: list[str], env: dict[str, str] | None = None) -> list[str]:
+    """The runtime image: Triton's C build works, no CUDA toolkit outside the venv, NVIDIA container
+    variables set on GPU images, trm (+ backend) imports. Returns what it verified."""
+    env = dict(os.environ if env is None else env)
+    notes = [check_cc()]
+    if nvcc := shutil.which("nvcc", path=env.get("PATH")):
+        raise BuildCheckError(f"runtime image has {nvcc}: the CUDA compiler belongs to the build stages")
+    if sm_list:
+        for key, want in NVIDIA_ENV.items():
+            if env.get(key) != want:
+                raise BuildCheckError(
+                    f"GPU runtime image has {key}={env.get(key)!r}, needs {want!r}: without it a container "
+                    "runtime that defaults to `utility` hides CUDA (set it with ENV in docker/Dockerfile)"
+                )
+        notes.append(" ".join(f"{k}={env[k]}" for k in NVIDIA_ENV))
     for path in ("/usr/local/cuda", "/usr/lib/x86_64-linux-gnu/libcudart.so"):
         if os.path.exists(path):
             raise BuildCheckError(f"runtime image has CUDA outside the venv ({path}): a second copy")
@@ -179,6 +295,7 @@ def check_runtime(sm_list: list[str]) -> None:
         probe += "; import adam_atan2, adam_atan2_backend; assert torch.version.cuda"
     if subprocess.run([sys.executable, "-c", probe]).returncode != 0:
         raise BuildCheckError("the runtime venv does not import torch/trm (or adam_atan2 on GPU images)")
+    return notes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,14 +313,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1)
     p = sub.add_parser("check-runtime")
     p.add_argument("--sm-list", default="")
+    sub.add_parser("check-cc")
     args = parser.parse_args(argv)
     try:
         if args.cmd == "cuda-home":
             print(find_cuda_home(args.venv))
         elif args.cmd == "build-adam-atan2":
             build_adam_atan2(args.sdist, args.lock, args.archs, args.out, args.version, args.venv, args.jobs)
+        elif args.cmd == "check-cc":
+            print(check_cc())
         else:
-            check_runtime(args.sm_list.split())
+            for note in check_runtime(args.sm_list.split()):
+                print(f"runtime check: {note}")
     except (BuildCheckError, subprocess.CalledProcessError) as err:
         print(f"build check failed: {err}", file=sys.stderr)
         return 1

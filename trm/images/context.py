@@ -63,6 +63,7 @@ def build_args(
         "MAX_JOBS": str(max_jobs),
         "MAX_LAYER_BYTES": str(config.max_layer_bytes),
         "GIT_SHA": git_sha(root),
+        **variant.container_env,
     }
 
 

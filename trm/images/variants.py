@@ -42,6 +42,23 @@ class Variant:
         """`("sm_90",)` for archs `("9.0",)`."""
         return tuple("sm_" + arch.replace(".", "") for arch in self.archs)
 
+    @property
+    def driver_cuda_floor(self) -> str:
+        """The oldest driver CUDA version that runs this image: `<major>.0` (CUDA minor-version
+        compatibility: the images carry SASS for their GPUs, so no PTX needs the driver's JIT)."""
+        return f"{self.cuda.split('.')[0]}.0" if self.cuda else ""
+
+    @property
+    def container_env(self) -> dict[str, str]:
+        """NVIDIA container toolkit variables baked into the runtime image (empty on the CPU variant)."""
+        if not self.is_gpu:
+            return {"NVIDIA_VISIBLE_DEVICES": "", "NVIDIA_DRIVER_CAPABILITIES": "", "NVIDIA_REQUIRE_CUDA": ""}
+        return {
+            "NVIDIA_VISIBLE_DEVICES": "all",
+            "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+            "NVIDIA_REQUIRE_CUDA": f"cuda>={self.driver_cuda_floor}",
+        }
+
     def version_tag(self, version: str) -> str:
         """The human tag: `<version>-cu130-sm90`, or `<version>-cpu`."""
         if not self.is_gpu:
