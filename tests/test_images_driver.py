@@ -244,20 +244,21 @@ def test_entrypoint_runs_preflight_then_execs(monkeypatch, capsys):
     env = {
         "TRM_IMAGE_VARIANT": "sm90",
         "TRM_IMAGE_SM_LIST": "sm_90",
+        "TRM_IMAGE_GIT_SHA": "0123456789abcdef",
         "TRM_PREFLIGHT_ARGS": "--json --x 'a b'",
     }
     assert entrypoint.main(["python", "-m", "trm", "version"], env, lambda f, a: execs.append((f, a))) == 0
     assert calls[0][-4:] == ["preflight", "--json", "--x", "a b"]
     assert execs == [("python", ["python", "-m", "trm", "version"])]
     out = capsys.readouterr().out
-    assert out.startswith("trm image sm90 | git ? | sm [sm_90] | trm ")
+    assert out.startswith("trm image sm90 | git 0123456789ab | sm [sm_90] | trm ")
 
 
 def test_entrypoint_stops_on_preflight_failure(monkeypatch, capsys):
     monkeypatch.setattr(entrypoint, "preflight_available", lambda: True)
     monkeypatch.setattr(entrypoint.subprocess, "run", lambda cmd: subprocess.CompletedProcess(cmd, 3))
     execs = []
-    assert entrypoint.main(["true"], {}, lambda f, a: execs.append(f)) == 3
+    assert entrypoint.main(["true"], {"TRM_IMAGE_GIT_SHA": "abc"}, lambda f, a: execs.append(f)) == 3
     assert execs == [] and "TRM_PREFLIGHT=skip" in capsys.readouterr().err
 
 

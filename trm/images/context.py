@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 import tarfile
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.gitinfo import UNKNOWN, checkout_sha
 from trm.images.requirements import WHEELHOUSE_DIR, build_lock, runtime_lock
 from trm.images.variants import ImageConfig, Variant
 
@@ -28,15 +28,11 @@ def project_version(root: Path) -> str:
 
 
 def git_sha(root: Path) -> str:
-    """HEAD's commit, with `-dirty` when tracked files differ from it; `unknown` outside git."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=root).returncode != 0
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return sha + ("-dirty" if dirty else "")
+    """HEAD's commit, with `-dirty` when tracked files differ from it; `unknown` outside git.
+
+    Baked into the image as TRM_IMAGE_GIT_SHA, which trm.gitinfo.code_git_sha reads at run time.
+    """
+    return checkout_sha(root) or UNKNOWN
 
 
 def build_args(

@@ -20,11 +20,12 @@ MODES = ("auto", "require", "skip")
 def banner(env: dict[str, str]) -> str:
     """One line naming the image (from the labels baked into the environment) and its versions."""
     from trm.commands.version import collect_versions
+    from trm.gitinfo import code_git_sha
 
     versions = collect_versions()
     parts = [
         f"trm image {env.get('TRM_IMAGE_VARIANT', '?')}",
-        f"git {env.get('TRM_IMAGE_GIT_SHA', '?')[:12]}",
+        f"git {code_git_sha(env)[:12]}",
         f"sm [{env.get('TRM_IMAGE_SM_LIST', '') or 'none'}]",
     ] + [f"{key} {value}" for key, value in versions.items()]
     return " | ".join(parts)

@@ -14,13 +14,13 @@ import math
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
 from trm.errors import TRMError
+from trm.gitinfo import UNKNOWN, code_git_sha
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from trm.launch.supervisor import read_events
 
@@ -191,16 +191,8 @@ def session_summary(events: list[dict[str, Any]], default_hourly: float | None) 
 
 
 def _git_sha() -> str | None:
-    if sha := os.environ.get("TRM_GIT_SHA") or os.environ.get("TRM_IMAGE_GIT_SHA"):
-        return sha
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True,
-            timeout=10, check=True,
-        )  # fmt: skip
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
+    sha = code_git_sha()
+    return None if sha == UNKNOWN else sha
 
 
 def status_of(exit_code: object) -> str:

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from trm.errors import TRMError
+from trm.gitinfo import code_git_sha
 from trm.io import atomic_write_json, atomic_write_text, fsync_dir, fsync_tree, sha256_file
 
 log = logging.getLogger(__name__)
@@ -56,21 +56,8 @@ def partial_dir(root: Path, step: int) -> Path:
 
 
 def git_sha() -> str:
-    """The code's git commit: $TRM_GIT_SHA (set in images) or `git rev-parse HEAD` of the package's checkout."""
-    if sha := os.environ.get("TRM_GIT_SHA"):
-        return sha
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    """The code's git commit (trm.gitinfo.code_git_sha: $TRM_IMAGE_GIT_SHA in images, else the checkout)."""
+    return code_git_sha()
 
 
 def build_manifest(folder: Path, facts: dict[str, Any]) -> dict[str, Any]:
