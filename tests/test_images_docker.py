@@ -1,8 +1,9 @@
 """The real image round trip on a Docker engine (run by `nox -s docker` / scripts/image_test.sh).
 
-Builds the `cpu` variant on a debootstrapped local base (no registry can be pulled from here), runs the
-CPU smoke inside it, pushes to the local registry in $TRM_TEST_REGISTRY with `make push`, removes the
-local image, pulls it back by the digest recorded in the lock file and runs the smoke again.
+Builds the `cpu` variant on a debootstrapped local base (no registry can be pulled from here; like the
+pinned python image it has gcc, libc headers and Python.h), runs the CPU smoke inside it, pushes to a
+namespace of the local registry in $TRM_TEST_REGISTRY (`<registry>/team/trm`) with `make push`, removes
+the local image, pulls it back by the digest recorded in the lock file and runs the smoke again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from trm.images import lockfile
-from trm.images.base import RUNTIME, ensure_local_base
+from trm.images.base import DEVEL, ensure_local_base
 from trm.images.context import git_sha, project_version
 from trm.images.driver import connect
 from trm.images.variants import load_config
@@ -86,11 +87,11 @@ def client():
 @pytest.fixture(scope="module")
 def built(client) -> dict:
     """Local base, wheelhouse and the `cpu` image, built through `make image` like a user would."""
-    ensure_local_base(client, RUNTIME)
+    ensure_local_base(client, DEVEL)
     make("wheelhouse", "VARIANTS=cpu")
     revision = git_sha(ROOT)
     start = time.monotonic()
-    make("image", "VARIANTS=cpu", f"BUILD_BASE={RUNTIME.tag}", f"RUNTIME_BASE={RUNTIME.tag}")
+    make("image", "VARIANTS=cpu", f"BUILD_BASE={DEVEL.tag}", f"RUNTIME_BASE={DEVEL.tag}")
     seconds = time.monotonic() - start
     config = load_config(ROOT / "docker/images.toml")
     version = config.variants["cpu"].version_tag(project_version(ROOT))
@@ -118,14 +119,43 @@ def test_cpu_image_metadata_and_layers(client, built):
         image.id, ["id", "-u"], entrypoint=[], network_mode="none", remove=True
     ).decode()
     assert whoami.strip() == "1000"
-    compilers = client.containers.run(
+    env = dict(item.split("=", 1) for item in config["Env"])
+    # The git commit is baked in once and read back by the one lookup every caller uses.
+    assert env["TRM_IMAGE_GIT_SHA"] == built["revision"]
+    sha = client.containers.run(
         image.id,
-        ["sh", "-c", "command -v gcc cc g++ nvcc || true"],
+        ["python", "-c", "from trm.gitinfo import code_git_sha; print(code_git_sha())"],
         entrypoint=[],
         network_mode="none",
         remove=True,
     ).decode()
-    assert compilers.strip() == ""
+    assert sha.strip() == built["revision"]
+    # CPU image: no NVIDIA container variables (plain runc behaviour), no CUDA compiler.
+    assert (
+        env["NVIDIA_VISIBLE_DEVICES"] == env["NVIDIA_DRIVER_CAPABILITIES"] == env["NVIDIA_REQUIRE_CUDA"] == ""
+    )
+    compilers = client.containers.run(
+        image.id,
+        ["sh", "-c", "command -v gcc; command -v nvcc || true"],
+        entrypoint=[],
+        network_mode="none",
+        remove=True,
+    ).decode()
+    assert compilers.split() == ["/usr/bin/gcc"]
+
+
+def test_cpu_image_can_do_the_c_build_triton_does(client, built):
+    """torch.compile's Triton compiles C helpers at run time: as the image's user, through Triton's
+    compiler lookup ($CC, gcc, clang), Python.h and a shared-object build that is then imported."""
+    out = client.containers.run(
+        built["image"].id,
+        ["python", "-m", "trm.images.buildtools", "check-cc"],
+        entrypoint=[],
+        network_mode="none",
+        remove=True,
+    ).decode()
+    print(out)
+    assert "C build for Triton works: /usr/bin/gcc" in out
 
 
 def test_cpu_smoke_runs_in_the_image(client, built):
@@ -138,8 +168,8 @@ def test_push_to_unreachable_registry_is_a_clear_error(built):
         "push",
         "VARIANTS=cpu",
         "REGISTRY=127.0.0.1:1",
-        f"RUNTIME_BASE={RUNTIME.tag}",
-        f"BUILD_BASE={RUNTIME.tag}",
+        f"RUNTIME_BASE={DEVEL.tag}",
+        f"BUILD_BASE={DEVEL.tag}",
         "IMAGES_LOCK=/dev/null/none.json",
         check=False,
     )
@@ -153,15 +183,15 @@ def test_push_pull_by_digest_and_run_again(client, built, registry, tmp_path_fac
     make(
         "push",
         "VARIANTS=cpu",
-        f"REGISTRY={registry}",
+        f"REGISTRY={registry}/team",
         f"IMAGES_LOCK={lock_path}",
-        f"BUILD_BASE={RUNTIME.tag}",
-        f"RUNTIME_BASE={RUNTIME.tag}",
+        f"BUILD_BASE={DEVEL.tag}",
+        f"RUNTIME_BASE={DEVEL.tag}",
     )
     push_seconds = time.monotonic() - start
     entry = json.loads(lock_path.read_text())["images"]["cpu"]
     reference = lockfile.image_reference("cpu", lock_path)
-    assert reference == f"{registry}/trm@{entry['digest']}"
+    assert reference == f"{registry}/team/trm@{entry['digest']}"
     print(f"\nPUSHED {reference} in {push_seconds:.0f} s")
 
     image_id = built["image"].id

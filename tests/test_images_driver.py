@@ -13,7 +13,7 @@ import pytest
 import docker
 from trm.errors import TRMError
 from trm.images import entrypoint, lockfile
-from trm.images.driver import ImageDriver, connect
+from trm.images.driver import ImageDriver, connect, parse_registry
 from trm.images.variants import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,10 +209,54 @@ def test_push_api_error_is_mapped(checkout, tmp_path):
         driver.push(variant, "nohost:5000", lock_path=None)
 
 
-def test_registry_must_be_host_port(checkout):
-    driver, _, _ = make_driver(checkout)
-    with pytest.raises(TRMError, match="must be a host"):
-        driver.push(driver.config.variants["cpu"], "https://registry.example/x", lock_path=None)
+@pytest.mark.parametrize(
+    ("registry", "host", "path"),
+    [
+        ("127.0.0.1:5000", "127.0.0.1:5000", ""),
+        ("127.0.0.1:5000/team/trm/", "127.0.0.1:5000", "team/trm"),
+        ("registry.example.com/team", "registry.example.com", "team"),
+        ("ghcr.io/my-org", "ghcr.io", "my-org"),
+        ("docker.io/myuser", "docker.io", "myuser"),
+        ("europe-docker.pkg.dev/my-project/images", "europe-docker.pkg.dev", "my-project/images"),
+        ("localhost/a__b.c-d", "localhost", "a__b.c-d"),
+        ("[::1]:5000/x", "[::1]:5000", "x"),
+    ],
+)
+def test_namespaced_registries_are_accepted(registry, host, path):
+    assert parse_registry(registry) == (host, path)
+
+
+@pytest.mark.parametrize(
+    ("registry", "expected"),
+    [
+        ("", "REGISTRY is empty"),
+        ("https://registry.example/x", "drop the scheme"),
+        ("myuser", r"Docker Hub user.*REGISTRY=docker.io/myuser"),
+        ("host.example:99999", "port '99999' is not a number"),
+        ("host.example:abc/team", "port 'abc'"),
+        ("registry.example.com/Team", "path component 'Team' must be lower-case"),
+        ("registry.example.com/team:latest", "a tag such as :latest"),
+        ("registry.example.com/team//x", "path component ''"),
+        ("bad_host.example", "is not a host name"),
+        ("r.example/trm@sha256:" + "a" * 64, "may not hold a digest"),
+    ],
+)
+def test_bad_registry_values_name_the_fix(registry, expected):
+    with pytest.raises(TRMError, match=expected):
+        parse_registry(registry)
+
+
+def test_push_to_a_namespaced_registry(checkout, tmp_path):
+    driver, client, _ = make_driver(checkout, push_events=[{"aux": {"Digest": DIGEST, "Tag": "t"}}])
+    variant = driver.config.variants["cpu"]
+    driver.build(variant)
+    lock_path = tmp_path / "images.lock.json"
+    pushed = driver.push(variant, "127.0.0.1:5000/team/", lock_path=lock_path)
+    assert pushed.reference == f"127.0.0.1:5000/team/trm@{DIGEST}"
+    assert {repo for repo, _ in client.api.pushed} == {"127.0.0.1:5000/team/trm"}
+    assert lockfile.image_reference("cpu", lock_path) == f"127.0.0.1:5000/team/trm@{DIGEST}"
+    with pytest.raises(TRMError, match="drop the scheme"):
+        driver.push(variant, "https://registry.example/x", lock_path=None)
 
 
 def test_no_engine_is_a_clear_error():

@@ -1,7 +1,8 @@
 """Local stand-ins for the pinned base images, made with debootstrap where no registry is reachable.
 
-`trm-base:bookworm` (Debian bookworm minbase + python3 + venv) replaces the slim runtime base and
-`trm-base-devel:bookworm` (the same + g++) the build base. Root filesystems are cached as tarballs keyed
+`trm-base-devel:bookworm` (Debian bookworm minbase + python3 + venv + g++, libc6-dev, python3-dev) stands
+in for the pinned full python image of both stages (the image test builds on it), `trm-base:bookworm`
+(without the toolchain) for a base that lacks what torch.compile needs at run time. Root filesystems are cached as tarballs keyed
 by their package list, so a second run only re-imports (or finds the image already present).
 """
 

@@ -69,17 +69,66 @@ class PushedImage:
         return f"{self.repository}@{self.digest}"
 
 
+# A registry reference as Docker reads it: a host (a DNS name with a dot, `localhost`, an IPv4 address or
+# a bracketed IPv6 address) with an optional port, then optional lower-case path components (Docker Hub
+# user or organisation, GHCR owner, Artifact Registry project/repository, Harbor project, ...).
+_HOST = re.compile(
+    r"^(?:localhost|\[[0-9A-Fa-f:.]+\]|(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*)$"
+)
+_PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_REGISTRY_EXAMPLES = "e.g. REGISTRY=127.0.0.1:5000, REGISTRY=ghcr.io/my-org or REGISTRY=docker.io/myuser"
+
+
+def parse_registry(value: str) -> tuple[str, str]:
+    """`REGISTRY` checked and split into (host[:port], path); raises a TRMError naming the fix.
+
+    Accepts `host[:port][/path/...]`; the image goes to `<host[:port]>/<path>/<repository>`.
+    """
+    raw = value.strip().rstrip("/")
+    if not raw:
+        raise TRMError(f"REGISTRY is empty: name the registry to push to ({_REGISTRY_EXAMPLES})")
+    if "://" in raw:
+        raise TRMError(
+            f"REGISTRY={value!r}: drop the scheme, Docker names registries without it ({_REGISTRY_EXAMPLES})"
+        )
+    if "@" in raw or any(c.isspace() for c in raw):
+        raise TRMError(f"REGISTRY={value!r} may not hold a digest or spaces: give host[:port][/path] only")
+    host_port, _, path = raw.partition("/")
+    host, colon, port = host_port.rpartition(":") if not host_port.endswith("]") else (host_port, "", "")
+    if not colon:
+        host, port = host_port, ""
+    if colon and not (port.isdigit() and 0 < int(port) < 65536):
+        raise TRMError(f"REGISTRY={value!r}: port {port!r} is not a number from 1 to 65535")
+    if not _HOST.match(host):
+        raise TRMError(f"REGISTRY={value!r}: {host!r} is not a host name or address ({_REGISTRY_EXAMPLES})")
+    if not (colon or "." in host or host == "localhost" or host.startswith("[")):
+        raise TRMError(
+            f"REGISTRY={value!r}: {host!r} is not a registry host (Docker would read it as a Docker Hub user); "
+            f"write the host explicitly, e.g. REGISTRY=docker.io/{host}"
+        )
+    for component in path.split("/") if path else []:
+        if not _PATH_COMPONENT.match(component):
+            raise TRMError(
+                f"REGISTRY={value!r}: path component {component!r} must be lower-case letters and digits, "
+                "separated by '.', '_', '__' or '-' (a tag such as :latest does not belong in REGISTRY)"
+            )
+    if len(raw) > 200:
+        raise TRMError(f"REGISTRY={value!r} is {len(raw)} characters; image names are limited to 255 in all")
+    return host_port, path
+
+
 def _registry_error(registry: str, message: str) -> TRMError:
     low = message.lower()
     if any(word in low for word in _AUTH):
         return TRMError(
             f"registry {registry} refused the push ({message.strip()}): log in with "
-            f"`docker login {registry}` (credentials stay in the engine's store, never in the repo)"
+            f"`docker login {registry.split('/')[0]}` (credentials stay in the engine's store, never in the repo)"
         )
     if any(word in low for word in _REGISTRY_DOWN):
         return TRMError(
-            f"registry {registry} is unreachable ({message.strip()}): check REGISTRY=host:port and that "
-            "the registry is running"
+            f"registry {registry} is unreachable ({message.strip()}): check the host and port in "
+            "REGISTRY and that the registry is running"
         )
     return TRMError(f"push to {registry} failed: {message.strip()}")
 
@@ -202,8 +251,8 @@ class ImageDriver:
         """Push the image built from the current inputs to `registry` and record its digest."""
         import docker
 
-        if not registry or "/" in registry.rstrip("/") or registry.startswith(("http:", "https:")):
-            raise TRMError(f"REGISTRY={registry!r} must be a host[:port], e.g. REGISTRY=127.0.0.1:5000")
+        host, path = parse_registry(registry)
+        registry = f"{host}/{path}" if path else host
         args = self.args(variant, **overrides)
         version_tag, content_tag = self.local_tags(variant, args)
         try:
@@ -213,7 +262,7 @@ class ImageDriver:
                 f"no local image {content_tag} for variant {variant.name!r} built from the current inputs: "
                 f"run `make image VARIANTS={variant.name}` (same base overrides) before `make push`"
             ) from None
-        repository = f"{registry.rstrip('/')}/{self.config.repository}"
+        repository = f"{registry}/{self.config.repository}"
         tags = [version_tag.split(":")[1], content_tag.split(":")[1]]
         digest = ""
         for tag in tags:
