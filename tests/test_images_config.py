@@ -96,6 +96,19 @@ def test_docs_table_is_fresh():
     """Fails when docker/images.toml changed without `python -m trm image docs`."""
     config = load_config(CONFIG)
     docs.write_docs(config, context.project_version(ROOT), ROOT / docs.README_PATH, check=True)
+    docs.write_catalog(config, context.project_version(ROOT), ROOT / docs.CATALOG_PATH, check=True)
+
+
+def test_catalog_check_detects_a_stale_catalog(tmp_path):
+    config = load_config(CONFIG)
+    path = tmp_path / "catalog.py"
+    assert docs.write_catalog(config, "0.1.0", path) is True
+    namespace: dict = {}
+    exec(path.read_text(), namespace)
+    assert [v[0] for v in namespace["VARIANTS"]] == [n for n, v in config.variants.items() if v.is_gpu]
+    assert docs.write_catalog(config, "0.1.0", path, check=True) is False
+    with pytest.raises(TRMError, match="stale: run `python -m trm image docs`"):
+        docs.write_catalog(config, "0.2.0", path, check=True)
 
 
 def test_docs_check_detects_a_stale_table(tmp_path):

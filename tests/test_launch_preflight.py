@@ -95,13 +95,58 @@ def test_adam_atan2_build_coverage_is_checked_separately(monkeypatch, tmp_path):
     assert missing.ok and by_name(missing)["adam-atan2"].status == "warn"
 
 
-def test_old_driver_for_image_cuda(monkeypatch, tmp_path):
+def test_older_driver_of_the_same_major_runs_through_minor_version_compatibility(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "old-driver-h100x1")
     report = run_preflight(gpu_context(image_cuda="12.4"))
     driver = by_name(report)["driver"]
-    assert driver.status == "fail"
+    assert driver.status == "warn" and report.ok
     assert "supports CUDA 12.2, image needs CUDA 12.4" in driver.found
-    assert ">= 550.54.14" in driver.fix
+    assert "minor-version compatibility" in driver.found
+    assert ">= 525.60.13" in driver.fix and "Full support: driver >= 550.54.14" in driver.fix
+
+
+@pytest.mark.parametrize("host", ["a100-80gx1", "h100x1", "l40sx1", "rtx4090x1", "unknown-96gx2"])
+def test_cuda13_images_on_recorded_hosts_say_which_driver_is_needed(monkeypatch, tmp_path, host):
+    """Every recorded host runs a 535-575 driver: the CUDA 13.0 images need >= 580 and preflight says so."""
+    install_fake_smi(monkeypatch, tmp_path, host)
+    report = run_preflight(gpu_context(image_cuda="13.0", torch_cuda=lambda: ("13.0", 8)))
+    driver = by_name(report)["driver"]
+    assert driver.status == "fail" and not report.ok
+    assert "image needs CUDA 13.0" in driver.found
+    assert "CUDA 13.0 needs driver >= 580.65.06" in driver.fix
+    assert "No trm image variant runs on this driver" in driver.fix and "driver >= 580.65.06" in driver.fix
+    assert "runbooks/v1/01-provision.md" in driver.fix
+    assert "cu124" not in driver.fix  # the old hint named a tag that never existed
+
+
+CU126 = (
+    ("sm90-cu126", "12.6", "12.0", "525.60.13", ("9.0",), "trm:0.1.0-cu126-sm90"),
+    ("sm90", "13.0", "13.0", "580.65.06", ("9.0",), "trm:0.1.0-cu130-sm90"),
+)
+
+
+def test_driver_fix_names_the_variant_that_runs_on_this_host(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x1")
+    report = run_preflight(gpu_context(image_cuda="13.0", catalog=CU126))
+    fix = by_name(report)["driver"].fix
+    assert "driver 550.127.05 runs CUDA <= 12.4" in fix
+    assert "Use the image variant trm:0.1.0-cu126-sm90" in fix and "cu130" not in fix
+
+
+def test_driver_fix_without_a_variant_for_these_gpus(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "a100-80gx1")  # SM 8.0: the catalog has only SM 9.0 builds
+    report = run_preflight(gpu_context(image_cuda="13.0", catalog=CU126))
+    fix = by_name(report)["driver"].fix
+    assert "No trm image variant runs on this driver" in fix and "driver >= 580.65.06" in fix
+
+
+def test_shipped_catalog_lists_every_gpu_variant_with_its_driver():
+    from trm.images import catalog
+
+    assert {entry[0] for entry in catalog.VARIANTS} == {"sm90", "sm80", "sm89"}
+    for _name, cuda, floor, min_driver, archs, tag in catalog.VARIANTS:
+        assert floor == cuda.split(".")[0] + ".0"
+        assert compat.min_driver_for(floor) == min_driver and tag.startswith("trm:") and archs
 
 
 def test_cpu_torch_on_a_gpu_host(monkeypatch, tmp_path):

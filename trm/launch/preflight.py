@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.images import catalog as image_catalog
 from trm.launch import compat
 from trm.launch.nvidia_smi import (
     GpuInfo,
@@ -65,6 +66,8 @@ class PreflightContext:
     adam_backend_importable: Callable[[], bool] | None = None
     allreduce: Callable[[int], tuple[bool, str]] | None = None
     matmul: Callable[[int], tuple[bool, str, float]] | None = None
+    # GPU image variants (trm/images/catalog.py, generated from docker/images.toml) for the driver's fix.
+    catalog: tuple = image_catalog.VARIANTS
 
     @classmethod
     def from_env(
@@ -290,95 +293,173 @@ def run_preflight(
 def _gpu_checks(
     ctx: PreflightContext, gpus: list[GpuInfo], env: dict[str, object], collectives: bool
 ) -> list[CheckResult]:
-    checks: list[CheckResult] = []
-    torch_cuda_fn = ctx.torch_cuda or _torch_cuda
-    torch_cuda, visible = torch_cuda_fn()
+    """The GPU checks in order; a torch that cannot see the GPUs ends them before any CUDA work."""
+    torch_cuda, visible = (ctx.torch_cuda or _torch_cuda)()
     driver, driver_cuda = query_driver_cuda(ctx.smi)
     driver = driver or gpus[0].driver_version
     env.update(driver_version=driver, driver_cuda=driver_cuda, torch_cuda=torch_cuda)
-    image_cuda = ctx.image_cuda or torch_cuda
-    # 1. driver new enough for the image's CUDA
-    if image_cuda:
-        ok, found = compat.driver_supports(
-            image_cuda=image_cuda, driver_cuda=driver_cuda, driver_version=driver
+    checks = [
+        check_driver(gpus, driver, driver_cuda, ctx.image_cuda or torch_cuda, ctx.catalog),
+        check_image_sm(gpus, ctx.image_sm_list, torch_cuda),
+        check_adam_atan2(gpus, ctx),
+    ]
+    seen = check_torch_sees_gpus(gpus, torch_cuda, visible)
+    checks.append(seen)
+    if seen.status == "fail":
+        return checks
+    checks.append(check_memlock((ctx.memlock or memlock_limit)()))
+    if not collectives:
+        checks.append(CheckResult("nccl all-reduce", "skip", "collectives disabled (--no-collectives)"))
+        return checks
+    checks.append(check_allreduce(len(gpus), ctx.allreduce or _allreduce))
+    checks += check_matmuls(gpus, ctx.matmul or _matmul)
+    return checks
+
+
+def _driver_runs(floor_cuda: str, min_driver: str, driver: str | None, driver_cuda: str | None) -> bool:
+    """Whether a driver reports (or, by version, has) at least CUDA `floor_cuda`."""
+    if driver_cuda:
+        return compat.cuda_major_minor(driver_cuda) >= compat.cuda_major_minor(floor_cuda)
+    return bool(driver and min_driver) and compat.version_tuple(driver) >= compat.version_tuple(min_driver)
+
+
+def variants_for_host(
+    gpus: list[GpuInfo], driver: str | None, driver_cuda: str | None, catalog: tuple = image_catalog.VARIANTS
+) -> list[str]:
+    """Tags of the GPU image variants that cover every GPU here and run on this driver."""
+    sms = {g.sm for g in gpus}
+    return [
+        tag
+        for _name, _cuda, floor, min_driver, archs, tag in catalog
+        if all(compat.sm_covered(sm, compat.parse_sm_list(" ".join(archs))) for sm in sms)
+        and _driver_runs(floor, min_driver, driver, driver_cuda)
+    ]
+
+
+def driver_fix(
+    gpus: list[GpuInfo], driver: str | None, driver_cuda: str | None, image_cuda: str, catalog: tuple
+) -> str:
+    """What to do when the driver is too old for the image: the variant tags that run here, or the driver
+    the host needs (with the offer filter)."""
+    need = compat.min_driver_for(f"{compat.cuda_major_minor(image_cuda)[0]}.0") or compat.min_driver_for(
+        image_cuda
+    )
+    head = (
+        f"this host's driver {driver or '?'} runs CUDA <= {driver_cuda or '?'}; CUDA {image_cuda} needs driver "
+        f">= {need or 'the one in the CUDA release notes'}. "
+    )
+    tags = variants_for_host(gpus, driver, driver_cuda, catalog)
+    if tags:
+        return (
+            head + f"Use the image variant {' or '.join(tags)} (launch it by digest: python -m trm image ref)"
         )
-        minimum = compat.min_driver_for(image_cuda)
-        fix = (
-            f"use the image variant built for CUDA <= {driver_cuda or '?'} (e.g. the cu124 tag), or a host "
-            f"whose driver is >= {minimum or 'the one listed in the CUDA release notes'} (filter offers by "
-            "driver version)"
+    covering = [
+        (min_driver, tag)
+        for _n, _c, _f, min_driver, archs, tag in catalog
+        if min_driver and all(compat.sm_covered(g.sm, compat.parse_sm_list(" ".join(archs))) for g in gpus)
+    ]
+    wanted = min(covering, key=lambda entry: compat.version_tuple(entry[0]), default=None)
+    target = f"driver >= {wanted[0]} (for {wanted[1]})" if wanted else f"driver >= {need or '?'}"
+    return head + (
+        f"No trm image variant runs on this driver: rent a host with {target} (filter offers by driver "
+        "version, runbooks/v1/01-provision.md), or have the driver upgraded"
+    )
+
+
+def check_driver(
+    gpus: list[GpuInfo],
+    driver: str | None,
+    driver_cuda: str | None,
+    image_cuda: str | None,
+    catalog: tuple = image_catalog.VARIANTS,
+) -> CheckResult:
+    """The driver runs the image's CUDA: natively (driver CUDA >= image CUDA), or through CUDA minor-version
+    compatibility (same major release, driver >= that release's first driver; warned)."""
+    if not image_cuda:
+        return CheckResult(
+            "driver", "skip", f"driver {driver}; image CUDA unknown (CPU torch, no TRM_IMAGE_CUDA)"
         )
-        status = "ok" if ok else ("warn" if ok is None else "fail")
-        checks.append(CheckResult("driver", status, found, fix))
-    else:
-        checks.append(
-            CheckResult(
-                "driver", "skip", f"driver {driver}; image CUDA unknown (CPU torch, no TRM_IMAGE_CUDA)"
-            )
+    ok, found = compat.driver_supports(image_cuda=image_cuda, driver_cuda=driver_cuda, driver_version=driver)
+    if ok:
+        return CheckResult("driver", "ok", found)
+    major = compat.cuda_major_minor(image_cuda)[0]
+    floor = f"{major}.0"
+    floor_driver = compat.min_driver_for(floor) or ""
+    same_major = driver_cuda is not None and compat.cuda_major_minor(driver_cuda)[0] == major
+    if ok is False and same_major and _driver_runs(floor, floor_driver, driver, driver_cuda):
+        return CheckResult(
+            "driver",
+            "warn",
+            f"{found}: runs through CUDA minor-version compatibility (same major release {major})",
+            f"CUDA {image_cuda} code runs on any CUDA {major} driver >= {floor_driver}; only PTX newer than the "
+            f"driver cannot be JIT-compiled (the images ship SASS for their GPUs). Full support: driver >= "
+            f"{compat.min_driver_for(image_cuda) or '?'}",
         )
-    # 2. compute capability covered by the image and the adam-atan2 build
-    image_sm = ctx.image_sm_list
-    source = "TRM_IMAGE_SM_LIST"
+    fix = driver_fix(gpus, driver, driver_cuda, image_cuda, catalog)
+    return CheckResult("driver", "warn" if ok is None else "fail", found, fix)
+
+
+def check_image_sm(gpus: list[GpuInfo], image_sm_list: str | None, torch_cuda: str | None) -> CheckResult:
+    """The GPUs' compute capability is covered by the image (its label, else torch's arch list)."""
+    image_sm, source = image_sm_list, "TRM_IMAGE_SM_LIST"
     if not image_sm and torch_cuda:
         import torch
 
         image_sm = " ".join(a for a in torch.cuda.get_arch_list() if a.startswith(("sm_", "compute_")))
         source = "torch.cuda.get_arch_list()"
-    if image_sm:
-        checks.append(_check_sm(gpus, image_sm, "image", source))
-    else:
-        checks.append(
-            CheckResult("image sm", "skip", "no SM list (set TRM_IMAGE_SM_LIST from the image label)")
+    if not image_sm:
+        return CheckResult("image sm", "skip", "no SM list (set TRM_IMAGE_SM_LIST from the image label)")
+    return _check_sm(gpus, image_sm, "image", source)
+
+
+def check_adam_atan2(gpus: list[GpuInfo], ctx: PreflightContext) -> CheckResult:
+    """The adam-atan2 CUDA extension imports and was built for these GPUs (else: slower torch backend)."""
+    if not (ctx.adam_backend_importable or _adam_backend_importable)():
+        return CheckResult(
+            "adam-atan2",
+            "warn",
+            "adam_atan2_backend is not importable: the optimizer uses its torch backend (same update, slower)",
+            "use the trm image (it bakes the CUDA extension), or `pip install --no-cache-dir "
+            "--no-build-isolation adam-atan2==0.0.3` with TORCH_CUDA_ARCH_LIST set for these GPUs",
         )
-    adam_ok = (ctx.adam_backend_importable or _adam_backend_importable)()
-    if not adam_ok:
-        checks.append(
-            CheckResult(
-                "adam-atan2",
-                "warn",
-                "adam_atan2_backend is not importable: the optimizer uses its torch backend (same update, slower)",
-                "use the trm image (it bakes the CUDA extension), or `pip install --no-cache-dir "
-                "--no-build-isolation adam-atan2==0.0.3` with TORCH_CUDA_ARCH_LIST set for these GPUs",
-            )
-        )
-    elif ctx.adam_sm_list or ctx.image_sm_list:
-        sm_list = ctx.adam_sm_list or ctx.image_sm_list or ""
-        src = "TRM_ADAM_ATAN2_SM_LIST" if ctx.adam_sm_list else "TRM_IMAGE_SM_LIST"
-        checks.append(_check_sm(gpus, sm_list, "adam-atan2", src))
-    else:
-        checks.append(CheckResult("adam-atan2", "ok", "adam_atan2_backend importable (SM list unknown)"))
-    # 3. torch sees the GPUs
+    if ctx.adam_sm_list or ctx.image_sm_list:
+        source = "TRM_ADAM_ATAN2_SM_LIST" if ctx.adam_sm_list else "TRM_IMAGE_SM_LIST"
+        return _check_sm(gpus, ctx.adam_sm_list or ctx.image_sm_list or "", "adam-atan2", source)
+    return CheckResult("adam-atan2", "ok", "adam_atan2_backend importable (SM list unknown)")
+
+
+def check_torch_sees_gpus(gpus: list[GpuInfo], torch_cuda: str | None, visible: int) -> CheckResult:
+    """torch is a CUDA build and sees every GPU nvidia-smi lists."""
     if visible < len(gpus):
         why = "torch is a CPU build" if not torch_cuda else "CUDA_VISIBLE_DEVICES or the container hides some"
-        checks.append(
-            CheckResult(
-                "torch cuda",
-                "fail",
-                f"torch (CUDA {torch_cuda}) sees {visible} of {len(gpus)} GPU(s): {why}",
-                "run inside the trm GPU image (its torch is the CUDA build), or install the CUDA wheel of the "
-                "same torch version; unset CUDA_VISIBLE_DEVICES",
-            )
+        return CheckResult(
+            "torch cuda",
+            "fail",
+            f"torch (CUDA {torch_cuda}) sees {visible} of {len(gpus)} GPU(s): {why}",
+            "run inside the trm GPU image (its torch is the CUDA build), or install the CUDA wheel of the "
+            "same torch version; unset CUDA_VISIBLE_DEVICES",
         )
-        return checks
-    checks.append(CheckResult("torch cuda", "ok", f"torch (CUDA {torch_cuda}) sees {visible} GPU(s)"))
-    checks.append(check_memlock((ctx.memlock or memlock_limit)()))
-    if not collectives:
-        checks.append(CheckResult("nccl all-reduce", "skip", "collectives disabled (--no-collectives)"))
-        return checks
-    # 4. NCCL all-reduce across the local GPUs, 5. per-GPU matmul with UUID
-    ok, detail = (ctx.allreduce or _allreduce)(len(gpus))
-    checks.append(
-        CheckResult(
-            "nccl all-reduce",
-            "ok" if ok else "fail",
-            detail,
-            "rerun with NCCL_DEBUG=INFO; a hang often means /dev/shm is too small or P2P is broken on this "
-            "host (try NCCL_P2P_DISABLE=1, and report the host to the provider)",
-        )
+    return CheckResult("torch cuda", "ok", f"torch (CUDA {torch_cuda}) sees {visible} GPU(s)")
+
+
+def check_allreduce(n: int, allreduce: Callable[[int], tuple[bool, str]]) -> CheckResult:
+    """An NCCL all-reduce across the local GPUs gives the right sum."""
+    ok, detail = allreduce(n)
+    return CheckResult(
+        "nccl all-reduce",
+        "ok" if ok else "fail",
+        detail,
+        "rerun with NCCL_DEBUG=INFO; a hang often means /dev/shm is too small or P2P is broken on this "
+        "host (try NCCL_P2P_DISABLE=1, and report the host to the provider)",
     )
+
+
+def check_matmuls(gpus: list[GpuInfo], matmul: Callable[[int], tuple[bool, str, float]]) -> list[CheckResult]:
+    """A bf16 matmul on each GPU (correct result, UUID logged), and a warning for GPUs far below the median."""
+    checks: list[CheckResult] = []
     speeds: list[float] = []
     for gpu in gpus:
-        ok, detail, tflops = (ctx.matmul or _matmul)(gpu.index)
+        ok, detail, tflops = matmul(gpu.index)
         speeds.append(tflops)
         checks.append(
             CheckResult(
