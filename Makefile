@@ -61,7 +61,7 @@ wheelhouse: venv ## download the locked packages of VARIANTS once into docker/wh
 image: wheelhouse ## build images for VARIANTS (default all); BUILD_BASE/RUNTIME_BASE override the bases
 	$(PY) -m trm image build $(IMAGE_SELECT) $(IMAGE_BASES)
 
-push: venv ## push the built VARIANTS to REGISTRY=host:port; digests go to docker/images.lock.json
+push: venv ## push the built VARIANTS to REGISTRY=host[:port][/path]; digests go to docker/images.lock.json
 	$(PY) -m trm image push --registry '$(REGISTRY)' --lock-file '$(IMAGES_LOCK)' $(IMAGE_SELECT) $(IMAGE_BASES)
 
 image-test: venv ## real image test: engine, local base, build cpu, smoke, local registry, push, pull by digest
