@@ -285,3 +285,60 @@ def test_gpu_runtime_images_ask_the_container_toolkit_for_compute():
     env_block = runtime[runtime.index("ENV NVIDIA_VISIBLE_DEVICES") : runtime.index("RUN python3")]
     for key in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA"):
         assert f"ARG {key}=" in runtime and f"{key}=${{{key}}}" in env_block
+
+
+CU126 = (
+    '[variants.sm90-cu126]\ndescription = "H100 on CUDA 12 drivers"\ncuda = "12.6"\nlock = "cu126"\n'
+    'archs = ["9.0"]\nextras = []\nindex = "https://download.pytorch.org/whl/cu126"\n'
+)
+
+
+def test_variant_from_a_pytorch_cuda_index(tmp_path, monkeypatch):
+    """A CUDA 12 variant: torch from PyTorch's cu126 index, its tag, driver floor and container needs."""
+    config = load_config(write_config(tmp_path, GPU + CU126))
+    variant = config.variants["sm90-cu126"]
+    assert variant.torch_pin("2.13.0") == "2.13.0+cu126"
+    assert config.variants["sm90"].torch_pin("2.13.0") == "2.13.0"
+    assert variant.version_tag("0.1.0") == "0.1.0-cu126-sm90"
+    assert (
+        variant.driver_cuda_floor == "12.0" and variant.container_env["NVIDIA_REQUIRE_CUDA"] == "cuda>=12.0"
+    )
+    calls = []
+    monkeypatch.setattr(requirements, "_uv", lambda root: ["uv"])
+    monkeypatch.setattr(
+        requirements.subprocess,
+        "run",
+        lambda cmd, cwd: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0),
+    )
+    (tmp_path / "docker/requirements").mkdir(parents=True)
+    (tmp_path / "docker/requirements/build-cu126.in").write_text("pip\n")
+    requirements.compile_locks(config, [variant], tmp_path)
+    for cmd in calls:
+        assert cmd[cmd.index("--extra-index-url") + 1] == "https://download.pytorch.org/whl/cu126"
+    download = requirements.download_command(Path("l.txt"), Path("o"), "3.11", variant.index)
+    assert download[download.index("--extra-index-url") + 1] == variant.index
+    assert "--extra-index-url" not in requirements.download_command(Path("l.txt"), Path("o"), "3.11")
+    lock_dir = tmp_path / requirements.REQUIREMENTS_DIR
+    (lock_dir / "runtime-cu126.txt").write_text("torch==2.13.0 \\\n    --hash=sha256:00\n")
+    with pytest.raises(
+        TRMError, match=r"pins torch==2.13.0 but variant 'sm90-cu126' needs torch==2.13.0\+cu126"
+    ):
+        requirements.check_torch_pin(config, variant, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('index = "http://download.pytorch.org/whl/cu126"', "must be an https:// package index URL"),
+        ("index = 3", "must be an https:// package index URL"),
+    ],
+)
+def test_bad_index_is_a_clear_error(tmp_path, extra, message):
+    with pytest.raises(TRMError, match=message):
+        load_config(write_config(tmp_path, GPU.replace("extras = []\n", f"extras = []\n{extra}\n")))
+
+
+def test_variants_sharing_a_lock_share_the_index(tmp_path):
+    other = CU126.replace("sm90-cu126", "sm80-cu126").replace('"9.0"', '"8.0"').replace('/cu126"', '/cu128"')
+    with pytest.raises(TRMError, match="resolve from the same index"):
+        load_config(write_config(tmp_path, CU126 + other))

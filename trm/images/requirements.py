@@ -64,7 +64,7 @@ def read_pins(path: Path) -> dict[str, str]:
 def check_torch_pin(config: ImageConfig, variant: Variant, root: Path) -> None:
     """The runtime lock must hold exactly the torch build the variant advertises."""
     path = runtime_lock(root, variant.lock)
-    want = config.torch if variant.is_gpu else f"{config.torch}+cpu"
+    want = variant.torch_pin(config.torch)
     got = read_pins(path).get("torch")
     if got != want:
         raise TRMError(
@@ -96,6 +96,8 @@ def compile_commands(
     ]
     for link in find_links:
         common += ["--find-links", link]
+    if variant.index:  # PyTorch's CUDA index holds this torch build (and its nvidia-* wheels)
+        common += ["--extra-index-url", variant.index]
     runtime = [*_uv(root), "pip", "compile", str(root / "pyproject.toml"), "--override", str(override)]
     for extra in variant.extras:
         runtime += ["--extra", extra]
@@ -114,7 +116,7 @@ def compile_locks(config: ImageConfig, variants: list[Variant], root: Path) -> l
     find_links = os.environ.get("PIP_FIND_LINKS", "").split()
     written = []
     for variant in lock_groups(variants).values():
-        torch_pin = config.torch if variant.is_gpu else f"{config.torch}+cpu"
+        torch_pin = variant.torch_pin(config.torch)
         with tempfile.TemporaryDirectory() as tmp:
             override = Path(tmp) / "override.txt"
             override.write_text(f"torch=={torch_pin}\n", encoding="utf-8")
@@ -138,9 +140,11 @@ def _locks_digest(locks: tuple[Path, ...]) -> str:
     return digest.hexdigest()[:16]
 
 
-def download_command(lock_file: Path, dest: Path, python: str) -> list[str]:
+def download_command(lock_file: Path, dest: Path, python: str, index: str = "") -> list[str]:
     """`pip download` of one hash-locked file for the image platform, binaries except sdist-only pins."""
     cmd = [sys.executable, "-m", "pip", "download", "--require-hashes", "--no-deps", "-r", str(lock_file)]
+    if index:
+        cmd += ["--extra-index-url", index]
     cmd += ["-d", str(dest), "--python-version", python, "--implementation", "cp"]
     cmd += ["--abi", "cp" + python.replace(".", ""), "--abi", "abi3", "--abi", "none"]
     for platform in PIP_PLATFORMS:
@@ -163,7 +167,7 @@ def fill_wheelhouse(config: ImageConfig, variants: list[Variant], root: Path) ->
             continue
         for lock_file in locks:
             read_pins(lock_file)
-            cmd = download_command(lock_file, dest, config.python)
+            cmd = download_command(lock_file, dest, config.python, variant.index)
             print("+", " ".join(cmd), flush=True)
             if subprocess.run(cmd, cwd=root).returncode != 0:
                 raise TRMError(

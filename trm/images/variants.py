@@ -27,6 +27,9 @@ class Variant:
     extras: tuple[str, ...]
     build_base: str
     runtime_base: str
+    # The package index this variant's torch comes from (PyTorch's CUDA-specific index, e.g.
+    # https://download.pytorch.org/whl/cu126); empty: PyPI, whose torch is the default CUDA build.
+    index: str = ""
 
     @property
     def is_gpu(self) -> bool:
@@ -59,11 +62,17 @@ class Variant:
             "NVIDIA_REQUIRE_CUDA": f"cuda>={self.driver_cuda_floor}",
         }
 
+    def torch_pin(self, torch: str) -> str:
+        """The torch version the lock pins: `2.13.0+cpu`, `2.13.0+cu126` (from a PyTorch index) or `2.13.0`."""
+        if not self.is_gpu:
+            return f"{torch}+cpu"
+        return f"{torch}+{self.cuda_tag}" if self.index else torch
+
     def version_tag(self, version: str) -> str:
-        """The human tag: `<version>-cu130-sm90`, or `<version>-cpu`."""
+        """The human tag: `<version>-cu130-sm90`, or `<version>-cpu` (variant `sm90-cu126` → `-cu126-sm90`)."""
         if not self.is_gpu:
             return f"{version}-cpu"
-        return f"{version}-{self.cuda_tag}-{self.name}"
+        return f"{version}-{self.cuda_tag}-{self.name.removesuffix('-' + self.cuda_tag)}"
 
     def content_tag(self, content_hash: str) -> str:
         """The immutable tag: `<variant>-<first 12 hex of the build-input hash>`."""
@@ -148,6 +157,7 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
     if not variants:
         raise TRMError(f"{path}: [variants] is empty; define at least one [variants.<name>] table")
     extras_by_lock: dict[str, tuple[str, ...]] = {}
+    index_by_lock: dict[str, str] = {}
     for name, table in variants.items():
         where = f"[variants.{name}]"
         if not _NAME.match(name):
@@ -169,6 +179,20 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
                 f"{path}: {where}.extras {list(extras)} differ from another variant using lock '{lock}'; "
                 "variants that share a lock must share extras (or give this one its own lock)"
             )
+        index = table.get("index", "")
+        if not isinstance(index, str) or (index and not re.match(r"^https://[^\s/]+/\S*$", index)):
+            raise TRMError(
+                f"{path}: {where}.index = {index!r} must be an https:// package index URL (or absent)"
+            )
+        if index and not archs:
+            raise TRMError(
+                f"{path}: {where}.index is for GPU variants (the CPU torch comes from PIP_FIND_LINKS)"
+            )
+        if index_by_lock.setdefault(lock, index) != index:
+            raise TRMError(
+                f"{path}: {where}.index {index!r} differs from another variant using lock '{lock}'; variants "
+                "that share a lock resolve from the same index"
+            )
         config.variants[name] = Variant(
             name=name,
             description=_require(table, "description", str, where, path),
@@ -178,5 +202,6 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
             extras=extras,
             build_base=build_base if archs else runtime_base,
             runtime_base=runtime_base,
+            index=index,
         )
     return config
