@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     elif args.action == "docs":
         changed = docs.write_docs(config, project_version(root), root / docs.README_PATH, check=args.check)
         print(f"{docs.README_PATH}: {'updated' if changed else 'up to date'}")
-        changed = docs.write_catalog(config, project_version(root), root / docs.CATALOG_PATH, check=args.check)
+        changed = docs.write_catalog(
+            config, project_version(root), root / docs.CATALOG_PATH, check=args.check
+        )
         print(f"{docs.CATALOG_PATH}: {'updated' if changed else 'up to date'}")
     elif args.action == "ref":
         from trm.images.lockfile import image_reference
@@ -106,7 +108,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = actions.add_parser("push", help="push the built variants and record digests in the lock file")
     with_variants(p)
     with_bases(p)
-    p.add_argument("--registry", default=os.environ.get("REGISTRY", ""), help="host[:port][/path…], e.g. ghcr.io/my-org (or $REGISTRY)")
+    p.add_argument(
+        "--registry",
+        default=os.environ.get("REGISTRY", ""),
+        help="host[:port][/path…], e.g. ghcr.io/my-org (or $REGISTRY)",
+    )
     p.add_argument("--lock-file", default="docker/images.lock.json", help="where pushed digests are recorded")
     p = actions.add_parser("ref", help="print the pinned reference (repo@sha256:…) of a pushed variant")
     p.add_argument("variant")
