@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import stat
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -353,3 +354,23 @@ def test_dockerfile_compares_interpreter_facts_not_sys_version():
     assert "print(sys.version)" not in dockerfile
     assert "venvtools.py python-facts /opt/venv/.python-built.json" in dockerfile
     assert "venvtools.py check-python /opt/venv/.python-built.json" in dockerfile
+
+
+def _other_interpreter() -> str | None:
+    """A second CPython on this machine (e.g. the distribution's python3 next to a pyenv one)."""
+    mine = os.path.realpath(sys.executable)
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(candidate) and os.path.realpath(candidate) != mine:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_other_interpreter() is None, reason="needs a second CPython installation")
+def test_facts_recorded_by_another_real_interpreter_are_refused(tmp_path):
+    """The build step runs venvtools.py as a script under the base's python3: do that with a real other one."""
+    facts = tmp_path / ".python-built.json"
+    script = Path(venvtools.__file__)
+    subprocess.run([_other_interpreter(), str(script), "python-facts", str(facts)], check=True)
+    with pytest.raises(BuildCheckError, match=r"executable .*build base") as err:
+        venvtools.check_python(facts)
+    assert "same CPython release" in str(err.value)
