@@ -29,6 +29,7 @@ def gpu_context(**overrides) -> PreflightContext:
         allreduce=lambda n: (True, f"nccl all-reduce over {n} rank(s) correct"),
         matmul=lambda i: (True, "max rel error 1e-07", 700.0),
         memlock=lambda: -1,
+        c_toolchain=lambda: ("/usr/bin/gcc", Path("/usr/include/python3.11"), True),
     )
     defaults.update(overrides)
     return PreflightContext(**defaults)
@@ -267,3 +268,23 @@ def test_small_locked_memory_limit_is_a_warning_with_the_fix(monkeypatch, tmp_pa
     check = by_name(report)["ulimit -l"]
     assert report.ok and check.status == "warn" and "--ulimit memlock=-1" in check.fix
     assert by_name(run_preflight(gpu_context()))["ulimit -l"].status == "ok"
+
+
+def test_missing_c_toolchain_fails_because_compile_needs_it(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x1")
+    include = Path("/usr/local/include/python3.11")
+    report = run_preflight(gpu_context(c_toolchain=lambda: (None, include, True)))
+    check = by_name(report)["c compiler"]
+    assert check.status == "fail" and not report.ok
+    assert "apt-get install gcc libc6-dev python3-dev" in check.fix and "DISABLE_COMPILE=1" in check.fix
+    report = run_preflight(gpu_context(c_toolchain=lambda: ("/usr/bin/gcc", include, False)))
+    assert by_name(report)["c compiler"].found == f"/usr/bin/gcc, but no Python.h in {include}"
+    report = run_preflight(gpu_context(c_toolchain=lambda: ("/usr/bin/gcc", include, True)))
+    assert by_name(report)["c compiler"].status == "ok"
+
+
+def test_c_toolchain_probe_reads_this_interpreter():
+    from trm.launch.preflight import _c_toolchain
+
+    _cc, include, has_python_h = _c_toolchain()
+    assert include.name.startswith("python3") and has_python_h == (include / "Python.h").is_file()

@@ -68,6 +68,8 @@ class PreflightContext:
     matmul: Callable[[int], tuple[bool, str, float]] | None = None
     # GPU image variants (trm/images/catalog.py, generated from docker/images.toml) for the driver's fix.
     catalog: tuple = image_catalog.VARIANTS
+    # (the C compiler Triton would use or None, the include directory it reads, whether Python.h is there)
+    c_toolchain: Callable[[], tuple[str | None, Path, bool]] | None = None
 
     @classmethod
     def from_env(
@@ -302,6 +304,7 @@ def _gpu_checks(
         check_driver(gpus, driver, driver_cuda, ctx.image_cuda or torch_cuda, ctx.catalog),
         check_image_sm(gpus, ctx.image_sm_list, torch_cuda),
         check_adam_atan2(gpus, ctx),
+        check_c_toolchain((ctx.c_toolchain or _c_toolchain)()),
     ]
     seen = check_torch_sees_gpus(gpus, torch_cuda, visible)
     checks.append(seen)
@@ -426,6 +429,28 @@ def check_adam_atan2(gpus: list[GpuInfo], ctx: PreflightContext) -> CheckResult:
         source = "TRM_ADAM_ATAN2_SM_LIST" if ctx.adam_sm_list else "TRM_IMAGE_SM_LIST"
         return _check_sm(gpus, ctx.adam_sm_list or ctx.image_sm_list or "", "adam-atan2", source)
     return CheckResult("adam-atan2", "ok", "adam_atan2_backend importable (SM list unknown)")
+
+
+def _c_toolchain() -> tuple[str | None, Path, bool]:
+    from trm.images.buildtools import find_c_compiler, python_include_dir
+
+    include = python_include_dir()
+    return find_c_compiler(), include, (include / "Python.h").is_file()
+
+
+def check_c_toolchain(toolchain: tuple[str | None, Path, bool]) -> CheckResult:
+    """torch.compile on CUDA (compile=auto, every GPU tier) needs what Triton builds its C helpers with."""
+    cc, include, has_python_h = toolchain
+    fix = (
+        "torch.compile's Triton compiles C helpers at the first step: use the trm GPU image (it has them), or "
+        "install gcc, libc6-dev and the Python headers (`apt-get install gcc libc6-dev python3-dev`), or set "
+        "CC; else run with DISABLE_COMPILE=1 (slower)"
+    )
+    if cc is None:
+        return CheckResult("c compiler", "fail", "no C compiler ($CC unset, no gcc or clang on PATH)", fix)
+    if not has_python_h:
+        return CheckResult("c compiler", "fail", f"{cc}, but no Python.h in {include}", fix)
+    return CheckResult("c compiler", "ok", f"{cc}; Python.h in {include} (Triton's run-time C build)")
 
 
 def check_torch_sees_gpus(gpus: list[GpuInfo], torch_cuda: str | None, visible: int) -> CheckResult:
