@@ -1,6 +1,7 @@
 """The real image round trip on a Docker engine (run by `nox -s docker` / scripts/image_test.sh).
 
-Builds the `cpu` variant on a debootstrapped local base (no registry can be pulled from here; like the
+Checks the runtime stage's interpreter check on two local bases whose interpreters differ only in compile
+date. Builds the `cpu` variant on a debootstrapped local base (no registry can be pulled from here; like the
 pinned python image it has gcc, libc headers and Python.h), runs the CPU smoke inside it, pushes to a
 namespace of the local registry in $TRM_TEST_REGISTRY (`<registry>/team/trm`) with `make push`, removes
 the local image, pulls it back by the digest recorded in the lock file and runs the smoke again.
@@ -156,6 +157,85 @@ def test_cpu_image_can_do_the_c_build_triton_does(client, built):
     ).decode()
     print(out)
     assert "C build for Triton works: /usr/bin/gcc" in out
+
+
+# Inside a copy of the toolchain base: rewrite the interpreter's compile date (the `__DATE__` bytes in the
+# python binary or libpython) to another date of the same length. The result is the situation of the full
+# and slim python images: one CPython release, compiled on different days.
+REDATE = r"""
+import glob, os, platform, shutil, sys
+old = platform.python_build()[1].split()
+old = " ".join(old[:-1]).encode()  # e.g. b"Apr 28 2025" (the time stays)
+new = b"Jan  1 2001"[: len(old)].ljust(len(old))
+assert new != old
+files = {os.path.realpath(sys.executable)} | {
+    os.path.realpath(p) for p in glob.glob("/usr/lib/**/libpython3*.so*", recursive=True)
+}
+patched = 0
+for path in files:
+    data = open(path, "rb").read()
+    if data.count(old) == 1:  # the running interpreter's file is busy: write a copy, rename it over
+        open(path + ".new", "wb").write(data.replace(old, new))
+        shutil.copymode(path, path + ".new")
+        os.replace(path + ".new", path)
+        patched += 1
+assert patched, f"no file holds {old!r} exactly once"
+"""
+
+
+def _build(client, dockerfile: str, files: dict[str, bytes], tag: str) -> None:
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in {"Dockerfile": dockerfile.encode(), **files}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    events = client.api.build(
+        fileobj=buf, custom_context=True, tag=tag, rm=True, forcerm=True, network_mode="none", decode=True
+    )
+    for event in events:
+        if "error" in event:
+            raise AssertionError(f"building {tag}: {event['error']}")
+        print(event.get("stream", ""), end="")
+
+
+def test_venv_moves_between_bases_that_differ_only_in_build_date(client):
+    """The runtime stage's interpreter check on two local bases: same release, different compile dates."""
+    ensure_local_base(client, DEVEL)
+    venvtools = (ROOT / "trm/images/venvtools.py").read_bytes()
+    redated = "trm-test-redated:bookworm"
+    _build(
+        client,
+        f"FROM {DEVEL.tag}\nCOPY redate.py /redate.py\nRUN python3 /redate.py && rm /redate.py\n",
+        {"redate.py": REDATE.encode()},
+        redated,
+    )
+    try:
+        _build(
+            client,
+            f"FROM {DEVEL.tag} AS build\n"
+            "COPY venvtools.py /venvtools.py\n"
+            "RUN python3 /venvtools.py python-facts /facts.json"
+            " && python3 -c 'import sys; print(sys.version)' > /sys-version\n"
+            f"FROM {redated}\n"
+            "COPY venvtools.py /venvtools.py\n"
+            "COPY --from=build /facts.json /sys-version /\n"
+            # The premise: the byte-for-byte comparison the Dockerfile used to make refuses these bases.
+            "RUN ! python3 -c 'import sys; print(sys.version)' | cmp -s - /sys-version\n"
+            "RUN python3 /venvtools.py check-python /facts.json\n",
+            {"venvtools.py": venvtools},
+            "trm-test-venv-move:latest",
+        )
+    finally:
+        for tag in ("trm-test-venv-move:latest", redated):
+            try:
+                client.images.remove(tag, force=True)
+            except Exception as err:  # cleanup only; the assertion above is what matters
+                print(f"cleanup of {tag}: {err}")
 
 
 def test_cpu_smoke_runs_in_the_image(client, built):
