@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         if "--cfg" in args:
             print(config.to_yaml(cfg))
             return exit_codes.OK
-        from trm.training.distributed import initialize
+        from trm.distributed import initialize
         from trm.training.loop import Trainer
 
         with initialize(cfg.device) as info:

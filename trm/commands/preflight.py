@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from trm.io import atomic_write_json
-from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight, versions
+from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +24,6 @@ def run(args: argparse.Namespace) -> int:
         keep=args.keep,
         collectives=not args.no_collectives,
     )
-    report.environment.update(versions())
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trm.compile_setting import CHOICES as COMPILE_CHOICES
 from trm.errors import TRMError
 
 CONFIG_NAME = "trm_train"
@@ -287,7 +288,7 @@ def validate(cfg: TrainConfig) -> None:
         raise TRMError(f"micro_batch_size={cfg.micro_batch_size} must be ≥ 1 (or null for no accumulation).")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise TRMError(f"max_steps={cfg.max_steps} must be ≥ 1 (or null for the schedule's length).")
-    for key, allowed in (("compile", ("auto", "true", "false")), ("device", ("auto", "cuda", "cpu"))):
+    for key, allowed in (("compile", COMPILE_CHOICES), ("device", ("auto", "cuda", "cpu"))):
         value = str(getattr(cfg, key)).lower()
         if value not in allowed:
             raise TRMError(f"{key}={getattr(cfg, key)!r}: use one of {', '.join(allowed)}.")
