@@ -52,12 +52,10 @@ def run(args: argparse.Namespace) -> int:
     return Launch(plan, environ, Console(settings.launch_dir / "launch.log")).run()
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "launch",
-        help="run the production launch (what scripts/train_prod.sh calls); configured by environment",
-        description="Preflight, dataset build + verify, hardware tier, smoke gate, supervised torchrun. "
-        "Every setting is an environment variable: see --help-env.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Preflight, dataset build + verify, hardware tier, smoke gate, supervised torchrun. "
+        "Every setting is an environment variable: see --help-env."
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print every step and command; run nothing")

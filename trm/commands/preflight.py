@@ -33,12 +33,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "preflight",
-        help="check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run",
-        description="Check this host before training. Each check prints what it found and, on failure, the fix. "
-        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Check this host before training. Each check prints what it found and, on failure, the fix. "
+        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so."
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--cpu", action="store_true", help="CPU mode: skip every GPU check")

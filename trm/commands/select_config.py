@@ -78,11 +78,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-procs", type=int, default=1, help="processes in CPU mode (default: 1)")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "select-config",
-        help="pick micro-batch / accumulation / compile for this host from the hardware table",
-        description="Detect GPUs with nvidia-smi and resolve the hardware tier; global_batch_size stays fixed.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Detect GPUs with nvidia-smi and resolve the hardware tier; global_batch_size stays fixed."
     )
     add_plan_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -18,7 +18,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("version", help="print versions of trm-stack, Python and torch")
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print as JSON")
     parser.set_defaults(func=run)

@@ -269,7 +269,8 @@ class Launch:
 
     def _execute(self, number: int, step: Step) -> None:
         self.console.log(f"step {number}: {step.name}")
-        self.events.write("step", name=step.name)
+        if not step.at_exit:  # at-exit steps run after session_end, which stays the session's last event
+            self.events.write("step", name=step.name)
         self.step_action(step)(step)
 
     def run(self) -> int:

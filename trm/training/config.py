@@ -8,8 +8,6 @@ API from a structured config, so an unknown key is caught first and reported wit
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import hashlib
 import itertools
 import json
 import os
@@ -218,6 +216,8 @@ def normalize_overrides(argv: list[str]) -> list[str]:
 
 
 def _unknown_key_message(key: str, arg: str) -> str:
+    import difflib
+
     match = difflib.get_close_matches(key, [*SCHEMA_KEYS, "arch"], n=1, cutoff=0.5)
     hint = f" Did you mean '{match[0]}'?" if match else ""
     return f"unknown config key '{key}' in {arg!r}.{hint} List the keys with `python -m trm.train --help`."
@@ -328,6 +328,8 @@ def math_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 def config_hash(cfg: TrainConfig) -> str:
     """sha256 of the math-defining config (stable key order)."""
+    import hashlib
+
     blob = json.dumps(math_dict(cfg), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 
