@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -209,3 +210,29 @@ def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
 
     time.sleep(0.3)
     assert sampler.stop() == {0: 51234, 1: 49876}
+
+
+def _step_lines(text: str) -> list[str]:
+    """`step N: name` lines, in order, whatever prefix the line has (the launcher's time stamp)."""
+    return [m.group(1) for m in re.finditer(r"(?m)(step \d+: [a-z ]+)$", text)]
+
+
+@pytest.mark.dist
+def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path, "finish", PROBE="1", PROBE_STEPS="2", MAX_HOURS="1", GPU_HOURLY_USD="1", PREFLIGHT="0",
+        FAKE_STEP_SECONDS="0", FAKE_TRAINER_STEPS="3", TRM_LAUNCH_HANDOFF="1", CPU_PROCS="1",
+    )  # fmt: skip
+    printed = _step_lines(launch.plan.render(launch.environ))
+    assert [line.split(": ", 1)[1] for line in printed] == [
+        "preflight", "data", "hardware", "cost guard", "probe", "smoke gate", "train", "handoff"
+    ]  # fmt: skip
+    assert launch.run() == 0, out.getvalue()
+    assert _step_lines((launch.settings.launch_dir / "launch.log").read_text()) == printed
+    assert "handoff bundle:" in out.getvalue()
+    events = read_events(launch.settings.launch_dir / "events.jsonl")
+    assert [e["name"] for e in events if e["event"] == "step"] == [p.split(": ", 1)[1] for p in printed[:-1]]
+    assert json.loads((launch.settings.launch_dir / "plan.json").read_text())["steps"][-1] == "handoff"
+    # the commands the dry run prints are the ones the run started (torchrun banners in the logs)
+    train_log = (launch.settings.launch_dir / "train.log").read_text()
+    assert "===== train attempt 1 started" in train_log and " ".join(launch.plan.train_command()) in train_log
