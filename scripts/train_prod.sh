@@ -19,7 +19,8 @@ case "${1:-}" in
     ;;
   --dry-run)
     shift
-    exec "$PYTHON" -m trm launch --dry-run "$@"
+    # As for the real launch below: the handoff is this script's exit trap, not the launcher's.
+    TRM_LAUNCH_HANDOFF=0 exec "$PYTHON" -m trm launch --dry-run "$@"
     ;;
 esac
 

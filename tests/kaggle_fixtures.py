@@ -42,8 +42,8 @@ class Smoke:
 
 def make_smoke(root: Path) -> Smoke:
     """Build the dataset, create a trainer, perturb its puzzle table and EMA, save step_0 with its code."""
+    from trm.distributed import DistInfo
     from trm.training.config import compose, fill_run_defaults
-    from trm.training.distributed import DistInfo
     from trm.training.loop import Trainer
 
     dataset = root / "ds"

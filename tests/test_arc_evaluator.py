@@ -9,6 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from trm.data.encoding import dihedral, encode_grid, identifier
+from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.evaluation.arc import ARCEvaluator
 from trm.evaluation.voting import (
@@ -19,7 +20,6 @@ from trm.evaluation.voting import (
     rank_votes,
     validate_submission,
 )
-from trm.training.distributed import DistInfo
 
 A_IN, A_OUT = [[1, 2], [3, 4]], [[4, 3], [2, 1]]
 B_IN1, B_OUT1 = [[5]], [[6]]

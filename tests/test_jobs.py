@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trm.commands import build_parser
 from trm.errors import TRMError
 from trm.ops import jobpolicy, k8s
 from trm.ops.imagelock import LockedImage, read_lock
@@ -215,7 +216,7 @@ def test_multinode_rules_catch_their_breakage(rendered, expected: str):
 
 
 def test_container_commands_only_call_what_exists(rendered):
-    refs = RefChecker(ROOT)
+    refs = RefChecker(ROOT, build_parser())
     for name, objects in rendered.items():
         for _, container in k8s.containers(objects):
             words = [*container.get("command", []), *container.get("args", [])]

@@ -10,7 +10,7 @@ import pytest
 import torch
 from kaggle_fixtures import SEEN_TASKS, TINY_ARCH, Smoke, make_smoke
 
-from trm.__main__ import main
+from trm.commands import main
 from trm.data.encoding import dihedral, encode_grid, parse_identifier
 from trm.errors import TRMError
 from trm.evaluation.arc import ARCEvaluator

@@ -192,7 +192,7 @@ def test_tmux_session_inherits_the_environment(tmp_path):
             time.sleep(0.1)
         assert marker.read_text().strip() == "1 s3cret lr=1"
         # the secret travelled through the environment, never through the tmux command line
-        from trm.commands.launch import tmux_command
+        from trm.launch.tmux import tmux_command
 
         argv = tmux_command(LaunchSettings.from_env(env), str(fake), ["lr=1"])
         assert not any("s3cret" in a for a in argv)

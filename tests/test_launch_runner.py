@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -107,14 +108,14 @@ def test_exit_75_restarts_and_the_run_finishes(tmp_path, restore_signals):
     log = out.getvalue()
     assert "smoke gate passed" in log
     assert "trainer saved and exited 75: restart 1/3" in log and "training finished" in log
-    run_dir = launch.s.run_dir
+    run_dir = launch.settings.run_dir
     assert (run_dir / "step_6" / "COMPLETE").exists()
-    assert (launch.s.launch_dir / "smoke" / "step_2" / "COMPLETE").exists()
-    train_log = (launch.s.launch_dir / "train.log").read_text()
+    assert (launch.settings.launch_dir / "smoke" / "step_2" / "COMPLETE").exists()
+    train_log = (launch.settings.launch_dir / "train.log").read_text()
     assert train_log.count("===== train attempt") == 2 and "start at step 3" in train_log
-    events = [e["event"] for e in read_events(launch.s.launch_dir / "events.jsonl")]
+    events = [e["event"] for e in read_events(launch.settings.launch_dir / "events.jsonl")]
     assert events[0] == "session_start" and events[-1] == "session_end" and "restart" in events
-    plan = json.loads((launch.s.launch_dir / "plan.json").read_text())
+    plan = json.loads((launch.settings.launch_dir / "plan.json").read_text())
     assert plan["hardware"]["world_size"] == 2 and "resume_command" in plan
 
 
@@ -136,7 +137,7 @@ def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signal
     log = out.getvalue()
     assert "stop requested (cost guard: MAX_HOURS reached" in log
     assert "trainer saved and stopped" in log and "cost so far $" in log
-    saved = max(int(p.name[5:]) for p in launch.s.run_dir.glob("step_*") if (p / "COMPLETE").exists())
+    saved = max(int(p.name[5:]) for p in launch.settings.run_dir.glob("step_*") if (p / "COMPLETE").exists())
     again, out2 = make_launch(
         tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), FAKE_TRAINER_STEPS=str(saved + 2),
         PREFLIGHT="0",
@@ -144,8 +145,8 @@ def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signal
     again.plan.verify_command = launch.plan.verify_command  # type: ignore[method-assign]
     assert again.run() == 0, out2.getvalue()
     assert "smoke gate skipped" in out2.getvalue()
-    assert (launch.s.run_dir / f"step_{saved + 2}" / "COMPLETE").exists()
-    assert f"start at step {saved}," in (launch.s.launch_dir / "train.log").read_text()
+    assert (launch.settings.run_dir / f"step_{saved + 2}" / "COMPLETE").exists()
+    assert f"start at step {saved}," in (launch.settings.launch_dir / "train.log").read_text()
 
 
 @pytest.mark.dist
@@ -162,7 +163,7 @@ def test_failed_verification_never_trains(tmp_path, restore_signals):
     launch.plan.verify_command = lambda: [sys.executable, "-c", "import sys; sys.exit(2)"]  # type: ignore[method-assign]
     assert launch.run() == 2
     assert "failed verification" in out.getvalue() and "rm -rf" in out.getvalue()
-    assert not (launch.s.launch_dir / "train.log").exists()
+    assert not (launch.settings.launch_dir / "train.log").exists()
 
 
 @pytest.mark.slow
@@ -173,13 +174,13 @@ def test_probe_steps_down_on_out_of_memory(tmp_path, restore_signals):
         FAKE_STEP_SECONDS="0.05", FAKE_TRAINER_STEPS="5",
     )  # fmt: skip
     assert launch.run() == 0, out.getvalue()
-    probe = json.loads((launch.s.launch_dir / "probe.json").read_text())
+    probe = json.loads((launch.settings.launch_dir / "probe.json").read_text())
     assert [a["micro_batch_size"] for a in probe["attempts"]] == [4, 2, 1]
     assert [a["out_of_memory"] for a in probe["attempts"]] == [True, True, False]
     assert probe["chosen_micro_batch_size"] == 1 and probe["table_micro_batch_size"] == 4
     assert probe["attempts"][-1]["step_seconds"] is not None
     assert any("stepped down to 1" in note for note in probe["drift"])
-    assert "micro 1" in (launch.s.launch_dir / "train.log").read_text()
+    assert "micro 1" in (launch.settings.launch_dir / "train.log").read_text()
 
 
 def test_probe_step_time_from_metrics(tmp_path):
@@ -209,3 +210,29 @@ def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
 
     time.sleep(0.3)
     assert sampler.stop() == {0: 51234, 1: 49876}
+
+
+def _step_lines(text: str) -> list[str]:
+    """`step N: name` lines, in order, whatever prefix the line has (the launcher's time stamp)."""
+    return [m.group(1) for m in re.finditer(r"(?m)(step \d+: [a-z ]+)$", text)]
+
+
+@pytest.mark.dist
+def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path, "finish", PROBE="1", PROBE_STEPS="2", MAX_HOURS="1", GPU_HOURLY_USD="1", PREFLIGHT="0",
+        FAKE_STEP_SECONDS="0", FAKE_TRAINER_STEPS="3", TRM_LAUNCH_HANDOFF="1", CPU_PROCS="1",
+    )  # fmt: skip
+    printed = _step_lines(launch.plan.render(launch.environ))
+    assert [line.split(": ", 1)[1] for line in printed] == [
+        "preflight", "data", "hardware", "cost guard", "probe", "smoke gate", "train", "handoff"
+    ]  # fmt: skip
+    assert launch.run() == 0, out.getvalue()
+    assert _step_lines((launch.settings.launch_dir / "launch.log").read_text()) == printed
+    assert "handoff bundle:" in out.getvalue()
+    events = read_events(launch.settings.launch_dir / "events.jsonl")
+    assert [e["name"] for e in events if e["event"] == "step"] == [p.split(": ", 1)[1] for p in printed[:-1]]
+    assert json.loads((launch.settings.launch_dir / "plan.json").read_text())["steps"][-1] == "handoff"
+    # the commands the dry run prints are the ones the run started (torchrun banners in the logs)
+    train_log = (launch.settings.launch_dir / "train.log").read_text()
+    assert "===== train attempt 1 started" in train_log and " ".join(launch.plan.train_command()) in train_log

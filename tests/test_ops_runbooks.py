@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from trm.commands import build_parser
 from trm.errors import TRMError
 from trm.ops.runbook import load_runbook, parse_blocks, procedure_hash
 from trm.ops.runbookcheck import changelog_entries, check_runbooks, stamp
@@ -93,10 +94,10 @@ def test_procedure_hash_ignores_trailing_whitespace_only():
 
 def test_stamp_then_check_then_edit_needs_a_bump(tmp_path: Path):
     repo = _repo(tmp_path)
-    problems = check_runbooks(repo)
+    problems = check_runbooks(repo, build_parser())
     assert any("procedure changed" in p for p in problems) and any("no entry" in p for p in problems)
     assert stamp(repo, "first version", today=datetime.date(2026, 11, 22)) == ["smoke v1"]
-    assert check_runbooks(repo) == []
+    assert check_runbooks(repo, build_parser()) == []
     book = load_runbook(repo / "runbooks" / "v1" / "01-smoke.md")
     assert book.version == 1 and str(book.header["date"]) == "2026-11-22"
     changelog = (repo / "runbooks" / "CHANGELOG.md").read_text()
@@ -105,9 +106,9 @@ def test_stamp_then_check_then_edit_needs_a_bump(tmp_path: Path):
 
     path = repo / "runbooks" / "v1" / "01-smoke.md"
     path.write_text(path.read_text().replace("GREETING=hello", "GREETING=bonjour"))
-    assert any("procedure changed" in p for p in check_runbooks(repo))
+    assert any("procedure changed" in p for p in check_runbooks(repo, build_parser()))
     assert stamp(repo, "French greeting") == ["smoke v2"]
-    assert check_runbooks(repo) == []
+    assert check_runbooks(repo, build_parser()) == []
     entries = changelog_entries((repo / "runbooks" / "CHANGELOG.md").read_text())
     assert set(entries) == {("smoke", 1), ("smoke", 2)}
     assert stamp(repo, "nothing") == []
@@ -119,17 +120,17 @@ def test_a_new_image_needs_revalidation(tmp_path: Path):
     lock = json.loads((repo / "docker" / "images.lock.json").read_text())
     lock["images"]["sm90"]["reference"] = "r.io/trm@sha256:" + "1e" * 32
     (repo / "docker" / "images.lock.json").write_text(json.dumps(lock))
-    problems = check_runbooks(repo)
+    problems = check_runbooks(repo, build_parser())
     assert len(problems) == 1 and "re-validate" in problems[0]
     assert stamp(repo, "validated on the new image") == ["smoke v2"]
-    assert check_runbooks(repo) == []
+    assert check_runbooks(repo, build_parser()) == []
 
 
 def test_syntax_errors_and_missing_references_are_reported(tmp_path: Path):
     body = BODY + "\n```bash gpu\nif true; then echo\n```\n\n```bash cloud\nmake deploy\n```\n"
     repo = _repo(tmp_path, body)
     stamp(repo, "first")
-    problems = check_runbooks(repo)
+    problems = check_runbooks(repo, build_parser())
     assert len(problems) == 2
     assert "bash -n" in problems[0] and "01-smoke.md:" in problems[0]
     assert "make target 'deploy'" in problems[1]
@@ -161,10 +162,10 @@ def test_unreleased_until_an_image_is_pushed(tmp_path: Path):
     book = load_runbook(repo / "runbooks" / "v1" / "01-smoke.md")
     assert (book.header["image"], book.header["image_digest"]) == ("unreleased", "unreleased")
     assert "no `sm90` image pushed yet" in (repo / "runbooks" / "CHANGELOG.md").read_text()
-    assert check_runbooks(repo) == []
+    assert check_runbooks(repo, build_parser()) == []
     lock = {"images": {"sm90": {"reference": f"r.io/trm@{DIGEST}", "tags": ["0.1.0-cu130-sm90"]}}}
     (repo / "docker" / "images.lock.json").write_text(json.dumps(lock))
-    problems = check_runbooks(repo)
+    problems = check_runbooks(repo, build_parser())
     assert len(problems) == 1 and f"r.io/trm:0.1.0-cu130-sm90@{DIGEST}" in problems[0]
     assert stamp(repo, "validated on the first pushed image") == ["smoke v2"]
     assert load_runbook(repo / "runbooks" / "v1" / "01-smoke.md").header["image_digest"] == DIGEST

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from trm.commands import build_parser
 from trm.ops.shellrefs import RefChecker, check_argv, env_assignments, simple_commands, strip_prefix
 
 
@@ -112,13 +113,13 @@ def test_ref_checker_on_project_references(project: Path):
 
 
 def test_ref_checker_uses_the_real_cli():
-    refs = RefChecker(Path(__file__).resolve().parents[1])
+    refs = RefChecker(Path(__file__).resolve().parents[1], build_parser())
     assert refs.check_code("python -m trm version --json") == []
     assert "no option --jsn" in refs.check_code("python -m trm version --jsn")[0]
 
 
 def test_trainer_overrides_are_composed_with_the_real_config():
-    refs = RefChecker(Path(__file__).resolve().parents[1])
+    refs = RefChecker(Path(__file__).resolve().parents[1], build_parser())
     ok = "torchrun --nproc-per-node 4 -m trm.train arch=trm +run_name=x ema=True arch.L_cycles=4 data_paths=[$D]"
     assert refs.check_code(ok) == []
     problems = refs.check_code("python -m trm.train arch=trm arch.L_cycle=4")
@@ -128,13 +129,13 @@ def test_trainer_overrides_are_composed_with_the_real_config():
 
 
 def test_a_deliberate_error_can_be_marked():
-    refs = RefChecker(Path(__file__).resolve().parents[1])
+    refs = RefChecker(Path(__file__).resolve().parents[1], build_parser())
     assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # refcheck: deliberate error") == []
     assert refs.check_code("python -m trm.train arch.L_cycle=4 --cfg  # a comment") != []
 
 
 def test_commands_run_inside_containers_are_checked():
-    refs = RefChecker(Path(__file__).resolve().parents[1])
+    refs = RefChecker(Path(__file__).resolve().parents[1], build_parser())
     ok = 'docker run -d --name r --gpus all -e RUN_NAME=x -v /a:/workspace/data "$IMAGE" python -m trm launch'
     assert refs.check_code(ok) == []
     assert refs.check_code("docker exec -it trm python -m trm preflight --gpu") == []

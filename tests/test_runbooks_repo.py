@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from trm.commands import build_parser
 from trm.ops.runbook import load_all
 from trm.ops.runbookcheck import check_runbooks
 from trm.ops.runbookrun import run_cpu_blocks
@@ -49,7 +50,7 @@ def _sections(text: str) -> list[str]:
 
 
 def test_repository_runbooks_pass_every_static_check():
-    assert check_runbooks(ROOT) == []
+    assert check_runbooks(ROOT, build_parser()) == []
 
 
 def test_every_procedure_exists_and_is_indexed():

@@ -12,10 +12,10 @@ import torch
 from trainer_fakes import FakeLoader
 
 from trm import exit_codes
+from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.training import checkpoint as ckpt
 from trm.training.config import compose, fill_run_defaults
-from trm.training.distributed import DistInfo
 from trm.training.loop import Trainer
 
 TINY = [

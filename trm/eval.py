@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, evaluate, return the exit code (2 with a one-line message on bad input)."""
-    from trm.evaluation.standalone import evaluate_checkpoint
+    from trm.training.standalone_eval import evaluate_checkpoint
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

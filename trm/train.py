@@ -6,7 +6,6 @@ saving a complete checkpoint (run the same command again to resume).
 
 from __future__ import annotations
 
-import logging
 import sys
 
 from trm import exit_codes
@@ -21,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--help" in args or "-h" in args:
         print(config.help_text())
         return exit_codes.OK
+    import logging
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = config.compose([a for a in args if a != "--cfg"])
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         if "--cfg" in args:
             print(config.to_yaml(cfg))
             return exit_codes.OK
-        from trm.training.distributed import initialize
+        from trm.distributed import initialize
         from trm.training.loop import Trainer
 
         with initialize(cfg.device) as info:

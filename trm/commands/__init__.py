@@ -1,1 +1,94 @@
-"""Top-level commands of `python -m trm`; each module here defines `register(subparsers)`."""
+"""The command line `python -m trm <command> …`: argv in, library calls out; nothing in trm imports it.
+
+`COMMANDS` names every top-level command with its one-line help, so `python -m trm --help` imports no
+command module. The module of a command (`trm.commands.<name>`, dashes as underscores) is imported only
+when that command runs (or when a checker asks for the full parser); it defines `configure(parser)`,
+which adds the flags and sets `func` (a callable taking the parsed args, returning an exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from trm import __version__
+from trm.errors import TRMError
+
+
+@dataclass(frozen=True)
+class Command:
+    """One top-level command."""
+
+    name: str
+    help: str
+    needs: str | None = None
+    """A package of repository tooling that the installed wheel leaves out (see pyproject.toml)."""
+
+    @property
+    def module(self) -> str:
+        """The module that configures and runs the command."""
+        return f"{__name__}.{self.name.replace('-', '_')}"
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("data", "build, verify and import ARC datasets"),
+    Command(
+        "handoff",
+        "write the handoff bundle (handoff.json, run.info, logs, metrics, plot, submission) of a run",
+    ),
+    Command("image", "container images: lock, wheelhouse, build, push, ref, docs"),
+    Command("infer", "offline ARC inference with a Kaggle bundle"),
+    Command("jobs", "render, validate or image-pin the Kubernetes jobs", needs="trm.ops"),
+    Command(
+        "launch", "run the production launch (what scripts/train_prod.sh calls); configured by environment"
+    ),
+    Command("package", "package a checkpoint for offline use"),
+    Command("preflight", "check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run"),
+    Command("runbooks", "check, run (cpu tier) or version-stamp the runbooks", needs="trm.ops"),
+    Command("scan-secrets", "scan the repository for API keys, tokens, private keys", needs="trm.ops"),
+    Command(
+        "select-config", "pick micro-batch / accumulation / compile for this host from the hardware table"
+    ),
+    Command("version", "print versions of trm-stack, Python and torch"),
+)
+NAMES = tuple(c.name for c in COMMANDS)
+
+
+def _configure(command: Command, parser: argparse.ArgumentParser) -> None:
+    if command.needs is not None and importlib.util.find_spec(command.needs) is None:
+        raise TRMError(
+            f"`python -m trm {command.name}` is repository tooling: it needs {command.needs}, which the "
+            "installed trm-stack wheel leaves out; run it from a source checkout (`make venv`)"
+        )
+    importlib.import_module(command.module).configure(parser)
+
+
+def build_parser(configure: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with every command listed; the flags of the commands in `configure` (None: all)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trm",
+        description="The trm-stack command line; `python -m trm COMMAND --help` for its flags.",
+    )
+    parser.add_argument("--version", action="version", version=f"trm-stack {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
+        if configure is None or command.name in configure:
+            _configure(command, sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse `argv` (default: sys.argv[1:]), importing only the command it names, and run it."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser(configure=argv[:1])
+        args = parser.parse_args(argv)
+        return int(args.func(args) or 0)
+    except TRMError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code

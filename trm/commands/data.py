@@ -79,8 +79,7 @@ def _import_upstream(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("data", help="build, verify and import ARC datasets")
+def configure(parser: argparse.ArgumentParser) -> None:
     commands = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
 
     build = commands.add_parser(

@@ -19,12 +19,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "handoff",
-        help="write the handoff bundle (handoff.json, run.info, logs, metrics, plot, submission) of a run",
-        description="Build the handoff bundle of RUN_DIR (the trainer's checkpoint_path). Idempotent.",
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Build the handoff bundle of RUN_DIR (the trainer's checkpoint_path). Idempotent."
     parser.add_argument("run_dir", help="the run directory (CHECKPOINT_DIR/RUN_NAME)")
     parser.add_argument(
         "--out",

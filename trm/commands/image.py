@@ -65,8 +65,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("image", help="container images: lock, wheelhouse, build, push, ref, docs")
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=".", help="repository checkout to build from (default: .)")
     parser.add_argument("--config", default="docker/images.toml", help="variants file, relative to --root")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

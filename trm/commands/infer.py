@@ -34,14 +34,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "infer",
-        help="offline ARC inference with a Kaggle bundle",
-        description=(
-            "Single-process inference (CPU or one GPU): augment the test inputs in memory, run the model, "
-            "vote, and write a submission with two attempts for every test input."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Single-process inference (CPU or one GPU): augment the test inputs in memory, run the model, "
+        "vote, and write a submission with two attempts for every test input."
     )
     parser.add_argument("--challenges", required=True, help="arc-agi_test_challenges.json (Kaggle format)")
     parser.add_argument("--weights", required=True, help="bundle folder from `python -m trm package kaggle`")

@@ -18,9 +18,10 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from trm.commands import build_parser
     from trm.ops import k8s
 
-    problems = k8s.check_jobs(args.root, version=args.kubernetes_version)
+    problems = k8s.check_jobs(args.root, build_parser(), version=args.kubernetes_version)
     for problem in problems:
         print(problem)
     print(f"jobs: {len(problems)} problem(s) (Kubernetes {args.kubernetes_version} schemas, strict)")
@@ -40,10 +41,9 @@ def _pin(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def configure(parser: argparse.ArgumentParser) -> None:
     from trm.ops.k8s import KUBERNETES_VERSION
 
-    parser = subparsers.add_parser("jobs", help="render, validate or image-pin the Kubernetes jobs")
     sub = parser.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
     render = sub.add_parser("render", help="print the objects a kustomization directory renders to")
     render.add_argument("directory", type=Path, help="e.g. jobs/overlays/prod-8xh200")

@@ -54,8 +54,7 @@ class _IntermixedParser(argparse.ArgumentParser):
             self._inside = False
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("package", help="package a checkpoint for offline use")
+def configure(parser: argparse.ArgumentParser) -> None:
     targets = parser.add_subparsers(
         dest="package_target", metavar="TARGET", required=True, parser_class=_IntermixedParser
     )

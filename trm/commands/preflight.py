@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from trm.io import atomic_write_json
-from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight, versions
+from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,7 +24,6 @@ def run(args: argparse.Namespace) -> int:
         keep=args.keep,
         collectives=not args.no_collectives,
     )
-    report.environment.update(versions())
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
@@ -34,12 +33,10 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report.ok else 2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "preflight",
-        help="check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run",
-        description="Check this host before training. Each check prints what it found and, on failure, the fix. "
-        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Check this host before training. Each check prints what it found and, on failure, the fix. "
+        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so."
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--cpu", action="store_true", help="CPU mode: skip every GPU check")

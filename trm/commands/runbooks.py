@@ -7,9 +7,10 @@ from pathlib import Path
 
 
 def _check(args: argparse.Namespace) -> int:
+    from trm.commands import build_parser
     from trm.ops.runbookcheck import check_runbooks
 
-    problems = check_runbooks(args.root)
+    problems = check_runbooks(args.root, build_parser())
     for problem in problems:
         print(problem)
     print(f"runbooks: {len(problems)} problem(s)")
@@ -34,8 +35,7 @@ def _stamp(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("runbooks", help="check, run (cpu tier) or version-stamp the runbooks")
+def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="runbooks_command", metavar="ACTION", required=True)
     check = sub.add_parser("check", help="headers, versions, image pins, bash syntax, commands that exist")
     run = sub.add_parser("run", help="execute every `bash cpu` block, in order, on a copy of the project")

@@ -26,10 +26,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "scan-secrets", help="scan the repository for API keys, tokens, private keys"
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
     parser.add_argument(
         "--print-allowlist", action="store_true", help="print allowlist lines for the findings"

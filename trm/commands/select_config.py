@@ -5,24 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from trm.errors import TRMError
-from trm.launch.hardware import HardwarePlan, select_plan
-from trm.launch.nvidia_smi import NvidiaSmiMissing, query_gpus
-
-
-def parse_compile(value: str) -> bool | None:
-    """auto|true|false -> None|True|False."""
-    table = {"auto": None, "true": True, "1": True, "false": False, "0": False}
-    if value.lower() not in table:
-        raise TRMError(
-            f"compile must be auto, true or false (got {value!r}); set COMPILE / --compile to one of them"
-        )
-    return table[value.lower()]
+if TYPE_CHECKING:
+    from trm.launch.hardware import HardwarePlan
 
 
 def plan_from_args(args: argparse.Namespace) -> HardwarePlan:
     """Detect GPUs (none when --cpu or when nvidia-smi is absent) and resolve the plan."""
+    from trm.compile_setting import parse_compile
+    from trm.launch.hardware import select_plan
+    from trm.launch.nvidia_smi import NvidiaSmiMissing, query_gpus
+
     gpus = []
     if not args.cpu and args.num_gpus != 0:
         try:
@@ -36,7 +30,7 @@ def plan_from_args(args: argparse.Namespace) -> HardwarePlan:
         nnodes=args.nnodes,
         global_batch_size=args.global_batch_size,
         micro_batch_size=args.micro_batch_size,
-        compile_override=parse_compile(args.compile),
+        compile_override=parse_compile(args.compile, source="--compile"),
         cpu_procs=args.cpu_procs,
     )
 
@@ -54,30 +48,19 @@ def run_probe_command(args: argparse.Namespace) -> int:
     (building it if missing) and probe; the record lands in <run dir>/launch/probe.json."""
     import os
 
-    from trm.commands.launch import ensure_writable
-    from trm.launch.probe import run_probe
-    from trm.launch.runner import Launch, LaunchFailed, resolve
-    from trm.launch.settings import LaunchSettings
-    from trm.launch.supervisor import Console
+    from trm.launch.plan import LaunchFailed
+    from trm.launch.runner import probe_configured_launch
 
-    environ = dict(os.environ)
-    settings = LaunchSettings.from_env(environ)
-    plan = resolve(settings, environ)
-    ensure_writable(settings)
-    # Progress goes to stderr so that `--json` output on stdout stays parseable.
-    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", sys.stderr))
-    launch.supervisor.install_signal_handlers()
     try:
-        launch.data()
-        micro = run_probe(launch)
+        # Progress goes to stderr so that `--json` output on stdout stays parseable.
+        micro, record = probe_configured_launch(dict(os.environ), sys.stderr)
     except LaunchFailed as err:
         print(f"error: {err}")
         return err.code
-    record = json.loads((settings.launch_dir / "probe.json").read_text())
     print(
-        json.dumps(record, indent=2)
+        json.dumps(json.loads(record.read_text()), indent=2)
         if args.json
-        else f"micro-batch {micro} fits; record: {settings.launch_dir / 'probe.json'}"
+        else f"micro-batch {micro} fits; record: {record}"
     )
     return 0
 
@@ -95,11 +78,9 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-procs", type=int, default=1, help="processes in CPU mode (default: 1)")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "select-config",
-        help="pick micro-batch / accumulation / compile for this host from the hardware table",
-        description="Detect GPUs with nvidia-smi and resolve the hardware tier; global_batch_size stays fixed.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Detect GPUs with nvidia-smi and resolve the hardware tier; global_batch_size stays fixed."
     )
     add_plan_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trm.distributed import DistInfo, gather_objects
 from trm.evaluation.voting import (
     PASS_KS,
     VoteTable,
@@ -25,7 +26,6 @@ from trm.evaluation.voting import (
     validate_submission,
 )
 from trm.io import atomic_write_json
-from trm.training.distributed import DistInfo, gather_objects
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from trm.training.distributed import DistInfo, all_reduce_sum_
+from trm.distributed import DistInfo, all_reduce_sum_
 
 # What ACTLossHead reports (sums over the batch); q_continue_loss only with no_ACT_continue=False.
 LOSS_HEAD_METRICS = (

@@ -19,8 +19,8 @@ MODES = ("auto", "require", "skip")
 
 def banner(env: dict[str, str]) -> str:
     """One line naming the image (from the labels baked into the environment) and its versions."""
-    from trm.commands.version import collect_versions
     from trm.gitinfo import code_git_sha
+    from trm.versions import collect_versions
 
     versions = collect_versions()
     parts = [

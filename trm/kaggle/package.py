@@ -76,7 +76,7 @@ def newest_in_run_dir(path: Path) -> Path:
 
 
 def _resolve(checkpoint: Path, overrides: list[str]) -> tuple[Any, int, bool]:
-    from trm.evaluation.standalone import resolve_config
+    from trm.training.standalone_eval import resolve_config
 
     return resolve_config(checkpoint, overrides)
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from trm.launch.hardware import HardwarePlan, select_plan
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
 from trm.launch.tasks import Task, get_task
+
+# Set to 0 by train_prod.sh, whose exit trap runs the handoff instead of the launcher.
+HANDOFF_VAR = "TRM_LAUNCH_HANDOFF"
 
 # Process environment for every trainer process (only set when the user has not set them).
 TRAINER_ENV_DEFAULTS = {
@@ -41,13 +45,30 @@ def merge_overrides(base: list[str] | tuple[str, ...], extra: list[str] | tuple[
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Step:
-    """One step of the launch, as shown by --dry-run."""
+    """One step of the launch: --dry-run prints it, `Launch.run()` executes it, in the order of
+    `LaunchPlan.steps()`. Commands are made when read, so they follow the plan (a probe may change the
+    micro-batch before the train step runs)."""
 
     name: str
     what: str
-    commands: list[list[str]] = field(default_factory=list)
+    command_makers: tuple[Callable[[], list[str]], ...] = ()
+    at_exit: bool = False
+    """Runs when the launch ends, success or failure (after the steps before it, or after a failure)."""
+
+    @property
+    def commands(self) -> list[list[str]]:
+        """The command lines of this step, as they are run."""
+        return [make() for make in self.command_makers]
+
+
+class LaunchFailed(Exception):
+    """A step failed; `code` becomes the launcher's exit code (the message is already logged)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -61,6 +82,8 @@ class LaunchPlan:
     dataset_dir: Path
     overrides: list[str]
     env: dict[str, str]
+    handoff_by_launcher: bool = True
+    """False under train_prod.sh (TRM_LAUNCH_HANDOFF=0): its exit trap runs the handoff command."""
     trainer_module: str = "trm.train"
 
     @property
@@ -151,9 +174,40 @@ class LaunchPlan:
         return [self.settings.python, "-m", "trm", "data", "verify", str(self.dataset_dir)]
 
     def handoff_command(self) -> list[str]:
-        """`python -m trm handoff RUN_DIR --out …`."""
-        s = self.settings
-        return [s.python, "-m", "trm", "handoff", str(s.run_dir), "--out", str(s.artifacts_run_dir)]
+        """`python -m trm launch --handoff`: the bundle of the run these settings name (train_prod.sh's trap)."""
+        return [self.settings.python, "-m", "trm", "launch", "--handoff"]
+
+    def exit_dir(self) -> Path:
+        """Where each rank's exit code is recorded (trm.launch.worker)."""
+        return self.settings.launch_dir / "exit_codes"
+
+    def smoke_dir(self) -> Path:
+        """The smoke gate's scratch run directory."""
+        return self.settings.launch_dir / "smoke"
+
+    def probe_dir(self, micro_batch_size: int) -> Path:
+        """The scratch run directory of the probe at one micro-batch."""
+        return self.settings.launch_dir / "probe" / f"micro_{micro_batch_size}"
+
+    def probe_command(self, micro_batch_size: int) -> list[str]:
+        """torchrun of PROBE_STEPS steps at `micro_batch_size` into its probe directory."""
+        overrides = self.trainer_overrides(
+            checkpoint_path=self.probe_dir(micro_batch_size),
+            max_steps=self.settings.probe_steps,
+            micro_batch_size=micro_batch_size,
+        )
+        return self.torchrun(overrides, exit_dir=self.exit_dir())
+
+    def smoke_command(self) -> list[str]:
+        """torchrun of SMOKE_STEPS steps of the real config into the smoke directory."""
+        overrides = self.trainer_overrides(
+            checkpoint_path=self.smoke_dir(), max_steps=self.settings.smoke_steps
+        )
+        return self.torchrun(overrides, exit_dir=self.exit_dir())
+
+    def train_command(self) -> list[str]:
+        """torchrun of the run itself."""
+        return self.torchrun(self.trainer_overrides(), exit_dir=self.exit_dir())
 
     def resume_command(self, environ: dict[str, str], script: str = "scripts/train_prod.sh") -> str:
         """The exact command that continues this run: the launch variables that were set, then the script."""
@@ -162,85 +216,86 @@ class LaunchPlan:
         return " ".join([*assigns, "bash", script, *(shlex.quote(o) for o in self.settings.cli_overrides)])
 
     def steps(self) -> list[Step]:
-        """The ordered steps of a launch (what --dry-run prints)."""
+        """The ordered steps of the launch: what --dry-run prints and what `Launch.run()` executes."""
         s = self.settings
-        smoke_dir = s.launch_dir / "smoke"
-        exit_dir = s.launch_dir / "exit_codes"
-        steps = [
-            Step(
-                "preflight",
-                "check the host; stop with the fix on any failure"
-                + ("" if s.preflight else " (DISABLED by PREFLIGHT=0)"),
-                [self.preflight_command()],
-            ),
-            Step(
-                "data",
-                f"build {self.dataset_dir} if it is missing (node 0 only), then verify its manifest; "
-                "never train on an unverified dataset",
-                [self.build_command(), self.verify_command()],
-            ),
-            Step("hardware", self.hardware.describe()),
-        ]
-        if s.max_hours is not None:
-            cost = (
-                f", cost so far logged every {s.cost_log_minutes:g} min at ${s.gpu_hourly_usd:g}/GPU-hour"
-                if s.gpu_hourly_usd is not None
-                else ""
-            )
-            steps.append(
-                Step(
-                    "cost guard",
-                    f"starts after data verification: SIGTERM to the trainer at "
-                    f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves and exits 75){cost}",
-                )
-            )
+        steps = [self.preflight_step(), self.data_step(), self.hardware_step(), self.cost_guard_step()]
         if s.probe:
-            steps.append(
-                Step(
-                    "probe",
-                    f"{s.probe_steps} steps at micro-batch {self.hardware.micro_batch_size}; "
-                    "record peak memory and step time; halve the micro-batch on out-of-memory",
-                    [
-                        self.torchrun(
-                            self.trainer_overrides(
-                                checkpoint_path=s.launch_dir / "probe", max_steps=s.probe_steps
-                            ),
-                            exit_dir=exit_dir,
-                        )
-                    ],
-                )
-            )
+            steps.append(self.probe_step())
         if s.smoke_steps > 0:
-            steps.append(
-                Step(
-                    "smoke gate",
-                    f"{s.smoke_steps} steps of the real config on the real hardware into "
-                    f"{smoke_dir} (skipped when the run already has a checkpoint)",
-                    [
-                        self.torchrun(
-                            self.trainer_overrides(checkpoint_path=smoke_dir, max_steps=s.smoke_steps),
-                            exit_dir=exit_dir,
-                        )
-                    ],
-                )
-            )
-        steps.append(
-            Step(
-                "train",
-                f"torchrun (python -m torch.distributed.run); resumes from the newest complete checkpoint in {s.run_dir}; exit 75 without "
-                f"a stop request restarts (at most {s.max_restarts} times); log: "
-                f"{s.launch_dir / 'train.log'}",
-                [self.torchrun(self.trainer_overrides(), exit_dir=exit_dir)],
-            )
+            steps.append(self.smoke_step())
+        return [*steps, self.train_step(), self.handoff_step()]
+
+    def preflight_step(self) -> Step:
+        """Host checks; any failure stops the launch."""
+        disabled = "" if self.settings.preflight else " (DISABLED by PREFLIGHT=0)"
+        what = f"check the host; stop with the fix on any failure{disabled}"
+        return Step("preflight", what, (self.preflight_command,))
+
+    def data_step(self) -> Step:
+        """Build the dataset if it is missing (node 0), then verify it."""
+        what = (
+            f"build {self.dataset_dir} if it is missing (node 0 only), then verify its manifest; "
+            "never train on an unverified dataset"
         )
-        steps.append(
-            Step(
-                "handoff",
-                f"at exit, success or failure: bundle into {s.artifacts_run_dir}",
-                [self.handoff_command()],
+        return Step("data", what, (self.build_command, self.verify_command))
+
+    def hardware_step(self) -> Step:
+        """The tier and batch layout (logged)."""
+        return Step("hardware", self.hardware.describe())
+
+    def cost_guard_step(self) -> Step:
+        """The watcher that logs time and cost and stops the trainer at MAX_HOURS."""
+        s = self.settings
+        if s.max_hours is not None:
+            what = (
+                f"starts after data verification: SIGTERM to the trainer at "
+                f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves and exits 75)"
             )
+        else:
+            what = "starts after data verification: no deadline (MAX_HOURS unset)"
+        if s.gpu_hourly_usd is not None:
+            what += f", cost so far logged every {s.cost_log_minutes:g} min at ${s.gpu_hourly_usd:g}/GPU-hour"
+        return Step("cost guard", what)
+
+    def probe_step(self) -> Step:
+        """PROBE=1: train a few steps, halving the micro-batch on out-of-memory."""
+        micro = self.hardware.micro_batch_size
+        what = (
+            f"{self.settings.probe_steps} steps at micro-batch {micro}; "
+            "record peak memory and step time; halve the micro-batch on out-of-memory"
         )
-        return steps
+        return Step("probe", what, (lambda: self.probe_command(micro),))
+
+    def smoke_step(self) -> Step:
+        """A few steps of the real config before the long run (fresh runs only)."""
+        s = self.settings
+        what = (
+            f"{s.smoke_steps} steps of the real config on the real hardware into "
+            f"{self.smoke_dir()} (skipped when the run already has a checkpoint)"
+        )
+        return Step("smoke gate", what, (self.smoke_command,))
+
+    def train_step(self) -> Step:
+        """Supervised torchrun with bounded restarts on exit 75."""
+        s = self.settings
+        what = (
+            "torchrun (python -m torch.distributed.run); resumes from the newest complete checkpoint in "
+            f"{s.run_dir}; exit 75 without a stop request restarts (at most {s.max_restarts} times); log: "
+            f"{s.launch_dir / 'train.log'}"
+        )
+        return Step("train", what, (self.train_command,))
+
+    def handoff_step(self) -> Step:
+        """The bundle, written at exit by the launcher, or by train_prod.sh's exit trap."""
+        where = self.settings.artifacts_run_dir
+        if self.handoff_by_launcher:
+            what = (
+                f"at exit, success or failure: the launcher bundles the run into {where} "
+                f"(by hand: {shlex.join(self.handoff_command())})"
+            )
+            return Step("handoff", what, at_exit=True)
+        what = f"at exit, success or failure: train_prod.sh's exit trap bundles the run into {where}"
+        return Step("handoff", what, (self.handoff_command,), at_exit=True)
 
     def render(self, environ: dict[str, str]) -> str:
         """The --dry-run text."""
@@ -276,8 +331,6 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
 
 def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
     """Resolve the hardware tier and every trainer override for this launch."""
-    from trm.commands.select_config import parse_compile
-
     task = get_task(settings.task)
     hardware = select_plan(
         gpus,
@@ -285,7 +338,7 @@ def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str,
         nnodes=settings.nnodes,
         global_batch_size=settings.global_batch_size or task.global_batch_size,
         micro_batch_size=settings.micro_batch_size,
-        compile_override=parse_compile(settings.compile),
+        compile_override=settings.compile,
         cpu_procs=settings.cpu_procs,
         expected_global_batch_size=task.global_batch_size,
     )
@@ -311,4 +364,5 @@ def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str,
         dataset_dir=dataset_dir,
         overrides=overrides,
         env=trainer_env(settings, environ),
+        handoff_by_launcher=environ.get(HANDOFF_VAR, "1") != "0",
     )

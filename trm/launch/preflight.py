@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,6 +20,7 @@ from trm.launch.nvidia_smi import (
     query_gpus,
     system_runner,
 )
+from trm.versions import collect_versions
 
 GIB = 1024**3
 MIN_SHM_BYTES = 1 * GIB
@@ -236,7 +236,7 @@ def run_preflight(
     if mode not in ("auto", "gpu", "cpu"):
         raise TRMError(f"preflight mode must be auto, gpu or cpu (got {mode!r})")
     checks: list[CheckResult] = []
-    env: dict[str, object] = {"python": platform.python_version()}
+    env: dict[str, object] = dict(collect_versions())
     gpus: list[GpuInfo] = []
     if mode != "cpu":
         try:
@@ -518,16 +518,3 @@ def print_report(report: PreflightReport, write: Callable[[str], None] = print) 
         write(check.line())
     failed = [c.name for c in report.checks if c.status == "fail"]
     write("preflight passed" if not failed else f"preflight FAILED: {', '.join(failed)}")
-
-
-def versions() -> dict[str, object]:
-    """torch / CUDA / NCCL versions of this process (for the handoff bundle)."""
-    import torch
-
-    nccl = None
-    if torch.cuda.is_available():
-        try:
-            nccl = ".".join(str(p) for p in torch.cuda.nccl.version())
-        except Exception:
-            nccl = None
-    return {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "nccl": nccl}

@@ -14,14 +14,13 @@ import shutil
 import statistics
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
 from trm.io import atomic_write_json
 from trm.launch.hardware import largest_divisor_at_most
 from trm.launch.nvidia_smi import Runner, query_memory_used
-
-if TYPE_CHECKING:
-    from trm.launch.runner import Launch
+from trm.launch.plan import LaunchFailed, LaunchPlan
+from trm.launch.supervisor import AttemptResult, Console, Supervisor
 
 OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 WARMUP_STEPS = 2  # compile and allocator warm-up are excluded from the step time
@@ -89,30 +88,34 @@ def drift_notes(record: dict[str, Any], table_micro: int, vram_mib: int | None) 
     return notes
 
 
-def run_probe(launch: Launch, runner: Runner | None = None) -> int:
-    """Probe from the plan's micro-batch downwards; returns the micro-batch that trains."""
-    from trm.launch.runner import LaunchFailed
+class ProbeHost(Protocol):
+    """What the probe needs from the launch that runs it (`trm.launch.runner.Launch`)."""
 
-    s, hw = launch.s, launch.plan.hardware
+    plan: LaunchPlan
+    console: Console
+    supervisor: Supervisor
+
+    def torchrun(
+        self, cmd: list[str], log: Path, label: str, stream: IO[str] | None = None
+    ) -> AttemptResult: ...
+
+
+def run_probe(launch: ProbeHost, runner: Runner | None = None) -> int:
+    """Probe from the plan's micro-batch downwards; returns the micro-batch that trains."""
+    s, hw = launch.plan.settings, launch.plan.hardware
     micro = hw.micro_batch_size
     log = s.launch_dir / "probe.log"
     attempts: list[dict[str, Any]] = []
     vram_mib = min((g.memory_mib for g in launch.plan.gpus), default=None)
     while True:
-        probe_dir = s.launch_dir / "probe" / f"micro_{micro}"
+        probe_dir = launch.plan.probe_dir(micro)
         shutil.rmtree(probe_dir, ignore_errors=True)
         offset = log.stat().st_size if log.exists() else 0
         sampler = MemorySampler(runner) if hw.device == "cuda" else None
         if sampler is not None:
             sampler.start()
         launch.console.log(f"probe: {s.probe_steps} steps at micro-batch {micro}")
-        result = launch._torchrun(
-            launch.plan.trainer_overrides(
-                checkpoint_path=probe_dir, max_steps=s.probe_steps, micro_batch_size=micro
-            ),
-            log,
-            f"probe micro-batch {micro}",
-        )
+        result = launch.torchrun(launch.plan.probe_command(micro), log, f"probe micro-batch {micro}")
         peak = sampler.stop() if sampler is not None else {}
         with open(log, encoding="utf-8", errors="replace") as f:
             f.seek(offset)

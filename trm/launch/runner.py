@@ -1,10 +1,12 @@
-"""The launch itself: preflight -> data -> hardware -> (probe) -> smoke gate -> supervised torchrun."""
+"""The launch itself: the steps of `LaunchPlan.steps()` in their order (preflight -> data -> hardware ->
+cost guard -> (probe) -> (smoke gate) -> supervised torchrun -> handoff at exit)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -12,20 +14,13 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
-from trm.launch.plan import LaunchPlan, build_plan
+from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
+from trm.launch.workspace import ensure_writable
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
 PRODUCTION_TASKS = ("arc1", "arc2")
-
-
-class LaunchFailed(Exception):
-    """A step failed; `code` becomes the launcher's exit code (the message is already logged)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def detect_gpus(settings: LaunchSettings, runner: Runner | None = None) -> list[GpuInfo]:
@@ -54,86 +49,90 @@ def resolve(settings: LaunchSettings, environ: dict[str, str], runner: Runner | 
 
 
 class Launch:
-    """One invocation of the launcher over a resolved plan."""
+    """One invocation of the launcher over a resolved plan: runs `plan.steps()` in order."""
 
     def __init__(self, plan: LaunchPlan, environ: dict[str, str], console: Console) -> None:
         self.plan = plan
-        self.s = plan.settings
+        self.settings = plan.settings
         self.environ = environ
         self.console = console
-        self.events = EventLog(self.s.launch_dir / "events.jsonl")
+        self.events = EventLog(self.settings.launch_dir / "events.jsonl")
         self.supervisor = Supervisor(console, self.events)
         self.child_env = {**environ, **plan.env}
-        self.exit_dir = self.s.launch_dir / "exit_codes"
+        self.session_start = time.time()
+        self.guard: CostGuard | None = None
+        self.exit_code = 1
 
     # -- helpers ---------------------------------------------------------------------------------
     def _check(self, cmd: list[str], label: str, failure: str) -> None:
         result = self.supervisor.run(
-            cmd, env=self.child_env, logs=[self.s.launch_dir / "launch.log"], label=label
+            cmd, env=self.child_env, logs=[self.settings.launch_dir / "launch.log"], label=label
         )
         if self.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, f"stopped during {label} ({self.supervisor.stop_reason})")
         if result.returncode != 0:
             raise LaunchFailed(exit_codes.CONFIG_ERROR, failure.format(code=result.returncode))
 
-    def _torchrun(
-        self, overrides: list[str], log: Path, label: str, stream: IO[str] | None = None
-    ) -> AttemptResult:
-        cmd = self.plan.torchrun(overrides, exit_dir=self.exit_dir)
+    def torchrun(self, cmd: list[str], log: Path, label: str, stream: IO[str] | None = None) -> AttemptResult:
+        """Run one torchrun command line under supervision, its output teed into `log`."""
+        exit_dir = self.plan.exit_dir()
         return self.supervisor.run(
-            cmd, env=self.child_env, logs=[log], exit_dir=self.exit_dir, label=label, stream=stream
+            cmd, env=self.child_env, logs=[log], exit_dir=exit_dir, label=label, stream=stream
         )
 
-    # -- steps -----------------------------------------------------------------------------------
     def write_plan(self) -> None:
         """Record the resolved plan in launch/plan.json (read by the handoff)."""
-        plan = self.plan
+        plan, s = self.plan, self.settings
         atomic_write_json(
-            self.s.launch_dir / "plan.json",
+            s.launch_dir / "plan.json",
             {
-                "run_name": self.s.run_name,
-                "task": self.s.task,
-                "run_dir": str(self.s.run_dir),
+                "run_name": s.run_name,
+                "task": s.task,
+                "run_dir": str(s.run_dir),
                 "dataset_dir": str(plan.dataset_dir),
-                "artifacts_dir": str(self.s.artifacts_run_dir),
+                "artifacts_dir": str(s.artifacts_run_dir),
                 "hardware": plan.hardware.to_dict(),
                 "gpus": [g.to_dict() for g in plan.gpus],
                 "overrides": plan.overrides,
-                "train_command": plan.torchrun(plan.trainer_overrides(), exit_dir=self.exit_dir),
+                "steps": [step.name for step in plan.steps()],
+                "train_command": plan.train_command(),
                 "trainer_env": plan.env,
                 "resume_command": plan.resume_command(self.environ),
-                "gpu_hourly_usd": self.s.gpu_hourly_usd,
-                "max_hours": self.s.max_hours,
+                "gpu_hourly_usd": s.gpu_hourly_usd,
+                "max_hours": s.max_hours,
                 "image_digest": self.environ.get("TRM_IMAGE_DIGEST") or None,
             },
         )
 
-    def preflight(self) -> None:
-        """Step 1: the host checks; any failure stops the launch."""
-        if not self.s.preflight:
+    # -- the steps, by the names LaunchPlan.steps() gives them -------------------------------------
+    def preflight(self, step: Step) -> None:
+        """The host checks; any failure stops the launch."""
+        if not self.settings.preflight:
             self.console.log("PREFLIGHT=0: preflight checks SKIPPED")
             return
+        (command,) = step.commands
         self._check(
-            self.plan.preflight_command(),
+            command,
             "preflight",
             "preflight failed (exit {code}); the fix for each failed check is printed above",
         )
 
-    def data(self) -> None:
-        """Step 2: build the dataset if missing (node 0), then verify it."""
+    def data(self, step: Step) -> None:
+        """Build the dataset if missing (node 0), then verify it."""
+        build, verify = step.commands
         d = self.plan.dataset_dir
         if not d.exists():
-            if self.s.node_rank == 0:
+            if self.settings.node_rank == 0:
                 self.console.log(f"dataset {d} is missing: building it")
                 self._check(
-                    self.plan.build_command(),
+                    build,
                     "data build",
                     f"building {d} failed (exit {{code}}); see launch/launch.log, fix the cause and rerun",
                 )
             else:
                 self._wait_for_dataset(d)
         self._check(
-            self.plan.verify_command(),
+            verify,
             "data verify",
             f"dataset {d} failed verification (exit {{code}}); never train on it: remove it (rm -rf {d}) "
             "and rerun to rebuild",
@@ -142,7 +141,7 @@ class Launch:
 
     def _wait_for_dataset(self, d: Path) -> None:
         deadline = time.time() + DATA_WAIT_S
-        self.console.log(f"node {self.s.node_rank}: waiting for node 0 to build {d}")
+        self.console.log(f"node {self.settings.node_rank}: waiting for node 0 to build {d}")
         while not d.exists():
             if self.supervisor.stop_reason:
                 raise LaunchFailed(128 + 15, "stopped while waiting for the dataset")
@@ -154,8 +153,32 @@ class Launch:
                 )
             time.sleep(10)
 
-    def probe(self) -> None:
-        """Optional: measure the micro-batch on the real GPUs and use what fits."""
+    def hardware(self, step: Step) -> None:
+        """Log the tier and batch layout."""
+        self.console.log(step.what)
+
+    def cost_guard(self, step: Step) -> None:
+        """Start the watcher: cost log, heartbeats for the handoff, and the MAX_HOURS stop."""
+        s = self.settings
+        deadline = None
+        if s.max_hours is not None:
+            deadline = time.time() + s.max_hours * 3600 - s.stop_margin_minutes * 60
+            self.console.log(
+                f"cost guard armed: the trainer is asked to stop at {time.strftime('%H:%M:%S', time.gmtime(deadline))} UTC"
+            )
+        hardware = self.plan.hardware
+        self.guard = CostGuard(
+            self.supervisor,
+            session_start=self.session_start,
+            deadline=deadline,
+            num_gpus=hardware.gpus_per_node if hardware.device == "cuda" else 0,
+            hourly_usd=s.gpu_hourly_usd,
+            log_every_s=s.cost_log_minutes * 60,
+        )
+        self.guard.start()
+
+    def probe(self, step: Step) -> None:
+        """Measure the micro-batch on the real GPUs and train with what fits."""
         from trm.launch.probe import run_probe
 
         micro = run_probe(self)
@@ -163,129 +186,150 @@ class Launch:
             self.plan.overrides = self.plan.trainer_overrides(micro_batch_size=micro)
             self.console.log(f"probe: training with micro-batch {micro}")
 
-    def smoke(self) -> None:
-        """Step 4: a few steps of the real config in a scratch directory (fresh runs only)."""
-        if self.s.smoke_steps <= 0:
-            return
-        if has_complete_checkpoint(self.s.run_dir):
+    def smoke_gate(self, step: Step) -> None:
+        """A few steps of the real config in a scratch directory (fresh runs only)."""
+        s = self.settings
+        if has_complete_checkpoint(s.run_dir):
             self.console.log("smoke gate skipped: the run already has a complete checkpoint (resuming)")
             return
-        smoke_dir = self.s.launch_dir / "smoke"
-        shutil.rmtree(smoke_dir, ignore_errors=True)
-        self.console.log(f"smoke gate: {self.s.smoke_steps} steps of the real config")
-        result = self._torchrun(
-            self.plan.trainer_overrides(checkpoint_path=smoke_dir, max_steps=self.s.smoke_steps),
-            self.s.launch_dir / "smoke.log",
-            "smoke gate",
-        )
+        shutil.rmtree(self.plan.smoke_dir(), ignore_errors=True)
+        self.console.log(f"smoke gate: {s.smoke_steps} steps of the real config")
+        (command,) = step.commands
+        result = self.torchrun(command, s.launch_dir / "smoke.log", "smoke gate")
         if self.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, f"stopped during the smoke gate ({self.supervisor.stop_reason})")
         if result.returncode != 0:
             raise LaunchFailed(
                 result.returncode if result.returncode > 0 else 1,
                 f"smoke gate failed (exit {result.returncode}, ranks {result.rank_codes}): the long run would "
-                f"fail the same way; see {self.s.launch_dir / 'smoke.log'}",
+                f"fail the same way; see {s.launch_dir / 'smoke.log'}",
             )
         self.console.log("smoke gate passed")
 
-    def train(self) -> int:
-        """Step 5: torchrun under supervision; exit 75 without a stop request restarts (bounded)."""
+    def train(self, step: Step) -> None:
+        """torchrun under supervision; exit 75 without a stop request restarts (bounded). Sets exit_code."""
+        s = self.settings
         restarts = 0
         while True:
             label = f"train attempt {restarts + 1}"
-            self.console.log(
-                f"{label}: {' '.join(self.plan.torchrun(self.plan.trainer_overrides(), exit_dir=self.exit_dir))}"
-            )
-            result = self._torchrun(self.plan.trainer_overrides(), self.s.launch_dir / "train.log", label)
+            (command,) = step.commands
+            self.console.log(f"{label}: {' '.join(command)}")
+            result = self.torchrun(command, s.launch_dir / "train.log", label)
             if result.outcome == "ok":
                 self.console.log("training finished")
-                return exit_codes.OK
+                self.exit_code = exit_codes.OK
+                return
             if result.outcome == "saved":
                 if self.supervisor.stop_reason:
                     self.console.log(
                         f"trainer saved and stopped ({self.supervisor.stop_reason}); the same command resumes"
                     )
-                    return exit_codes.SAVED_RETRY
-                if restarts < self.s.max_restarts:
+                elif restarts < s.max_restarts:
                     restarts += 1
-                    self.console.log(f"trainer saved and exited 75: restart {restarts}/{self.s.max_restarts}")
+                    self.console.log(f"trainer saved and exited 75: restart {restarts}/{s.max_restarts}")
                     self.events.write("restart", restart=restarts)
                     continue
-                self.console.log(
-                    f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
-                )
-                return exit_codes.SAVED_RETRY
+                else:
+                    self.console.log(
+                        f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
+                    )
+                self.exit_code = exit_codes.SAVED_RETRY
+                return
             if self.supervisor.stop_reason and not result.rank_codes and result.returncode == -15:
                 # The stop arrived while torchrun was starting, before any trainer ran: nothing was lost.
                 self.console.log("stopped before the trainer started; the same command resumes")
-                return exit_codes.SAVED_RETRY
-            code = result.returncode if result.returncode > 0 else 1
+                self.exit_code = exit_codes.SAVED_RETRY
+                return
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
-                f"see {self.s.launch_dir / 'train.log'}. Fix the cause and rerun the same command to resume."
+                f"see {s.launch_dir / 'train.log'}. Fix the cause and rerun the same command to resume."
             )
-            return code
+            self.exit_code = result.returncode if result.returncode > 0 else 1
+            return
+
+    def handoff(self, step: Step) -> None:
+        """Write the handoff bundle, unless the calling script's exit trap does (TRM_LAUNCH_HANDOFF=0)."""
+        if not self.plan.handoff_by_launcher:
+            self.console.log("handoff: left to train_prod.sh's exit trap (TRM_LAUNCH_HANDOFF=0)")
+            return
+        try:
+            bundle = hand_off(self.settings)
+        except (OSError, TRMError) as err:
+            self.console.log(f"handoff failed ({err}); rerun: {' '.join(self.plan.handoff_command())}")
+            return
+        self.console.log(f"handoff bundle: {bundle}" if bundle else "handoff: no run directory yet")
 
     # -- the whole launch ------------------------------------------------------------------------
+    def step_action(self, step: Step) -> Callable[[Step], None]:
+        """The method that executes `step` (named like the step: `smoke gate` -> `smoke_gate`)."""
+        action = getattr(self, step.name.replace(" ", "_"), None)
+        if action is None:  # pragma: no cover - a step added to the plan without its action
+            raise TypeError(f"the launcher has no action for step {step.name!r}")
+        return action
+
+    def _execute(self, number: int, step: Step) -> None:
+        self.console.log(f"step {number}: {step.name}")
+        if not step.at_exit:  # at-exit steps run after session_end, which stays the session's last event
+            self.events.write("step", name=step.name)
+        self.step_action(step)(step)
+
     def run(self) -> int:
-        """All steps; returns the launcher exit code (0, 2, 75 or the trainer's failure)."""
-        s = self.s
-        session_start = time.time()
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 75 or the trainer's)."""
+        s = self.settings
+        self.session_start = time.time()
         self.supervisor.install_signal_handlers()
         self.write_plan()
-        gpus = self.plan.hardware.world_size if self.plan.hardware.device == "cuda" else 0
+        hardware = self.plan.hardware
+        gpus = hardware.world_size if hardware.device == "cuda" else 0
         self.events.write(
-            "session_start", gpus=gpus, gpus_per_node=self.plan.hardware.gpus_per_node,
+            "session_start", gpus=gpus, gpus_per_node=hardware.gpus_per_node,
             hourly_usd=s.gpu_hourly_usd, node_rank=s.node_rank, host=os.uname().nodename,
         )  # fmt: skip
-        guard: CostGuard | None = None
-        code = 1
+        steps = list(enumerate(self.plan.steps(), 1))
         try:
             self.console.log(f"run {s.run_name}: {s.run_dir}")
-            self.preflight()
-            self.data()
-            self.console.log(self.plan.hardware.describe())
-            deadline = None
-            if s.max_hours is not None:
-                deadline = time.time() + s.max_hours * 3600 - s.stop_margin_minutes * 60
-                self.console.log(
-                    f"cost guard armed: the trainer is asked to stop at {time.strftime('%H:%M:%S', time.gmtime(deadline))} UTC"
-                )
-            guard = CostGuard(
-                self.supervisor,
-                session_start=session_start,
-                deadline=deadline,
-                num_gpus=self.plan.hardware.gpus_per_node if gpus else 0,
-                hourly_usd=s.gpu_hourly_usd,
-                log_every_s=s.cost_log_minutes * 60,
-            )
-            guard.start()
-            if s.probe:
-                self.probe()
-            self.smoke()
-            code = self.train()
+            for number, step in steps:
+                if not step.at_exit:
+                    self._execute(number, step)
         except LaunchFailed as err:
             self.console.log(str(err))
-            code = err.code
+            self.exit_code = err.code
         except TRMError as err:
             self.console.log(f"error: {err}")
-            code = err.exit_code
+            self.exit_code = err.exit_code
         finally:
-            if guard is not None:
-                guard.stop()
-                self.console.log(guard.cost_line())
-            self.events.write("session_end", exit_code=code)
-            if self.environ.get("TRM_LAUNCH_HANDOFF", "1") != "0":
-                # Direct `python -m trm launch` (e.g. a Kubernetes Job); train_prod.sh does it from its trap.
-                self.handoff()
-        return code
+            if self.guard is not None:
+                self.guard.stop()
+                self.console.log(self.guard.cost_line())
+            self.events.write("session_end", exit_code=self.exit_code)
+            for number, step in steps:
+                if step.at_exit:
+                    self._execute(number, step)
+        return self.exit_code
 
-    def handoff(self) -> None:
-        """Write the handoff bundle (used when the launcher runs without train_prod.sh)."""
-        from trm.launch.handoff import build_bundle
 
-        try:
-            bundle = build_bundle(self.s.run_dir, self.s.artifacts_run_dir)
-            self.console.log(f"handoff bundle: {bundle}")
-        except (OSError, TRMError) as err:
-            self.console.log(f"handoff failed ({err}); rerun: python -m trm handoff {self.s.run_dir}")
+def hand_off(settings: LaunchSettings) -> Path | None:
+    """Bundle the run these settings name into ARTIFACTS_DIR/RUN_NAME; None when it has no directory yet.
+
+    The handoff step of a launch and `python -m trm launch --handoff` (train_prod.sh's exit trap) both
+    call this."""
+    from trm.launch.handoff import build_bundle
+
+    if not settings.run_dir.is_dir():
+        return None
+    return build_bundle(settings.run_dir, settings.artifacts_run_dir)
+
+
+def probe_configured_launch(environ: dict[str, str], stream: IO[str]) -> tuple[int, Path]:
+    """`select-config --probe`: the data and probe steps of the launch the environment configures.
+
+    Returns the micro-batch that trains and the record (launch/probe.json); raises LaunchFailed."""
+    settings = LaunchSettings.from_env(environ)
+    plan = resolve(settings, environ)
+    ensure_writable(settings)
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", stream))
+    launch.supervisor.install_signal_handlers()
+    launch.data(plan.data_step())
+    from trm.launch.probe import run_probe
+
+    return run_probe(launch), settings.launch_dir / "probe.json"

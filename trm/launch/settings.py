@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trm.compile_setting import parse_compile
 from trm.errors import TRMError
 from trm.launch.tasks import TASKS
 
@@ -230,7 +231,8 @@ class LaunchSettings:
     cpu_procs: int
     global_batch_size: int | None
     micro_batch_size: int | None
-    compile: str
+    compile: bool | None
+    """COMPILE: None lets the hardware tier choose."""
     probe: bool
     probe_steps: int
     nnodes: int
@@ -286,9 +288,6 @@ class LaunchSettings:
                 "WANDB=online needs WANDB_API_KEY in the environment (from a secret store or Kubernetes Secret; "
                 "never in a file in the repo), or set WANDB=offline / off"
             )
-        compile_ = (env.get("COMPILE", "").strip() or "auto").lower()
-        if compile_ not in ("auto", "true", "false"):
-            raise TRMError(f"COMPILE={compile_!r}: use auto, true or false")
         nnodes = _int(env, "NNODES", 1, minimum=1) or 1
         master_addr = env.get("MASTER_ADDR", "").strip()
         if nnodes > 1 and not master_addr:
@@ -317,7 +316,7 @@ class LaunchSettings:
             cpu_procs=_int(env, "CPU_PROCS", 1, minimum=1) or 1,
             global_batch_size=_int(env, "GLOBAL_BATCH_SIZE", None, minimum=1),
             micro_batch_size=_int(env, "MICRO_BATCH_SIZE", None, minimum=1),
-            compile=compile_,
+            compile=parse_compile(env.get("COMPILE", ""), source="COMPILE"),
             probe=_flag(env, "PROBE", False),
             probe_steps=_int(env, "PROBE_STEPS", 20, minimum=2) or 20,
             nnodes=nnodes,

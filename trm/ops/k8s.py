@@ -8,6 +8,7 @@ kustomize inside Debian's kubectl 1.20 and current kustomize 5 understand (`base
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import shutil
@@ -186,14 +187,17 @@ def pin_images(root: str | Path = ".", *, check: bool = False) -> list[Path]:
     return changed
 
 
-def check_jobs(root: str | Path = ".", *, version: str = KUBERNETES_VERSION) -> list[str]:
-    """Render every overlay and report schema errors, stale image pins and policy violations."""
+def check_jobs(
+    root: str | Path, cli: argparse.ArgumentParser, *, version: str = KUBERNETES_VERSION
+) -> list[str]:
+    """Render every overlay and report schema errors, stale image pins and policy violations (the
+    `python -m trm` commands of the pods against `cli`, the full parser of `trm.commands`)."""
     from trm.ops import jobpolicy
     from trm.ops.shellrefs import RefChecker
 
     root = Path(root)
     images = read_lock(root)
-    refs = RefChecker(root)
+    refs = RefChecker(root, cli)
     rendered = {d: render(d) for d in overlay_dirs(root)}
     rwx = jobpolicy.rwx_claim_names(rendered)
     problems = [

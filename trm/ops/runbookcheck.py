@@ -8,6 +8,7 @@ bumps the version of every runbook whose procedure or image changed and writes t
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import re
 import subprocess
@@ -88,8 +89,9 @@ def header_problems(book: Runbook, images: dict[str, LockedImage], changelog: di
     return problems
 
 
-def check_runbooks(root: str | Path = ".") -> list[str]:
-    """Every problem in every runbook: headers, versions, shell syntax and project references."""
+def check_runbooks(root: str | Path, cli: argparse.ArgumentParser) -> list[str]:
+    """Every problem in every runbook: headers, versions, shell syntax and project references (the
+    `python -m trm` commands against `cli`, the full parser of `trm.commands`)."""
     root = Path(root)
     books = load_all(root / RUNBOOKS_DIR)
     images = lock_images(root)
@@ -97,7 +99,7 @@ def check_runbooks(root: str | Path = ".") -> list[str]:
     if not changelog_path.exists():
         raise TRMError(f"{changelog_path} is missing; create it with `python -m trm runbooks stamp`.")
     changelog = changelog_entries(changelog_path.read_text(encoding="utf-8"))
-    refs = RefChecker(root)
+    refs = RefChecker(root, cli)
     problems = []
     for book in books:
         problems += header_problems(book, images, changelog)

@@ -3,7 +3,7 @@
 The checker splits a bash snippet into simple commands and verifies, for each one that points into the
 project: scripts exist (and accept the flags given, read from their `--help`), make targets and nox
 sessions are defined, `python -m trm …` subcommands and flags exist (argparse introspection of
-`trm.__main__.build_parser()`), `python -m <module>` / `torchrun -m <module>` modules of `trm` exist,
+the `python -m trm` parser the caller passes in), `python -m <module>` / `torchrun -m <module>` modules of `trm` exist,
 and paths given to `kubectl -k/-f` exist. Commands of other tools (git, kubectl verbs, vastai) pass.
 """
 
@@ -136,17 +136,11 @@ def env_assignments(words: list[str]) -> list[str]:
 class RefChecker:
     """Verifies simple commands against one project tree (`root`)."""
 
-    def __init__(self, root: str | Path, parser: argparse.ArgumentParser | None = None):
+    def __init__(self, root: str | Path, parser: argparse.ArgumentParser):
+        """`parser`: the full `python -m trm` parser (`trm.commands.build_parser()`), passed in because
+        the command line runs these checks (the commands import the checkers, never the reverse)."""
         self.root = Path(root).resolve()
-        self._parser = parser
-
-    @functools.cached_property
-    def parser(self) -> argparse.ArgumentParser:
-        if self._parser is None:
-            from trm.__main__ import build_parser
-
-            self._parser = build_parser()
-        return self._parser
+        self.parser = parser
 
     @functools.cached_property
     def make_targets(self) -> set[str]:

@@ -12,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.training.accumulation import SlotPlan
 from trm.training.config import TrainConfig
-from trm.training.distributed import DistInfo
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +117,9 @@ def build_optimizers(cfg: TrainConfig, model: Any) -> list[Optim]:
 
 def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | None = None) -> Components:
     """Loaders (built from data_paths unless given), model (rank 0's init broadcast), optimizers, EMA."""
+    from trm.distributed import broadcast_params_
     from trm.evaluation.arc import build_evaluators
     from trm.optim import EMA
-    from trm.training.distributed import broadcast_params_
 
     plan = SlotPlan.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
     train_loader, test_loader = loaders if loaders is not None else build_loaders(cfg, info)

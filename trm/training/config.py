@@ -8,8 +8,6 @@ API from a structured config, so an unknown key is caught first and reported wit
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import hashlib
 import itertools
 import json
 import os
@@ -17,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trm.compile_setting import CHOICES as COMPILE_CHOICES
 from trm.errors import TRMError
 
 CONFIG_NAME = "trm_train"
@@ -217,6 +216,8 @@ def normalize_overrides(argv: list[str]) -> list[str]:
 
 
 def _unknown_key_message(key: str, arg: str) -> str:
+    import difflib
+
     match = difflib.get_close_matches(key, [*SCHEMA_KEYS, "arch"], n=1, cutoff=0.5)
     hint = f" Did you mean '{match[0]}'?" if match else ""
     return f"unknown config key '{key}' in {arg!r}.{hint} List the keys with `python -m trm.train --help`."
@@ -287,7 +288,7 @@ def validate(cfg: TrainConfig) -> None:
         raise TRMError(f"micro_batch_size={cfg.micro_batch_size} must be ≥ 1 (or null for no accumulation).")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise TRMError(f"max_steps={cfg.max_steps} must be ≥ 1 (or null for the schedule's length).")
-    for key, allowed in (("compile", ("auto", "true", "false")), ("device", ("auto", "cuda", "cpu"))):
+    for key, allowed in (("compile", COMPILE_CHOICES), ("device", ("auto", "cuda", "cpu"))):
         value = str(getattr(cfg, key)).lower()
         if value not in allowed:
             raise TRMError(f"{key}={getattr(cfg, key)!r}: use one of {', '.join(allowed)}.")
@@ -327,6 +328,8 @@ def math_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 def config_hash(cfg: TrainConfig) -> str:
     """sha256 of the math-defining config (stable key order)."""
+    import hashlib
+
     blob = json.dumps(math_dict(cfg), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()
 

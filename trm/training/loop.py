@@ -22,15 +22,15 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from trm import distributed as dist_utils
 from trm import exit_codes
+from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.training import checkpoint as ckpt
-from trm.training import distributed as dist_utils
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
 from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
-from trm.training.distributed import DistInfo
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
 from trm.training.signals import StopRequests, handle_signals
 from trm.training.state import (
@@ -42,6 +42,7 @@ from trm.training.state import (
     write_main_state,
     write_rank_shard,
 )
+from trm.versions import collect_versions
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class Trainer:
                 "total_steps": self.total_steps,
                 "step_limit": self.step_limit,
                 "resumed_from": str(self.resumed_from) if self.resumed_from else None,
-                "versions": {"python": sys.version.split()[0], "torch": torch.__version__},
+                "versions": collect_versions(),
                 "platform": platform.platform(),
                 "git_sha": ckpt.git_sha(),
                 "image_digest": os.environ.get("TRM_IMAGE_DIGEST") or None,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from trm.distributed import DistInfo, initialize
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.training import config as config_mod
@@ -20,7 +21,6 @@ from trm.training.accumulation import SlotPlan
 from trm.training.builder import build_model, load_initial_weights
 from trm.training.checkpoint import STATE, check_folder, load_torch
 from trm.training.config import TrainConfig
-from trm.training.distributed import DistInfo, initialize
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Process group setup and the few collectives the trainer needs (gloo on CPU, NCCL on CUDA).
+"""Process group setup and the few collectives training and evaluation share (gloo on CPU, NCCL on CUDA).
 
 A run is distributed when torchrun set WORLD_SIZE > 1. On CUDA a second gloo group carries Python
 objects (evaluator predictions), as NCCL cannot gather them.

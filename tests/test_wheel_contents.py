@@ -1,0 +1,47 @@
+"""The wheel that runtime images and the Kaggle wheelhouse install: the runtime package without the
+repository tooling (trm.ops, trm.bench), and a command line that says so when a tooling command runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from trm.kaggle.wheelhouse import build_own_wheel
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_own_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_leaves_repository_tooling_out(wheel):
+    packages = {name.rsplit("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
+    assert {"trm", "trm/commands", "trm/launch", "trm/kaggle", "trm/training", "trm/images"} <= packages
+    assert not any(p.startswith(("trm/ops", "trm/bench")) for p in packages)
+
+
+def test_the_installed_wheel_lists_every_command_and_refuses_tooling_clearly(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)],
+        check=True,
+    )  # fmt: skip
+    # -S: no site-packages, so neither the checkout nor its editable install is importable; only the wheel.
+    env = {**os.environ, "PYTHONPATH": str(target)}
+
+    def trm(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-S", "-m", "trm", *args], env=env, cwd=tmp_path, capture_output=True, text=True
+        )
+
+    help_ = trm("--help")
+    assert help_.returncode == 0 and "scan-secrets" in help_.stdout and "launch" in help_.stdout
+    refused = trm("runbooks", "check")
+    assert refused.returncode == 2
+    assert "repository tooling: it needs trm.ops" in refused.stderr and "source checkout" in refused.stderr
+    assert "Traceback" not in refused.stderr
