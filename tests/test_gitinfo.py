@@ -54,7 +54,7 @@ def test_every_caller_reads_the_image_variable(monkeypatch):
     monkeypatch.setenv("TRM_IMAGE_GIT_SHA", "feedc0ffee12345")
     assert checkpoint.git_sha() == "feedc0ffee12345"
     assert handoff._git_sha() == "feedc0ffee12345"
-    monkeypatch.setattr("trm.commands.version.collect_versions", lambda: {})
+    monkeypatch.setattr("trm.versions.collect_versions", lambda: {})
     assert "git feedc0ffee12" in entrypoint.banner({"TRM_IMAGE_GIT_SHA": "feedc0ffee12345"})
 
 

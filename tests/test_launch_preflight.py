@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.launch_fakes import install_fake_smi
-from trm.launch import compat
+from trm.images import compat
 from trm.launch.gpu_checks import allreduce_check, matmul_check
 from trm.launch.nvidia_smi import system_runner
 from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight

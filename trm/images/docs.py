@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.images.compat import min_driver_for
 from trm.images.variants import ImageConfig
 from trm.io import atomic_write_text
-from trm.launch.compat import min_driver_for
 
 README_PATH = Path("docker/README.md")
 CATALOG_PATH = Path("trm/images/catalog.py")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from trm.errors import TRMError
 from trm.images import catalog as image_catalog
-from trm.launch import compat
+from trm.images import compat
 from trm.launch.nvidia_smi import (
     GpuInfo,
     NvidiaSmiMissing,
