@@ -141,13 +141,16 @@ def test_evaluator_undoes_augmentations_and_survives_inference_mode_tensors(tmp_
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert sub["a"][0]["attempt_1"] == A_OUT
     assert sub["b"][1]["attempt_1"] == [[1, 1]]
-    # Per-evaluation votes by default; aggregated voting keeps earlier rounds.
+    # Upstream's default pools the votes of every evaluation; this_eval scores only the current one.
     ev.begin_eval()
-    assert ev.result(None, DistInfo())["ARC/pass@1"] == 0.0
-    agg = ARCEvaluator(ids, PUZZLES, blank_identifier_id=0, aggregated_voting=True)
-    agg.update_batch(batch)
-    agg.begin_eval()
-    assert agg.result(None, DistInfo())["ARC/pass@1"] == pytest.approx(0.5)
+    pooled = ev.result(None, DistInfo())
+    assert pooled["ARC/pass@1"] == pytest.approx(0.5)
+    assert pooled["ARC/this_eval/pass@1"] == 0.0
+    per_eval = ARCEvaluator(ids, PUZZLES, blank_identifier_id=0, aggregated_voting=False)
+    per_eval.update_batch(batch)
+    per_eval.begin_eval()
+    metrics = per_eval.result(None, DistInfo())
+    assert metrics["ARC/pass@1"] == metrics["ARC/this_eval/pass@1"] == 0.0
 
 
 def _gather_worker(rank: int, init_file: str, ids: list[str], out: str) -> None:
