@@ -182,6 +182,10 @@ class ARCEvaluator:
         logs = gather_objects(self.log, info)
         if logs is None:
             return None
+        return self.result_from(logs, save_path)
+
+    def result_from(self, logs: list[VoteLog], save_path: Path | None) -> dict[str, float]:
+        """Metrics (and `<save_path>/submission.json`) from every rank's vote log, indexed by rank."""
         pooled = merge_in_order(logs)
         submission = build_submission(
             self.test_puzzles, pooled, self.submission_K, fallback=self.submission_fallback
