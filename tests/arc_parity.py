@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import sys
@@ -190,17 +191,32 @@ def summary(metrics: dict[str, float], folder: Path) -> dict[str, Any]:
     }
 
 
-def run_ours(scn: Scenario, aggregated: bool, world: int, out: Path) -> list[dict[str, Any]]:
+def run_ours(
+    scn: Scenario, aggregated: bool, world: int, out: Path, *, resume_at: int | None = None
+) -> list[dict[str, Any]]:
     """Our evaluator with `world` ranks emulated in this process (each rank's log, merged as rank 0 does).
 
-    Also returns `this_eval` (our per-evaluation metrics, under upstream's names) per round.
+    Also returns `this_eval` (our per-evaluation metrics, under upstream's names) per round. With
+    `resume_at=r`, fresh evaluators restored from rank 0's saved state (as a resumed run's) take over
+    before round r.
     """
-    evs = [
-        ARCEvaluator(scn.identifiers, scn.test_puzzles, BLANK, aggregated_voting=aggregated)
-        for _ in range(world)
-    ]
+
+    def fresh() -> list[ARCEvaluator]:
+        return [
+            ARCEvaluator(scn.identifiers, scn.test_puzzles, BLANK, aggregated_voting=aggregated)
+            for _ in range(world)
+        ]
+
+    evs = fresh()
     results = []
     for r, batches in enumerate(scn.rounds):
+        if r == resume_at:
+            buffer = io.BytesIO()
+            torch.save(evs[0].state_dict(), buffer)
+            evs = fresh()
+            for ev in evs:
+                buffer.seek(0)
+                ev.load_state_dict(torch.load(buffer, weights_only=False))
         for ev in evs:
             ev.begin_eval()
         for b, batch in enumerate(batches):

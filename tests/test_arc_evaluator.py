@@ -302,6 +302,12 @@ def test_aggregated_voting_pools_rounds_and_this_eval_scores_the_current_one() -
     assert second["ARC/this_eval/pass@2"] == 1.0
 
 
+def test_evaluator_state_from_another_version_is_a_clear_error() -> None:
+    ev = ARCEvaluator(["<blank>"], PUZZLES, blank_identifier_id=0)
+    with pytest.raises(TRMError, match="another trm version"):
+        ev.load_state_dict({"version": 0, "stats": {}, "grids": {}})
+
+
 def test_unknown_evaluator_options_are_a_clear_error() -> None:
     loader = SimpleNamespace(
         identifiers=["<blank>"], test_puzzles=PUZZLES, metadata=SimpleNamespace(blank_identifier_id=0)

@@ -62,6 +62,14 @@ def test_this_eval_is_upstreams_per_evaluation_voting(name: str, tmp_path) -> No
     assert [r["this_eval"] for r in ours] == [r["metrics"] for r in EXPECTED[name]["per_eval"]["1"]]
 
 
+@pytest.mark.parametrize("world", WORLD_SIZES)
+@pytest.mark.parametrize("name", ["logits_5_40", *TIES])
+def test_pooled_votes_survive_a_checkpoint(name: str, world: int, tmp_path) -> None:
+    # A resumed run's evaluators restart from the checkpoint's pooled votes: same results as never stopping.
+    ours = run_ours(scenario(name), True, world, tmp_path, resume_at=1)
+    assert _upstream_view(ours) == EXPECTED[name]["aggregated"]["1"]
+
+
 def test_upstream_depends_on_the_world_size_only_where_ties_are_broken() -> None:
     """Upstream merges ranks rank by rank, so its first-seen candidate can change with the world size;
     ours does not (README: ARC evaluation). Here that happens in the scenarios with exact ties, metrics

@@ -10,11 +10,15 @@ Under upstream's metric names it gives upstream's numbers for the same predictio
   are `[]`) unless `submission_fallback=True`.
 
 "Seen first" needs an order that does not depend on how the test set was split over ranks. Every vote
-carries its position: (evaluation round, global test-batch index, row within this rank's part of the
-batch). Rank 0 gathers every rank's votes and replays them ordered by (round, batch, rank, row). Each rank
-holds a contiguous slice of every global batch, in rank order, so this is the test set's example order,
-the order one process sees: the result is the same for any world size (and any batch size), and equals
-upstream's single-process result.
+carries its position: (global test-batch index, row within this rank's part of the batch). Rank 0
+gathers every rank's votes of the evaluation and replays them ordered by (batch, rank, row), after the
+votes of earlier evaluations. Each rank holds a contiguous slice of every global batch, in rank order, so
+this is the test set's example order, the order one process sees: the result is the same for any world
+size (and any batch size), and equals upstream's single-process result.
+
+Earlier evaluations' votes are kept as a `Tally` (count and confidence sum per distinct grid) on rank 0,
+which ranks exactly as the full list of votes would; it is part of the trainer's checkpoint
+(`state_dict`), so a resumed run pools the same votes as an uninterrupted one.
 
 Beside `ARC/pass@K`, `ARC/this_eval/pass@K` scores only the current evaluation's votes, i.e. the
 checkpoint being evaluated on its own (the two are equal with `aggregated_voting=False`).
@@ -34,6 +38,7 @@ import torch
 from trm.errors import TRMError
 from trm.evaluation.voting import (
     PASS_KS,
+    Tally,
     VoteTable,
     build_submission,
     grid_key,
@@ -55,18 +60,18 @@ Vote = tuple[str, str, str, float]
 
 @dataclass
 class VoteLog:
-    """One rank's votes, grouped by position (round, global batch index) in the order they arrived.
+    """One rank's votes of one evaluation, grouped by global test-batch index, in arrival order.
 
-    A `record_predictions` sink: `add` files the vote under the current position (set by `at`).
+    A `record_predictions` sink: `add` files the vote under the current batch (set by `at`).
     """
 
-    batches: dict[tuple[int, int], list[Vote]] = field(default_factory=dict)
+    batches: dict[int, list[Vote]] = field(default_factory=dict)
     grids: dict[str, list[list[int]]] = field(default_factory=dict)
-    position: tuple[int, int] = (0, 0)
+    batch_index: int = 0
 
-    def at(self, round_index: int, batch_index: int) -> None:
-        """File the next votes under this evaluation round and global test-batch index."""
-        self.position = (round_index, batch_index)
+    def at(self, batch_index: int) -> None:
+        """File the next votes under this global test-batch index."""
+        self.batch_index = batch_index
 
     def add(self, task_id: str, input_grid: Any, pred_grid: Any, confidence: float) -> None:
         """Record one prediction (already mapped back to the original orientation and colours)."""
@@ -74,36 +79,27 @@ class VoteLog:
         if pred_key not in self.grids:
             self.grids[pred_key] = np.asarray(pred_grid, dtype=np.int64).tolist()
         vote = (task_id, grid_key(input_grid), pred_key, float(confidence))
-        self.batches.setdefault(self.position, []).append(vote)
+        self.batches.setdefault(self.batch_index, []).append(vote)
 
     def clear(self) -> None:
         """Forget every vote."""
         self.batches.clear()
         self.grids.clear()
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"batches": self.batches, "grids": self.grids, "position": self.position}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.batches, self.grids, self.position = state["batches"], state["grids"], state["position"]
-
-
-def merge_in_order(logs: list[VoteLog], rounds: set[int] | None = None) -> VoteTable:
-    """One table from every rank's log (index = rank), votes ordered by (round, batch, rank, row).
-
-    `rounds` keeps only those evaluation rounds (None: all).
-    """
+def merge_in_order(logs: list[VoteLog]) -> VoteTable:
+    """One table from every rank's log (index = rank), votes ordered by (batch, rank, row)."""
     table = VoteTable()
     for log_ in logs:
         table.grids.update(log_.grids)
-    positions = sorted({pos for log_ in logs for pos in log_.batches})
-    for pos in positions:
-        if rounds is not None and pos[0] not in rounds:
-            continue
+    for index in sorted({index for log_ in logs for index in log_.batches}):
         for log_ in logs:
-            for task_id, input_key, pred_key, conf in log_.batches.get(pos, ()):
+            for task_id, input_key, pred_key, conf in log_.batches.get(index, ()):
                 table.add_vote(task_id, input_key, pred_key, conf)
     return table
+
+
+STATE_VERSION = 1
 
 
 class ARCEvaluator:
@@ -133,20 +129,24 @@ class ARCEvaluator:
         self.pass_Ks = tuple(int(k) for k in pass_Ks)
         self.aggregated_voting = aggregated_voting
         self.submission_fallback = submission_fallback
-        self.log = VoteLog()
-        self._round = 0
+        self.log = VoteLog()  # this evaluation's votes on this rank
+        self.pooled = Tally()  # rank 0: the votes of earlier evaluations (aggregated_voting)
+        self._folded = False  # whether this evaluation's votes are in `pooled` yet
         self._next_batch = 0
 
     @property
     def table(self) -> VoteTable:
-        """This rank's votes (every round kept), in arrival order."""
+        """This rank's votes of the current evaluation, in arrival order."""
         return merge_in_order([self.log])
 
     def begin_eval(self) -> None:
-        """Start an evaluation round (forgets earlier rounds' votes unless aggregated_voting)."""
-        self._round += 1
+        """Start an evaluation (upstream's call): a new vote log; earlier votes stay pooled if aggregated."""
+        if not self._folded and self.aggregated_voting:
+            self.pooled.fold(self.table)  # an evaluation that never reached result() (one process)
         if not self.aggregated_voting:
-            self.log.clear()
+            self.pooled = Tally()
+        self.log.clear()
+        self._folded = False
         self._next_batch = 0
 
     def update_batch(self, outputs: dict[str, torch.Tensor], *, batch_index: int | None = None) -> None:
@@ -159,7 +159,7 @@ class ARCEvaluator:
         if batch_index is None:
             batch_index = self._next_batch
         self._next_batch = batch_index + 1
-        self.log.at(self._round, batch_index)
+        self.log.at(batch_index)
         # Upstream's confidence: float64 sigmoid where the logits live, then to the CPU.
         confidence = outputs["q_halt_logits"].detach().to(torch.float64).sigmoid().cpu().numpy()
         # Copies on the CPU, outside any inference-mode tensor: nothing here is updated in place later.
@@ -181,26 +181,44 @@ class ARCEvaluator:
         """Gather to rank 0, write `<save_path>/submission.json`, return the metrics (None on other ranks)."""
         logs = gather_objects(self.log, info)
         if logs is None:
+            self._folded = True  # rank 0 pools these votes
             return None
         return self.result_from(logs, save_path)
 
     def result_from(self, logs: list[VoteLog], save_path: Path | None) -> dict[str, float]:
         """Metrics (and `<save_path>/submission.json`) from every rank's vote log, indexed by rank."""
-        pooled = merge_in_order(logs)
+        current = merge_in_order(logs)
+        if not self._folded:
+            self.pooled.fold(current)
+            self._folded = True
+        votes = self.pooled if self.aggregated_voting else current
         submission = build_submission(
-            self.test_puzzles, pooled, self.submission_K, fallback=self.submission_fallback
+            self.test_puzzles, votes, self.submission_K, fallback=self.submission_fallback
         )
         if self.submission_fallback:
             validate_submission(submission, self.test_puzzles, self.submission_K)
         if save_path is not None:
             # json.dumps' defaults and no trailing newline: the same bytes as upstream's file.
             atomic_write_text(Path(save_path) / SUBMISSION, json.dumps(submission))
-        scores = pass_at_k(self.test_puzzles, pooled, self.pass_Ks)
-        metrics = {f"ARC/pass@{k}": v for k, v in scores.items()}
-        current = {self._round} if self.aggregated_voting else None
-        this_eval = pass_at_k(self.test_puzzles, merge_in_order(logs, current), self.pass_Ks)
+        metrics = {f"ARC/pass@{k}": v for k, v in pass_at_k(self.test_puzzles, votes, self.pass_Ks).items()}
+        this_eval = pass_at_k(self.test_puzzles, current, self.pass_Ks)
         metrics.update({f"{THIS_EVAL}/pass@{k}": v for k, v in this_eval.items()})
         return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pooled votes of the evaluations so far (what a resumed run needs; empty off rank 0)."""
+        return {"version": STATE_VERSION, "stats": self.pooled.stats, "grids": self.pooled.grids}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` (pooled votes); the next evaluation adds to them."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            raise TRMError(
+                "the checkpoint's ARC evaluator state is from another trm version: resume with the "
+                "version that wrote it, or start a new run (checkpoint_path)."
+            )
+        self.pooled = Tally(stats=state["stats"], grids=state["grids"])
+        self.log.clear()
+        self._folded = True
 
 
 OPTIONS = ("submission_K", "pass_Ks", "aggregated_voting", "submission_fallback")

@@ -99,13 +99,48 @@ def rank_votes(votes: list[tuple[str, float]]) -> list[Candidate]:
     Candidates that tie on both keep the order of their first vote (a stable sort, as upstream's):
     the earlier one ranks higher. The mean is the in-order float sum of the confidences over the count.
     """
-    counts: dict[str, int] = {}
-    sums: dict[str, float] = {}
+    stats: dict[str, list[float]] = {}
+    _accumulate(stats, votes)
+    return _rank(stats)
+
+
+def _accumulate(stats: dict[str, list[float]], votes: list[tuple[str, float]]) -> None:
     for key, conf in votes:
-        counts[key] = counts.get(key, 0) + 1
-        sums[key] = sums.get(key, 0.0) + conf
-    cands = [Candidate(k, counts[k], sums[k] / counts[k]) for k in counts]
+        entry = stats.setdefault(key, [0, 0.0])
+        entry[0] += 1
+        entry[1] += conf
+
+
+def _rank(stats: dict[str, list[float]]) -> list[Candidate]:
+    cands = [Candidate(k, int(count), total / count) for k, (count, total) in stats.items()]
     return sorted(cands, key=lambda c: (c.count, c.mean_confidence), reverse=True)
+
+
+@dataclass
+class Tally:
+    """Votes folded into (count, confidence sum) per distinct grid, in first-seen order.
+
+    Folding votes in order yields exactly the counts, float sums and tie order that ranking the whole
+    list of votes would (`rank_votes`), so pooled voting over many evaluations keeps this instead of
+    every vote. Same lookups as `VoteTable` (`ranked`, `grids`).
+    """
+
+    stats: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    grids: dict[str, list[list[int]]] = field(default_factory=dict)
+
+    def fold(self, table: VoteTable) -> None:
+        """Add every vote of `table`, which come after every vote already folded."""
+        for task_id, by_input in table.votes.items():
+            per_task = self.stats.setdefault(task_id, {})
+            for input_key, votes in by_input.items():
+                _accumulate(per_task.setdefault(input_key, {}), votes)
+                for pred_key, _ in votes:
+                    if pred_key not in self.grids:
+                        self.grids[pred_key] = table.grids[pred_key]
+
+    def ranked(self, task_id: str, input_grid: Any) -> list[Candidate]:
+        """Distinct predictions for one test input, best first (see `rank_votes`)."""
+        return _rank(self.stats.get(task_id, {}).get(grid_key(input_grid), {}))
 
 
 def _has_solutions(task: dict[str, Any]) -> bool:
@@ -113,7 +148,7 @@ def _has_solutions(task: dict[str, Any]) -> bool:
 
 
 def pass_at_k(
-    test_puzzles: dict[str, Any], table: VoteTable, ks: tuple[int, ...] = PASS_KS
+    test_puzzles: dict[str, Any], table: VoteTable | Tally, ks: tuple[int, ...] = PASS_KS
 ) -> dict[int, float]:
     """Mean over tasks of the fraction of test pairs whose answer is in the top K.
 
@@ -142,7 +177,7 @@ def _usable(grid: list[list[int]]) -> list[list[int]]:
 
 
 def build_submission(
-    test_puzzles: dict[str, Any], table: VoteTable, attempts: int = 2, *, fallback: bool = True
+    test_puzzles: dict[str, Any], table: VoteTable | Tally, attempts: int = 2, *, fallback: bool = True
 ) -> dict[str, Any]:
     """ARC Prize format: `{task: [{"attempt_1": g, "attempt_2": g}, ...]}`, the top `attempts` grids.
 
