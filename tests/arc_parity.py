@@ -226,7 +226,7 @@ def run_ours(
                     ev.update_batch({k: v[start : start + CHUNK] for k, v in local.items()}, batch_index=b)
         folder = out / f"ours_{scn.name}_{aggregated}_{world}_{r}"
         folder.mkdir(parents=True)
-        metrics = evs[0].result_from([ev.log for ev in evs], folder)
+        metrics = evs[0].result_from([ev.vote_log for ev in evs], folder)
         entry = summary(metrics, folder)
         entry["this_eval"] = {
             k.replace("ARC/this_eval/", "ARC/"): v

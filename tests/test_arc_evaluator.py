@@ -276,7 +276,7 @@ def test_tie_order_is_the_test_sets_order_for_any_world_size(tmp_path) -> None:
     ranks = [ARCEvaluator(ids, PUZZLES, blank_identifier_id=0) for _ in range(2)]
     for rank, ev in enumerate(ranks):
         _feed(ev, batches, rank, 2)
-    assert ranks[0].result_from([ev.log for ev in ranks], tmp_path / "two") == expected
+    assert ranks[0].result_from([ev.vote_log for ev in ranks], tmp_path / "two") == expected
     one, two = ((tmp_path / d / "submission.json").read_text() for d in ("one", "two"))
     assert one == two
     assert json.loads(one)["a"] == [{"attempt_1": [[1, 1]], "attempt_2": [[2, 2]]}]

@@ -120,16 +120,16 @@ class ARCEvaluator:
     ) -> None:
         if submission_K < 1:
             raise TRMError(f"ARC evaluator: submission_K={submission_K} must be at least 1.")
-        if not pass_Ks or any(int(k) < 1 for k in pass_Ks):
+        if not pass_Ks or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in pass_Ks):
             raise TRMError(f"ARC evaluator: pass_Ks={list(pass_Ks)} must be positive integers.")
         self.identifiers = identifiers
         self.test_puzzles = test_puzzles
         self.blank_identifier_id = blank_identifier_id
         self.submission_K = submission_K
-        self.pass_Ks = tuple(int(k) for k in pass_Ks)
+        self.pass_Ks = tuple(pass_Ks)
         self.aggregated_voting = aggregated_voting
         self.submission_fallback = submission_fallback
-        self.log = VoteLog()  # this evaluation's votes on this rank
+        self.vote_log = VoteLog()  # this evaluation's votes on this rank
         self.pooled = Tally()  # rank 0: the votes of earlier evaluations (aggregated_voting)
         self._folded = False  # whether this evaluation's votes are in `pooled` yet
         self._next_batch = 0
@@ -137,7 +137,7 @@ class ARCEvaluator:
     @property
     def table(self) -> VoteTable:
         """This rank's votes of the current evaluation, in arrival order."""
-        return merge_in_order([self.log])
+        return merge_in_order([self.vote_log])
 
     def begin_eval(self) -> None:
         """Start an evaluation (upstream's call): a new vote log; earlier votes stay pooled if aggregated."""
@@ -145,7 +145,7 @@ class ARCEvaluator:
             self.pooled.fold(self.table)  # an evaluation that never reached result() (one process)
         if not self.aggregated_voting:
             self.pooled = Tally()
-        self.log.clear()
+        self.vote_log.clear()
         self._folded = False
         self._next_batch = 0
 
@@ -159,7 +159,7 @@ class ARCEvaluator:
         if batch_index is None:
             batch_index = self._next_batch
         self._next_batch = batch_index + 1
-        self.log.at(batch_index)
+        self.vote_log.at(batch_index)
         # Upstream's confidence: float64 sigmoid where the logits live, then to the CPU.
         confidence = outputs["q_halt_logits"].detach().to(torch.float64).sigmoid().cpu().numpy()
         # Copies on the CPU, outside any inference-mode tensor: nothing here is updated in place later.
@@ -169,7 +169,7 @@ class ARCEvaluator:
         ids = host["puzzle_identifiers"].numpy()
         rows = np.nonzero(ids != self.blank_identifier_id)[0]
         record_predictions(
-            self.log,
+            self.vote_log,
             self.test_puzzles,
             [self.identifiers[int(ids[row])] for row in rows],
             host["inputs"].numpy()[rows],
@@ -179,7 +179,7 @@ class ARCEvaluator:
 
     def result(self, save_path: Path | None, info: DistInfo) -> dict[str, float] | None:
         """Gather to rank 0, write `<save_path>/submission.json`, return the metrics (None on other ranks)."""
-        logs = gather_objects(self.log, info)
+        logs = gather_objects(self.vote_log, info)
         if logs is None:
             self._folded = True  # rank 0 pools these votes
             return None
@@ -188,9 +188,9 @@ class ARCEvaluator:
     def result_from(self, logs: list[VoteLog], save_path: Path | None) -> dict[str, float]:
         """Metrics (and `<save_path>/submission.json`) from every rank's vote log, indexed by rank."""
         current = merge_in_order(logs)
-        if not self._folded:
+        if self.aggregated_voting and not self._folded:
             self.pooled.fold(current)
-            self._folded = True
+        self._folded = True
         votes = self.pooled if self.aggregated_voting else current
         submission = build_submission(
             self.test_puzzles, votes, self.submission_K, fallback=self.submission_fallback
@@ -206,8 +206,12 @@ class ARCEvaluator:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        """The pooled votes of the evaluations so far (what a resumed run needs; empty off rank 0)."""
-        return {"version": STATE_VERSION, "stats": self.pooled.stats, "grids": self.pooled.grids}
+        """The pooled votes of the evaluations so far (what a resumed run needs; empty off rank 0).
+
+        Grids are stored as uint8 arrays (a byte per cell), not as lists.
+        """
+        grids = {k: np.asarray(g, dtype=np.uint8) for k, g in self.pooled.grids.items()}
+        return {"version": STATE_VERSION, "stats": self.pooled.stats, "grids": grids}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` (pooled votes); the next evaluation adds to them."""
@@ -216,8 +220,9 @@ class ARCEvaluator:
                 "the checkpoint's ARC evaluator state is from another trm version: resume with the "
                 "version that wrote it, or start a new run (checkpoint_path)."
             )
-        self.pooled = Tally(stats=state["stats"], grids=state["grids"])
-        self.log.clear()
+        grids = {k: np.asarray(g).tolist() for k, g in state["grids"].items()}
+        self.pooled = Tally(stats=state["stats"], grids=grids)
+        self.vote_log.clear()
         self._folded = True
 
 
