@@ -114,14 +114,18 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def test_run_evaluates_and_writes_a_submission_for_every_test_input(dataset: Path, tmp_path: Path) -> None:
-    result = train(dataset, tmp_path / "run", "epochs=2", "eval_interval=1")
+    # Per-evaluation votes (so the standalone evaluation below can reproduce them) and Kaggle's
+    # complete submission form; the defaults are upstream's (pooled votes, upstream's file).
+    arc = "evaluators=[{name: arc@ARC, aggregated_voting: false, submission_fallback: true}]"
+    result = train(dataset, tmp_path / "run", "epochs=2", "eval_interval=1", arc)
     assert result.returncode == 0, result.stderr
     subs = sorted(tmp_path.glob("run/evaluator_ARC_step_*/submission.json"))
     assert len(subs) == 2
     test_puzzles = json.loads((dataset / "test_puzzles.json").read_text())
     validate_submission(json.loads(subs[-1].read_text()), test_puzzles)
     names = {r["name"] for r in _csv(tmp_path / "run" / "metrics.csv")}
-    assert {"train/lm_loss", "train/lr", "eval/all/exact_accuracy", "ARC/pass@2", "ARC/pass@1000"} <= names
+    expected = {"train/lm_loss", "train/lr", "eval/all/exact_accuracy", "ARC/pass@2", "ARC/pass@1000"}
+    assert expected | {"ARC/this_eval/pass@2"} <= names
     run_json = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run_json["world_size"] == 1 and run_json["config"]["ema"] is True
     manifest = json.loads((ckpt.find_complete(tmp_path / "run")[-1].path / "manifest.json").read_text())

@@ -50,7 +50,9 @@ def evaluate(
     )
     try:
         with torch.no_grad():
-            for set_name, batch, _n in test_loader.iter_test():
+            # The batch index is the same on every rank for the same global batch: the evaluators order
+            # votes by it (then rank, then row), which makes tie-breaking independent of the world size.
+            for batch_index, (set_name, batch, _n) in enumerate(test_loader.iter_test()):
                 rows = _real_rows(batch["puzzle_identifiers"], blank_id)
                 batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
                 for start in range(0, rows, chunk_size):
@@ -61,7 +63,7 @@ def evaluate(
                         acc[name] = acc.get(name, 0) + value.detach().double()
                     merged = {**chunk, **outputs}
                     for ev in evaluators:
-                        ev.update_batch(merged)
+                        ev.update_batch(merged, batch_index=batch_index)
                     for key in save_outputs:
                         if key in merged:
                             saved[key].append(merged[key].detach().to("cpu", copy=True))

@@ -3,6 +3,11 @@
 Reused by the in-training evaluator, `python -m trm.eval` and Kaggle inference. A "test puzzle" is the
 original ARC task JSON (`{"train": [...], "test": [{"input": grid, "output": grid?}, ...]}`); predictions
 are keyed by the task id and the hash of the original (un-augmented) test input grid.
+
+Ranking follows upstream's evaluator exactly: candidates by vote count, then by mean confidence (the
+float64 halting sigmoid, summed in vote order and divided by the count), both descending, and on a full
+tie the candidate whose first vote came first wins. The order in which votes are added is therefore
+part of the result; `trm.evaluation.arc` defines it independently of the world size.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,6 +35,12 @@ def grid_key(grid: Any) -> str:
     h = hashlib.sha256(repr(arr.shape).encode())
     h.update(np.ascontiguousarray(arr).tobytes())
     return h.hexdigest()[:32]
+
+
+class VoteSink(Protocol):
+    """Where `record_predictions` files votes (a `VoteTable`, or the evaluator's ordered log)."""
+
+    def add(self, task_id: str, input_grid: Any, pred_grid: Any, confidence: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,11 @@ class VoteTable:
         """Record one prediction (already mapped back to the original orientation and colours)."""
         pred_k = grid_key(pred_grid)
         self.grids.setdefault(pred_k, np.asarray(pred_grid, dtype=np.int64).tolist())
-        self.votes[task_id].setdefault(grid_key(input_grid), []).append((pred_k, float(confidence)))
+        self.add_vote(task_id, grid_key(input_grid), pred_k, confidence)
+
+    def add_vote(self, task_id: str, input_key: str, pred_key: str, confidence: float) -> None:
+        """Record one vote by keys (its grid must be in `grids`); votes keep the order they are added in."""
+        self.votes[task_id].setdefault(input_key, []).append((pred_key, float(confidence)))
 
     def merge(self, other: VoteTable) -> None:
         """Add every vote of `other` (e.g. gathered from another rank)."""
@@ -79,14 +94,53 @@ class VoteTable:
 
 
 def rank_votes(votes: list[tuple[str, float]]) -> list[Candidate]:
-    """Rank distinct grids by vote count, then by mean halt confidence (both descending), then by key."""
-    counts: dict[str, int] = defaultdict(int)
-    sums: dict[str, float] = defaultdict(float)
+    """Rank distinct grids by vote count, then by mean halt confidence (both descending).
+
+    Candidates that tie on both keep the order of their first vote (a stable sort, as upstream's):
+    the earlier one ranks higher. The mean is the in-order float sum of the confidences over the count.
+    """
+    stats: dict[str, list[float]] = {}
+    _accumulate(stats, votes)
+    return _rank(stats)
+
+
+def _accumulate(stats: dict[str, list[float]], votes: list[tuple[str, float]]) -> None:
     for key, conf in votes:
-        counts[key] += 1
-        sums[key] += conf
-    cands = [Candidate(k, counts[k], sums[k] / counts[k]) for k in counts]
-    return sorted(cands, key=lambda c: (-c.count, -c.mean_confidence, c.key))
+        entry = stats.setdefault(key, [0, 0.0])
+        entry[0] += 1
+        entry[1] += conf
+
+
+def _rank(stats: dict[str, list[float]]) -> list[Candidate]:
+    cands = [Candidate(k, int(count), total / count) for k, (count, total) in stats.items()]
+    return sorted(cands, key=lambda c: (c.count, c.mean_confidence), reverse=True)
+
+
+@dataclass
+class Tally:
+    """Votes folded into (count, confidence sum) per distinct grid, in first-seen order.
+
+    Folding votes in order yields exactly the counts, float sums and tie order that ranking the whole
+    list of votes would (`rank_votes`), so pooled voting over many evaluations keeps this instead of
+    every vote. Same lookups as `VoteTable` (`ranked`, `grids`).
+    """
+
+    stats: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    grids: dict[str, list[list[int]]] = field(default_factory=dict)
+
+    def fold(self, table: VoteTable) -> None:
+        """Add every vote of `table`, which come after every vote already folded."""
+        for task_id, by_input in table.votes.items():
+            per_task = self.stats.setdefault(task_id, {})
+            for input_key, votes in by_input.items():
+                _accumulate(per_task.setdefault(input_key, {}), votes)
+                for pred_key, _ in votes:
+                    if pred_key not in self.grids:
+                        self.grids[pred_key] = table.grids[pred_key]
+
+    def ranked(self, task_id: str, input_grid: Any) -> list[Candidate]:
+        """Distinct predictions for one test input, best first (see `rank_votes`)."""
+        return _rank(self.stats.get(task_id, {}).get(grid_key(input_grid), {}))
 
 
 def _has_solutions(task: dict[str, Any]) -> bool:
@@ -94,9 +148,16 @@ def _has_solutions(task: dict[str, Any]) -> bool:
 
 
 def pass_at_k(
-    test_puzzles: dict[str, Any], table: VoteTable, ks: tuple[int, ...] = PASS_KS
+    test_puzzles: dict[str, Any], table: VoteTable | Tally, ks: tuple[int, ...] = PASS_KS
 ) -> dict[int, float]:
-    """Mean over tasks (with solutions) of the fraction of test pairs whose answer is in the top K."""
+    """Mean over tasks of the fraction of test pairs whose answer is in the top K.
+
+    The denominator is every task of `test_puzzles` with outputs, as upstream's: tasks of a hidden test
+    set count too, because both builders give their test pairs the dummy output `[[0]]` (which a `[[0]]`
+    prediction then matches, exactly as upstream scores it). A task or pair without any vote scores 0.
+    Tasks with no test pair, or without outputs (Kaggle's challenges file), are left out; upstream
+    cannot score either (it divides by zero or fails on the missing key).
+    """
     scored = {tid: task for tid, task in test_puzzles.items() if _has_solutions(task) and task.get("test")}
     totals = dict.fromkeys(ks, 0.0)
     for task_id, task in scored.items():
@@ -115,19 +176,27 @@ def _usable(grid: list[list[int]]) -> list[list[int]]:
     return grid if grid and all(grid) else FALLBACK_GRID
 
 
-def build_submission(test_puzzles: dict[str, Any], table: VoteTable, attempts: int = 2) -> dict[str, Any]:
-    """Kaggle ARC Prize format: `{task: [{"attempt_1": g, "attempt_2": g}, ...]}`, one entry per test input.
+def build_submission(
+    test_puzzles: dict[str, Any], table: VoteTable | Tally, attempts: int = 2, *, fallback: bool = True
+) -> dict[str, Any]:
+    """ARC Prize format: `{task: [{"attempt_1": g, "attempt_2": g}, ...]}`, the top `attempts` grids.
 
-    Every test input gets an entry, in order (a pair with no prediction gets the fallback grid instead of
-    being skipped, which would shift later pairs). With fewer distinct candidates than attempts, the best
-    one is repeated; empty crops become the fallback grid.
+    With fewer distinct candidates than attempts, the best one is repeated.
+    `fallback=True` (Kaggle needs it): every test input gets an entry, in order; a pair with no
+    prediction, and an empty crop, get the fallback grid `[[0]]`.
+    `fallback=False` (upstream's `submission.json`): a pair with no prediction is left out, so later pairs
+    of that task move up a slot and a task without any prediction gets `[]`; empty crops stay `[]`.
     """
     submission: dict[str, Any] = {}
     for task_id, task in test_puzzles.items():
         entries = []
         for pair in task.get("test", []):
             ranked = table.ranked(task_id, pair["input"])
-            grids = [_usable(table.grids[c.key]) for c in ranked[:attempts]] or [FALLBACK_GRID]
+            grids = [table.grids[c.key] for c in ranked[:attempts]]
+            if fallback:
+                grids = [_usable(g) for g in grids] or [FALLBACK_GRID]
+            elif not grids:
+                continue
             grids += [grids[0]] * (attempts - len(grids))
             entries.append({f"attempt_{i + 1}": g for i, g in enumerate(grids)})
         submission[task_id] = entries
@@ -162,7 +231,7 @@ def validate_submission(submission: Any, test_puzzles: dict[str, Any], attempts:
 
 
 def record_predictions(
-    table: VoteTable,
+    table: VoteSink,
     test_puzzles: dict[str, Any],
     identifiers: Sequence[str],
     inputs: np.ndarray,

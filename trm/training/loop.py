@@ -137,6 +137,9 @@ class Trainer:
                 )
             o.optimizer.load_state_dict(saved_opts[o.name])
         self.c.train_loader.load_state_dict(state["train_loader"])
+        # Pooled ARC votes of the evaluations before the interruption (aggregated_voting).
+        for ev, saved in zip(self.c.evaluators, state.get("evaluators") or [], strict=False):
+            ev.load_state_dict(saved)
         self.progress = Progress(**state["progress"])
         world_saved = int(manifest["world_size"])
         self.carries = read_carries(folder, world_saved, self.c.plan, self.info.device)
@@ -394,6 +397,7 @@ class Trainer:
             "ema": c.ema.state_dict() if c.ema is not None else None,
             "optimizers": {o.name: o.optimizer.state_dict() for o in c.optimizers},
             "train_loader": c.train_loader.state_dict(),
+            "evaluators": [ev.state_dict() for ev in c.evaluators],
             "config": as_dict(self.cfg),
         }
 
