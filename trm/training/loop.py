@@ -25,6 +25,7 @@ from tqdm import tqdm
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
+from trm.optim.placement import place_state
 from trm.training import checkpoint as ckpt
 from trm.training import distributed as dist_utils
 from trm.training.accumulation import exploration_draw, slice_rows
@@ -135,6 +136,8 @@ class Trainer:
                     f"cannot resume from {folder}: it has no {o.name} optimizer state (freeze_weights?)."
                 )
             o.optimizer.load_state_dict(saved_opts[o.name])
+            # torch leaves `step` on the CPU it was loaded to; the adam-atan2 kernel reads it on the GPU.
+            place_state(o.optimizer, source=f"{folder / ckpt.STATE} optimizer {o.name}")
         self.c.train_loader.load_state_dict(state["train_loader"])
         self.progress = Progress(**state["progress"])
         world_saved = int(manifest["world_size"])
