@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from trm import exit_codes
 from trm.launch.plan import build_plan
 from trm.launch.runner import Launch
 from trm.launch.settings import LaunchSettings
-from trm.launch.supervisor import AttemptResult, Console, read_events
+from trm.launch.supervisor import AttemptResult, Console, CostGuard, read_events
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
@@ -132,7 +133,7 @@ def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signal
         FAKE_STEP_SECONDS="0.5",
         PREFLIGHT="0",
     )
-    assert launch.run() == 75, out.getvalue()
+    assert launch.run() == exit_codes.BUDGET_STOPPED, out.getvalue()
     log = out.getvalue()
     assert "stop requested (cost guard: MAX_HOURS reached" in log
     assert "trainer saved and stopped" in log and "cost so far $" in log
@@ -209,3 +210,29 @@ def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
 
     time.sleep(0.3)
     assert sampler.stop() == {0: 51234, 1: 49876}
+
+
+@pytest.mark.parametrize(
+    ("budget", "code"), [(True, exit_codes.BUDGET_STOPPED), (False, exit_codes.SAVED_RETRY)]
+)
+def test_a_budget_stop_exits_with_its_own_code(tmp_path, budget, code):
+    """MAX_HOURS must end a Kubernetes Job (exit 79, FailJob); a SIGTERM stop stays 75 (retried)."""
+    launch, out = make_launch(tmp_path, "finish")
+    launch.supervisor.request_stop("cost guard: MAX_HOURS reached" if budget else "SIGTERM", budget=budget)
+    launch._torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 75, 1: 75})  # type: ignore[method-assign]
+    assert launch.train() == code, out.getvalue()
+    # Stopped while torchrun was still starting: same distinction.
+    launch._torchrun = lambda *args, **kwargs: AttemptResult(-15, {})  # type: ignore[method-assign]
+    assert launch.train() == code
+
+
+def test_the_cost_guard_marks_its_stop_as_a_budget_stop(tmp_path):
+    launch, _out = make_launch(tmp_path, "finish")
+    guard = CostGuard(
+        launch.supervisor, session_start=0.0, deadline=10.0, num_gpus=1, hourly_usd=None, log_every_s=60,
+        clock=lambda: 11.0,
+    )  # fmt: skip
+    guard.run()  # returns once it has asked for the stop
+    assert launch.supervisor.budget_stop and "MAX_HOURS reached" in (launch.supervisor.stop_reason or "")
+    launch.supervisor.request_stop("SIGTERM")  # a later request does not change the first one's kind
+    assert launch.supervisor.budget_stop

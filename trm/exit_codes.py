@@ -7,3 +7,19 @@ CONFIG_ERROR = 2
 # The trainer was asked to stop (SIGTERM/SIGINT, cost guard), saved a complete checkpoint and exited.
 # Safe to retry: the same command resumes from that checkpoint. (EX_TEMPFAIL in sysexits.h.)
 SAVED_RETRY = 75
+# A checkpoint could not be written because its filesystem is full (or over quota). The partial save was
+# removed and the previous checkpoint is intact; retrying before space is freed fails the same way.
+# (EX_IOERR in sysexits.h.)
+DISK_FULL = 74
+# The launcher's cost guard (MAX_HOURS) stopped the run: the trainer saved a complete checkpoint first.
+# Orchestrators must NOT retry it (a Kubernetes Job would otherwise restart the spend forever); a person
+# starts the next session with the same command, which resumes.
+BUDGET_STOPPED = 79
+
+DESCRIPTIONS = {
+    OK: "finished",
+    CONFIG_ERROR: "configuration / preflight / data error (do not retry)",
+    DISK_FULL: "a checkpoint save found the disk full; the previous checkpoint is intact (free space, rerun)",
+    SAVED_RETRY: "stopped after saving a complete checkpoint (retry: the same command resumes)",
+    BUDGET_STOPPED: "MAX_HOURS reached: saved and stopped (do not retry automatically; rerun to resume)",
+}

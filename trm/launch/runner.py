@@ -205,7 +205,7 @@ class Launch:
                     self.console.log(
                         f"trainer saved and stopped ({self.supervisor.stop_reason}); the same command resumes"
                     )
-                    return exit_codes.SAVED_RETRY
+                    return self._stop_code()
                 if restarts < self.s.max_restarts:
                     restarts += 1
                     self.console.log(f"trainer saved and exited 75: restart {restarts}/{self.s.max_restarts}")
@@ -218,7 +218,7 @@ class Launch:
             if self.supervisor.stop_reason and not result.rank_codes and result.returncode == -15:
                 # The stop arrived while torchrun was starting, before any trainer ran: nothing was lost.
                 self.console.log("stopped before the trainer started; the same command resumes")
-                return exit_codes.SAVED_RETRY
+                return self._stop_code()
             code = result.returncode if result.returncode > 0 else 1
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
@@ -226,9 +226,19 @@ class Launch:
             )
             return code
 
+    def _stop_code(self) -> int:
+        """75 for a stop asked from outside (SIGTERM: retry), BUDGET_STOPPED for the cost guard's."""
+        if self.supervisor.budget_stop:
+            self.console.log(
+                f"exit {exit_codes.BUDGET_STOPPED}: the MAX_HOURS budget is spent; orchestrators must not "
+                "restart this automatically"
+            )
+            return exit_codes.BUDGET_STOPPED
+        return exit_codes.SAVED_RETRY
+
     # -- the whole launch ------------------------------------------------------------------------
     def run(self) -> int:
-        """All steps; returns the launcher exit code (0, 2, 75 or the trainer's failure)."""
+        """All steps; returns the launcher exit code (0, 2, 74, 75, 79 or the trainer's failure)."""
         s = self.s
         session_start = time.time()
         self.supervisor.install_signal_handlers()
