@@ -236,3 +236,12 @@ def test_the_cost_guard_marks_its_stop_as_a_budget_stop(tmp_path):
     assert launch.supervisor.budget_stop and "MAX_HOURS reached" in (launch.supervisor.stop_reason or "")
     launch.supervisor.request_stop("SIGTERM")  # a later request does not change the first one's kind
     assert launch.supervisor.budget_stop
+
+
+def test_a_trainer_disk_full_is_the_launchers_exit_code(tmp_path):
+    """torchrun exits 1 whatever its child's code; a Job must still see 74 to stop retrying."""
+    launch, out = make_launch(tmp_path, "finish")
+    launch._torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 74, 1: -15})  # type: ignore[method-assign]
+    assert launch.train() == exit_codes.DISK_FULL, out.getvalue()
+    launch._torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 1, 1: -15})  # type: ignore[method-assign]
+    assert launch.train() == 1

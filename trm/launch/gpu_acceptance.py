@@ -59,7 +59,7 @@ OPTIMIZER_STEPS = 100
 RESUME_OVERRIDES = (
     "arch=trm", "arch.hidden_size=64", "arch.num_heads=4", "arch.L_layers=1", "arch.H_cycles=1",
     "arch.L_cycles=1", "arch.halt_max_steps=2", "arch.puzzle_emb_ndim=16", "+arch.puzzle_emb_len=1",
-    "arch.forward_dtype=auto", "compile=auto", "global_batch_size=4", "lr=1e-3", "lr_warmup_steps=2",
+    "arch.forward_dtype=auto", "compile=auto", "global_batch_size=2", "lr=1e-3", "lr_warmup_steps=2",
     "ema=True", "+log_interval=1", "epochs=4", "eval_interval=2",
 )  # fmt: skip
 

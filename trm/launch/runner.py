@@ -220,6 +220,9 @@ class Launch:
                 self.console.log("stopped before the trainer started; the same command resumes")
                 return self._stop_code()
             code = result.returncode if result.returncode > 0 else 1
+            if exit_codes.DISK_FULL in result.rank_codes.values():
+                # torchrun reports 1 for any failed child; the trainer's own code says what to do.
+                code = exit_codes.DISK_FULL
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
                 f"see {self.s.launch_dir / 'train.log'}. Fix the cause and rerun the same command to resume."
