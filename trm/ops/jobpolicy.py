@@ -18,10 +18,10 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 REQUIRED_ENV = ("OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-# Environment for the runtime and libraries rather than for the launcher's own settings.
+# Environment for the runtime, the image entrypoint (TRM_PREFLIGHT…) and libraries, not the launcher.
 _RUNTIME_ENV = re.compile(
     r"^(OMP_NUM_THREADS|PYTORCH_CUDA_ALLOC_CONF|PYTHONUNBUFFERED|PYTHONFAULTHANDLER|HYDRA_FULL_ERROR|"
-    r"WANDB_API_KEY|(NCCL|TORCH_NCCL|CUDA|NVIDIA)_[A-Z0-9_]+)$"
+    r"WANDB_API_KEY|TRM_PREFLIGHT|TRM_PREFLIGHT_ARGS|(NCCL|TORCH_NCCL|CUDA|NVIDIA)_[A-Z0-9_]+)$"
 )
 LAUNCH_COMMAND = ["python", "-m", "trm", "launch"]
 # The values GPU feature discovery puts in nvidia.com/gpu.product (the driver's product name with dashes)
