@@ -190,8 +190,6 @@ def test_extension_is_refused_for_cpu_parameters():
     assert problem is not None and "CUDA only" in problem
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def _extension():
     """The compiled extension; its absence fails the test (a GPU run that skips it proves nothing)."""
     try:
@@ -203,6 +201,8 @@ def _extension():
     return adam_atan2
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extension_matches_ours_on_cuda(dtype):
     extension = _extension()
     p0, grads = data()
