@@ -136,3 +136,57 @@ def test_junit_counts(tmp_path: Path) -> None:
     )
     assert ga.junit_counts(xml) == {"tests": 9, "failures": 1, "errors": 0, "skipped": 2}
     assert ga.junit_counts(tmp_path / "missing.xml") == {}
+
+
+def _ctx(tmp_path: Path, **env: str) -> ga.Context:
+    return ga.Context(
+        out=tmp_path, work=tmp_path, python=sys.executable, env={"PATH": "/usr/bin:/bin", **env}
+    )
+
+
+def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
+    """The record as trm.launch.probe writes it; the part compares it with the table (GPU-free)."""
+
+    def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
+        assert (
+            cmd[-2:] == ["select-config", "--probe"]
+            and env["TASK"] == "arc2-smoke"
+            and env["NUM_GPUS"] == "1"
+        )
+        launch = Path(env["WORKSPACE"]) / "checkpoints" / "gpu-acceptance-probe" / "launch"
+        launch.mkdir(parents=True)
+        attempt = {"micro_batch_size": 192, "returncode": 0, "out_of_memory": False,
+                   "peak_mib": {"0": 41234}, "vram_mib": 81559, "step_seconds": 1.21, "steps_timed": 2}  # fmt: skip
+        record = {"tier": "h100-80g", "table_micro_batch_size": 192, "chosen_micro_batch_size": 192,
+                  "attempts": [attempt], "drift": []}  # fmt: skip
+        (launch / "probe.json").write_text(json.dumps(record))
+        return 0, "micro-batch 192 fits"
+
+    monkeypatch.setattr(ga, "run_command", fake_run)
+    outcome = ga.probe(_ctx(tmp_path))
+    assert outcome.status == "pass", outcome
+    assert outcome.data["peak_fraction_of_vram"] == round(41234 / 81559, 3)
+    assert outcome.data["tier_min_vram_gib"] == 75
+    assert outcome.summary == "tier h100-80g micro-batch 192 → 192; peak 41234 MiB of 81559 MiB (51%)"
+
+
+def test_bench_part_requires_the_upstream_comparison_when_asked(tmp_path: Path, monkeypatch) -> None:
+    line = "ours/compiled           301.9 ms/step   3.31 steps/s (first step 48.2 s) mfu=29.4%"
+    monkeypatch.setattr(ga, "run_command", lambda *a, **k: (0, line))
+    outcome = ga.bench(_ctx(tmp_path))
+    assert outcome.status == "pass" and "301.9 ms/step, MFU 29.4%" in outcome.summary
+    assert "upstream not compared" in outcome.summary
+    failed = ga.bench(_ctx(tmp_path, TRM_UPSTREAM="/opt/upstream"))
+    assert failed.status == "fail" and "no comparison came out" in failed.summary
+
+
+def test_gpu_tests_part_fails_on_skips(tmp_path: Path, monkeypatch) -> None:
+    def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
+        assert env["TRM_REQUIRE_GPU"] == "1" and "-m" in cmd and "gpu" in cmd
+        junit = next(c.split("=", 1)[1] for c in cmd if c.startswith("--junitxml="))
+        Path(junit).write_text('<testsuite tests="11" failures="0" errors="0" skipped="1"/>')
+        return 0, "10 passed, 1 skipped"
+
+    monkeypatch.setattr(ga, "run_command", fake_run)
+    outcome = ga.gpu_tests(_ctx(tmp_path))
+    assert outcome.status == "fail" and outcome.data["skipped"] == 1
