@@ -535,6 +535,7 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     )
     parser.add_argument("--only", nargs="+", metavar="PART", help="run only these parts")
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()  # parts run their commands from the repository root
     names = [p.name for p in parts]
     unknown = sorted(set(args.only or []) - set(names))
     if unknown:
