@@ -13,6 +13,7 @@ import errno
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -167,3 +168,36 @@ def test_disk_full_on_a_real_small_filesystem(small_tmpfs: Path) -> None:
     with pytest.raises(ckpt.CheckpointDiskFull) as info:
         inproc.run(run_dir)
     assert_clean_failure(info.value, run_dir, 8, intact=4)
+
+
+WRAPPER = """
+import builtins, errno, os, sys
+from trm.training import checkpoint
+
+def full_disk_open(path, mode="r", *args, **kwargs):
+    if "w" in mode and str(path).endswith("state.pt"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return builtins.open(path, mode, *args, **kwargs)
+
+checkpoint.open = full_disk_open
+from trm.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_the_trainer_command_ends_with_one_line_and_exit_74(tmp_path: Path) -> None:
+    from test_train_e2e import ROOT, TINY, build_dataset, env
+
+    dataset = tmp_path / "data"
+    build_dataset(dataset, max_puzzles=2)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *TINY, f"data_paths=[{dataset}]", f"+checkpoint_path={run_dir}",
+         "epochs=2", "eval_interval=1"],
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == exit_codes.DISK_FULL, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
+    assert last.startswith(f"error: checkpoint {run_dir}/step_") and "No space left on device" in last, last
+    assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []
