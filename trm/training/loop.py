@@ -391,10 +391,11 @@ class Trainer:
             return
         folder = ckpt.partial_dir(self.run_dir, step)
 
-        def write() -> None:
+        def prepare() -> None:
             if info.is_main:
                 ckpt.prepare_partial(self.run_dir, step)
-            dist_utils.barrier(info)
+
+        def write() -> None:
             write_rank_shard(folder, info.rank, self.c.plan, self.carries)
             if info.is_main:
                 write_main_state(folder, self._main_payload())
@@ -403,8 +404,9 @@ class Trainer:
             if info.is_main:
                 ckpt.publish(self.run_dir, step, self._facts())
 
-        # Every rank learns whether any rank ran out of space (the all-reduce is also the barrier).
-        for part in (write, publish):
+        # After each part every rank learns whether any rank ran out of space (the all-reduce is also
+        # the barrier between the parts), so all of them stop together.
+        for part in (prepare, write, publish):
             cause = _disk_full(part)
             if dist_utils.any_rank([cause is not None], info)[0]:
                 self._disk_full(step, folder, cause)
