@@ -201,3 +201,40 @@ def test_the_trainer_command_ends_with_one_line_and_exit_74(tmp_path: Path) -> N
     last = [line for line in proc.stderr.splitlines() if line.strip()][-1]
     assert last.startswith(f"error: checkpoint {run_dir}/step_") and "No space left on device" in last, last
     assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []
+
+
+RANK_WRAPPER = """
+import builtins, errno, os, sys
+from trm.training import checkpoint
+
+def full_disk_open(path, mode="r", *args, **kwargs):
+    if "w" in mode and str(path).endswith("rank_1.pt"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return builtins.open(path, mode, *args, **kwargs)
+
+checkpoint.open = full_disk_open
+from trm.train import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.dist
+def test_one_rank_out_of_space_stops_every_rank_without_a_hang(tmp_path: Path) -> None:
+    """Rank 1 alone fails to write its shard; rank 0 (which would publish) must stop too, nobody waits."""
+    from test_train_e2e import ROOT, TINY, build_dataset, env
+
+    dataset = tmp_path / "data"
+    build_dataset(dataset, max_puzzles=2)
+    script = tmp_path / "wrapper.py"
+    script.write_text(RANK_WRAPPER)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+         *TINY, f"data_paths=[{dataset}]", f"+checkpoint_path={run_dir}", "epochs=2", "eval_interval=1",
+         "global_batch_size=4"],
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    assert proc.stderr.count("No space left on device (needs about") == 2, proc.stderr[-3000:]  # both ranks
+    assert "failed (exitcode: 74)" in proc.stderr  # torchrun's record of the first rank to exit
+    assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []
