@@ -208,6 +208,9 @@ BREAKAGES = {
     "args must start with": lambda o: _trainer(o).update(args=["bash", "-c", "sleep infinity"]),
     "a slow save would be SIGKILLed": lambda o: _pod(o).update(terminationGracePeriodSeconds=180),
     "SHUTDOWN_TIMEOUT 900": lambda o: _trainer(o)["env"].append({"name": "SHUTDOWN_TIMEOUT", "value": "900"}),
+    "SHUTDOWN_TIMEOUT must be a whole number": lambda o: _trainer(o)["env"].append(
+        {"name": "SHUTDOWN_TIMEOUT", "value": "5m"}
+    ),
     "(MAX_HOURS budget spent) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(1),
     "must set OMP_NUM_THREADS": lambda o: _trainer(o).update(
         env=[e for e in _trainer(o)["env"] if e["name"] != "OMP_NUM_THREADS"]

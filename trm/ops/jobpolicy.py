@@ -185,7 +185,8 @@ def check_gpu_placement(name: str, pod: dict) -> list[str]:
     return problems
 
 
-def _shutdown_timeout(container: dict) -> int:
+def _shutdown_timeout(container: dict) -> int | None:
+    """The container's SHUTDOWN_TIMEOUT (the launcher's default when unset); None when not a number."""
     from trm.launch.settings import ALL_VARS
 
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
@@ -193,7 +194,7 @@ def _shutdown_timeout(container: dict) -> int:
     try:
         return int(env.get("SHUTDOWN_TIMEOUT") or default)
     except ValueError:
-        return int(default)
+        return None
 
 
 def check_trainer_start(name: str, pod: dict, trainer: dict) -> list[str]:
@@ -207,7 +208,10 @@ def check_trainer_start(name: str, pod: dict, trainer: dict) -> list[str]:
     elif not is_launcher(trainer):
         problems.append(f"{name}: the trainer's args must start with {' '.join(LAUNCH_COMMAND)}")
     grace = pod.get("terminationGracePeriodSeconds", 30)
-    need = _shutdown_timeout(trainer) + GRACE_MARGIN_S
+    shutdown = _shutdown_timeout(trainer)
+    if shutdown is None:
+        return [*problems, f"{name}: the trainer's SHUTDOWN_TIMEOUT must be a whole number of seconds"]
+    need = shutdown + GRACE_MARGIN_S
     if grace < need:
         problems.append(
             f"{name}: terminationGracePeriodSeconds {grace} < SHUTDOWN_TIMEOUT {need - GRACE_MARGIN_S} + "
