@@ -4,8 +4,9 @@ OK = 0
 # A user-fixable configuration or input error (bad key, missing dataset, incompatible resume).
 # Orchestrators must not retry it.
 CONFIG_ERROR = 2
-# The trainer was asked to stop (SIGTERM/SIGINT, cost guard), saved a complete checkpoint and exited.
-# Safe to retry: the same command resumes from that checkpoint. (EX_TEMPFAIL in sysexits.h.)
+# The trainer was asked to stop (SIGTERM/SIGINT, the launcher's cost guard), saved a complete checkpoint
+# and exited. Safe to retry: the same command resumes from that checkpoint. (EX_TEMPFAIL in sysexits.h.)
+# When the stop came from the cost guard the launcher itself exits BUDGET_STOPPED instead.
 SAVED_RETRY = 75
 # A checkpoint could not be written because its filesystem is full (or over quota). The partial save was
 # removed and the previous checkpoint is intact; retrying before space is freed fails the same way.
@@ -15,11 +16,3 @@ DISK_FULL = 74
 # Orchestrators must NOT retry it (a Kubernetes Job would otherwise restart the spend forever); a person
 # starts the next session with the same command, which resumes.
 BUDGET_STOPPED = 79
-
-DESCRIPTIONS = {
-    OK: "finished",
-    CONFIG_ERROR: "configuration / preflight / data error (do not retry)",
-    DISK_FULL: "a checkpoint save found the disk full; the previous checkpoint is intact (free space, rerun)",
-    SAVED_RETRY: "stopped after saving a complete checkpoint (retry: the same command resumes)",
-    BUDGET_STOPPED: "MAX_HOURS reached: saved and stopped (do not retry automatically; rerun to resume)",
-}
