@@ -11,7 +11,7 @@ NOX := $(VENV)/bin/nox
 TORCH_SPEC ?= torch==2.13.0
 DATA_DIR ?= data
 
-.PHONY: help venv test lint data runbooks
+.PHONY: help venv test lint data runbooks gpu-check
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -82,3 +82,8 @@ launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo rank
 .PHONY: kaggle-test
 kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
 	$(NOX) -s kaggle
+
+# A GPU host may have no venv: its own Python with CUDA torch runs the check (README: GPU host checks).
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check: ## on a GPU host: one report in build/gpu-acceptance/ (ARGS="--dry-run" prints the plan)
+	TRM_REQUIRE_GPU=1 $(GPU_PYTHON) -m trm.launch.gpu_acceptance $(ARGS)

@@ -41,6 +41,13 @@ def gpu(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def gpu_acceptance(session: nox.Session) -> None:
+    """One report on a GPU host (build/gpu-acceptance/): facts, gpu tests, extension, resume, probe, bench."""
+    session.env["TRM_REQUIRE_GPU"] = "1"
+    session.run(PYTHON, "-m", "trm.launch.gpu_acceptance", *session.posargs)
+
+
+@nox.session(default=False)
 def runbooks(session: nox.Session) -> None:
     """Runbooks and jobs: static checks, secret scan, jobs tests (kustomize required), every `bash cpu` block."""
     session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"

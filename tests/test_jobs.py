@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trm import exit_codes
 from trm.commands import build_parser
 from trm.errors import TRMError
 from trm.ops import jobpolicy, k8s
@@ -119,10 +120,31 @@ def test_gpu_counts_products_and_deadlines(rendered):
         assert env["NUM_GPUS"] == str(gpus), name
         if deadline:
             assert job["spec"]["activeDeadlineSeconds"] == deadline
-    h200 = _job(rendered["jobs/overlays/prod-8xh200"])["spec"]["template"]["spec"]
-    assert h200["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H200-SXM5-141GB"
-    h100 = _job(rendered["jobs/overlays/prod-4xh100"])["spec"]["template"]["spec"]
-    assert h100["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    for overlay, gpu in [("prod-8xh200", "H200"), ("multinode-2x8xh200", "H200"), ("prod-4xh100", "H100")]:
+        pod = _job(rendered[f"jobs/overlays/{overlay}"])["spec"]["template"]["spec"]
+        assert "nodeSelector" not in pod, overlay
+        assert jobpolicy._product_terms(pod) == [list(jobpolicy.GPU_PRODUCT_VALUES[gpu])], overlay
+
+
+def _job_overlays(rendered) -> dict[str, list[dict]]:
+    return {k: v for k, v in rendered.items() if any(o["kind"] == "Job" for o in v)}
+
+
+def test_trainer_runs_behind_the_entrypoint_with_time_to_save(rendered):
+    for name, objects in _job_overlays(rendered).items():
+        pod = _pod(objects)
+        trainer = _trainer(objects)
+        assert "command" not in trainer and trainer["args"][:4] == jobpolicy.LAUNCH_COMMAND, name
+        assert pod["terminationGracePeriodSeconds"] >= 300 + jobpolicy.GRACE_MARGIN_S, name
+
+
+def test_budget_and_disk_full_end_the_job(rendered):
+    assert len(_job_overlays(rendered)) == 4
+    for name, objects in _job_overlays(rendered).items():
+        job = _job(objects)
+        assert jobpolicy._exit_rule(job, exit_codes.BUDGET_STOPPED) == "FailJob", name
+        assert jobpolicy._exit_rule(job, exit_codes.DISK_FULL) == "FailJob", name
+        assert jobpolicy._exit_rule(job, exit_codes.SAVED_RETRY) == "Ignore", name
 
 
 def test_wandb_key_only_from_a_secret(rendered):
@@ -171,12 +193,26 @@ BREAKAGES = {
         image="registry.example.com/trm@sha256:" + "0" * 64
     ),
     "(configuration error) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(0),
-    "(saved, safe to retry)": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(1),
-    "DisruptionTarget": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(2),
+    "(saved, safe to retry)": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(2),
+    "DisruptionTarget": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(3),
     "activeDeadlineSeconds": lambda o: _job(o)["spec"].pop("activeDeadlineSeconds"),
     "ttlSecondsAfterFinished": lambda o: _job(o)["spec"].pop("ttlSecondsAfterFinished"),
     "restartPolicy: Never": lambda o: _pod(o).update(restartPolicy="OnFailure"),
-    "GPU product": lambda o: _pod(o).pop("nodeSelector"),
+    "must pick the GPU product": lambda o: _pod(o).pop("affinity"),
+    "matches one spelling of the GPU only": lambda o: _pod(o).update(
+        nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    ),
+    "lacks NVIDIA-H100-SXM5-80GB": lambda o: _pod(o)["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"][0].update(values=["NVIDIA-H100-80GB-HBM3"]),
+    "replaces the image's entrypoint": lambda o: _trainer(o).update(command=_trainer(o).pop("args")),
+    "args must start with": lambda o: _trainer(o).update(args=["bash", "-c", "sleep infinity"]),
+    "a slow save would be SIGKILLed": lambda o: _pod(o).update(terminationGracePeriodSeconds=180),
+    "SHUTDOWN_TIMEOUT 900": lambda o: _trainer(o)["env"].append({"name": "SHUTDOWN_TIMEOUT", "value": "900"}),
+    "SHUTDOWN_TIMEOUT must be a whole number": lambda o: _trainer(o)["env"].append(
+        {"name": "SHUTDOWN_TIMEOUT", "value": "5m"}
+    ),
+    "(MAX_HOURS budget spent) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(1),
     "must set OMP_NUM_THREADS": lambda o: _trainer(o).update(
         env=[e for e in _trainer(o)["env"] if e["name"] != "OMP_NUM_THREADS"]
     ),

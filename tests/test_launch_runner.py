@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from trm import exit_codes
 from trm.launch.plan import build_plan
 from trm.launch.runner import Launch
 from trm.launch.settings import LaunchSettings
-from trm.launch.supervisor import AttemptResult, Console, read_events
+from trm.launch.supervisor import AttemptResult, Console, CostGuard, read_events
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
@@ -133,7 +134,7 @@ def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signal
         FAKE_STEP_SECONDS="0.5",
         PREFLIGHT="0",
     )
-    assert launch.run() == 75, out.getvalue()
+    assert launch.run() == exit_codes.BUDGET_STOPPED, out.getvalue()
     log = out.getvalue()
     assert "stop requested (cost guard: MAX_HOURS reached" in log
     assert "trainer saved and stopped" in log and "cost so far $" in log
@@ -236,3 +237,43 @@ def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals
     # the commands the dry run prints are the ones the run started (torchrun banners in the logs)
     train_log = (launch.settings.launch_dir / "train.log").read_text()
     assert "===== train attempt 1 started" in train_log and " ".join(launch.plan.train_command()) in train_log
+
+
+def _train(launch) -> int:
+    launch.train(launch.plan.train_step())
+    return launch.exit_code
+
+
+@pytest.mark.parametrize(
+    ("budget", "code"), [(True, exit_codes.BUDGET_STOPPED), (False, exit_codes.SAVED_RETRY)]
+)
+def test_a_budget_stop_exits_with_its_own_code(tmp_path, budget, code):
+    """MAX_HOURS must end a Kubernetes Job (exit 79, FailJob); a SIGTERM stop stays 75 (retried)."""
+    launch, out = make_launch(tmp_path, "finish")
+    launch.supervisor.request_stop("cost guard: MAX_HOURS reached" if budget else "SIGTERM", budget=budget)
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 75, 1: 75})  # type: ignore[method-assign]
+    assert _train(launch) == code, out.getvalue()
+    # Stopped while torchrun was still starting: same distinction.
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(-15, {})  # type: ignore[method-assign]
+    assert _train(launch) == code
+
+
+def test_the_cost_guard_marks_its_stop_as_a_budget_stop(tmp_path):
+    launch, _out = make_launch(tmp_path, "finish")
+    guard = CostGuard(
+        launch.supervisor, session_start=0.0, deadline=10.0, num_gpus=1, hourly_usd=None, log_every_s=60,
+        clock=lambda: 11.0,
+    )  # fmt: skip
+    guard.run()  # returns once it has asked for the stop
+    assert launch.supervisor.budget_stop and "MAX_HOURS reached" in (launch.supervisor.stop_reason or "")
+    launch.supervisor.request_stop("SIGTERM")  # a later request does not change the first one's kind
+    assert launch.supervisor.budget_stop
+
+
+def test_a_trainer_disk_full_is_the_launchers_exit_code(tmp_path):
+    """torchrun exits 1 whatever its child's code; a Job must still see 74 to stop retrying."""
+    launch, out = make_launch(tmp_path, "finish")
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 74, 1: -15})  # type: ignore[method-assign]
+    assert _train(launch) == exit_codes.DISK_FULL, out.getvalue()
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 1, 1: -15})  # type: ignore[method-assign]
+    assert _train(launch) == 1

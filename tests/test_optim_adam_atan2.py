@@ -190,10 +190,21 @@ def test_extension_is_refused_for_cpu_parameters():
     assert problem is not None and "CUDA only" in problem
 
 
+def _extension():
+    """The compiled extension; its absence fails the test (a GPU run that skips it proves nothing)."""
+    try:
+        import adam_atan2
+    except ImportError as err:
+        pytest.fail(
+            f"the adam_atan2 extension does not import ({err}); install it: {backend_module.EXTENSION_INSTALL}"
+        )
+    return adam_atan2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extension_matches_ours_on_cuda(dtype):
-    extension = pytest.importorskip("adam_atan2")
+    extension = _extension()
     p0, grads = data()
     results = []
     for cls in (extension.AdamATan2, AdamATan2):
@@ -207,3 +218,42 @@ def test_extension_matches_ours_on_cuda(dtype):
     ours = AdamATan2([torch.nn.Parameter(p0.to("cuda", dtype).clone())], lr=LR, betas=BETAS, weight_decay=WD)
     ours.load_state_dict(results[0][1])  # the extension's checkpoint loads into ours
     assert ours.state[ours.param_groups[0]["params"][0]]["step"].device.type == "cuda"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_extension_resumes_from_a_cpu_loaded_checkpoint(tmp_path, dtype):
+    """Issue 12 item 3 on the real kernel: save, load with map_location="cpu", place, continue = straight."""
+    from trm.optim.placement import place_state, state_problems
+
+    extension = _extension()
+    p0, grads = data()
+
+    def fresh():
+        param = torch.nn.Parameter(p0.to("cuda", dtype).clone())
+        return param, extension.AdamATan2([param], lr=LR, betas=BETAS, weight_decay=WD)
+
+    param, opt = fresh()
+    for g in grads:
+        param.grad = g.to("cuda", dtype)
+        opt.step()
+    straight = param.detach().clone()
+
+    param, opt = fresh()
+    for g in grads[:40]:
+        param.grad = g.to("cuda", dtype)
+        opt.step()
+    torch.save({"param": param.detach(), "opt": opt.state_dict()}, tmp_path / "ckpt.pt")
+    saved = torch.load(tmp_path / "ckpt.pt", map_location="cpu", weights_only=False, mmap=True)
+    param, opt = fresh()
+    with torch.no_grad():
+        param.copy_(saved["param"])
+    opt.load_state_dict(saved["opt"])
+    assert state_problems(opt), "torch now moves `step` itself; place_state may be unnecessary"
+    place_state(opt)
+    assert state_problems(opt) == []
+    for g in grads[40:]:
+        param.grad = g.to("cuda", dtype)
+        opt.step()
+    torch.cuda.synchronize()
+    assert torch.equal(param.detach(), straight)

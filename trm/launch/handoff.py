@@ -201,6 +201,8 @@ def status_of(exit_code: object) -> str:
         None: "unknown (no launcher session recorded, or still running)",
         0: "finished",
         75: "stopped after saving a checkpoint (run the resume command to continue)",
+        74: "stopped: a checkpoint save found the disk full (free space, then run the resume command)",
+        79: "stopped by the MAX_HOURS budget after saving (run the resume command to continue)",
         2: "failed: configuration or preflight error (exit 2)",
     }.get(exit_code, f"failed (exit {exit_code})")  # type: ignore[call-overload]
 

@@ -249,7 +249,7 @@ class LaunchPlan:
         if s.max_hours is not None:
             what = (
                 f"starts after data verification: SIGTERM to the trainer at "
-                f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves and exits 75)"
+                f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves; the launcher exits 79)"
             )
         else:
             what = "starts after data verification: no deadline (MAX_HOURS unset)"

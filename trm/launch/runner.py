@@ -224,27 +224,32 @@ class Launch:
                     self.console.log(
                         f"trainer saved and stopped ({self.supervisor.stop_reason}); the same command resumes"
                     )
-                elif restarts < s.max_restarts:
+                    self.exit_code = self._stop_code()
+                    return
+                if restarts < s.max_restarts:
                     restarts += 1
                     self.console.log(f"trainer saved and exited 75: restart {restarts}/{s.max_restarts}")
                     self.events.write("restart", restart=restarts)
                     continue
-                else:
-                    self.console.log(
-                        f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
-                    )
+                self.console.log(
+                    f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
+                )
                 self.exit_code = exit_codes.SAVED_RETRY
                 return
             if self.supervisor.stop_reason and not result.rank_codes and result.returncode == -15:
                 # The stop arrived while torchrun was starting, before any trainer ran: nothing was lost.
                 self.console.log("stopped before the trainer started; the same command resumes")
-                self.exit_code = exit_codes.SAVED_RETRY
+                self.exit_code = self._stop_code()
                 return
+            code = result.returncode if result.returncode > 0 else 1
+            if exit_codes.DISK_FULL in result.rank_codes.values():
+                # torchrun reports 1 for any failed child; the trainer's own code says what to do.
+                code = exit_codes.DISK_FULL
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
                 f"see {s.launch_dir / 'train.log'}. Fix the cause and rerun the same command to resume."
             )
-            self.exit_code = result.returncode if result.returncode > 0 else 1
+            self.exit_code = code
             return
 
     def handoff(self, step: Step) -> None:
@@ -258,6 +263,16 @@ class Launch:
             self.console.log(f"handoff failed ({err}); rerun: {' '.join(self.plan.handoff_command())}")
             return
         self.console.log(f"handoff bundle: {bundle}" if bundle else "handoff: no run directory yet")
+
+    def _stop_code(self) -> int:
+        """75 for a stop asked from outside (SIGTERM: retry), BUDGET_STOPPED for the cost guard's."""
+        if self.supervisor.budget_stop:
+            self.console.log(
+                f"exit {exit_codes.BUDGET_STOPPED}: the MAX_HOURS budget is spent; orchestrators must not "
+                "restart this automatically"
+            )
+            return exit_codes.BUDGET_STOPPED
+        return exit_codes.SAVED_RETRY
 
     # -- the whole launch ------------------------------------------------------------------------
     def step_action(self, step: Step) -> Callable[[Step], None]:
@@ -274,7 +289,7 @@ class Launch:
         self.step_action(step)(step)
 
     def run(self) -> int:
-        """Every step of the plan in order; returns the launcher exit code (0, 2, 75 or the trainer's)."""
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 74, 75, 79 or the trainer's)."""
         s = self.settings
         self.session_start = time.time()
         self.supervisor.install_signal_handlers()

@@ -10,6 +10,7 @@ A folder without COMPLETE, or whose files do not match the manifest, is torn and
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from trm import exit_codes
 from trm.errors import TRMError
 from trm.gitinfo import code_git_sha
 from trm.io import atomic_write_json, atomic_write_text, fsync_dir, fsync_tree, sha256_file
@@ -107,6 +109,48 @@ def prepare_partial(root: Path, step: int) -> Path:
         shutil.rmtree(tmp)
     tmp.mkdir()
     return tmp
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class CheckpointDiskFull(TRMError):
+    """The filesystem under checkpoint_path filled up during a save; the partial folder was removed."""
+
+    exit_code = exit_codes.DISK_FULL
+
+
+def disk_full_cause(err: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT OSError behind `err` (torch re-raises it as an inline_container RuntimeError)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def checkpoint_bytes(info: CheckpointInfo) -> int:
+    """Total size of a complete checkpoint's files, from its manifest."""
+    return sum(int(meta["bytes"]) for meta in info.manifest.get("files", {}).values())
+
+
+def disk_full_message(root: Path, step: int, needed: int, cause: OSError) -> str:
+    """One line: which save failed, bytes needed and free, what is still intact, how to go on."""
+    free = shutil.disk_usage(root).free if root.exists() else 0
+    previous = find_complete(root, warn=False)
+    intact = (
+        f"the previous checkpoint {previous[-1].path} is intact and the same command resumes from it"
+        if previous
+        else "no earlier checkpoint exists, so a rerun starts from step 0"
+    )
+    return (
+        f"checkpoint {root / f'step_{step}'} could not be written: {os.strerror(cause.errno or errno.ENOSPC)} "
+        f"(needs about {needed:,} bytes, {free:,} bytes free under {root}); the partial save was removed and "
+        f"{intact}. Free space there (or set a lower checkpoint_keep, or move checkpoint_path), then rerun."
+    )
 
 
 def save_torch(obj: Any, path: Path) -> None:

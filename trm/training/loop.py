@@ -9,10 +9,12 @@ the newest complete checkpoint, bit-exactly.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -27,8 +29,9 @@ from trm import exit_codes
 from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.io import atomic_write_json
+from trm.optim.placement import place_state
 from trm.training import checkpoint as ckpt
-from trm.training.accumulation import exploration_draw, slice_rows
+from trm.training.accumulation import exploration_draw, slice_rows, tree_map
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
 from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
@@ -45,6 +48,18 @@ from trm.training.state import (
 from trm.versions import collect_versions
 
 log = logging.getLogger(__name__)
+
+
+def _disk_full(part: Any) -> OSError | None:
+    """Run one part of a save; return the ENOSPC/EDQUOT behind its failure, re-raise any other error."""
+    try:
+        part()
+    except (OSError, RuntimeError) as err:
+        cause = ckpt.disk_full_cause(err)
+        if cause is None:
+            raise
+        return cause
+    return None
 
 
 class Trainer:
@@ -136,6 +151,8 @@ class Trainer:
                     f"cannot resume from {folder}: it has no {o.name} optimizer state (freeze_weights?)."
                 )
             o.optimizer.load_state_dict(saved_opts[o.name])
+            # torch leaves `step` on the CPU it was loaded to; the adam-atan2 kernel reads it on the GPU.
+            place_state(o.optimizer, source=f"{folder / ckpt.STATE} optimizer {o.name}")
         self.c.train_loader.load_state_dict(state["train_loader"])
         # Pooled ARC votes of the evaluations before the interruption (aggregated_voting).
         for ev, saved in zip(self.c.evaluators, state.get("evaluators") or [], strict=False):
@@ -376,18 +393,53 @@ class Trainer:
         final = self.run_dir / f"step_{step}"
         if (final / ckpt.COMPLETE).is_file() and not replace:
             return
-        if info.is_main:
-            ckpt.prepare_partial(self.run_dir, step)
-        dist_utils.barrier(info)
         folder = ckpt.partial_dir(self.run_dir, step)
-        write_rank_shard(folder, info.rank, self.c.plan, self.carries)
+
+        def prepare() -> None:
+            if info.is_main:
+                ckpt.prepare_partial(self.run_dir, step)
+
+        def write() -> None:
+            write_rank_shard(folder, info.rank, self.c.plan, self.carries)
+            if info.is_main:
+                write_main_state(folder, self._main_payload())
+
+        def publish() -> None:
+            if info.is_main:
+                ckpt.publish(self.run_dir, step, self._facts())
+
+        # After each part every rank learns whether any rank ran out of space (the all-reduce is also
+        # the barrier between the parts), so all of them stop together.
+        for part in (prepare, write, publish):
+            cause = _disk_full(part)
+            if dist_utils.any_rank([cause is not None], info)[0]:
+                self._disk_full(step, folder, cause)
         if info.is_main:
-            write_main_state(folder, self._main_payload())
-        dist_utils.barrier(info)
-        if info.is_main:
-            ckpt.publish(self.run_dir, step, self._facts())
             ckpt.prune(self.run_dir, self.cfg.checkpoint_keep)
         dist_utils.barrier(info)
+
+    def _disk_full(self, step: int, folder: Path, cause: OSError | None) -> None:
+        """Remove the partial save and stop with one line (exit DISK_FULL); older checkpoints stay."""
+        needed = self._checkpoint_bytes()
+        if self.info.is_main:
+            shutil.rmtree(folder, ignore_errors=True)
+        dist_utils.barrier(self.info)
+        cause = cause or OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # another rank's failure
+        raise ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause)) from None
+
+    def _checkpoint_bytes(self) -> int:
+        """About how much one checkpoint takes: the newest complete one, else the tensors to be saved."""
+        previous = ckpt.find_complete(self.run_dir, warn=False)
+        if previous:
+            return ckpt.checkpoint_bytes(previous[-1])
+
+        def nbytes(obj: Any) -> int:
+            sizes: list[int] = []
+            tree_map(lambda t: sizes.append(t.numel() * t.element_size()) or t, obj)
+            return sum(sizes)
+
+        # Every rank writes its own carry rows; rank 0 also writes the main state.
+        return nbytes(self._main_payload()) + nbytes(self.carries) * self.info.world_size
 
     def _main_payload(self) -> dict[str, Any]:
         c = self.c
