@@ -10,7 +10,7 @@ import numpy as np
 from . import formats
 from .encoding import BLANK_IDENTIFIER, GRID_SIZE, ID_SEPARATOR, PAD, SEQ_LEN, VOCAB_SIZE
 from .metadata import DatasetMetadata
-from .planning import TaskPlan
+from .variants import TaskVariants
 
 
 @dataclass
@@ -18,7 +18,7 @@ class SplitLayout:
     """One split: its groups (task plans), each group's pairs and their grid ids, and first identifiers."""
 
     name: str
-    plans: list[TaskPlan]
+    plans: list[TaskVariants]
     pairs: list[list[tuple[np.ndarray, np.ndarray]]]
     grid_ids: list[list[tuple[int, int]]]
     first_ids: np.ndarray  # per group: identifier of its first puzzle (the original task)
@@ -55,7 +55,7 @@ class SplitLayout:
         }
 
 
-def split_layouts(plans: list[TaskPlan], identifiers_start: int) -> dict[str, SplitLayout]:
+def split_layouts(plans: list[TaskVariants], identifiers_start: int) -> dict[str, SplitLayout]:
     """Train split: every task; test split: the test subsets' tasks, reusing the train identifiers."""
     sizes = np.array([len(p.tids) for p in plans], dtype=np.int64)
     first_ids = identifiers_start + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -66,14 +66,11 @@ def split_layouts(plans: list[TaskPlan], identifiers_start: int) -> dict[str, Sp
         next_id += 2 * n
     demos = [len(p.task.train) for p in plans]
     test = [i for i, p in enumerate(plans) if p.is_test]
+    train_grids = []  # grid ids of each task's train-split pairs, in `TaskVariants.train_pairs` order
+    for g, p, n in zip(grid_ids, plans, demos, strict=True):
+        train_grids.append(g[:n] if p.is_test else g[n:] + g[:n] if p.task.test_first else g)
     return {
-        "train": SplitLayout(
-            "train",
-            plans,
-            [p.train_pairs for p in plans],
-            [g[:n] if p.is_test else g for g, p, n in zip(grid_ids, plans, demos, strict=True)],
-            first_ids,
-        ),
+        "train": SplitLayout("train", plans, [p.train_pairs for p in plans], train_grids, first_ids),
         "test": SplitLayout(
             "test",
             [plans[i] for i in test],
@@ -84,7 +81,7 @@ def split_layouts(plans: list[TaskPlan], identifiers_start: int) -> dict[str, Sp
     }
 
 
-def num_identifiers(plans: list[TaskPlan], identifiers_start: int) -> int:
+def num_identifiers(plans: list[TaskVariants], identifiers_start: int) -> int:
     """Identifier count including the reserved ids below `identifiers_start` (0 = blank)."""
     return identifiers_start + sum(len(p.tids) for p in plans)
 
@@ -107,7 +104,7 @@ def split_metadata(arrays: dict[str, np.ndarray], identifiers: int) -> DatasetMe
     )
 
 
-def grid_store(plans: list[TaskPlan]) -> tuple[np.ndarray, np.ndarray]:
+def grid_store(plans: list[TaskVariants]) -> tuple[np.ndarray, np.ndarray]:
     """(grids uint8 [n, 30, 30] zero-padded, shapes uint8 [n, 2]) in the grid-id order of `split_layouts`."""
     grids = [g for p in plans for pair in p.task.train + p.task.test for g in pair]
     padded = np.zeros((len(grids), GRID_SIZE, GRID_SIZE), dtype=np.uint8)
@@ -118,7 +115,7 @@ def grid_store(plans: list[TaskPlan]) -> tuple[np.ndarray, np.ndarray]:
     return padded, shapes
 
 
-def identifiers_json(plans: list[TaskPlan], blanks: int) -> bytes:
+def identifiers_json(plans: list[TaskVariants], blanks: int) -> bytes:
     """identifiers.json: `blanks` × "<blank>", then per task its original id and each `id|||tN|||digits`."""
     parts = [json.dumps([BLANK_IDENTIFIER] * blanks)[:-1].encode()]
     for plan in plans:
@@ -137,5 +134,5 @@ def identifiers_json(plans: list[TaskPlan], blanks: int) -> bytes:
         rows[:, len(head) + 1 + len(sep) : -1] = plan.cmaps[1:] + ord("0")
         rows[:, -1] = ord('"')
         parts.append(rows.tobytes())
-    parts.append(b"]\n")
+    parts.append(b"]")  # no newline, as upstream writes it
     return b"".join(parts)

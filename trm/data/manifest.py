@@ -56,8 +56,12 @@ def write_manifest(
     inputs: dict[str, str],
     counts: dict[str, dict[str, int]],
     known_hashes: dict[str, str] | None = None,
+    identifiers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Describe every file under `root` and write `manifest.json` (call last, after all other files)."""
+    """Describe every file under `root` and write `manifest.json` (call last, after all other files).
+
+    `identifiers` (from `identifiers_provenance`) says whether `identifiers.json` is upstream's.
+    """
     files = describe_files(root, known_hashes)
     manifest = {
         "format": FORMAT,
@@ -69,9 +73,23 @@ def write_manifest(
         "counts": counts,
         "files": files,
         "fingerprint": fingerprint(files, args),
+        "identifiers": identifiers or identifiers_provenance(upstream_identical=False),
     }
     atomic_write_json(root / MANIFEST, manifest)
     return manifest
+
+
+def identifiers_provenance(*, upstream_identical: bool) -> dict[str, Any]:
+    """The manifest's `identifiers` entry: whether `identifiers.json` (which TRM's puzzle embedding is
+    indexed by) is exactly what upstream's builder writes for these inputs and flags."""
+    return {"upstream_identical": upstream_identical}
+
+
+def has_upstream_identifiers(manifest: dict[str, Any]) -> bool:
+    """True for datasets whose identifiers are upstream's (built by a builder that reproduces upstream
+    over whole subsets, or imported from upstream's own output); older builds and --max-puzzles are not."""
+    entry = manifest.get("identifiers")
+    return isinstance(entry, dict) and entry.get("upstream_identical") is True
 
 
 def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
