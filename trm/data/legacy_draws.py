@@ -100,8 +100,12 @@ class LegacyWords:
         return tids, cmaps, ends
 
     def seek(self, pos: int) -> None:
-        """Continue reading at word position `pos` (one returned by `tries`)."""
+        """Continue reading at word position `pos` (one returned by `tries`); positions handed out before
+        are invalid afterwards (the consumed prefix may be dropped)."""
         self.pos = pos
+        if pos > 4 * _CHUNK:
+            del self.words[:pos]
+            self.pos = 0
 
 
 def draw_variants(
@@ -143,22 +147,44 @@ def draw_offsets(
     [0, 30 - max height] and the column offset in [0, 30 - max width] of its transformed input and output.
     Returns uint8 [n_variants, n_pairs, 2]."""
     n, p = len(tids), len(pairs)
-    offsets = np.zeros((n, p, 2), dtype=np.uint8)
     if p == 0:
-        return offsets
-    highs = (GRID_SIZE + 1 - transformed_extent(pairs)).tolist()  # [8][p][2]: values per axis
-    drawn = []
-    for tid in tids.tolist():
-        anchor = words.below(p)
-        for i, (rows, cols) in enumerate(highs[tid]):
-            if i != anchor:
-                drawn.append(words.below(rows))
-                drawn.append(words.below(cols))
-            else:
-                drawn.append(0)
-                drawn.append(0)
-    offsets[:] = np.array(drawn, dtype=np.uint8).reshape(n, p, 2)
-    return offsets
+        return np.zeros((n, 0, 2), dtype=np.uint8)
+    # Per dihedral id, per draw (row, column of each pair): (largest value, mask) of its rejection rule.
+    largest = (GRID_SIZE - transformed_extent(pairs)).reshape(8, 2 * p).tolist()
+    rules = [[(r, _MASKS[r]) for r in row] for row in largest]
+    anchor_largest, anchor_mask = p - 1, _MASKS[p - 1]
+    drawn: list[int] = []
+    tid_list = tids.tolist()
+    k = 0
+    while k < n:  # the bounded draws of `LegacyWords.below`, inlined: this loop makes most of the draws
+        w, pos = words.words, words.pos
+        row: list[int] = []
+        try:
+            anchor = 0
+            if anchor_largest:
+                anchor = w[pos] & anchor_mask
+                pos += 1
+                while anchor > anchor_largest:
+                    anchor = w[pos] & anchor_mask
+                    pos += 1
+            skip = (2 * anchor, 2 * anchor + 1)
+            for d, (top, mask) in enumerate(rules[tid_list[k]]):
+                if top == 0 or d in skip:
+                    row.append(0)
+                    continue
+                value = w[pos] & mask
+                pos += 1
+                while value > top:
+                    value = w[pos] & mask
+                    pos += 1
+                row.append(value)
+        except IndexError:  # ran past the words read so far: read more, redo this variant
+            words._more()
+            continue
+        drawn += row
+        words.pos = pos
+        k += 1
+    return np.array(drawn, dtype=np.uint8).reshape(n, p, 2)
 
 
 def skip_anchors(words: LegacyWords, n_pairs: int, n_variants: int) -> None:
