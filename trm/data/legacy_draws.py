@@ -22,90 +22,131 @@ from .encoding import GRID_SIZE
 
 _CHUNK = 1 << 16  # words read from the generator at a time
 _MASKS = [0] + [(1 << r.bit_length()) - 1 for r in range(1, 64)]  # mask for largest allowed value r
+# Rejection rules (mask, largest) of a colour permutation's draws: `shuffle` of 9 items draws in [0, i]
+# for i = 8..1.
+_SHUFFLE_RULES = [(_MASKS[i], i) for i in range(8, 0, -1)]
+
+
+def _mask(largest: int) -> int:
+    return _MASKS[largest] if largest < len(_MASKS) else (1 << largest.bit_length()) - 1
 
 
 class LegacyWords:
-    """The word stream of `numpy.random.seed(seed)`'s generator, with the legacy bounded draws."""
+    """The word stream of `numpy.random.seed(seed)`'s generator, with the legacy bounded draws.
+
+    Positions are absolute word indices; `pos` is the next unread word.
+    """
 
     def __init__(self, seed: int) -> None:
         state = np.random.RandomState(seed).get_state(legacy=False)
         self._bitgen = np.random.MT19937()
         self._bitgen.state = {"bit_generator": "MT19937", "state": state["state"]}
-        self.words: list[int] = []
-        self.pos = 0  # index in `words` of the next unread word
+        self._buf = np.zeros(0, dtype=np.int64)
+        self._base = 0  # absolute position of _buf[0]
+        self.pos = 0
 
-    def _more(self, compact: bool = True) -> None:
-        """Append words; with `compact`, first drop a long consumed prefix (moves positions: only while
-        no position from `tries` is outstanding)."""
-        if compact and self.pos > 4 * _CHUNK:
-            del self.words[: self.pos]
-            self.pos = 0
-        self.words.extend(self._bitgen.random_raw(_CHUNK).tolist())
+    def window(self, start: int, size: int) -> np.ndarray:
+        """Words [start, start + size) (start >= pos), reading more from the generator as needed."""
+        if start - self._base > 4 * _CHUNK and self.pos - self._base > 4 * _CHUNK:
+            drop = self.pos - self._base  # consumed words are never read again
+            self._buf, self._base = self._buf[drop:], self.pos
+        missing = start + size - (self._base + len(self._buf))
+        if missing > 0:
+            fresh = self._bitgen.random_raw(max(missing, _CHUNK)).astype(np.int64)
+            self._buf = np.concatenate([self._buf, fresh])
+        return self._buf[start - self._base : start - self._base + size]
+
+    def draws(self, largest: list[int]) -> list[int]:
+        """Consecutive `randint(0, l + 1)` for each l in `largest` (a range of one value takes no word)."""
+        size = 2 * len(largest) + 64
+        while True:
+            words = self.window(self.pos, size).tolist()
+            pos, out = 0, []
+            try:
+                for top in largest:
+                    if top == 0:
+                        out.append(0)
+                        continue
+                    mask = _mask(top)
+                    value = words[pos] & mask
+                    pos += 1
+                    while value > top:
+                        value = words[pos] & mask
+                        pos += 1
+                    out.append(value)
+            except IndexError:  # more rejections than the window allowed for: retry with a larger one
+                size *= 2
+                continue
+            self.pos += pos
+            return out
 
     def below(self, high: int) -> int:
-        """`randint(0, high)`: uniform in [0, high) (no word taken when high == 1)."""
-        largest = high - 1
-        if largest == 0:
-            return 0
-        mask = _MASKS[largest] if largest < len(_MASKS) else (1 << largest.bit_length()) - 1
-        while True:
-            if self.pos >= len(self.words):
-                self._more()
-            value = self.words[self.pos] & mask
-            self.pos += 1
-            if value <= largest:
-                return value
+        """`randint(0, high)`: uniform in [0, high)."""
+        return self.draws([high - 1])[0]
 
     def shuffled(self, n: int) -> list[int]:
         """The order of `n` items after `shuffle` of a list: item at each position, as original indices."""
         order = list(range(n))
-        for i in range(n - 1, 0, -1):
-            j = self.below(i + 1)
+        for i, j in zip(range(n - 1, 0, -1), self.draws(list(range(n - 1, 0, -1))), strict=True):
             order[i], order[j] = order[j], order[i]
         return order
 
-    def tries(self, n: int, start: int | None = None) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    def tries(self, n: int, start: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Read `n` augmentation tries (`randint(0, 8)`, then `permutation` of colours 1..9) from word
-        position `start` (default: the current one) without consuming them: (tids [n], colour maps [n, 10]
-        with 0 fixed, word position after each try). `seek` to one of those positions to consume up to it."""
-        tids = np.empty(n, dtype=np.int64)
+        position `start` (default: `pos`) without consuming them: (tids [n], colour maps [n, 10] with 0
+        fixed, word position after each try). `seek` to one of those positions to consume up to it.
+
+        Vectorized: for every word of a window, where a try starting there ends, then a short chase
+        from try to try."""
+        start = self.pos if start is None else start
+        size = 12 * n + 64  # a try takes 11.2 words on average
+        while True:
+            words = self.window(start, size)
+            at = self._try_words(words)  # [9, size]: the word used by each draw of a try starting there
+            last, chain = at[-1].tolist(), (at[-1] + 1).tolist()
+            starts, q = [], 0
+            while len(starts) < n and q < size and last[q] < size:  # a try is complete in the window
+                starts.append(q)
+                q = chain[q]
+            if len(starts) == n:
+                break
+            size *= 2
+        starts = np.array(starts, dtype=np.int64)
+        tids = words[starts] & 7
+        colours = np.tile(np.arange(1, 10, dtype=np.int64), (n, 1))
+        rows = np.arange(n)
+        for r, (mask, i) in enumerate(_SHUFFLE_RULES, start=1):
+            j = words[at[r, starts]] & mask
+            swap = colours[rows, i].copy()
+            colours[rows, i] = colours[rows, j]
+            colours[rows, j] = swap
         cmaps = np.zeros((n, 10), dtype=np.int64)
-        ends: list[int] = []
-        masks = _MASKS
-        pos = self.pos if start is None else start
-        k = 0
-        while k < n:
-            words = self.words
-            try:
-                p = pos
-                tid = words[p] & 7
-                p += 1
-                colours = [1, 2, 3, 4, 5, 6, 7, 8, 9]
-                for i in range(8, 0, -1):
-                    mask = masks[i]
-                    j = words[p] & mask
-                    p += 1
-                    while j > i:
-                        j = words[p] & mask
-                        p += 1
-                    colours[i], colours[j] = colours[j], colours[i]
-            except IndexError:  # ran past the words read so far: read more, redo this try
-                self._more(compact=False)
-                continue
-            tids[k] = tid
-            cmaps[k, 1:] = colours
-            ends.append(p)
-            pos = p
-            k += 1
-        return tids, cmaps, ends
+        cmaps[:, 1:] = colours
+        return tids, cmaps, start + at[-1, starts] + 1
+
+    @staticmethod
+    def _try_words(words: np.ndarray) -> np.ndarray:
+        """[9, len(words)]: for a try starting at each word, the word its dihedral draw and each of its 8
+        shuffle draws use (len(words) where the window runs out)."""
+        size = len(words)
+        at = np.empty((9, size), dtype=np.int64)
+        at[0] = np.arange(size)
+        p = at[0] + 1
+        positions = np.arange(size + 1)
+        for r, (mask, largest) in enumerate(_SHUFFLE_RULES, start=1):
+            p = np.minimum(p, size)
+            if mask != largest:  # first accepted word at or after each position (size if none)
+                accepted = np.append((words & mask) <= largest, True)
+                first = np.where(accepted, positions, size)
+                nxt = np.minimum.accumulate(first[::-1])[::-1]
+                p = nxt[p]
+            at[r] = p
+            p = p + 1
+        return at
 
     def seek(self, pos: int) -> None:
-        """Continue reading at word position `pos` (one returned by `tries`); positions handed out before
-        are invalid afterwards (the consumed prefix may be dropped)."""
+        """Continue reading at word position `pos` (one returned by `tries`)."""
         self.pos = pos
-        if pos > 4 * _CHUNK:
-            del self.words[:pos]
-            self.pos = 0
 
 
 def draw_variants(
@@ -122,19 +163,19 @@ def draw_variants(
     if num_aug > 0:
         classes = _pair_classes(pairs)
         budget = RETRIES_FACTOR * num_aug
-        ends: list[int] = []
+        ends = np.zeros(0, dtype=np.int64)
         want = min(budget, num_aug + num_aug // 16 + 8)  # most tasks finish within this many tries
         while True:
-            more_t, more_c, more_ends = words.tries(want - len(ends), ends[-1] if ends else None)
+            more_t, more_c, more_ends = words.tries(want - len(ends), int(ends[-1]) if len(ends) else None)
             tids, cmaps = np.concatenate([tids, more_t]), np.concatenate([cmaps, more_c])
-            ends += more_ends
+            ends = np.concatenate([ends, more_ends])
             _, first_seen = np.unique(_content_keys(tids, cmaps, *classes), return_index=True)
             if len(first_seen) >= num_aug + 1 or want == budget:
                 break
             want = min(budget, 2 * want)
         keep = np.sort(first_seen)[: num_aug + 1]
         # Row r >= 1 is try r - 1; upstream stops right after the try that completes the set.
-        words.seek(ends[keep[-1] - 1] if len(keep) == num_aug + 1 else ends[budget - 1])
+        words.seek(int(ends[keep[-1] - 1] if len(keep) == num_aug + 1 else ends[budget - 1]))
         tids, cmaps = tids[keep], cmaps[keep]
     return tids.astype(np.uint8), cmaps.astype(np.uint8)
 
@@ -147,47 +188,44 @@ def draw_offsets(
     [0, 30 - max height] and the column offset in [0, 30 - max width] of its transformed input and output.
     Returns uint8 [n_variants, n_pairs, 2]."""
     n, p = len(tids), len(pairs)
-    if p == 0:
-        return np.zeros((n, 0, 2), dtype=np.uint8)
+    if p == 0 or n == 0:
+        return np.zeros((n, p, 2), dtype=np.uint8)
     # Per dihedral id, per draw (row, column of each pair): (largest value, mask) of its rejection rule.
     largest = (GRID_SIZE - transformed_extent(pairs)).reshape(8, 2 * p).tolist()
-    rules = [[(r, _MASKS[r]) for r in row] for row in largest]
-    anchor_largest, anchor_mask = p - 1, _MASKS[p - 1]
-    drawn: list[int] = []
+    rules = [[(top, _mask(top)) for top in row] for row in largest]
+    anchor_largest, anchor_mask = p - 1, _mask(p - 1)
     tid_list = tids.tolist()
-    k = 0
-    while k < n:  # the bounded draws of `LegacyWords.below`, inlined: this loop makes most of the draws
-        w, pos = words.words, words.pos
-        row: list[int] = []
+    size = n * (3 * p) + 64  # ~1.3 words per draw, 2p - 1 draws per variant
+    while True:  # the bounded draws of `LegacyWords.draws`, inlined (faster here than a vectorized form)
+        w = words.window(words.pos, size).tolist()
+        pos, drawn = 0, []
         try:
-            anchor = 0
-            if anchor_largest:
-                anchor = w[pos] & anchor_mask
-                pos += 1
-                while anchor > anchor_largest:
+            for tid in tid_list:
+                anchor = 0
+                if anchor_largest:
                     anchor = w[pos] & anchor_mask
                     pos += 1
-            skip = (2 * anchor, 2 * anchor + 1)
-            for d, (top, mask) in enumerate(rules[tid_list[k]]):
-                if top == 0 or d in skip:
-                    row.append(0)
-                    continue
-                value = w[pos] & mask
-                pos += 1
-                while value > top:
+                    while anchor > anchor_largest:
+                        anchor = w[pos] & anchor_mask
+                        pos += 1
+                skip = (2 * anchor, 2 * anchor + 1)
+                for d, (top, mask) in enumerate(rules[tid]):
+                    if top == 0 or d in skip:
+                        drawn.append(0)
+                        continue
                     value = w[pos] & mask
                     pos += 1
-                row.append(value)
-        except IndexError:  # ran past the words read so far: read more, redo this variant
-            words._more()
+                    while value > top:
+                        value = w[pos] & mask
+                        pos += 1
+                    drawn.append(value)
+        except IndexError:  # more rejections than the window allowed for: retry with a larger one
+            size *= 2
             continue
-        drawn += row
-        words.pos = pos
-        k += 1
-    return np.array(drawn, dtype=np.uint8).reshape(n, p, 2)
+        words.pos += pos
+        return np.array(drawn, dtype=np.uint8).reshape(n, p, 2)
 
 
 def skip_anchors(words: LegacyWords, n_pairs: int, n_variants: int) -> None:
     """Test-split puzzles: upstream draws an anchor for each but never translates them."""
-    for _ in range(n_variants):
-        words.below(n_pairs)
+    words.draws([n_pairs - 1] * n_variants)
