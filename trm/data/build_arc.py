@@ -92,7 +92,7 @@ def build_arc_dataset(
             inputs=inputs,
             counts=counts,
             known_hashes=known_hashes,
-            identifiers=identifiers_provenance(upstream_identical=max_puzzles is None),
+            identifiers=identifiers_provenance(upstream_identical=True),
         )
         (tmp / MANIFEST).chmod(0o644)
     return manifest
