@@ -122,7 +122,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--workers",
         type=int,
         default=0,
-        help="processes for augmentation planning (0 = auto; output is identical)",
+        help="threads rendering a materialized build (0 = auto; output is identical)",
     )
     build.add_argument(
         "--overwrite", action="store_true", help="replace an existing different dataset at --output-dir"
