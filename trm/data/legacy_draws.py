@@ -103,13 +103,17 @@ class LegacyWords:
         while True:
             words = self.window(start, size)
             at = self._try_words(words)  # [9, size]: the word used by each draw of a try starting there
-            last, chain = at[-1].tolist(), (at[-1] + 1).tolist()
-            starts, q = [], 0
-            while len(starts) < n and q < size and last[q] < size:  # a try is complete in the window
-                starts.append(q)
-                q = chain[q]
-            if len(starts) == n:
-                break
+            chain = np.append(at[-1] + 1, size + 1).tolist()  # where the next try starts (> size: ran out)
+            starts, q = [0] * n, 0
+            try:
+                for k in range(n):
+                    starts[k] = q
+                    q = chain[q]
+            except IndexError:  # a start past the window
+                pass
+            else:
+                if n == 0 or q <= size:  # every try complete inside the window
+                    break
             size *= 2
         starts = np.array(starts, dtype=np.int64)
         tids = words[starts] & 7
