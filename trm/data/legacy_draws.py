@@ -194,17 +194,24 @@ def draw_offsets(
     n, p = len(tids), len(pairs)
     if p == 0 or n == 0:
         return np.zeros((n, p, 2), dtype=np.uint8)
-    # Per dihedral id, per draw (row, column of each pair): (largest value, mask) of its rejection rule.
+    # Per dihedral id and anchor: the draws made, as (index in the variant's row, largest value, mask); the
+    # anchor's pair and ranges of one value take no word.
     largest = (GRID_SIZE - transformed_extent(pairs)).reshape(8, 2 * p).tolist()
-    rules = [[(top, _mask(top)) for top in row] for row in largest]
+    plans = [
+        [
+            [(d, top, _mask(top)) for d, top in enumerate(row) if top and d // 2 != anchor]
+            for anchor in range(p)
+        ]
+        for row in largest
+    ]
     anchor_largest, anchor_mask = p - 1, _mask(p - 1)
     tid_list = tids.tolist()
     size = n * (3 * p) + 64  # ~1.3 words per draw, 2p - 1 draws per variant
     while True:  # the bounded draws of `LegacyWords.draws`, inlined (faster here than a vectorized form)
         w = words.window(words.pos, size).tolist()
-        pos, drawn = 0, []
+        pos, drawn = 0, [0] * (n * 2 * p)
         try:
-            for tid in tid_list:
+            for k, tid in enumerate(tid_list):
                 anchor = 0
                 if anchor_largest:
                     anchor = w[pos] & anchor_mask
@@ -212,17 +219,14 @@ def draw_offsets(
                     while anchor > anchor_largest:
                         anchor = w[pos] & anchor_mask
                         pos += 1
-                skip = (2 * anchor, 2 * anchor + 1)
-                for d, (top, mask) in enumerate(rules[tid]):
-                    if top == 0 or d in skip:
-                        drawn.append(0)
-                        continue
+                base = 2 * p * k
+                for d, top, mask in plans[tid][anchor]:
                     value = w[pos] & mask
                     pos += 1
                     while value > top:
                         value = w[pos] & mask
                         pos += 1
-                    drawn.append(value)
+                    drawn[base + d] = value
         except IndexError:  # more rejections than the window allowed for: retry with a larger one
             size *= 2
             continue
