@@ -197,7 +197,7 @@ def draw_offsets(
     # Per dihedral id and anchor: the draws made, as (index in the variant's row, largest value, mask); the
     # anchor's pair and ranges of one value take no word.
     largest = (GRID_SIZE - transformed_extent(pairs)).reshape(8, 2 * p).tolist()
-    plans = [
+    schedule = [
         [
             [(d, top, _mask(top)) for d, top in enumerate(row) if top and d // 2 != anchor]
             for anchor in range(p)
@@ -220,7 +220,7 @@ def draw_offsets(
                         anchor = w[pos] & anchor_mask
                         pos += 1
                 base = 2 * p * k
-                for d, top, mask in plans[tid][anchor]:
+                for d, top, mask in schedule[tid][anchor]:
                     value = w[pos] & mask
                     pos += 1
                     while value > top:
