@@ -9,7 +9,7 @@ The golden file holds upstream's results for every scenario, both voting modes a
 
     TRM_UPSTREAM=<TinyRecursiveModels checkout> python tests/arc_parity.py --write-golden
 
-(upstream's evaluator needs the `parity` extra: `pip install -e '.[parity]'`).
+(upstream's evaluator needs the `upstream` extra: `pip install -e '.[upstream]'`).
 """
 
 from __future__ import annotations

@@ -96,8 +96,9 @@ def package_kaggle(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Write the bundle for `checkpoint` (our step_N/ folder or an upstream step_N file) to `out_dir`."""
+    from trm.data.manifest import require_upstream_identifiers
     from trm.model import TinyRecursiveModel, TRMConfig
-    from trm.training.builder import read_checkpoint_weights
+    from trm.training.builder import UPSTREAM_KIND, read_checkpoint_weights
     from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
@@ -118,6 +119,8 @@ def package_kaggle(
             f"--data-path {data_path}: {len(names)} identifiers, but the checkpoint's puzzle table has {rows} "
             "rows; pass the dataset the checkpoint was trained on, or --no-identifiers"
         )
+    if names is not None and kind == UPSTREAM_KIND:  # rows must be upstream's identifiers, not just as many
+        require_upstream_identifiers([str(data_path)], rows, checkpoint)
     weights, unseen_id = _with_unseen_row(weights, names is not None, facts["blank_identifier_id"])
 
     arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
