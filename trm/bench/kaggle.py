@@ -24,7 +24,7 @@ from pathlib import Path
 from trm.bench.data import Run, dir_size, measure
 from trm.data.arc_source import DEFAULT_PREFIX
 
-PAPER_IDENTIFIERS = 876406  # ARC-1 + ConceptARC, 1000 augmentations (TRM_SPEC §8.2)
+PAPER_IDENTIFIERS = 876406  # ARC-1 + ConceptARC, 1000 augmentations (upstream's builder's count)
 TARGETS = {"package_wall_s": 60.0, "package_rss_gb": 2.0, "h100_rows_per_s": 50.0}
 TINY = {"hidden_size": 16, "num_heads": 2, "L_layers": 1, "H_cycles": 1, "L_cycles": 1, "puzzle_emb_ndim": 8}
 
