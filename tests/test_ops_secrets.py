@@ -105,6 +105,21 @@ def test_baseline_holds_audited_false_positives_only(tmp_path: Path):
     assert [f.path for f in scan_repo(repo)] == ["other.md"]
 
 
+def test_a_moved_file_keeps_its_audit_marks(tmp_path: Path):
+    text = SECRETS["runbook.md"][0]
+    repo = _git_repo(tmp_path, {"tests/test_a.py": text})
+    update_baseline(repo)
+    baseline = json.loads((repo / BASELINE).read_text())
+    baseline["results"]["tests/test_a.py"][0]["is_secret"] = False
+    (repo / BASELINE).write_text(json.dumps(baseline))
+    (repo / "tests" / "unit").mkdir()
+    (repo / "tests" / "test_a.py").rename(repo / "tests" / "unit" / "test_a.py")
+    assert [f.path for f in scan_repo(repo)] == ["tests/unit/test_a.py"]  # a new path is a new finding
+    update_baseline(repo)
+    assert scan_repo(repo) == []
+    assert list(json.loads((repo / BASELINE).read_text())["results"]) == ["tests/unit/test_a.py"]
+
+
 def test_ignored_files_are_not_scanned_but_untracked_ones_are(tmp_path: Path):
     text = SECRETS["hub.yaml"][0]
     repo = _git_repo(tmp_path, {".gitignore": "secret.env\n", "secret.env": text})

@@ -221,8 +221,25 @@ def scan_repo(root: str | Path) -> list[Finding]:
     return sorted(findings)
 
 
+def _carry_marks_of_moved_files(secrets: Any, old: dict[str, Any], root: Path) -> None:
+    """A file moved (`git mv`): its audited entries follow it, matched by type and hash, when the old path is
+    gone; detect-secrets' own merge matches by path only."""
+    gone: dict[tuple[str, str], bool] = {
+        (entry["type"], entry["hashed_secret"]): entry["is_secret"]
+        for path, entries in old["results"].items()
+        if not (root / path).exists()
+        for entry in entries
+        if "is_secret" in entry
+    }
+    for _path, secret in secrets:
+        mark = gone.get((secret.type, secret.secret_hash))
+        if secret.is_secret is None and mark is not None:
+            secret.is_secret = mark
+
+
 def update_baseline(root: str | Path) -> Path:
-    """Rewrite `.secrets.baseline` with the current findings, keeping the audit marks of known ones."""
+    """Rewrite `.secrets.baseline` with the current findings, keeping the audit marks of known ones (also
+    of files that moved)."""
     root = Path(root).resolve()
     old = _read_baseline(root)
     with _detect_secrets():
@@ -231,6 +248,7 @@ def update_baseline(root: str | Path) -> Path:
 
         secrets = _scan(root)
         secrets.merge(SecretsCollection.load_from_baseline(old))
+        _carry_marks_of_moved_files(secrets, old, root)
         output = ds_baseline.format_for_output(secrets)
     output.pop("generated_at", None)  # no timestamp: an unchanged scan leaves the file unchanged
     # The repository-relative path of the project's plugins, so `detect-secrets audit` works from the root.
