@@ -96,6 +96,7 @@ def test_baseline_holds_audited_false_positives_only(tmp_path: Path):
     assert [(f.path, f.audited) for f in scan_repo(repo)] == [("runbook.md", True)]
     baseline = json.loads((repo / BASELINE).read_text())
     assert "generated_at" not in baseline and HEX40 not in (repo / BASELINE).read_text()
+    assert str(repo) not in (repo / BASELINE).read_text()  # paths relative to the repository
     baseline["results"]["runbook.md"][0]["is_secret"] = False  # what `detect-secrets audit` records
     (repo / BASELINE).write_text(json.dumps(baseline))
     assert scan_repo(repo) == []

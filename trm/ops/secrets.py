@@ -168,6 +168,12 @@ def _scan(root: Path) -> Any:
             secrets.scan_file(name)
     else:
         secrets.scan_files(*files, num_processors=max(1, min(4, os.cpu_count() or 1)))
+    # detect-secrets records the path it opened (absolute under `root`); the baseline wants the relative one.
+    for rel in list(secrets.files):
+        found = secrets[rel]
+        for secret in found:
+            secret.filename = rel
+        secrets[rel] = set(found)  # rehashed: the filename is part of a finding's identity
     return secrets
 
 
