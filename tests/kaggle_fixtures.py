@@ -10,7 +10,7 @@ import torch
 
 from trm.data.arc_source import DEFAULT_PREFIX
 from trm.data.build_arc import build_arc_dataset
-from trm.recipes import get_recipe
+from trm.training.recipes import get_recipe
 
 TINY = get_recipe("debug-tiny")  # batch 8, 1 epoch, EMA
 TINY_ARCH = [o for o in TINY.overrides if o.startswith("arch.")]  # what packaging an upstream file needs

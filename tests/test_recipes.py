@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from trm.errors import TRMError
-from trm.recipes import RECIPES, TINY_ARCH, get_recipe
 from trm.train import main
 from trm.training.config import RUN_ONLY_KEYS, as_dict
+from trm.training.recipes import RECIPES, TINY_ARCH, get_recipe
 
 
 def resolved(recipe_config) -> dict:

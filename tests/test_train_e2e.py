@@ -16,8 +16,8 @@ import torch
 
 from trm import exit_codes
 from trm.evaluation.voting import validate_submission
-from trm.recipes import get_recipe
 from trm.training import checkpoint as ckpt
+from trm.training.recipes import get_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 # The debug-tiny recipe at batch 2 with a metrics row per step; tests add the epochs they need.

@@ -13,11 +13,11 @@ from trainer_fakes import FakeLoader
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.recipes import get_recipe
 from trm.training import checkpoint as ckpt
 from trm.training.config import compose, fill_run_defaults
 from trm.training.distributed import DistInfo
 from trm.training.loop import Trainer
+from trm.training.recipes import get_recipe
 
 # The debug-tiny recipe with more halting (3 steps, exploration half the time) and 2 evaluations in 4 epochs.
 TINY = (

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm.data.arc_source import DEFAULT_PREFIX
-from trm.recipes import get_recipe
+from trm.training.recipes import get_recipe
 
 TARGETS = {"compact": {"wall_s": 10.0, "rss_gb": 1.0, "disk_mb": 100.0}, "loader_examples_per_s": 20000}
 

@@ -27,7 +27,7 @@ from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
 from trm.model.layers import swiglu_intermediate
 from trm.optim import AdamATan2
-from trm.recipes import get_recipe
+from trm.training.recipes import get_recipe
 
 # Dense bf16 peak FLOP/s used for MFU, by GPU name fragment.
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}

@@ -4,7 +4,7 @@
     TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=python] nox -s bench -- train
 
 Setups:
-- `tiny` (CPU): the bench-tiny recipe (trm/recipes.py: hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle
+- `tiny` (CPU): the bench-tiny recipe (trm/training/recipes.py: hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle
   embedding, fp32, batch 32), seq 900, eager, on its ARC set (16 tasks per subset, 8 augmentations). Goal:
   ours ≥ 1.5× upstream.
 - `paper` (one CUDA GPU): the arc2 recipe (hidden 512, 2 layers, H 3, L 4, puzzle embedding, EMA),
@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from trm.recipes import Recipe, get_recipe
+from trm.training.recipes import Recipe, get_recipe
 
 WARMUP_STEPS = 5
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from trm.launch.hardware import HardwarePlan, select_plan
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
-from trm.recipes import Recipe as Task
-from trm.recipes import get_recipe as get_task
+from trm.training.recipes import Recipe as Task
+from trm.training.recipes import get_recipe as get_task
 
 # Process environment for every trainer process (only set when the user has not set them).
 TRAINER_ENV_DEFAULTS = {

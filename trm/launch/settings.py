@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm.errors import TRMError
-from trm.recipes import RECIPES
+from trm.training.recipes import RECIPES
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "TASK",
         "arc2",
-        "the recipe to train (trm/recipes.py): "
+        "the recipe to train (trm/training/recipes.py): "
         + ", ".join(f"{r.name} ({r.summary})" for r in RECIPES.values()),
     ),
     EnvVar(

@@ -1,6 +1,6 @@
 """`make smoke-local`: the whole run lifecycle on CPU in about a minute.
 
-Builds a small ARC set from the shipped data, trains the debug-tiny recipe's model (trm/recipes.py) for a
+Builds a small ARC set from the shipped data, trains the debug-tiny recipe's model (trm/training/recipes.py) for a
 few hundred steps with two evaluations, interrupts it with SIGTERM half-way (exit 75, a
 complete checkpoint), resumes it with the same command (which evaluates again at the end and writes
 submission.json) and prints where everything is.
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.recipes import get_recipe
+from trm.training.recipes import get_recipe
 
 
 def dataset_cmd(out: Path, max_puzzles: int, num_aug: int) -> list[str]:
