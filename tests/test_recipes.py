@@ -78,3 +78,15 @@ def test_model_config_matches_the_recipe_arch() -> None:
     arc = get_recipe("arc2").with_changes(arch={"forward_dtype": "bfloat16"})
     arc_model = arc.model_config(batch_size=1, seq_len=900, vocab_size=12, num_puzzle_identifiers=1)
     assert arc_model.puzzle_emb_ndim == arc_model.hidden_size == 512 and arc_model.L_cycles == 4
+
+
+def test_every_kind_of_value_renders_in_hydra_grammar(monkeypatch) -> None:
+    from trm.training.config import compose
+
+    monkeypatch.delenv("DISABLE_COMPILE", raising=False)
+    variant = get_recipe("debug-tiny").with_changes(
+        evaluators=[{"name": "arc@ARC", "pass_Ks": [1, 2]}], project_name="a b's", lr=3e-4, max_steps=None
+    )
+    cfg = compose([*variant.overrides, "data_paths=[x]"])
+    assert cfg.evaluators == [{"name": "arc@ARC", "pass_Ks": [1, 2]}]
+    assert (cfg.project_name, cfg.lr, cfg.max_steps) == ("a b's", 3e-4, None)
