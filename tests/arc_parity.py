@@ -166,14 +166,14 @@ def make_scenario(name: str) -> Scenario:
 
 
 def fingerprint(scn: Scenario) -> str:
-    """sha256 of everything a scenario feeds the evaluators (tells scenario drift from a regression)."""
+    """Digest (`sha256:<hex>`) of everything a scenario feeds the evaluators (tells scenario drift from a regression)."""
     h = hashlib.sha256(json.dumps([scn.identifiers, scn.test_puzzles]).encode())
     for batches in scn.rounds:
         for batch in batches:
             for key in sorted(batch):
                 h.update(key.encode())
                 h.update(batch[key].numpy().tobytes())
-    return h.hexdigest()
+    return f"sha256:{h.hexdigest()}"
 
 
 def local_batch(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch.Tensor]:
@@ -187,7 +187,7 @@ def summary(metrics: dict[str, float], folder: Path) -> dict[str, Any]:
     data = (folder / "submission.json").read_bytes()
     return {
         "metrics": {k: v for k, v in metrics.items() if k.startswith("ARC/pass@")},
-        "submission_sha256": hashlib.sha256(data).hexdigest(),
+        "submission_digest": f"sha256:{hashlib.sha256(data).hexdigest()}",
     }
 
 

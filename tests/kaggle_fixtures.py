@@ -10,18 +10,10 @@ import torch
 
 from trm.data.arc_source import DEFAULT_PREFIX
 from trm.data.build_arc import build_arc_dataset
+from trm.training.recipes import get_recipe
 
-TINY_ARCH = [
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=1",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=2",
-    "arch.puzzle_emb_ndim=8",
-    "arch.puzzle_emb_len=1",
-]
-TINY_RUN = ["global_batch_size=8", "epochs=1", "eval_interval=1", "ema=True", "device=cpu", "compile=false"]
+TINY = get_recipe("debug-tiny")  # batch 8, 1 epoch, EMA
+TINY_ARCH = [o for o in TINY.overrides if o.startswith("arch.")]  # what packaging an upstream file needs
 SEEN_TASKS = 2  # the first tasks of each subset go into the dataset
 
 
@@ -54,14 +46,22 @@ def make_smoke(root: Path) -> Smoke:
         num_aug=3,
         max_puzzles=SEEN_TASKS,
     )
-    cfg = compose([*TINY_ARCH, *TINY_RUN, f"data_paths=[{dataset}]", f"checkpoint_path={root / 'run'}"])
+    cfg = compose(
+        [
+            *TINY.overrides,
+            "device=cpu",
+            "compile=false",
+            f"data_paths=[{dataset}]",
+            f"checkpoint_path={root / 'run'}",
+        ]
+    )
     fill_run_defaults(cfg)
     trainer = Trainer.create(cfg, DistInfo())
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        table = trainer.c.model.puzzle_emb.weight
+        table = trainer.components.model.puzzle_emb.weight
         table.copy_(torch.randn(table.shape, generator=generator))
-        for shadow in trainer.c.ema.shadow.values():  # EMA weights differ from the live ones
+        for shadow in trainer.components.ema.shadow.values():  # EMA weights differ from the live ones
             shadow.add_(0.25)
     trainer.save_checkpoint()
     trainer.close()

@@ -127,7 +127,7 @@ def test_seen_tasks_reuse_trained_rows_and_unseen_tasks_use_the_mean_row(smoke: 
     assert by_task[unseen].names[0] == unseen  # the original first
     rows = by_task[unseen].inputs.reshape(len(by_task[unseen].names), -1)
     assert len({r.tobytes() for r in rows}) == len(rows)  # distinct variants
-    # Each row is the test input colour-mapped, then transformed, encoded at (0, 0) (TRM_SPEC §8.2).
+    # Each row is the test input colour-mapped, then transformed, encoded at (0, 0), as the builder does.
     for task in test_set.tasks:
         grid = np.array(smoke.challenges[task.task_id]["test"][0]["input"], dtype=np.uint8)
         for k, name in enumerate(task.names):

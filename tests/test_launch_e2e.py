@@ -45,11 +45,11 @@ def train_steps(metrics: Path) -> set[int]:
 @pytest.mark.dist
 def test_train_prod_kill_resume_and_handoff(tmp_path):
     env = script_env(
-        tmp_path, None, TASK="cpu-tiny", NUM_GPUS="0", CPU_PROCS="2", SMOKE_STEPS="2", GPU_HOURLY_USD="1.5",
+        tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", CPU_PROCS="2", SMOKE_STEPS="2", GPU_HOURLY_USD="1.5",
         TRAIN_OVERRIDES="epochs=6 eval_interval=3",
     )  # fmt: skip
-    run_dir = tmp_path / "ws" / "checkpoints" / "trm-cpu-tiny"
-    bundle = tmp_path / "ws" / "artifacts" / "trm-cpu-tiny"
+    run_dir = tmp_path / "ws" / "checkpoints" / "trm-debug-tiny"
+    bundle = tmp_path / "ws" / "artifacts" / "trm-debug-tiny"
     log = open(tmp_path / "script.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         ["bash", str(SCRIPT)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -83,7 +83,7 @@ def test_train_prod_kill_resume_and_handoff(tmp_path):
     assert data["cost_estimate_usd"] is not None and data["wall_time"]["train_seconds"] > 0
     assert (
         data["resume_command"].endswith("bash scripts/train_prod.sh")
-        and "TASK=cpu-tiny" in data["resume_command"]
+        and "TASK=debug-tiny" in data["resume_command"]
     )
     assert data["resolved_config"]["global_batch_size"] == 8
     assert (bundle / "metrics.png").read_bytes().startswith(PNG_SIGNATURE)
@@ -97,11 +97,11 @@ def test_train_prod_kill_resume_and_handoff(tmp_path):
 def test_sigterm_to_the_script_saves_and_the_same_command_resumes(tmp_path):
     """`docker stop` / pod deletion: SIGTERM reaches the trainer through the script, launcher and torchrun."""
     env = script_env(
-        tmp_path, None, TASK="cpu-tiny", NUM_GPUS="0", CPU_PROCS="2", SMOKE_STEPS="0",
+        tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", CPU_PROCS="2", SMOKE_STEPS="0",
         TRAIN_OVERRIDES="epochs=6 eval_interval=3",
     )  # fmt: skip
-    run_dir = tmp_path / "ws" / "checkpoints" / "trm-cpu-tiny"
-    bundle = tmp_path / "ws" / "artifacts" / "trm-cpu-tiny"
+    run_dir = tmp_path / "ws" / "checkpoints" / "trm-debug-tiny"
+    bundle = tmp_path / "ws" / "artifacts" / "trm-debug-tiny"
     with open(tmp_path / "first.log", "w") as log:
         proc = subprocess.Popen(
             ["bash", str(SCRIPT)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

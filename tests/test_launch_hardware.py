@@ -8,7 +8,7 @@ import pytest
 
 from tests.launch_fakes import FIXTURES, SHAPES, install_fake_smi
 from trm.errors import TRMError
-from trm.launch.hardware import largest_divisor_at_most, load_table, select_plan
+from trm.launch.hardware import load_table, select_plan
 from trm.launch.nvidia_smi import parse_plain_header, parse_query_csv, query_gpus
 
 # (shape) -> (tier, micro-batch, accumulation): what the table must choose for each recorded host.
@@ -107,12 +107,6 @@ def test_bad_requests_name_the_fix(kwargs, message):
 def test_multi_node_world_size():
     plan = select_plan(gpus_of("h100x4"), nnodes=2)
     assert plan.world_size == 8 and plan.local_batch_size == 96
-
-
-def test_largest_divisor():
-    assert largest_divisor_at_most(192, 64) == 64
-    assert largest_divisor_at_most(96, 64) == 48
-    assert largest_divisor_at_most(7, 5) == 1
 
 
 def test_table_tiers_cover_the_issue_list():

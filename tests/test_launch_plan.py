@@ -47,7 +47,7 @@ def test_defaults_from_an_empty_environment():
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"TASK": "sudoku"}, "TASK='sudoku' is not a task"),
+        ({"TASK": "sudoku"}, "TASK='sudoku' is not a recipe"),
         ({"NUM_GPUS": "four"}, "NUM_GPUS='four' is not an integer"),
         ({"WANDB": "online"}, "needs WANDB_API_KEY"),
         ({"NNODES": "2"}, "needs MASTER_ADDR"),
@@ -125,8 +125,8 @@ def test_dry_run_without_nvidia_smi_refuses_a_production_task(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_dry_run_cpu_tiny_task(tmp_path):
-    proc = dry_run(tmp_path, None, TASK="cpu-tiny", CPU_PROCS="2", SMOKE_STEPS="0")
+def test_dry_run_debug_tiny_recipe(tmp_path):
+    proc = dry_run(tmp_path, None, TASK="debug-tiny", CPU_PROCS="2", SMOKE_STEPS="0")
     assert proc.returncode == 0, proc.stderr
     assert "tier              cpu" in proc.stdout and "smoke gate" not in proc.stdout
     assert "--cpu --checkpoint-dir" in proc.stdout
@@ -203,7 +203,7 @@ def test_tmux_session_inherits_the_environment(tmp_path):
 def test_unwritable_workspace_is_a_clean_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    env = script_env(tmp_path, None, TASK="cpu-tiny", NUM_GPUS="0", WORKSPACE=str(blocker / "ws"))
+    env = script_env(tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", WORKSPACE=str(blocker / "ws"))
     proc = subprocess.run([sys.executable, "-m", "trm", "launch"], env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot write to" in proc.stderr and "set CHECKPOINT_DIR" in proc.stderr
 
@@ -213,5 +213,5 @@ def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
         ["bash", str(SCRIPT)], env=script_env(tmp_path, None, TASK="sudoku"), capture_output=True, text=True
     )
     assert proc.returncode == 2
-    assert proc.stderr.count("TASK='sudoku' is not a task") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("TASK='sudoku' is not a recipe") == 1 and "Traceback" not in proc.stderr
     assert "handoff skipped" in proc.stdout

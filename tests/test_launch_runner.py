@@ -36,7 +36,7 @@ def make_launch(tmp_path: Path, mode: str, **env: str) -> tuple[Launch, io.Strin
         **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS")},
         "PYTHONPATH": os.pathsep.join([str(FAKE_DIR), str(ROOT)]),
         "FAKE_TRAINER_MODE": mode,
-        "TASK": "cpu-tiny",
+        "TASK": "debug-tiny",
         "NUM_GPUS": "0",
         "CPU_PROCS": "2",
         "WORKSPACE": str(tmp_path / "ws"),

@@ -10,7 +10,7 @@ from trm.errors import TRMError
 from trm.model import TinyRecursiveModel
 from trm.model.upstream import convert_upstream_state_dict, resize_puzzle_embedding, to_upstream_state_dict
 
-# Names as upstream's compiled runs write them (TRM_SPEC §11), for one attention and one mlp_t block.
+# Names as upstream's compiled runs write them (torch.compile's `_orig_mod.` prefix), for one attention and one mlp_t block.
 UPSTREAM_ATTENTION_KEYS = {
     "_orig_mod.model.inner.embed_tokens.embedding_weight",
     "_orig_mod.model.inner.lm_head.weight",

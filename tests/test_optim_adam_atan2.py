@@ -14,7 +14,7 @@ from trm.optim import AdamATan2, build_adam_atan2
 from trm.optim import backend as backend_module
 
 LR, BETAS, WD, STEPS = 1e-3, (0.9, 0.95), 0.1, 100
-# ADAM_ATAN2.md §5b: upstream's own tolerances after 100 steps.
+# The tolerances of adam-atan2's own tests (upstream's package) after 100 steps.
 ATOL = {torch.float64: 1e-15, torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 5e-3}
 
 

@@ -10,7 +10,8 @@ from trm.errors import TRMError
 from trm.train import main
 from trm.training.config import SCHEMA_KEYS, compose, config_hash, fill_run_defaults
 
-# The guides' training commands (USER_GUIDES.md), with the entry point swapped: only the overrides matter.
+# The published training commands (ARC-AGI-2/1 runs, smokes, a resume), with the entry point swapped: only the
+# overrides matter.
 GUIDE_COMMANDS = [
     """arch=trm data_paths="[/workspace/data/arc2concept-aug-1000]" arch.L_layers=2 arch.H_cycles=3
     arch.L_cycles=4 +run_name=pretrain_att_arc2concept ema=True +checkpoint_path=/workspace/checkpoints/r1""",

@@ -17,24 +17,12 @@ import torch
 from trm import exit_codes
 from trm.evaluation.voting import validate_submission
 from trm.training import checkpoint as ckpt
+from trm.training.recipes import get_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
+# The debug-tiny recipe at batch 2 with a metrics row per step; tests add the epochs they need.
 TINY = [
-    "arch=trm",
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=1",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=2",
-    "arch.puzzle_emb_ndim=8",
-    "+arch.puzzle_emb_len=1",
-    "arch.forward_dtype=float32",
-    "global_batch_size=2",
-    "lr=1e-3",
-    "lr_warmup_steps=2",
-    "ema=True",
-    "+log_interval=1",
+    *get_recipe("debug-tiny").with_changes(global_batch_size=2, lr_warmup_steps=2, log_interval=1).overrides
 ]
 
 
@@ -160,7 +148,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
 def test_the_guides_cpu_smoke_command_runs_with_only_the_entry_point_changed(
     dataset: Path, tmp_path: Path
 ) -> None:
-    # USER_GUIDES.md's local CPU smoke, verbatim except for the entry point and the two paths.
+    # The published local CPU smoke command, verbatim except for the entry point and the two paths.
     command = (
         f"{sys.executable} -m trm.train arch=trm data_paths=[{dataset}] epochs=1 eval_interval=1 "
         "arch.hidden_size=64 arch.num_heads=4 arch.L_layers=1 arch.H_cycles=1 arch.L_cycles=1 "

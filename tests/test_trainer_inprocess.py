@@ -17,27 +17,23 @@ from trm.errors import TRMError
 from trm.training import checkpoint as ckpt
 from trm.training.config import compose, fill_run_defaults
 from trm.training.loop import Trainer
+from trm.training.recipes import get_recipe
 
-TINY = [
-    "arch.hidden_size=16",
-    "arch.num_heads=2",
-    "arch.L_layers=1",
-    "arch.H_cycles=1",
-    "arch.L_cycles=1",
-    "arch.halt_max_steps=3",
-    "arch.puzzle_emb_ndim=8",
-    "arch.puzzle_emb_len=1",
-    "arch.halt_exploration_prob=0.5",
-    "global_batch_size=4",
-    "epochs=4",
-    "eval_interval=2",
-    "lr=1e-2",
-    "lr_warmup_steps=2",
-    "evaluators=[]",
-    "puzzle_emb_lr=1e-2",
-    "ema=True",
-    "ema_rate=0.9",
-]
+# The debug-tiny recipe with more halting (3 steps, exploration half the time) and 2 evaluations in 4 epochs.
+TINY = (
+    get_recipe("debug-tiny")
+    .with_changes(
+        arch={"halt_max_steps": 3, "halt_exploration_prob": 0.5},
+        global_batch_size=4,
+        epochs=4,
+        eval_interval=2,
+        lr=1e-2,
+        lr_warmup_steps=2,
+        evaluators=[],
+        ema_rate=0.9,
+    )
+    .overrides
+)
 
 
 def make_trainer(run_dir: Path, *extra: str) -> Trainer:
@@ -83,16 +79,18 @@ def assert_same_state(a: Trainer, b: Trainer, exact: bool = True) -> None:
         if not exact
         else (lambda x, y: torch.equal(x, y) or pytest.fail("differs"))
     )
-    for (name, x), (_, y) in zip(a.c.model.state_dict().items(), b.c.model.state_dict().items(), strict=True):
+    for (name, x), (_, y) in zip(
+        a.components.model.state_dict().items(), b.components.model.state_dict().items(), strict=True
+    ):
         assert check(x, y) is not False, name
-    for oa, ob in zip(a.c.optimizers, b.c.optimizers, strict=True):
+    for oa, ob in zip(a.components.optimizers, b.components.optimizers, strict=True):
         sa, sb = oa.optimizer.state_dict()["state"], ob.optimizer.state_dict()["state"]
         assert sa.keys() == sb.keys()
         for key in sa:
             for field in sa[key]:
                 check(torch.as_tensor(sa[key][field]), torch.as_tensor(sb[key][field]))
-    for name in a.c.ema.shadow:
-        check(a.c.ema.shadow[name], b.c.ema.shadow[name])
+    for name in a.components.ema.shadow:
+        check(a.components.ema.shadow[name], b.components.ema.shadow[name])
 
 
 def test_sigterm_then_resume_is_bit_exact(tmp_path: Path) -> None:
@@ -152,5 +150,5 @@ def test_resume_with_another_micro_batch_keeps_the_math(tmp_path: Path) -> None:
     code, _ = run(tmp_path / "b", stop_at=3)
     assert code == exit_codes.SAVED_RETRY
     code, resumed = run(tmp_path / "b", "micro_batch_size=1")
-    assert code == exit_codes.OK and resumed.c.plan.accum_steps == 4
+    assert code == exit_codes.OK and resumed.components.plan.accum_steps == 4
     assert_same_state(straight, resumed, exact=False)

@@ -99,7 +99,7 @@ def test_materialized_build_has_upstreams_bytes(name, tmp_path):
 def _npy_sha256(array: np.ndarray) -> str:
     buffer = io.BytesIO()
     np.save(buffer, array)
-    return hashlib.sha256(buffer.getvalue()).hexdigest()
+    return f"sha256:{hashlib.sha256(buffer.getvalue()).hexdigest()}"
 
 
 @pytest.mark.parametrize("name", ["arc1concept-first12-aug50-seed7", "hidden-first8-aug4-seed1"])

@@ -112,9 +112,9 @@ def run_upstream(config: Config, out: Path, inputs: Path, upstream: Path) -> Pat
 
 
 def file_hashes(root: Path) -> dict[str, str]:
-    """{relative path: sha256} of every file under root except our manifest.json."""
+    """{relative path: `sha256:<hex>` digest} of every file under root except our manifest.json."""
     return {
-        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        p.relative_to(root).as_posix(): f"sha256:{hashlib.sha256(p.read_bytes()).hexdigest()}"
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name != "manifest.json"
     }

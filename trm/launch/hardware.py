@@ -6,8 +6,10 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trm.batching import largest_divisor_at_most
 from trm.errors import TRMError
 from trm.launch.nvidia_smi import GpuInfo
+from trm.training.config import TrainConfig
 
 TABLE_PATH = Path(__file__).with_name("hardware.toml")
 
@@ -124,7 +126,7 @@ def load_table(path: str | Path = TABLE_PATH) -> HardwareTable:
             f"hardware table {path} has no [cpu] section; add one (see the header of hardware.toml)"
         )
     table = HardwareTable(
-        global_batch_size=int(raw.get("global_batch_size", 768)),
+        global_batch_size=TrainConfig.global_batch_size,  # the paper's; recipes may set their own
         tiers=tiers,
         cpu=_tier(raw["cpu"], f"{path} [cpu]"),
     )
@@ -149,14 +151,6 @@ def match_tier(gpu: GpuInfo, table: HardwareTable) -> tuple[Tier, str]:
             "trm/launch/hardware.toml"
         )
     return max(by_vram, key=lambda t: t.min_vram_gib), "vram"
-
-
-def largest_divisor_at_most(n: int, cap: int) -> int:
-    """The largest divisor of n that is <= cap (>= 1)."""
-    for d in range(min(n, cap), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
 
 
 def select_plan(

@@ -10,7 +10,8 @@ from pathlib import Path
 from trm.launch.hardware import HardwarePlan, select_plan
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
-from trm.launch.tasks import Task, get_task
+from trm.training.recipes import Recipe as Task
+from trm.training.recipes import get_recipe as get_task
 
 # Set to 0 by train_prod.sh, whose exit trap runs the handoff instead of the launcher.
 HANDOFF_VAR = "TRM_LAUNCH_HANDOFF"

@@ -33,7 +33,7 @@ def detect_gpus(settings: LaunchSettings, runner: Runner | None = None) -> list[
         if settings.num_gpus or settings.task in PRODUCTION_TASKS:
             raise TRMError(
                 f"{err}. TASK={settings.task} needs GPUs; to train on CPU on purpose set NUM_GPUS=0 "
-                "(TASK=cpu-tiny is the CPU-sized run)"
+                "(TASK=debug-tiny is the CPU-sized run)"
             ) from None
         return []
 

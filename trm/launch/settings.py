@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trm.compile_setting import parse_compile
 from trm.errors import TRMError
-from trm.launch.tasks import TASKS
+from trm.training.recipes import RECIPES
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "TASK",
         "arc2",
-        "what to train: arc2 (ARC-AGI-2 + ConceptARC), arc1, arc2-smoke (100 puzzles, 1 epoch), "
-        "cpu-tiny (a tiny model on 4 puzzles, for CPU tests)",
+        "the recipe to train (trm/training/recipes.py): "
+        + ", ".join(f"{r.name} ({r.summary})" for r in RECIPES.values()),
     ),
     EnvVar(
         "RUN_NAME",
@@ -56,8 +56,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("CPU_PROCS", "1", "processes (gloo) when training on CPU", "hardware"),
     EnvVar(
         "GLOBAL_BATCH_SIZE",
-        "768 (cpu-tiny: 8)",
-        "examples per optimizer step over all GPUs; fixed by the task, changing it changes the training math",
+        "the recipe's: " + ", ".join(f"{r.name} {r.global_batch_size}" for r in RECIPES.values()),
+        "examples per optimizer step over all GPUs; fixed by the recipe, changing it changes the training math",
         "hardware",
     ),
     EnvVar(
@@ -277,8 +277,8 @@ class LaunchSettings:
     ) -> LaunchSettings:
         """Read and check every variable; errors name the variable and the fix."""
         task = env.get("TASK", "").strip() or "arc2"
-        if task not in TASKS:
-            raise TRMError(f"TASK={task!r} is not a task; use one of {', '.join(TASKS)}")
+        if task not in RECIPES:
+            raise TRMError(f"TASK={task!r} is not a recipe; use one of {', '.join(RECIPES)}")
         workspace = Path(env.get("WORKSPACE", "").strip() or "/workspace")
         wandb = (env.get("WANDB", "").strip() or "off").lower()
         if wandb not in ("off", "online", "offline"):

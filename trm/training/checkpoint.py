@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -205,18 +204,6 @@ def find_complete(root: Path, *, verify_hashes: bool = False, warn: bool = True)
             continue
         found.append(CheckpointInfo(int(m.group(1)), entry, manifest))
     return sorted(found, key=lambda c: c.step)
-
-
-def newest_loadable(root: Path, loader: Callable[[CheckpointInfo], Any]) -> tuple[CheckpointInfo, Any] | None:
-    """Load the newest complete checkpoint whose files verify; fall back to older ones with a warning."""
-    for info in reversed(find_complete(root)):
-        try:
-            check_folder(info.path, verify_hashes=True)
-        except ValueError as why:
-            log.warning("skipping checkpoint %s: %s", info.path, why)
-            continue
-        return info, loader(info)
-    return None
 
 
 def prune(root: Path, keep: int) -> list[Path]:

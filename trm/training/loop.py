@@ -68,7 +68,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, info: DistInfo, comps: Components) -> None:
         self.cfg = cfg
         self.info = info
-        self.c = comps
+        self.components = comps
         self.run_dir = Path(str(cfg.checkpoint_path))
         self.progress = Progress()
         self.carries: list[Any] | None = None
@@ -98,9 +98,9 @@ class Trainer:
             "run_name": self.cfg.run_name,
             "config_hash": config_hash(self.cfg),
             "world_size": self.info.world_size,
-            "micro_batch_size": self.c.plan.micro_batch_size,
+            "micro_batch_size": self.components.plan.micro_batch_size,
             "global_batch_size": self.cfg.global_batch_size,
-            "dataset_fingerprint": self.c.train_loader.fingerprint,
+            "dataset_fingerprint": self.components.train_loader.fingerprint,
             "arch": arch_identity(self.cfg),
             "math": math_dict(self.cfg),
         }
@@ -123,12 +123,14 @@ class Trainer:
             return
         if self.cfg.load_checkpoint:
             kind = load_initial_weights(
-                self.cfg.load_checkpoint, self.c.model, self.c.train_loader.metadata.num_puzzle_identifiers
+                self.cfg.load_checkpoint,
+                self.components.model,
+                self.components.train_loader.metadata.num_puzzle_identifiers,
             )
-            if self.c.ema is not None:
+            if self.components.ema is not None:
                 from trm.optim import EMA
 
-                self.c.ema = EMA(self.c.model, self.cfg.ema_rate)
+                self.components.ema = EMA(self.components.model, self.cfg.ema_rate)
             if self.info.is_main:
                 log.info("initial weights from %s (%s)", self.cfg.load_checkpoint, kind)
 
@@ -137,15 +139,15 @@ class Trainer:
             if self.info.is_main:
                 log.warning(warning)
         state = read_main_state(folder)
-        self.c.model.load_state_dict(state["model"])
-        if self.c.ema is not None:
+        self.components.model.load_state_dict(state["model"])
+        if self.components.ema is not None:
             if state.get("ema") is None:
                 raise TRMError(
                     f"cannot resume from {folder} with ema=True: it was saved without EMA. Use ema=False."
                 )
-            self.c.ema.load_state_dict(state["ema"])
+            self.components.ema.load_state_dict(state["ema"])
         saved_opts = state["optimizers"]
-        for o in self.c.optimizers:
+        for o in self.components.optimizers:
             if o.name not in saved_opts:
                 raise TRMError(
                     f"cannot resume from {folder}: it has no {o.name} optimizer state (freeze_weights?)."
@@ -153,13 +155,13 @@ class Trainer:
             o.optimizer.load_state_dict(saved_opts[o.name])
             # torch leaves `step` on the CPU it was loaded to; the adam-atan2 kernel reads it on the GPU.
             place_state(o.optimizer, source=f"{folder / ckpt.STATE} optimizer {o.name}")
-        self.c.train_loader.load_state_dict(state["train_loader"])
+        self.components.train_loader.load_state_dict(state["train_loader"])
         # Pooled ARC votes of the evaluations before the interruption (aggregated_voting).
-        for ev, saved in zip(self.c.evaluators, state.get("evaluators") or [], strict=False):
+        for ev, saved in zip(self.components.evaluators, state.get("evaluators") or [], strict=False):
             ev.load_state_dict(saved)
         self.progress = Progress(**state["progress"])
         world_saved = int(manifest["world_size"])
-        self.carries = read_carries(folder, world_saved, self.c.plan, self.info.device)
+        self.carries = read_carries(folder, world_saved, self.components.plan, self.info.device)
         rng = read_rng(folder, self.info.rank, world_saved)
         if rng is not None:
             set_rng_state(rng)
@@ -183,8 +185,8 @@ class Trainer:
                 "config_hash": config_hash(cfg),
                 "world_size": self.info.world_size,
                 "device": str(self.info.device),
-                "micro_batch_size": self.c.plan.micro_batch_size,
-                "accum_steps": self.c.plan.accum_steps,
+                "micro_batch_size": self.components.plan.micro_batch_size,
+                "accum_steps": self.components.plan.accum_steps,
                 "total_steps": self.total_steps,
                 "step_limit": self.step_limit,
                 "resumed_from": str(self.resumed_from) if self.resumed_from else None,
@@ -196,7 +198,7 @@ class Trainer:
             },
         )
         if self.resumed_from is None:
-            n = sum(p.numel() for p in self.c.model.parameters())
+            n = sum(p.numel() for p in self.components.model.parameters())
             self.metrics.log(0, {"num_params": float(n)})
 
     # ---------------------------------------------------------------- the run
@@ -208,7 +210,7 @@ class Trainer:
                     "run in %s already finished at step %d; nothing to do", self.run_dir, self.progress.step
                 )
             return exit_codes.OK
-        self.c.model.train()
+        self.components.model.train()
         bar = tqdm(
             total=self.step_limit,
             initial=self.progress.step,
@@ -227,7 +229,7 @@ class Trainer:
         p = self.progress
         while p.iteration < self.total_iters and p.step < self.step_limit:
             if not p.pass_done:
-                for _set_name, batch, _n in self.c.train_loader.iter_train():
+                for _set_name, batch, _n in self.components.train_loader.iter_train():
                     if p.step >= self.step_limit:
                         break
                     self._train_step(batch, bar)
@@ -272,7 +274,7 @@ class Trainer:
         from trm.model import HaltExploration
         from trm.optim import lr_at_step
 
-        c, cfg, plan, info = self.c, self.cfg, self.c.plan, self.info
+        c, cfg, plan, info = self.components, self.cfg, self.components.plan, self.info
         batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
         if self.carries is None:
             self.carries = [
@@ -343,17 +345,17 @@ class Trainer:
     def _evaluate_and_log(self) -> None:
         from trm.evaluation.runner import evaluate
 
-        if self.c.test_loader is None:
+        if self.components.test_loader is None:
             return
         start = time.perf_counter()
         self._evaluated_step = self.progress.step
         with self._eval_weights():
             metrics = evaluate(
-                self.c.loss_head,
-                self.c.test_loader,
-                self.c.evaluators,
+                self.components.loss_head,
+                self.components.test_loader,
+                self.components.evaluators,
                 self.info,
-                chunk_size=self.c.plan.micro_batch_size,
+                chunk_size=self.components.plan.micro_batch_size,
                 save_dir=self.run_dir,
                 step=self.progress.step,
                 save_outputs=tuple(self.cfg.eval_save_outputs),
@@ -369,13 +371,13 @@ class Trainer:
     @contextlib.contextmanager
     def _eval_weights(self) -> Iterator[None]:
         """Swap the EMA weights in for evaluation (ema=True) and put the live weights back afterwards."""
-        ema = self.c.ema
+        ema = self.components.ema
         if ema is None:
             yield
             return
-        params = [p for p in self.c.model.parameters() if p.requires_grad]
+        params = [p for p in self.components.model.parameters() if p.requires_grad]
         backup = [p.detach().clone() for p in params]
-        ema.copy_to(self.c.model)
+        ema.copy_to(self.components.model)
         try:
             yield
         finally:
@@ -400,7 +402,7 @@ class Trainer:
                 ckpt.prepare_partial(self.run_dir, step)
 
         def write() -> None:
-            write_rank_shard(folder, info.rank, self.c.plan, self.carries)
+            write_rank_shard(folder, info.rank, self.components.plan, self.carries)
             if info.is_main:
                 write_main_state(folder, self._main_payload())
 
@@ -442,7 +444,7 @@ class Trainer:
         return nbytes(self._main_payload()) + nbytes(self.carries) * self.info.world_size
 
     def _main_payload(self) -> dict[str, Any]:
-        c = self.c
+        c = self.components
         return {
             "progress": vars(self.progress).copy(),
             "model": c.model.state_dict(),
