@@ -149,7 +149,7 @@ def test_trainer_resume_places_state_for_the_extension_backend(tmp_path: Path, m
     monkeypatch.setattr(loop, "read_main_state", read_with_float64_steps)
     trainer = inproc.make_trainer(tmp_path)
     try:
-        adam = next(o.optimizer for o in trainer.c.optimizers if o.name == "adam_atan2")
+        adam = next(o.optimizer for o in trainer.components.optimizers if o.name == "adam_atan2")
         assert type(adam) is ExtensionLayout and adam.state
         assert state_problems(adam) == []
         assert trainer.train() == exit_codes.OK  # ExtensionLayout.step re-checks the layout every step
