@@ -72,7 +72,7 @@ def synthetic_run(root: Path) -> Path:
         for i in range(4)
     ]
     (launch / "plan.json").write_text(json.dumps({
-        "run_name": "trm-arc2", "task": "arc2", "gpus": gpus, "gpu_hourly_usd": 2.0,
+        "run_name": "trm-arc2", "recipe": "arc2", "gpus": gpus, "gpu_hourly_usd": 2.0,
         "hardware": {"tier": "h100-80g", "world_size": 4, "gpu_name": "NVIDIA H100 80GB HBM3", "micro_batch_size": 192,
                      "grad_accumulation": 1, "global_batch_size": 768},
         "resume_command": "MAX_HOURS=70 bash scripts/train_prod.sh", "image_digest": "sha256:feed",

@@ -37,7 +37,7 @@ def dry_run(tmp_path: Path, shape: str | None, **extra: str) -> subprocess.Compl
 
 def test_defaults_from_an_empty_environment():
     s = LaunchSettings.from_env({})
-    assert s.task == "arc2" and s.run_name == "trm-arc2"
+    assert s.recipe == "arc2" and s.run_name == "trm-arc2"
     assert s.run_dir == Path("/workspace/checkpoints/trm-arc2")
     assert s.artifacts_run_dir == Path("/workspace/artifacts/trm-arc2")
     assert s.checkpoint_keep == 3 and s.smoke_steps == 3 and s.max_restarts == 3

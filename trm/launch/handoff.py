@@ -240,7 +240,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         or os.environ.get("TRM_IMAGE_DIGEST") or None,
         "git_sha": run_json.get("git_sha") or manifest.get("git_sha") or _git_sha(),
         "resolved_config": run_json.get("config"),
-        "launch": {k: plan.get(k) for k in ("task", "hardware", "overrides", "train_command", "trainer_env")},
+        "launch": {k: plan.get(k) for k in ("recipe", "hardware", "overrides", "train_command", "trainer_env")},
         "gpus": [{"name": g.get("name"), "uuid": g.get("uuid"), "memory_mib": g.get("memory_mib")} for g in gpus],
         "versions": versions,
         "dev_shm_bytes": preflight.get("dev_shm_bytes"),

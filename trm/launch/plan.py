@@ -10,8 +10,7 @@ from pathlib import Path
 from trm.launch.hardware import HardwarePlan, select_plan
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
-from trm.training.recipes import Recipe as Task
-from trm.training.recipes import get_recipe as get_task
+from trm.training.recipes import Recipe, get_recipe
 
 # Set to 0 by train_prod.sh, whose exit trap runs the handoff instead of the launcher.
 HANDOFF_VAR = "TRM_LAUNCH_HANDOFF"
@@ -77,7 +76,7 @@ class LaunchPlan:
     """Everything a launch will do, resolved up front."""
 
     settings: LaunchSettings
-    task: Task
+    recipe: Recipe
     hardware: HardwarePlan
     gpus: list[GpuInfo]
     dataset_dir: Path
@@ -89,7 +88,7 @@ class LaunchPlan:
 
     @property
     def checkpoint_bytes(self) -> int:
-        """Size of the newest complete checkpoint of this run, else the task's estimate."""
+        """Size of the newest complete checkpoint of this run, else the recipe's estimate."""
         run_dir = self.settings.run_dir
         done = sorted(
             (p for p in run_dir.glob("step_*") if (p / "COMPLETE").exists()),
@@ -97,7 +96,7 @@ class LaunchPlan:
         )
         if done:
             return sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
-        return self.task.checkpoint_bytes
+        return self.recipe.checkpoint_bytes
 
     def trainer_overrides(
         self,
@@ -158,7 +157,7 @@ class LaunchPlan:
         ]
 
     def build_command(self) -> list[str]:
-        """`python -m trm data build-arc …` for the task's dataset."""
+        """`python -m trm data build-arc …` for the recipe's dataset."""
         return [
             self.settings.python,
             "-m",
@@ -167,7 +166,7 @@ class LaunchPlan:
             "build-arc",
             "--output-dir",
             str(self.dataset_dir),
-            *self.task.build_args,
+            *self.recipe.build_args,
         ]
 
     def verify_command(self) -> list[str]:
@@ -303,7 +302,7 @@ class LaunchPlan:
         s = self.settings
         lines = [
             "trm launch plan (dry run: nothing is executed)",
-            f"run           {s.run_name} (task {s.task})",
+            f"run           {s.run_name} (recipe {s.recipe})",
             f"run dir       {s.run_dir}",
             f"dataset       {self.dataset_dir}",
             f"artifacts     {s.artifacts_run_dir}",
@@ -332,21 +331,21 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
 
 def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
     """Resolve the hardware tier and every trainer override for this launch."""
-    task = get_task(settings.task)
+    recipe = get_recipe(settings.recipe)
     hardware = select_plan(
         gpus,
         num_gpus=settings.num_gpus,
         nnodes=settings.nnodes,
-        global_batch_size=settings.global_batch_size or task.global_batch_size,
+        global_batch_size=settings.global_batch_size or recipe.global_batch_size,
         micro_batch_size=settings.micro_batch_size,
         compile_override=settings.compile,
         cpu_procs=settings.cpu_procs,
-        expected_global_batch_size=task.global_batch_size,
+        expected_global_batch_size=recipe.global_batch_size,
     )
-    dataset_dir = settings.data_dir / task.dataset
+    dataset_dir = settings.data_dir / recipe.dataset
     overrides = merge_overrides(
         [
-            *task.overrides,
+            *recipe.overrides,
             f"data_paths=[{dataset_dir}]",
             f"run_name={settings.run_name}",
             f"project_name={settings.wandb_project}",
@@ -359,7 +358,7 @@ def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str,
     )
     return LaunchPlan(
         settings=settings,
-        task=task,
+        recipe=recipe,
         hardware=hardware,
         gpus=gpus,
         dataset_dir=dataset_dir,

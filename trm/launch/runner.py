@@ -20,19 +20,19 @@ from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, S
 from trm.launch.workspace import ensure_writable
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
-PRODUCTION_TASKS = ("arc1", "arc2")
+PRODUCTION_RECIPES = ("arc1", "arc2")
 
 
 def detect_gpus(settings: LaunchSettings, runner: Runner | None = None) -> list[GpuInfo]:
-    """GPUs from nvidia-smi; none when NUM_GPUS=0. Production tasks never fall back to CPU silently."""
+    """GPUs from nvidia-smi; none when NUM_GPUS=0. Production recipes never fall back to CPU silently."""
     if settings.num_gpus == 0:
         return []
     try:
         return query_gpus(runner)
     except NvidiaSmiMissing as err:
-        if settings.num_gpus or settings.task in PRODUCTION_TASKS:
+        if settings.num_gpus or settings.recipe in PRODUCTION_RECIPES:
             raise TRMError(
-                f"{err}. TASK={settings.task} needs GPUs; to train on CPU on purpose set NUM_GPUS=0 "
+                f"{err}. TASK={settings.recipe} needs GPUs; to train on CPU on purpose set NUM_GPUS=0 "
                 "(TASK=debug-tiny is the CPU-sized run)"
             ) from None
         return []
@@ -87,7 +87,7 @@ class Launch:
             s.launch_dir / "plan.json",
             {
                 "run_name": s.run_name,
-                "task": s.task,
+                "recipe": s.recipe,
                 "run_dir": str(s.run_dir),
                 "dataset_dir": str(plan.dataset_dir),
                 "artifacts_dir": str(s.artifacts_run_dir),

@@ -222,7 +222,7 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
 class LaunchSettings:
     """The resolved environment of one launch."""
 
-    task: str
+    recipe: str  # TASK=
     run_name: str
     data_dir: Path
     checkpoint_dir: Path
@@ -276,9 +276,9 @@ class LaunchSettings:
         cls, env: Mapping[str, str] = os.environ, extra_overrides: tuple[str, ...] = ()
     ) -> LaunchSettings:
         """Read and check every variable; errors name the variable and the fix."""
-        task = env.get("TASK", "").strip() or "arc2"
-        if task not in RECIPES:
-            raise TRMError(f"TASK={task!r} is not a recipe; use one of {', '.join(RECIPES)}")
+        recipe = env.get("TASK", "").strip() or "arc2"
+        if recipe not in RECIPES:
+            raise TRMError(f"TASK={recipe!r} is not a recipe; use one of {', '.join(RECIPES)}")
         workspace = Path(env.get("WORKSPACE", "").strip() or "/workspace")
         wandb = (env.get("WANDB", "").strip() or "off").lower()
         if wandb not in ("off", "online", "offline"):
@@ -307,8 +307,8 @@ class LaunchSettings:
         except ValueError as err:
             raise TRMError(f"TRAIN_OVERRIDES cannot be split into words ({err}); check its quoting") from None
         return cls(
-            task=task,
-            run_name=env.get("RUN_NAME", "").strip() or f"trm-{task}",
+            recipe=recipe,
+            run_name=env.get("RUN_NAME", "").strip() or f"trm-{recipe}",
             data_dir=Path(env.get("DATA_DIR", "").strip() or workspace / "data"),
             checkpoint_dir=Path(env.get("CHECKPOINT_DIR", "").strip() or workspace / "checkpoints"),
             artifacts_dir=Path(env.get("ARTIFACTS_DIR", "").strip() or workspace / "artifacts"),
@@ -334,7 +334,7 @@ class LaunchSettings:
             gpu_hourly_usd=_float(env, "GPU_HOURLY_USD"),
             cost_log_minutes=_float(env, "COST_LOG_MINUTES") or 30.0,
             wandb=wandb,
-            wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{task}",
+            wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{recipe}",
             use_tmux=_flag(env, "USE_TMUX", False),
             python=env.get("PYTHON", "").strip() or "python",
             cli_overrides=tuple(extra_overrides),
