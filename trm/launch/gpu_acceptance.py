@@ -52,7 +52,7 @@ OUTPUT_TAIL = 4000  # characters of each part's output kept in the report
 # The resumed run equals the uninterrupted one within these (bf16 kernels need not be bit-identical across
 # processes; the CPU test of the same flow is bitwise).
 RESUME_RTOL, RESUME_ATOL = 2e-2, 2e-3
-# Extension vs ours after 100 steps (adam-atan2 0.0.3's own test tolerances, as tests/test_optim_adam_atan2.py).
+# Extension vs ours after 100 steps (adam-atan2 0.0.3's own test tolerances, as tests/optim/test_adam_atan2.py).
 OPTIMIZER_ATOL = {"float32": 1e-6, "bfloat16": 5e-3}
 OPTIMIZER_STEPS = 100
 
