@@ -29,7 +29,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "TASK",
         "arc2",
-        "what to train: arc2 (ARC-AGI-2 + ConceptARC), arc1, arc2-smoke (100 puzzles, 1 epoch), "
+        "what to train: arc2 (ARC-AGI-2 + ConceptARC), arc1, arc2-smoke (the first 100 tasks of each of the 3 "
+        "subsets, 100 augmentations; its 1 epoch is 1 optimizer step, then an evaluation), "
         "cpu-tiny (a tiny model on 4 puzzles, for CPU tests)",
     ),
     EnvVar(
@@ -105,7 +106,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "MAX_HOURS",
         "(empty: no limit)",
-        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM)",
+        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM); "
+        "counted per launcher session (a restart or resume gets the full MAX_HOURS again)",
         "cost",
     ),
     EnvVar(
