@@ -311,6 +311,8 @@ def test_entrypoint_stops_on_preflight_failure(monkeypatch, capsys):
     "command",
     [
         ["python", "-m", "trm", "launch", "--dry-run"],  # runbook 03's plan check
+        ["python", "-m", "trm", "launch", "--onstart-script"],
+        ["python", "-m", "trm", "launch", "--handoff"],
         ["python", "-m", "trm", "handoff", "/workspace/checkpoints/r", "--out", "/workspace/artifacts/r"],
         ["python", "-m", "trm", "version", "--json"],
         ["bash", "scripts/train_prod.sh", "--help"],

@@ -25,7 +25,9 @@ MODES = ("auto", "require", "skip")
 # here stops before any dataset build or GPU allocation).
 TRAINING_MODULES = ("trm.train", "trm.training.smoke", "torch.distributed.run")
 # Options that make a training entry point print and exit instead of training.
-NON_TRAINING_FLAGS = ("--dry-run", "--help", "-h", "--markdown-env", "--cfg")
+NON_TRAINING_FLAGS = (
+    "--dry-run", "--help", "-h", "--help-env", "--markdown-env", "--handoff", "--onstart-script", "--cfg",
+)  # fmt: skip
 
 
 def _module_argv(command: Sequence[str]) -> tuple[str, list[str]] | None:
