@@ -79,7 +79,10 @@ def test_gpu_bootstrap_installs_the_locks_builds_adam_for_the_sm_verifies_and_st
     assert "--require-hashes" in cmds[1] and cmds[1].endswith(".trm-bootstrap/bootstrap.txt")
     assert cmds[2].endswith(f"-r {ROOT}/docker/requirements/runtime-cu130.txt")
     assert cmds[3].endswith(".trm-bootstrap/toolchain.txt")
-    assert "pip download --no-deps --no-binary :all:" in cmds[4] and cmds[4].endswith("adam-atan2==0.0.3")
+    assert "pip download --require-hashes --no-deps --no-build-isolation --no-binary adam-atan2" in cmds[4]
+    assert cmds[4].endswith(".trm-bootstrap/adam-atan2.txt")
+    adam = (venv / ".trm-bootstrap" / "adam-atan2.txt").read_text()
+    assert adam.startswith("adam-atan2==0.0.3") and "--hash=sha256:" in adam
     assert "-m trm.images.buildtools build-adam-atan2" in cmds[5] and "--archs 9.0 " in cmds[5]
     assert cmds[6].endswith(f"-e {ROOT}")
     assert cmds[7] == f"{venv}/bin/python -m trm.bootstrap verify --archs 9.0"

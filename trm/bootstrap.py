@@ -155,7 +155,9 @@ def plan_steps(root: Path, venv: Path, target: Target, jobs: int, base_python: s
             Step(
                 "adam-atan2 source",
                 f"the {ADAM_ATAN2} {version} sdist (its sha256 is checked against {build.name})",
-                [py, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-d", str(sdist_dir), f"{ADAM_ATAN2}=={version}"],
+                # hash-checked like every other pin; metadata is prepared with the venv's torch (no isolation)
+                [py, "-m", "pip", "download", "--require-hashes", "--no-deps", "--no-build-isolation",
+                 "--no-binary", ADAM_ATAN2, "-d", str(sdist_dir), "-r", str(work / "adam-atan2.txt")],
             ),
             Step(
                 "adam-atan2 build",
@@ -255,6 +257,7 @@ def bootstrap(
                     atomic_write_text(
                         work / "toolchain.txt", subset_lock(build.read_text(), [ADAM_ATAN2], exclude=True)
                     )
+                    atomic_write_text(work / "adam-atan2.txt", subset_lock(build.read_text(), [ADAM_ATAN2]))
             if step.name == "venv" and (venv / "bin" / "python").exists():
                 out(f"step {i}: {venv} exists; reusing it")
                 continue
