@@ -7,8 +7,10 @@ PYTHON_BOOTSTRAP ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NOX := $(VENV)/bin/nox
-# The CPU wheel of torch, installed before anything else so no resolver ever picks the CUDA build.
-TORCH_SPEC ?= torch==2.13.0
+# The CPU build of torch, installed before anything else so no resolver ever picks the CUDA build:
+# from PyTorch's CPU index when it answers (5 s probe), else the plain pin from the configured index
+# (trm/devtorch.py; `$(PY) -m trm.devtorch --dry-run` prints the decision).
+TORCH_VERSION ?= 2.13.0
 DATA_DIR ?= data
 
 .PHONY: help venv test lint data runbooks gpu-check
@@ -19,7 +21,7 @@ help: ## list the targets
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q '$(TORCH_SPEC)'
+	$(PY) -m trm.devtorch --version '$(TORCH_VERSION)'
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 

@@ -15,6 +15,8 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
 PYTHON=${PYTHON:-python}
+# Tells the launcher that this script started it, so the resume command in handoff.json names the script.
+export TRM_LAUNCHER=scripts/train_prod.sh
 
 case "${1:-}" in
   -h | --help)

@@ -291,9 +291,9 @@ def test_entrypoint_runs_preflight_then_execs(monkeypatch, capsys):
         "TRM_IMAGE_GIT_SHA": "0123456789abcdef",
         "TRM_PREFLIGHT_ARGS": "--json --x 'a b'",
     }
-    assert entrypoint.main(["python", "-m", "trm", "version"], env, lambda f, a: execs.append((f, a))) == 0
+    assert entrypoint.main(["python", "-m", "trm", "launch"], env, lambda f, a: execs.append((f, a))) == 0
     assert calls[0][-4:] == ["preflight", "--json", "--x", "a b"]
-    assert execs == [("python", ["python", "-m", "trm", "version"])]
+    assert execs == [("python", ["python", "-m", "trm", "launch"])]
     out = capsys.readouterr().out
     assert out.startswith("trm image sm90 | git 0123456789ab | sm [sm_90] | trm ")
 
@@ -302,8 +302,48 @@ def test_entrypoint_stops_on_preflight_failure(monkeypatch, capsys):
     monkeypatch.setattr(entrypoint, "preflight_available", lambda: True)
     monkeypatch.setattr(entrypoint.subprocess, "run", lambda cmd: subprocess.CompletedProcess(cmd, 3))
     execs = []
-    assert entrypoint.main(["true"], {"TRM_IMAGE_GIT_SHA": "abc"}, lambda f, a: execs.append(f)) == 3
+    command = ["torchrun", "--nproc-per-node", "4", "-m", "trm.train"]
+    assert entrypoint.main(command, {"TRM_IMAGE_GIT_SHA": "abc"}, lambda f, a: execs.append(f)) == 3
     assert execs == [] and "TRM_PREFLIGHT=skip" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "-m", "trm", "launch", "--dry-run"],  # runbook 03's plan check
+        ["python", "-m", "trm", "launch", "--onstart-script"],
+        ["python", "-m", "trm", "launch", "--handoff"],
+        ["python", "-m", "trm", "handoff", "/workspace/checkpoints/r", "--out", "/workspace/artifacts/r"],
+        ["python", "-m", "trm", "version", "--json"],
+        ["bash", "scripts/train_prod.sh", "--help"],
+        ["python", "-m", "trm.train", "--cfg"],
+        ["sleep", "infinity"],
+        ["bash"],
+    ],
+)
+def test_entrypoint_runs_one_off_commands_without_preflight(monkeypatch, capsys, command):
+    # Docker's default 64 MiB /dev/shm fails the preflight; a command that does not train must run anyway.
+    monkeypatch.setattr(entrypoint, "preflight_available", lambda: True)
+    monkeypatch.setattr(entrypoint.subprocess, "run", lambda cmd: subprocess.CompletedProcess(cmd, 1))
+    execs = []
+    assert entrypoint.main(command, {"TRM_IMAGE_GIT_SHA": "abc"}, lambda f, a: execs.append(a)) == 0
+    assert execs == [command]
+    assert "no preflight for a command that does not train" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "-m", "trm", "launch"],
+        ["python3", "-u", "-m", "trm.train", "arch=trm"],
+        ["/opt/venv/bin/python", "-m", "trm.training.smoke", "--workdir", "/tmp/s"],
+        ["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "trm.train"],
+        ["torchrun", "--standalone", "-m", "trm.train"],
+        ["bash", "scripts/train_prod.sh"],
+    ],
+)
+def test_entrypoint_training_commands_get_the_preflight(command):
+    assert entrypoint.is_training_command(command)
 
 
 def test_entrypoint_preflight_modes(monkeypatch, capsys):

@@ -467,3 +467,74 @@ def test_a_run_directory_means_its_newest_complete_checkpoint(smoke: SmokeCheckp
     assert newest_in_run_dir(run) == run / "step_7"
     assert newest_in_run_dir(run / "step_0") == run / "step_0"
     assert newest_in_run_dir(tmp_path) == tmp_path  # nothing there: left for the loader's error
+
+
+def _installed_dist(site: Path):
+    """A wheel-style install of a two-file trm-stack (as in the images: no pyproject.toml anywhere)."""
+    import base64
+    import hashlib
+    import importlib.metadata as md
+
+    files = {
+        "trm/__init__.py": b'__version__ = "0.1.0"\n',
+        "trm/infer_stub.py": b"ANSWER = 42\n",
+        "trm_stack-0.1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: trm-stack\nVersion: 0.1.0\n",
+        "trm_stack-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "trm_stack-0.1.0.dist-info/INSTALLER": b"pip\n",
+        "trm_stack-0.1.0.dist-info/direct_url.json": b'{"url": "file:///tmp/x.whl"}',
+        "trm/__pycache__/infer_stub.cpython-311.pyc": b"\x00compiled",
+    }
+    record = []
+    for name, data in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("trm_stack-0.1.0.dist-info/RECORD,,")
+    (site / "trm_stack-0.1.0.dist-info/RECORD").write_text("\n".join(record) + "\n")
+    return md.PathDistribution(site / "trm_stack-0.1.0.dist-info")
+
+
+def test_own_wheel_without_a_checkout_repacks_the_installed_package(tmp_path: Path) -> None:
+    """Inside the trm images trm-stack is an installed wheel (no pyproject.toml next to it): runbook 07's
+    `package kaggle` must still put a working trm-stack wheel into the bundle."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from trm.kaggle.wheelhouse import wheel_from_installed
+
+    site = tmp_path / "site"
+    dist = _installed_dist(site)
+    out = tmp_path / "wheels"
+    out.mkdir()
+    wheel = wheel_from_installed(out, dist)
+    assert wheel.name == "trm_stack-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = sorted(zf.namelist())
+        assert zf.read("trm/infer_stub.py") == b"ANSWER = 42\n"
+    assert names == sorted([
+        "trm/__init__.py", "trm/infer_stub.py", "trm_stack-0.1.0.dist-info/METADATA",
+        "trm_stack-0.1.0.dist-info/WHEEL", "trm_stack-0.1.0.dist-info/RECORD",
+    ])  # fmt: skip
+    first = wheel.read_bytes()
+    assert wheel_from_installed(out, dist).read_bytes() == first  # reproducible
+    # pip accepts it (RECORD hashes checked at install), offline
+    target = tmp_path / "target"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (target / "trm" / "infer_stub.py").read_bytes() == b"ANSWER = 42\n"
+
+
+def test_own_wheel_refuses_a_modified_install(tmp_path: Path) -> None:
+    from trm.errors import TRMError
+    from trm.kaggle.wheelhouse import wheel_from_installed
+
+    site = tmp_path / "site"
+    dist = _installed_dist(site)
+    (site / "trm" / "infer_stub.py").write_text("ANSWER = 43\n")
+    with pytest.raises(TRMError, match=r"infer_stub.py differs from the installed trm-stack RECORD"):
+        wheel_from_installed(tmp_path, dist)

@@ -202,3 +202,18 @@ def test_killed_session_is_bounded_by_its_last_event():
     summary = session_summary(events, None)
     assert summary["wall_seconds"] == 1800 and summary["last_exit_code"] is None
     assert summary["cost_usd"] == pytest.approx(2.0)
+
+
+def test_bundle_of_an_image_run_resumes_with_the_launcher_inside_that_image(tmp_path):
+    run = synthetic_run(tmp_path)
+    plan_path = run / "launch" / "plan.json"
+    plan = json.loads(plan_path.read_text())
+    where = "inside the trm image sha256:feed: the same container, or a new one of this image"
+    plan.update(resume_command="TASK=arc2 python -m trm launch", resume_where=where)
+    plan_path.write_text(json.dumps(plan))
+    out = build_bundle(run, tmp_path / "artifacts" / "trm-arc2")
+    data = json.loads((out / "handoff.json").read_text())
+    assert data["resume_command"] == "TASK=arc2 python -m trm launch"  # no scripts/ in the image
+    assert data["resume_where"] == where
+    info = (out / "run.info").read_text()
+    assert "resume:         TASK=arc2 python -m trm launch\n" in info and f"resume in:      {where}\n" in info

@@ -72,9 +72,14 @@ def test_user_overrides_replace_task_and_table_values():
     assert "eval_interval=400" in plan.overrides and "eval_interval=800" not in plan.overrides
     assert plan.overrides[-1] == "lr=3e-4"
     assert (
-        plan.resume_command({"TASK": "arc2", "WANDB_API_KEY": "secret"})
+        plan.resume_command(
+            {"TASK": "arc2", "WANDB_API_KEY": "secret", "TRM_LAUNCHER": "scripts/train_prod.sh"}
+        )
         == "TASK=arc2 bash scripts/train_prod.sh lr=3e-4"
     )
+    # Started as `python -m trm launch` (the image, which has no scripts/): the bundle says that command.
+    image_env = {"TASK": "arc2", "TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_CUDA": "13.0"}
+    assert plan.resume_command(image_env) == "TASK=arc2 python -m trm launch lr=3e-4"
     smoke = plan.trainer_overrides(checkpoint_path=Path("/x/smoke"), max_steps=3)
     assert "checkpoint_path=/x/smoke" in smoke and f"checkpoint_path={settings.run_dir}" not in smoke
 
@@ -106,7 +111,22 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
     resume = out.splitlines()[-1]
     assert resume.startswith(f"resume with: WORKSPACE={tmp_path}/ws MAX_HOURS=72 GPU_HOURLY_USD=2.49 PYTHON=")
     assert resume.endswith(" bash scripts/train_prod.sh")
+    assert (
+        out.splitlines()[-2]
+        == "resume in:   the trm-stack checkout and venv that ran it, from the checkout's root"
+    )
     assert not (tmp_path / "ws").exists()  # a dry run writes nothing
+
+
+def test_resume_where_names_the_image_digest_or_asks_for_it():
+    from trm.launch.plan import resume_where
+
+    pinned = resume_where({"TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_DIGEST": "sha256:" + "a" * 64})
+    assert pinned.startswith("inside the trm image sha256:aaaa") and "same volumes" in pinned
+    assert "pass -e TRM_IMAGE_DIGEST" in resume_where({"TRM_IMAGE_VARIANT": "sm90"})
+    assert "re-apply the same overlay" in resume_where(
+        {"TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_DIGEST": "sha256:b", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    )
 
 
 def test_dry_run_multi_node_uses_rendezvous_from_env(tmp_path):

@@ -32,13 +32,15 @@ BODY = textwrap.dedent(
     echo "$GREETING" > "$WORKSPACE/out/greeting.txt"
     ```
 
-    ```bash gpu
+    ```bash gpu env=image
     nvidia-smi
     ```
 
     ```text
     not a command (
     ```
+
+    <!-- env-provides laptop: WORKSPACE -->
     """
 )
 
@@ -127,7 +129,7 @@ def test_a_new_image_needs_revalidation(tmp_path: Path):
 
 
 def test_syntax_errors_and_missing_references_are_reported(tmp_path: Path):
-    body = BODY + "\n```bash gpu\nif true; then echo\n```\n\n```bash cloud\nmake deploy\n```\n"
+    body = BODY + "\n```bash gpu env=image\nif true; then echo\n```\n\n```bash cloud\nmake deploy\n```\n"
     repo = _repo(tmp_path, body)
     stamp(repo, "first")
     problems = check_runbooks(repo, build_parser())

@@ -251,6 +251,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "metrics_summary": summarize_metrics(series),
         "submission": str(submission) if submission else None,
         "resume_command": resume,
+        "resume_where": plan.get("resume_where") or (
+            "the trm-stack checkout and venv that ran it" if resume else None
+        ),
     }  # fmt: skip
 
 
@@ -280,6 +283,7 @@ def render_info(data: dict[str, Any]) -> str:
         else "checkpoint:     none complete",
         f"submission:     {data['submission'] or 'none yet'}",
         f"resume:         {data['resume_command'] or 'unknown'}",
+        f"resume in:      {data['resume_where'] or 'unknown'}",
         "",
         f"metrics (last logged step {data['metrics_summary']['last_step']}):",
     ]  # fmt: skip

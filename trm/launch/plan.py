@@ -15,6 +15,11 @@ from trm.training.recipes import Recipe, get_recipe
 # Set to 0 by train_prod.sh, whose exit trap runs the handoff instead of the launcher.
 HANDOFF_VAR = "TRM_LAUNCH_HANDOFF"
 
+# scripts/train_prod.sh exports TRM_LAUNCHER=scripts/train_prod.sh, so the resume command names it; the
+# image has no scripts/ and runs `python -m trm launch` directly.
+SCRIPT = "scripts/train_prod.sh"
+LAUNCHER_ENV = "TRM_LAUNCHER"
+
 # Process environment for every trainer process (only set when the user has not set them).
 TRAINER_ENV_DEFAULTS = {
     "PYTHONUNBUFFERED": "1",
@@ -209,11 +214,14 @@ class LaunchPlan:
         """torchrun of the run itself."""
         return self.torchrun(self.trainer_overrides(), exit_dir=self.exit_dir())
 
-    def resume_command(self, environ: dict[str, str], script: str = "scripts/train_prod.sh") -> str:
-        """The exact command that continues this run: the launch variables that were set, then the script."""
+    def resume_command(self, environ: dict[str, str]) -> str:
+        """The exact command that continues this run where it ran: the launch variables that were set, then
+        the entry point that started it (`bash scripts/train_prod.sh` in a checkout, which exports
+        `TRM_LAUNCHER`; `python -m trm launch` otherwise, e.g. inside a trm image, which has no scripts/)."""
         names = [v.name for v in ENV_VARS if v.name in environ and environ[v.name] != ""]
         assigns = [f"{n}={shlex.quote(environ[n])}" for n in names]
-        return " ".join([*assigns, "bash", script, *(shlex.quote(o) for o in self.settings.cli_overrides)])
+        entry = ["bash", SCRIPT] if environ.get(LAUNCHER_ENV) == SCRIPT else ["python", "-m", "trm", "launch"]
+        return " ".join([*assigns, *entry, *(shlex.quote(o) for o in self.settings.cli_overrides)])
 
     def steps(self) -> list[Step]:
         """The ordered steps of the launch: what --dry-run prints and what `Launch.run()` executes."""
@@ -314,8 +322,28 @@ class LaunchPlan:
             lines += [f"  {line}" for line in step.what.splitlines()]
             lines += [f"  $ {shlex.join(cmd)}" for cmd in step.commands]
             lines.append("")
+        lines.append(f"resume in:   {resume_where(environ)}")
         lines.append(f"resume with: {self.resume_command(environ)}")
         return "\n".join(lines)
+
+
+def resume_where(environ: dict[str, str]) -> str:
+    """Where the resume command runs: the image it ran in (by digest when known), or a checkout."""
+    if environ.get("TRM_IMAGE_VARIANT"):
+        digest = environ.get("TRM_IMAGE_DIGEST") or (
+            f"unknown digest (variant {environ['TRM_IMAGE_VARIANT']}; pass -e TRM_IMAGE_DIGEST from "
+            "docker/images.lock.json)"
+        )
+        place = (
+            "the Job's pod (re-apply the same overlay)"
+            if environ.get("KUBERNETES_SERVICE_HOST")
+            else (
+                "the same container, or a new one of this image with the same volumes on /workspace/{data,"
+                "checkpoints,artifacts}"
+            )
+        )
+        return f"inside the trm image {digest}: {place}"
+    return "the trm-stack checkout and venv that ran it, from the checkout's root"
 
 
 def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
-from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan
+from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.launch.workspace import ensure_writable
@@ -98,6 +98,7 @@ class Launch:
                 "train_command": plan.train_command(),
                 "trainer_env": plan.env,
                 "resume_command": plan.resume_command(self.environ),
+                "resume_where": resume_where(self.environ),
                 "gpu_hourly_usd": s.gpu_hourly_usd,
                 "max_hours": s.max_hours,
                 "image_digest": self.environ.get("TRM_IMAGE_DIGEST") or None,

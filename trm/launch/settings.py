@@ -106,7 +106,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "MAX_HOURS",
         "(empty: no limit)",
-        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM)",
+        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM); "
+        "counted per launcher session (a restart or resume gets the full MAX_HOURS again)",
         "cost",
     ),
     EnvVar(
@@ -132,7 +133,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("USE_TMUX", "0", "1: run inside a detached tmux session named $RUN_NAME (attach command printed)"),
     EnvVar("PYTHON", "python", "interpreter with trm-stack installed"),
 )
-# Set by the trm images (read by preflight and the handoff bundle), listed for completeness.
+# Set by the trm images (read by preflight and the handoff bundle), listed for completeness; except
+# TRM_IMAGE_DIGEST: an image cannot know its own digest, so whoever starts it passes it from
+# docker/images.lock.json (`python -m trm jobs pin` into the Jobs, `-e TRM_IMAGE_DIGEST` in the runbooks).
 IMAGE_VARS: tuple[EnvVar, ...] = (
     EnvVar("TRM_IMAGE_CUDA", "the torch build's CUDA", "CUDA version of the image (driver check)", "image"),
     EnvVar(
@@ -142,7 +145,13 @@ IMAGE_VARS: tuple[EnvVar, ...] = (
         "image",
     ),
     EnvVar("TRM_ADAM_ATAN2_SM_LIST", "$TRM_IMAGE_SM_LIST", "SMs of the baked adam-atan2 extension", "image"),
-    EnvVar("TRM_IMAGE_DIGEST", "(empty)", "image digest recorded in handoff.json", "image"),
+    EnvVar(
+        "TRM_IMAGE_DIGEST",
+        "(empty)",
+        "image digest recorded in handoff.json; passed by whoever starts the image (jobs pin, the runbooks' "
+        "docker run), never baked in",
+        "image",
+    ),
 )
 ALL_VARS = ENV_VARS + IMAGE_VARS
 

@@ -8,7 +8,7 @@ all take their configuration from here; `Recipe.overrides` renders it as the com
 
 Recipes:
 - `arc2` / `arc1`: the paper's ARC-AGI-2 / ARC-AGI-1 runs (with ConceptARC, 1000 augmentations).
-- `arc2-smoke`: the arc2 model for one epoch on 100 puzzles: a first run on a new GPU host.
+- `arc2-smoke`: the arc2 model for one epoch (one optimizer step) on the first 100 tasks of each subset: a first run on a new GPU host.
 - `debug-tiny`: the smallest model that still exercises every code path (puzzle embedding, ACT halting,
   EMA, evaluation), on 4 puzzles: CPU rehearsals of the launcher, the smoke and the tests.
 - `bench-tiny`: the CPU benchmark model (hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle embedding,
@@ -157,7 +157,7 @@ RECIPES: dict[str, Recipe] = {
         ),
         Recipe(
             name="arc2-smoke",
-            summary="the arc2 model on 100 puzzles, 1 epoch",
+            summary="the arc2 model on the first 100 tasks of each of its 3 subsets at 100 augmentations; its 1 epoch is 1 optimizer step, then an evaluation",
             config=TrainConfig(arch=dataclasses.replace(ARC_ARCH), epochs=1, eval_interval=1),
             dataset="arc2concept-aug-100",
             build_args=(*_ARC2_SUBSETS, "--num-aug", "100", "--max-puzzles", "100"),
