@@ -1,4 +1,4 @@
-"""The ARC evaluator (TRM_SPEC §10.2): undo augmentations, vote, pass@K, submission.json.
+"""The ARC evaluator (upstream: evaluators/arc.py): undo augmentations, vote, pass@K, submission.json.
 
 Under upstream's metric names it gives upstream's numbers for the same predictions:
 

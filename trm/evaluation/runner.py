@@ -1,4 +1,4 @@
-"""The evaluation pass (TRM_SPEC §10.1): run every test batch to halting, reduce metrics, call evaluators.
+"""The evaluation pass (upstream: pretrain.py's evaluate): run every test batch to halting, reduce metrics, call evaluators.
 
 Runs under `torch.no_grad()` (not inference mode) and hands evaluators CPU copies, so nothing later
 updates an inference tensor in place — the class of crash that killed upstream runs at their first
