@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         print_report(report)
     if args.report:
         atomic_write_json(args.report, report.to_dict())
-    return 0 if report.ok else 2
+    return report.exit_code
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
