@@ -197,3 +197,35 @@ def test_the_stop_timeout_check_runs_on_every_gpu_block():
         """)
     )
     assert any("--stop-timeout" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("code", "flagged"),
+    [
+        # runbook 03 v5: "edit the overlay's job-patch.yaml and re-apply": the Job's template is immutable
+        ("kubectl apply -k jobs/overlays/prod-4xh100", True),
+        (
+            "kubectl delete job trm-train-smoke\nkubectl apply -k jobs/overlays/smoke",
+            True,
+        ),  # pods still saving
+        (
+            "kubectl apply -k jobs/overlays/smoke\nkubectl delete job a --cascade=foreground --ignore-not-found",
+            True,
+        ),
+        (
+            "kubectl delete job a --cascade=foreground --ignore-not-found\nkubectl apply -k jobs/overlays/smoke",
+            False,
+        ),
+        (
+            "kubectl delete job a --cascade foreground --ignore-not-found && kubectl apply -k jobs/overlays/x",
+            False,
+        ),
+        ("kubectl apply -k jobs/storage/rwo", False),  # a PVC, not a Job
+        ("kubectl apply --dry-run=client -k jobs/overlays/smoke", False),
+    ],
+)
+def test_applying_a_job_overlay_needs_the_job_deleted_first(code, flagged):
+    problems = journey.job_apply_problems(code, "rb.md:1")
+    assert bool(problems) is flagged, problems
+    if flagged:
+        assert "immutable" in problems[0]

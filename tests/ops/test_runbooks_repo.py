@@ -44,6 +44,7 @@ PITFALLS = {
     "registry layer limit": "10 GB layer limit",
     "checkpoints lost with the pod": "Checkpoints lost with the pod",
     "eval cadence in epochs": "epochs, not steps",
+    "a node fault found by the preflight": "exit 76: a faulty node",
 }
 
 

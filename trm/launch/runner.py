@@ -295,7 +295,7 @@ class Launch:
         self.step_action(step)(step)
 
     def run(self) -> int:
-        """Every step of the plan in order; returns the launcher exit code (0, 2, 74, 75, 79 or the trainer's)."""
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 74, 75, 76, 79 or the trainer's)."""
         s = self.settings
         self.session_start = time.time()
         self.supervisor.install_signal_handlers()

@@ -13,7 +13,11 @@
 3. **Stop timeouts.** A `docker run` of the trainer or launcher must pass `--stop-timeout` of at least its
    SHUTDOWN_TIMEOUT plus the handoff margin (what a Job's grace period covers), and a `docker stop -t` must
    wait as long: Docker's default 10 s SIGKILLs a trainer that is still saving.
-4. **Measured figures.** Durations and sizes come from `runbooks/measured.toml` (see
+4. **Re-applied Jobs.** A Job's pod template is immutable: `kubectl apply` of an edited overlay (new image,
+   settings, run name) over an existing Job fails, and over a finished one changes nothing. A block that
+   applies a Job overlay first deletes the Job with `--cascade=foreground` (kubectl waits until its pods
+   saved and exited; the volume stays) and `--ignore-not-found` (the first time there is none).
+5. **Measured figures.** Durations and sizes come from `runbooks/measured.toml` (see
    `trm.ops.measured`); a prose estimate such as "takes 15 minutes" outside a measured marker is flagged.
 """
 
@@ -287,10 +291,32 @@ def stop_timeout_problems(code: str, where: str) -> list[str]:
     return problems
 
 
+def job_apply_problems(code: str, where: str) -> list[str]:
+    """`kubectl apply` of a Job overlay without deleting the Job first (foreground) in the same block."""
+    problems, deleted = [], False
+    for words in simple_commands(code):
+        words = strip_prefix(words)
+        if words[:3] == ["kubectl", "delete", "job"]:
+            foreground = _option(words, "--cascade") == "foreground"
+            deleted = deleted or (foreground and "--ignore-not-found" in words)
+        elif words[:2] == ["kubectl", "apply"] and any("jobs/overlays/" in w for w in words):
+            if "--dry-run" in " ".join(words) or deleted:
+                continue
+            overlay = next(w for w in words if "jobs/overlays/" in w)
+            problems.append(
+                f"{where}: `kubectl apply` of {overlay} without `kubectl delete job NAME --cascade=foreground "
+                "--ignore-not-found` before it in the block: a Job's pod template is immutable, so re-applying "
+                "an edited overlay fails (and a finished Job is not run again); delete it first (its pods save "
+                "and exit, the volume stays)"
+            )
+    return problems
+
+
 def journey_problems(book: Runbook) -> list[str]:
     problems = []
     for block in book.blocks:
         problems += environment_problems(block)
         if block.tier is not None:
             problems += stop_timeout_problems(block.code, block.where)
+            problems += job_apply_problems(block.code, block.where)
     return problems + variable_problems(book) + prose_figure_problems(book)
