@@ -149,6 +149,13 @@ class ARCEvaluator:
         self._folded = False
         self._next_batch = 0
 
+    def abort_eval(self) -> None:
+        """Drop the current evaluation's votes (it was stopped part-way): they are never pooled, so the
+        state is what it was before `begin_eval()` and the evaluation can be run again from the start."""
+        self.vote_log.clear()
+        self._folded = True
+        self._next_batch = 0
+
     def update_batch(self, outputs: dict[str, torch.Tensor], *, batch_index: int | None = None) -> None:
         """Add one batch: int tokens `inputs`/`preds` [B, seq], `puzzle_identifiers` [B], `q_halt_logits` [B].
 
