@@ -122,8 +122,8 @@ def test_bad_values_are_config_errors() -> None:
         compose(["global_batch_size=abc"])
     with pytest.raises(TRMError, match="eval_interval=3 must divide epochs=10"):
         compose(["epochs=10", "eval_interval=3"])
-    with pytest.raises(TRMError, match="only arch=trm"):
-        compose(["arch=hrm"])
+    with pytest.raises(TRMError, match=r"unknown architecture 'tmr'.*Did you mean 'trm'"):
+        compose(["arch=tmr"])
     with pytest.raises(TRMError, match="puzzle_emb_len=0"):
         compose(["arch.puzzle_emb_ndim=0"])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -96,7 +95,7 @@ def package_kaggle(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Write the bundle for `checkpoint` (our step_N/ folder or an upstream step_N file) to `out_dir`."""
-    from trm.model import TinyRecursiveModel, TRMConfig
+    from trm.model.registry import build_model, model_config, spec_of
     from trm.training.builder import read_checkpoint_weights
     from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
 
@@ -105,7 +104,8 @@ def package_kaggle(
     if out_dir.exists() and not overwrite:
         raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
     cfg, step, ours = _resolve(checkpoint, list(overrides or []))
-    weights, kind = read_checkpoint_weights(str(checkpoint))
+    arch_name = spec_of(cfg.arch).name
+    weights, kind = read_checkpoint_weights(str(checkpoint), arch_name)
 
     table = weights.get(PUZZLE_EMB_KEY)
     identifiers = identifiers and table is not None  # without a puzzle table identifiers change nothing
@@ -120,25 +120,23 @@ def package_kaggle(
         )
     weights, unseen_id = _with_unseen_row(weights, names is not None, facts["blank_identifier_id"])
 
-    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
-    if arch["forward_dtype"] == "auto":
-        arch["forward_dtype"] = "bfloat16"
     new_table = weights.get(PUZZLE_EMB_KEY)
-    model_cfg = TRMConfig(
+    model_cfg = model_config(
+        cfg.arch,
         batch_size=1,
         seq_len=facts["seq_len"],
         vocab_size=facts["vocab_size"],
         num_puzzle_identifiers=int(new_table.shape[0]) if new_table is not None else 1,
-        **arch,
+        forward_dtype="bfloat16" if cfg.arch.forward_dtype == "auto" else cfg.arch.forward_dtype,
     )
     with torch.device("meta"):
-        model = TinyRecursiveModel(model_cfg)
+        model = build_model(model_cfg)
     try:
         model.load_state_dict(weights, strict=True, assign=True)
     except RuntimeError as err:
         raise TRMError(
             f"{checkpoint}: weights do not fit the architecture ({str(err).splitlines()[0]}); pass the "
-            "run's arch overrides, e.g. `arch.hidden_size=… arch.L_layers=…`"
+            f"run's arch overrides, e.g. `arch={arch_name} arch.hidden_size=…`"
         ) from None
 
     ckpt_manifest = {}
@@ -147,6 +145,7 @@ def package_kaggle(
     config = {
         "format": B.FORMAT,
         "format_version": B.FORMAT_VERSION,
+        "arch_name": arch_name,
         "arch": B.arch_fields(model_cfg),
         "loss_type": cfg.arch.loss.loss_type,
         "dataset": facts,

@@ -89,6 +89,11 @@ class TRMCore(nn.Module):
             z_H=torch.where(flag, self.H_init, carry.z_H), z_L=torch.where(flag, self.L_init, carry.z_L)
         )
 
+    @staticmethod
+    def answer_state(carry: InnerCarry) -> torch.Tensor:
+        """The latent the heads read (z_H)."""
+        return carry.z_H
+
     def reason(self, state: torch.Tensor, injection: torch.Tensor, rope: tuple | None) -> torch.Tensor:
         """The single reasoning net f(state, injection): add the injection, then the L_layers blocks."""
         state = state + injection

@@ -72,20 +72,21 @@ def build_loaders(cfg: TrainConfig, info: DistInfo) -> tuple[Any, Any | None]:
 
 
 def build_model(cfg: TrainConfig, metadata: Any, plan: SlotPlan, device: torch.device) -> tuple[Any, Any]:
-    """TinyRecursiveModel + ACTLossHead on `device`, sized from the dataset metadata."""
-    from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
+    """The arch's ACT model + ACTLossHead on `device`, sized from the dataset metadata."""
+    from trm.model import ACTLossHead
+    from trm.model.registry import build_model as build_arch
+    from trm.model.registry import model_config
 
-    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
-    arch["forward_dtype"] = forward_dtype(cfg, device)
-    model_cfg = TRMConfig(
+    model_cfg = model_config(
+        cfg.arch,
         batch_size=plan.micro_batch_size,
         seq_len=metadata.seq_len,
         vocab_size=metadata.vocab_size,
         num_puzzle_identifiers=metadata.num_puzzle_identifiers,
-        **arch,
+        forward_dtype=forward_dtype(cfg, device),
     )
     with torch.device(device):
-        model = TinyRecursiveModel(model_cfg)
+        model = build_arch(model_cfg)
     loss_head = ACTLossHead(model, cfg.arch.loss.loss_type).to(device)
     return model, loss_head
 
@@ -145,9 +146,10 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
     )
 
 
-def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
-    """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or an upstream file."""
-    from trm.model.upstream import convert_upstream_state_dict
+def read_checkpoint_weights(path: str, arch: str | None = None) -> tuple[dict[str, torch.Tensor], str]:
+    """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or a reference
+    step_N file (upstream TRM or URM, recognised by its keys; must be `arch` when given)."""
+    from trm.model.upstream import convert_upstream_state_dict, detect_arch
     from trm.training.checkpoint import STATE, check_folder, load_torch
 
     p = Path(path)
@@ -166,8 +168,16 @@ def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
             raw = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:
             raise TRMError(f"load_checkpoint={path}: cannot read it as a torch state dict ({err}).") from None
-        weights = convert_upstream_state_dict(raw)
-        kind = "upstream weights"
+        if not isinstance(raw, dict):
+            raise TRMError(f"load_checkpoint={path}: not a state dict (a {type(raw).__name__}).")
+        found = detect_arch(raw)
+        if arch is not None and found != arch:
+            raise TRMError(
+                f"load_checkpoint={path} holds arch={found} weights but the run is arch={arch}: "
+                f"pass arch={found} (with the run's arch.* sizes)."
+            )
+        weights = convert_upstream_state_dict(raw, found)
+        kind = "upstream weights" if found == "trm" else f"reference {found} weights"
     else:
         raise TRMError(
             f"load_checkpoint={path} does not exist: pass a step_N folder or upstream step_N file."
@@ -176,10 +186,11 @@ def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
 
 
 def load_initial_weights(path: str, model: Any, num_identifiers: int) -> str:
-    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or an upstream step_N file."""
+    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or a reference step_N file."""
+    from trm.model.registry import spec_of
     from trm.model.upstream import resize_puzzle_embedding
 
-    weights, kind = read_checkpoint_weights(path)
+    weights, kind = read_checkpoint_weights(path, spec_of(model.config).name)
     weights = resize_puzzle_embedding(weights, num_identifiers)
     try:
         model.load_state_dict(weights, strict=True)
