@@ -58,6 +58,10 @@ TINY = {
 }
 
 
+# Extra cases: (architecture, overrides added to its tiny settings).
+VARIANTS = {"urm-muon": ("urm", ["use_muon=True"])}  # URM's ARC-AGI-2 recipe
+
+
 def test_every_architecture_has_an_end_to_end_case() -> None:
     assert set(TINY) == set(ARCHS)
 
@@ -69,27 +73,36 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def command(arch: str, dataset: Path, run_dir: Path, *extra: str) -> list[str]:
+CASES = {**{a: (a, []) for a in sorted(ARCHS)}, **VARIANTS}
+
+
+def command(case: str, dataset: Path, run_dir: Path, *extra: str) -> list[str]:
+    arch, variant = CASES[case]
     data = f"data_path={dataset}" if arch == "urm" else f"data_paths=[{dataset}]"
-    return [sys.executable, "-m", "trm.train", *TINY[arch], *RUN, data, f"+checkpoint_path={run_dir}", *extra]
+    return [
+        *(sys.executable, "-m", "trm.train", *TINY[arch], *variant, *RUN, data),
+        *(f"+checkpoint_path={run_dir}", *extra),
+    ]
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, env=env(), cwd=ROOT, capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHS))
-def test_train_resume_evaluate_package(arch: str, dataset: Path, tmp_path: Path) -> None:
-    straight = run(command(arch, dataset, tmp_path / "straight"))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_train_resume_evaluate_package(case: str, dataset: Path, tmp_path: Path) -> None:
+    arch, variant = CASES[case]
+    straight = run(command(case, dataset, tmp_path / "straight"))
     assert straight.returncode == 0, straight.stderr
     state = final_state(tmp_path / "straight")
     assert state["config"]["arch"]["name"] == ARCHS[arch].model_id
+    assert set(state["optimizers"]) == {"puzzle_emb", "muon" if "use_muon=True" in variant else "adam_atan2"}
 
     split = tmp_path / "split"
-    sigterm_after_step_2(dataset, split, cmd=command(arch, dataset, split))
+    sigterm_after_step_2(dataset, split, cmd=command(case, dataset, split))
     stopped_at = ckpt.find_complete(split)[-1].step
     assert stopped_at < state["progress"]["step"]
-    resumed = run(command(arch, dataset, split))
+    resumed = run(command(case, dataset, split))
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from {split / f'step_{stopped_at}'}" in resumed.stderr
     assert_states_equal(state, final_state(split))
@@ -122,7 +135,7 @@ def test_train_resume_evaluate_package(arch: str, dataset: Path, tmp_path: Path)
     weights = {k: v for k, v in state["model"].items()}
     reference_file = tmp_path / "step_9"
     torch.save(to_upstream_state_dict(weights, compiled=True, arch=arch), reference_file)
-    warm = run(command(arch, dataset, tmp_path / "warm", f"load_checkpoint={reference_file}", "epochs=2"))
+    warm = run(command(case, dataset, tmp_path / "warm", f"load_checkpoint={reference_file}", "epochs=2"))
     assert warm.returncode == 0, warm.stderr
     assert "upstream weights" in warm.stderr or f"reference {arch} weights" in warm.stderr
     overrides = [o for o in TINY[arch] if o.lstrip("+").startswith("arch")]

@@ -99,14 +99,18 @@ def compile_wanted(cfg: TrainConfig, device: torch.device) -> bool:
 
 
 def build_optimizers(cfg: TrainConfig, model: Any) -> list[Optim]:
-    """Upstream's list: [SignSGD (puzzle table), AdamATan2 (all parameters)], minus what is disabled."""
-    from trm.optim import SparseEmbeddingSignSGD, build_adam_atan2
+    """Upstream's list: [SignSGD (puzzle table), AdamATan2 (all parameters)], minus what is disabled;
+    with use_muon, URM's Muon (2-D parameters) + AdamW (the rest) replaces AdamATan2."""
+    from trm.optim import SparseEmbeddingSignSGD, build_adam_atan2, build_muon
 
     optimizers: list[Optim] = []
     if model.puzzle_emb is not None:
         sign = SparseEmbeddingSignSGD(model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
         optimizers.append(Optim("puzzle_emb", sign, cfg.puzzle_emb_lr))
-    if model.puzzle_emb is None or not cfg.freeze_weights:
+    if cfg.use_muon and (model.puzzle_emb is None or not cfg.freeze_weights):
+        muon = build_muon(model, lr=0.0, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
+        optimizers.append(Optim("muon", muon, cfg.lr))
+    elif model.puzzle_emb is None or not cfg.freeze_weights:
         adam = build_adam_atan2(
             model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
         )

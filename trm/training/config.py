@@ -46,6 +46,9 @@ RUN_ONLY_KEYS = frozenset(
         "data_paths_test",
     }
 )
+# Keys added after runs were named by their config hash: left out of the hash while at their default,
+# so existing runs keep their names.
+LATER_KEYS: dict[str, Any] = {"use_muon": False}
 # Architecture keys that may differ on resume: numerics only, no shape or semantics change.
 ARCH_RESUMABLE_KEYS = frozenset({"forward_dtype", "name"})
 
@@ -82,6 +85,8 @@ class TrainConfig:
     """First evaluation iteration (counted in eval intervals)."""
     ema: bool = False
     """Keep an EMA of the weights; evaluate and export with it."""
+    use_muon: bool = False
+    """Muon for 2-D weights + AdamW for the rest instead of AdamATan2 (URM's ARC-AGI-2 recipe)."""
     ema_rate: float = 0.999
     freeze_weights: bool = False
     """Train only the puzzle embeddings."""
@@ -313,7 +318,11 @@ def from_dict(d: dict[str, Any]) -> TrainConfig:
 
 def math_dict(cfg: TrainConfig) -> dict[str, Any]:
     """The part of the config that defines the training math (hashed; compared on resume)."""
-    return {k: v for k, v in as_dict(cfg).items() if k not in RUN_ONLY_KEYS}
+    return {
+        k: v
+        for k, v in as_dict(cfg).items()
+        if k not in RUN_ONLY_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])
+    }
 
 
 def config_hash(cfg: TrainConfig) -> str:
