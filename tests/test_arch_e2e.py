@@ -44,6 +44,25 @@ TINY = {
         *("arch.hidden_size=16", "arch.num_heads=2", "arch.L_layers=1", "arch.H_cycles=2", "arch.L_cycles=1"),
         *("arch.halt_max_steps=2", "arch.puzzle_emb_ndim=8", "+arch.puzzle_emb_len=1", "ema=True"),
     ],
+    **{
+        ablation: [
+            f"arch={ablation}",
+            *(
+                "arch.hidden_size=16",
+                "arch.num_heads=2",
+                "arch.L_layers=1",
+                "arch.H_cycles=2",
+                "arch.L_cycles=2",
+            ),
+            *("arch.halt_max_steps=2", "arch.puzzle_emb_ndim=8", "arch.puzzle_emb_len=1", "ema=True"),
+        ]
+        for ablation in ("trm_singlez", "trm_hier6")
+    },
+    "hrm": [
+        "arch=hrm",
+        *("arch.hidden_size=16", "arch.num_heads=2", "arch.H_layers=1", "arch.L_layers=1", "arch.H_cycles=2"),
+        *("arch.L_cycles=1", "arch.halt_max_steps=2", "arch.puzzle_emb_ndim=8", "ema=True"),
+    ],
     "urm": [
         "arch=urm",
         *(

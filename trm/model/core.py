@@ -27,6 +27,8 @@ class InnerCarry:
 class TRMCore(nn.Module):
     """One ACT step of TRM: H_cycles outer cycles of (L_cycles × z_L update, one z_H update)."""
 
+    init_names: tuple[str, ...] = ("H_init", "L_init")
+
     def __init__(self, config: TRMConfig) -> None:
         super().__init__()
         self.config = config
@@ -54,8 +56,8 @@ class TRMCore(nn.Module):
             else None
         )
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.L_layers))
-        self.register_buffer("H_init", trunc_normal_(torch.empty(width), 1.0).to(dtype), persistent=True)
-        self.register_buffer("L_init", trunc_normal_(torch.empty(width), 1.0).to(dtype), persistent=True)
+        for name in self.init_names:  # the latents' starting values, in the reference's order
+            self.register_buffer(name, trunc_normal_(torch.empty(width), 1.0).to(dtype), persistent=True)
         with torch.no_grad():  # the Q head starts at "never halt": sigmoid(-5) ≈ 0.007
             self.q_head.weight.zero_()
             self.q_head.bias.fill_(-5.0)
@@ -94,9 +96,10 @@ class TRMCore(nn.Module):
         """The latent the heads read (z_H)."""
         return carry.z_H
 
-    def reason(self, state: torch.Tensor, injection: torch.Tensor, rope: tuple | None) -> torch.Tensor:
-        """The single reasoning net f(state, injection): add the injection, then the L_layers blocks."""
-        state = state + injection
+    def reason(self, state: torch.Tensor, injection: torch.Tensor | None, rope: tuple | None) -> torch.Tensor:
+        """The single reasoning net f(state, injection): add the injection (if any), then the L_layers blocks."""
+        if injection is not None:
+            state = state + injection
         for block in self.blocks:
             state = block(state, rope)
         return state

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trm.errors import TRMError
-from trm.model.schema import TRMArch, URMArch
+from trm.model.schema import HRMArch, TRMArch, TRMHier6Arch, TRMSingleZArch, URMArch
 
 # Schema keys that are not model settings.
 NON_MODEL_KEYS = ("name", "loss")
@@ -67,6 +67,30 @@ ARCHS: dict[str, ArchSpec] = {
             reference="TinyRecursiveModels config/arch/trm.yaml, models/recursive_reasoning/trm.py",
         ),
         ArchSpec(
+            name="trm_singlez",
+            model_id="recursive_reasoning.trm_singlez@TinyRecursiveReasoningModel_ACTV1",
+            schema=TRMSingleZArch,
+            config_ref="trm.model.trm_variants:TRMSingleZConfig",
+            model_ref="trm.model.trm_variants:TRMSingleZModel",
+            reference="TinyRecursiveModels config/arch/trm_singlez.yaml, models/recursive_reasoning/trm_singlez.py",
+        ),
+        ArchSpec(
+            name="trm_hier6",
+            model_id="recursive_reasoning.trm_hier6@TinyRecursiveReasoningModel_ACTV1",
+            schema=TRMHier6Arch,
+            config_ref="trm.model.trm_variants:TRMHier6Config",
+            model_ref="trm.model.trm_variants:TRMHier6Model",
+            reference="TinyRecursiveModels config/arch/trm_hier6.yaml, models/recursive_reasoning/trm_hier6.py",
+        ),
+        ArchSpec(
+            name="hrm",
+            model_id="recursive_reasoning.hrm@HierarchicalReasoningModel_ACTV1",
+            schema=HRMArch,
+            config_ref="trm.model.trm_variants:HRMConfig",
+            model_ref="trm.model.trm_variants:HRMModel",
+            reference="TinyRecursiveModels config/arch/hrm.yaml, models/recursive_reasoning/hrm.py",
+        ),
+        ArchSpec(
             name="urm",
             model_id="urm.urm@URM",
             schema=URMArch,
@@ -91,11 +115,11 @@ def get_spec(name: str) -> ArchSpec:
 
 def spec_of(arch: Any) -> ArchSpec:
     """The spec of a schema or model-config object."""
-    for spec in ARCHS.values():
-        if isinstance(arch, spec.schema):
+    for spec in ARCHS.values():  # exact types: the TRM ablations subclass TRM's classes
+        if type(arch) is spec.schema:
             return spec
     for spec in ARCHS.values():
-        if type(arch).__name__ == spec.config_ref.rpartition(":")[2] and isinstance(arch, spec.config):
+        if type(arch).__name__ == spec.config_ref.rpartition(":")[2] and type(arch) is spec.config:
             return spec
     raise TRMError(f"{type(arch).__name__} is not a registered architecture config.")
 

@@ -118,6 +118,73 @@ class TRMArch(TRMFields):
 
 
 @dataclass(kw_only=True)
+class TRMSingleZArch(TRMArch):
+    """`arch=trm_singlez`: upstream's one-latent ablation of TRM (TRM's keys and defaults)."""
+
+    name: str = "recursive_reasoning.trm_singlez@TinyRecursiveReasoningModel_ACTV1"
+    """Model id (upstream's class path; `trm_singlez` is accepted too)."""
+
+
+@dataclass(kw_only=True)
+class TRMHier6Arch(TRMArch):
+    """`arch=trm_hier6`: upstream's six-reasoning-latent ablation of TRM (TRM's keys; L_cycles <= 6)."""
+
+    name: str = "recursive_reasoning.trm_hier6@TinyRecursiveReasoningModel_ACTV1"
+    """Model id (upstream's class path; `trm_hier6` is accepted too)."""
+
+
+@dataclass(kw_only=True)
+class HRMFields:
+    """The HRM architecture keys; defaults are upstream's `config/arch/hrm.yaml`."""
+
+    H_cycles: int = 2
+    """High-level (z_H) updates per ACT step; only the last one, and the z_L update before it, carry gradient."""
+    L_cycles: int = 2
+    """Low-level (z_L) updates per high-level update."""
+    H_layers: int = 4
+    """Blocks of the high-level network."""
+    L_layers: int = 4
+    """Blocks of the low-level network."""
+    hidden_size: int = 512
+    """Model width."""
+    num_heads: int = 8
+    """Attention heads (head_dim = hidden_size / num_heads)."""
+    expansion: float = 4.0
+    """SwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
+    puzzle_emb_ndim: int = 512
+    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
+    pos_encodings: str = "rope"
+    """"rope", "learned" or "none"."""
+    rms_norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    rope_theta: float = 10000.0
+    """RoPE base."""
+    halt_max_steps: int = 16
+    """ACT supervision steps per example; evaluation always runs exactly this many."""
+    halt_exploration_prob: float = 0.1
+    """Training: probability that a slot draws a random minimum halting step."""
+    forward_dtype: str = "bfloat16"
+    """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32."""
+    mlp_t: bool = False
+    """Replace attention by a SwiGLU over the token axis."""
+    eval_early_halt: bool = False
+    """Inference only: a slot stops as soon as q_halt > q_continue instead of running all halt_max_steps."""
+
+
+@dataclass(kw_only=True)
+class HRMArch(HRMFields):
+    """`arch=hrm`: the Hierarchical Reasoning Model (halting by Q-learning: q_halt vs q_continue)."""
+
+    name: str = "recursive_reasoning.hrm@HierarchicalReasoningModel_ACTV1"
+    """Model id (upstream's class path; `hrm` is accepted too)."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
+    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
+    forward_dtype: str = "auto"
+    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16. Parameters stay fp32."""
+
+
+@dataclass(kw_only=True)
 class URMFields:
     """The URM architecture keys, declared once; defaults are the reference's `config/arch/urm.yaml`."""
 

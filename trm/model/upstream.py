@@ -25,23 +25,43 @@ _HEADS = (
     ("q_head.bias", "q_head.bias"),
     ("puzzle_emb.weights", "puzzle_emb.weight"),
 )
+_TRM_NET = (
+    *_HEADS,
+    ("embed_pos.embedding_weight", "embed_pos.weight"),
+    ("L_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
+    ("L_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
+    ("L_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
+    ("L_level.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
+    ("L_level.layers.{i}.mlp_t.gate_up_proj.weight", "blocks.{i}.token_mlp.gate_up.weight"),
+    ("L_level.layers.{i}.mlp_t.down_proj.weight", "blocks.{i}.token_mlp.down.weight"),
+)
+# The latents' starting values (buffers) per architecture: also how a reference file is recognised.
+INIT_BUFFERS = {
+    "trm": ("H_init", "L_init"),
+    "trm_singlez": ("L_init",),
+    "trm_hier6": ("H_init", *(f"L{i}_init" for i in range(1, 7))),
+    "hrm": ("H_init", "L_init"),
+    "urm": ("init_hidden",),
+}
 # Per architecture: (reference suffix after `model.inner.`, our suffix after `inner.`); `{i}` is a block.
 KEY_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
-    "trm": (
-        *_HEADS,
-        ("embed_pos.embedding_weight", "embed_pos.weight"),
-        ("H_init", "H_init"),
-        ("L_init", "L_init"),
-        ("L_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
-        ("L_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
-        ("L_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
-        ("L_level.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
-        ("L_level.layers.{i}.mlp_t.gate_up_proj.weight", "blocks.{i}.token_mlp.gate_up.weight"),
-        ("L_level.layers.{i}.mlp_t.down_proj.weight", "blocks.{i}.token_mlp.down.weight"),
+    **{
+        arch: (*_TRM_NET, *((n, n) for n in INIT_BUFFERS[arch]))
+        for arch in ("trm", "trm_singlez", "trm_hier6")
+    },
+    "hrm": (
+        *_TRM_NET,
+        *((n, n) for n in INIT_BUFFERS["hrm"]),
+        ("H_level.layers.{i}.self_attn.qkv_proj.weight", "H_blocks.{i}.attn.qkv.weight"),
+        ("H_level.layers.{i}.self_attn.o_proj.weight", "H_blocks.{i}.attn.out.weight"),
+        ("H_level.layers.{i}.mlp.gate_up_proj.weight", "H_blocks.{i}.mlp.gate_up.weight"),
+        ("H_level.layers.{i}.mlp.down_proj.weight", "H_blocks.{i}.mlp.down.weight"),
+        ("H_level.layers.{i}.mlp_t.gate_up_proj.weight", "H_blocks.{i}.token_mlp.gate_up.weight"),
+        ("H_level.layers.{i}.mlp_t.down_proj.weight", "H_blocks.{i}.token_mlp.down.weight"),
     ),
     "urm": (
         *_HEADS,
-        ("init_hidden", "init_hidden"),
+        *((n, n) for n in INIT_BUFFERS["urm"]),
         ("layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
         ("layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
         ("layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
@@ -76,10 +96,13 @@ def _maps_all(names: list[str], arch: str) -> bool:
 
 
 def detect_arch(state_dict: dict[str, torch.Tensor]) -> str:
-    """Which architecture's names a reference state dict uses ("trm" when none or several fit)."""
+    """Which architecture's names a reference state dict uses: the one whose names cover every key and
+    whose latent buffers are all there ("trm" when nothing decides, e.g. a dict of gradients only)."""
     names = [k.removeprefix(COMPILE_PREFIX) for k in state_dict]
+    present = {n.removeprefix(UPSTREAM_PREFIX) for n in names}
     fits = [arch for arch in KEY_PAIRS if _maps_all(names, arch)]
-    return fits[0] if fits else "trm"
+    complete = [arch for arch in fits if set(INIT_BUFFERS[arch]) <= present]
+    return (complete or fits or ["trm"])[0]
 
 
 def convert_upstream_state_dict(
