@@ -63,6 +63,11 @@ TINY = {
         *("arch.hidden_size=16", "arch.num_heads=2", "arch.H_layers=1", "arch.L_layers=1", "arch.H_cycles=2"),
         *("arch.L_cycles=1", "arch.halt_max_steps=2", "arch.puzzle_emb_ndim=8", "ema=True"),
     ],
+    "transformers_baseline": [
+        "arch=transformers_baseline",
+        *("arch.hidden_size=16", "arch.num_heads=2", "arch.H_layers=1", "arch.halt_max_steps=2"),
+        *("arch.puzzle_emb_ndim=8", "ema=True"),
+    ],
     "urm": [
         "arch=urm",
         *(

@@ -18,6 +18,7 @@ LAYERS = {
     "trm_singlez": {"L_layers": 1},
     "trm_hier6": {"L_layers": 1},
     "hrm": {"L_layers": 1, "H_layers": 1},
+    "transformers_baseline": {"H_layers": 1},
     "urm": {"num_layers": 1},
 }
 

@@ -74,20 +74,26 @@ def test_same_weights_give_upstream_outputs_and_gradients(variant, loss_type):
     )
 
 
-HRM_SIZES = {"puzzle_emb_len": 0, "no_ACT_continue": False, "H_layers": 2, "L_layers": 1}
+# Settings each model fixes or needs beyond TRM's small config.
+EXTRA = {
+    "hrm": {"puzzle_emb_len": 0, "no_ACT_continue": False, "H_layers": 2, "L_layers": 1},
+    # 4 heads of 4 on an 18-wide model: the heads need not divide the width (upstream's 512 / 12).
+    "transformers_baseline": {"puzzle_emb_len": 0, "H_layers": 2, "hidden_size": 18, "num_heads": 4},
+}
+ATTENTION, TOKEN_MLP, LEARNED = {}, {"mlp_t": True, "pos_encodings": "none"}, {"pos_encodings": "learned"}
+CASES = [
+    *((arch, v) for arch in ("trm_singlez", "trm_hier6", "hrm") for v in (ATTENTION, TOKEN_MLP, LEARNED)),
+    *(("transformers_baseline", v) for v in (ATTENTION, LEARNED)),
+]
 
 
-@pytest.mark.parametrize("arch", ["trm_singlez", "trm_hier6", "hrm"])
-@pytest.mark.parametrize(
-    "variant", [{}, {"mlp_t": True, "pos_encodings": "none"}, {"pos_encodings": "learned"}]
-)
+@pytest.mark.parametrize(("arch", "variant"), CASES)
 def test_other_upstream_models_give_upstream_outputs_and_gradients(arch, variant):
     spec = get_spec(arch)
-    extra = HRM_SIZES if arch == "hrm" else {}
-    base = small_config(halt_exploration_prob=0.0, H_cycles=3, L_cycles=3, **variant, **extra)
-    config = spec.config(**dataclasses.asdict(base))
+    values = dataclasses.asdict(small_config(halt_exploration_prob=0.0, H_cycles=3, L_cycles=3, **variant))
+    config = spec.config(**{**values, **EXTRA.get(arch, {})})
     torch.manual_seed(0)
-    upstream = _upstream_head(base, "stablemax_cross_entropy", arch)
+    upstream = _upstream_head(config, "stablemax_cross_entropy", arch)
     with torch.no_grad():
         upstream.model.inner.puzzle_emb.weights.normal_()
         upstream.model.inner.q_head.weight.normal_(0.0, 0.5)  # slots halt at different steps

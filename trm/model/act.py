@@ -96,8 +96,9 @@ class TinyRecursiveModel(nn.Module):
             steps = steps + 1 if frozen is None else torch.where(frozen, steps, steps + 1)
             is_last = steps >= cfg.halt_max_steps
             halted = is_last
-            if self.training and cfg.halt_max_steps > 1:
-                halted = halted | (q_halt > 0 if cfg.no_ACT_continue else q_halt > q_continue)
+            if self.training and cfg.halt_max_steps > 1 and getattr(cfg, "act_enabled", True):
+                versus_continue = getattr(cfg, "halt_on_q_continue", not cfg.no_ACT_continue)
+                halted = halted | (q_halt > q_continue if versus_continue else q_halt > 0)
                 halted = halted & (steps >= self._min_halt_steps(q_halt, steps, exploration))
                 if not cfg.no_ACT_continue:
                     # Bootstrapped Q-learning target from one more (gradient-free) step on the new carry.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -20,6 +21,8 @@ FORWARD_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32
 class TRMConfig(DatasetSizes, TRMFields):
     """A TRM model's full configuration: the architecture keys plus the dataset sizes."""
 
+    heads_must_divide: ClassVar[bool] = True
+
     def __post_init__(self) -> None:
         positive = ("batch_size", "seq_len", "vocab_size", "num_puzzle_identifiers", "H_cycles", "L_cycles")
         positive += ("L_layers", "hidden_size", "num_heads", "halt_max_steps")
@@ -31,7 +34,7 @@ class TRMConfig(DatasetSizes, TRMFields):
             value = getattr(self, key)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise TRMError(f"arch.{key}={value!r} is invalid: set it to an integer >= 0.")
-        if self.hidden_size % self.num_heads:
+        if self.hidden_size % self.num_heads and self.heads_must_divide:
             raise TRMError(
                 f"arch.hidden_size={self.hidden_size} is not divisible by arch.num_heads={self.num_heads}: "
                 "choose num_heads dividing hidden_size (e.g. hidden_size=512 num_heads=8)."

@@ -29,6 +29,11 @@ class TRMCore(nn.Module):
 
     init_names: tuple[str, ...] = ("H_init", "L_init")
 
+    @staticmethod
+    def num_blocks(config: TRMConfig) -> int:
+        """Blocks of the reasoning net (`blocks`)."""
+        return config.L_layers
+
     def __init__(self, config: TRMConfig) -> None:
         super().__init__()
         self.config = config
@@ -55,7 +60,7 @@ class TRMCore(nn.Module):
             if config.pos_encodings == "learned"
             else None
         )
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.L_layers))
+        self.blocks = nn.ModuleList(Block(config) for _ in range(self.num_blocks(config)))
         for name in self.init_names:  # the latents' starting values, in the reference's order
             self.register_buffer(name, trunc_normal_(torch.empty(width), 1.0).to(dtype), persistent=True)
         with torch.no_grad():  # the Q head starts at "never halt": sigmoid(-5) ≈ 0.007

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trm.errors import TRMError
-from trm.model.schema import HRMArch, TRMArch, TRMHier6Arch, TRMSingleZArch, URMArch
+from trm.model.schema import HRMArch, TransformerBaselineArch, TRMArch, TRMHier6Arch, TRMSingleZArch, URMArch
 
 # Schema keys that are not model settings.
 NON_MODEL_KEYS = ("name", "loss")
@@ -89,6 +89,15 @@ ARCHS: dict[str, ArchSpec] = {
             config_ref="trm.model.trm_variants:HRMConfig",
             model_ref="trm.model.trm_variants:HRMModel",
             reference="TinyRecursiveModels config/arch/hrm.yaml, models/recursive_reasoning/hrm.py",
+        ),
+        ArchSpec(
+            name="transformers_baseline",
+            model_id="recursive_reasoning.transformers_baseline@Model_ACTV2",
+            schema=TransformerBaselineArch,
+            config_ref="trm.model.trm_variants:TransformerBaselineConfig",
+            model_ref="trm.model.trm_variants:TransformerBaselineModel",
+            reference="TinyRecursiveModels config/arch/transformers_baseline.yaml, "
+            "models/recursive_reasoning/transformers_baseline.py",
         ),
         ArchSpec(
             name="urm",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trm.errors import TRMError
 
@@ -177,6 +177,54 @@ class HRMArch(HRMFields):
 
     name: str = "recursive_reasoning.hrm@HierarchicalReasoningModel_ACTV1"
     """Model id (upstream's class path; `hrm` is accepted too)."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
+    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
+    forward_dtype: str = "auto"
+    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16. Parameters stay fp32."""
+
+
+@dataclass(kw_only=True)
+class TransformerBaselineFields:
+    """The transformers_baseline keys; defaults are upstream's `config/arch/transformers_baseline.yaml`."""
+
+    H_cycles: int = 1
+    """Unused (kept so upstream's configs load): one pass of the blocks per ACT step."""
+    H_layers: int = 8
+    """Transformer blocks; each ACT step applies them once to z + x, with gradient."""
+    hidden_size: int = 512
+    """Model width."""
+    num_heads: int = 12
+    """Attention heads; head_dim = hidden_size // num_heads (need not divide: 512 / 12 gives 12 × 42)."""
+    expansion: float = 4.0
+    """SwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
+    puzzle_emb_ndim: int = 512
+    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
+    pos_encodings: str = "rope"
+    """"rope" or "learned"."""
+    rms_norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    rope_theta: float = 10000.0
+    """RoPE base."""
+    halt_max_steps: int = 16
+    """ACT supervision steps per example; evaluation always runs exactly this many."""
+    halt_exploration_prob: float = 0.1
+    """Training: probability that a slot draws a random minimum halting step."""
+    act_enabled: bool = True
+    """Training halts a slot early when q_halt > q_continue; False always runs halt_max_steps."""
+    forward_dtype: str = "bfloat16"
+    """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32."""
+    eval_early_halt: bool = False
+    """Inference only: a slot stops as soon as q_halt > q_continue instead of running all halt_max_steps."""
+
+
+@dataclass(kw_only=True)
+class TransformerBaselineArch(TransformerBaselineFields):
+    """`arch=transformers_baseline`: upstream's plain-transformer ablation (no recursion inside an ACT step)."""
+
+    heads_must_divide: ClassVar[bool] = False
+    name: str = "recursive_reasoning.transformers_baseline@Model_ACTV2"
+    """Model id (upstream's class path; `transformers_baseline` is accepted too)."""
     loss: LossConfig = field(default_factory=LossConfig)
     puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
     """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""

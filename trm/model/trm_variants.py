@@ -4,6 +4,8 @@
   Per ACT step: H_cycles × (L_cycles × z_L ← L(z_L + z_H + x), then z_H ← H(z_H + z_L)), all without
   gradient but the last z_L and z_H updates. Halting by Q-learning: q_halt > q_continue, with the
   bootstrapped Q-continue target; its puzzle prefix is ceil(puzzle_emb_ndim / hidden_size) positions.
+- `transformers_baseline`: no recursion inside an ACT step: z_H ← blocks(z_H + x) once, with gradient;
+  halting on q_halt > q_continue without a Q-continue target (the reference's loss never asks for one).
 Upstream's TRM ablations (same `arch.*` keys as TRM):
 
 - `trm_singlez`: one latent z. Per outer cycle: L_cycles × z ← net(z + x), then z ← net(z) (no input);
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -26,7 +28,7 @@ from trm.model.act import TinyRecursiveModel
 from trm.model.config import TRMConfig
 from trm.model.core import TRMCore
 from trm.model.layers import Block
-from trm.model.schema import HRMFields
+from trm.model.schema import HRMFields, TransformerBaselineFields
 
 HIER_LATENTS = 6
 
@@ -63,6 +65,25 @@ class HRMConfig(TRMConfig, HRMFields):
         if self.H_layers < 1 or self.puzzle_emb_len or self.no_ACT_continue:
             raise TRMError(
                 f"arch.H_layers={self.H_layers} must be >= 1 (puzzle_emb_len and no_ACT_continue are fixed for hrm)."
+            )
+
+
+@dataclass(kw_only=True)
+class TransformerBaselineConfig(TRMConfig, TransformerBaselineFields):
+    """A transformers_baseline model's configuration (TRM's checks, heads need not divide the width)."""
+
+    heads_must_divide: ClassVar[bool] = False
+    halt_on_q_continue: ClassVar[bool] = True  # halting compares the two Q logits; no target is trained
+    puzzle_emb_len: int = 0
+    no_ACT_continue: bool = True
+    act_enabled: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.pos_encodings == "none" or self.H_layers < 1 or self.mlp_t:
+            raise TRMError(
+                f"arch.pos_encodings={self.pos_encodings!r}, arch.H_layers={self.H_layers}: transformers_baseline "
+                "needs rope or learned positions and at least one layer."
             )
 
 
@@ -119,6 +140,43 @@ class HRMCore(TRMCore):
         z_H = self.high(z_H, z_L, rope)
         logits, q_halt, q_continue = self.heads(z_H)
         return type(carry)(z_H=z_H.detach(), z_L=z_L.detach()), logits, q_halt, q_continue
+
+
+@dataclass
+class HiddenZCarry:
+    """transformers_baseline's latent [B, S, D]."""
+
+    z_H: torch.Tensor
+
+
+class TransformerBaselineCore(TRMCore):
+    """One ACT step of transformers_baseline: the H_layers blocks once on z_H + x."""
+
+    init_names = ("H_init",)
+
+    @staticmethod
+    def num_blocks(config: TRMConfig) -> int:
+        """Its blocks are the reference's H_level."""
+        return config.H_layers
+
+    def empty_carry(self, batch_size: int, device: torch.device) -> HiddenZCarry:
+        """Zero latent (reset to H_init before first use)."""
+        shape = (batch_size, self.config.total_seq_len, self.config.hidden_size)
+        return HiddenZCarry(torch.zeros(shape, dtype=self.config.dtype, device=device))
+
+    def reset_carry(self, reset: torch.Tensor, carry: HiddenZCarry) -> HiddenZCarry:
+        """Slots with reset=True restart from H_init."""
+        return HiddenZCarry(torch.where(reset.view(-1, 1, 1), self.H_init, carry.z_H))
+
+    def forward(
+        self, carry: HiddenZCarry, batch: dict[str, torch.Tensor]
+    ) -> tuple[HiddenZCarry, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One ACT step: (new detached carry, logits, q_halt_logits, q_continue_logits)."""
+        rope = None if self.rope is None else (self.rope.cos, self.rope.sin)
+        x = self.embed_input(batch["inputs"], batch["puzzle_identifiers"])
+        z_H = self.reason(carry.z_H, x, rope)
+        logits, q_halt, q_continue = self.heads(z_H)
+        return HiddenZCarry(z_H.detach()), logits, q_halt, q_continue
 
 
 class TRMSingleZCore(TRMCore):
@@ -223,6 +281,12 @@ class HRMModel(TinyRecursiveModel):
     """HRM with TRM's ACT wrapper (Q-learning halting)."""
 
     core_class = HRMCore
+
+
+class TransformerBaselineModel(TinyRecursiveModel):
+    """transformers_baseline with TRM's ACT wrapper."""
+
+    core_class = TransformerBaselineCore
 
 
 class TRMSingleZModel(TinyRecursiveModel):

@@ -41,6 +41,7 @@ INIT_BUFFERS = {
     "trm_singlez": ("L_init",),
     "trm_hier6": ("H_init", *(f"L{i}_init" for i in range(1, 7))),
     "hrm": ("H_init", "L_init"),
+    "transformers_baseline": ("H_init",),
     "urm": ("init_hidden",),
 }
 # Per architecture: (reference suffix after `model.inner.`, our suffix after `inner.`); `{i}` is a block.
@@ -58,6 +59,15 @@ KEY_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
         ("H_level.layers.{i}.mlp.down_proj.weight", "H_blocks.{i}.mlp.down.weight"),
         ("H_level.layers.{i}.mlp_t.gate_up_proj.weight", "H_blocks.{i}.token_mlp.gate_up.weight"),
         ("H_level.layers.{i}.mlp_t.down_proj.weight", "H_blocks.{i}.token_mlp.down.weight"),
+    ),
+    "transformers_baseline": (
+        *_HEADS,
+        ("embed_pos.embedding_weight", "embed_pos.weight"),
+        *((n, n) for n in INIT_BUFFERS["transformers_baseline"]),
+        ("H_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
+        ("H_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
+        ("H_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
+        ("H_level.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
     ),
     "urm": (
         *_HEADS,

@@ -263,7 +263,7 @@ def validate(cfg: TrainConfig) -> None:
         raise TRMError(f"arch.forward_dtype={a.forward_dtype!r}: use one of {', '.join(FORWARD_DTYPES)}.")
     if a.puzzle_emb_ndim == 0 and getattr(a, "puzzle_emb_len", 0) != 0:
         raise TRMError("arch.puzzle_emb_ndim=0 needs arch.puzzle_emb_len=0 too (the prefix would be empty).")
-    if a.hidden_size % a.num_heads:
+    if a.hidden_size % a.num_heads and getattr(a, "heads_must_divide", True):
         raise TRMError(f"arch.hidden_size={a.hidden_size} must be divisible by arch.num_heads={a.num_heads}.")
     if not cfg.data_paths:
         raise TRMError(
