@@ -168,7 +168,7 @@ class HRMFields:
     mlp_t: bool = False
     """Replace attention by a SwiGLU over the token axis."""
     eval_early_halt: bool = False
-    """Inference only: a slot stops as soon as q_halt > q_continue instead of running all halt_max_steps."""
+    """Inference only: a slot stops as soon as q_halt > 0 instead of running all halt_max_steps."""
 
 
 @dataclass(kw_only=True)
@@ -215,7 +215,7 @@ class TransformerBaselineFields:
     forward_dtype: str = "bfloat16"
     """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32."""
     eval_early_halt: bool = False
-    """Inference only: a slot stops as soon as q_halt > q_continue instead of running all halt_max_steps."""
+    """Inference only: a slot stops as soon as q_halt > 0 instead of running all halt_max_steps."""
 
 
 @dataclass(kw_only=True)

@@ -62,9 +62,13 @@ class HRMConfig(TRMConfig, HRMFields):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.H_layers < 1 or self.puzzle_emb_len or self.no_ACT_continue:
+        if self.H_layers < 1:
             raise TRMError(
-                f"arch.H_layers={self.H_layers} must be >= 1 (puzzle_emb_len and no_ACT_continue are fixed for hrm)."
+                f"arch.H_layers={self.H_layers} is invalid: hrm's high-level net needs >= 1 block."
+            )
+        if self.puzzle_emb_len or self.no_ACT_continue:
+            raise TRMError(
+                "hrm fixes puzzle_emb_len=0 (ceil rule) and no_ACT_continue=False: drop those keys."
             )
 
 

@@ -59,7 +59,7 @@ class TrainConfig:
 
     defaults: list[Any] = field(default_factory=lambda: ["_self_"])
     arch: Any = field(default_factory=TRMArch)
-    """The architecture's keys (`arch=<name>` picks the schema: trm, urm; see trm.model.registry)."""
+    """The architecture's keys; `arch=<name>` picks the schema (the names of trm.model.registry.ARCHS)."""
     data_paths: list[str] = field(default_factory=lambda: ["data/arc-aug-1000"])
     """Dataset directories (built by `python -m trm data build-arc`); several are merged."""
     data_paths_test: list[str] = field(default_factory=list)
