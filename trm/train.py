@@ -19,7 +19,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = list(sys.argv[1:] if argv is None else argv)
     if "--help" in args or "-h" in args:
-        print(config.help_text())
+        rest = [a for a in args if a not in ("--help", "-h")]
+        try:
+            arch = [a.partition("=")[2] for a in rest if a.lstrip("+").startswith("arch=")]
+            print(config.help_text(arch[-1] if arch else "trm"))
+        except TRMError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return exit_codes.CONFIG_ERROR
         return exit_codes.OK
     import logging
 

@@ -14,18 +14,19 @@ import torch
 
 from tests.helpers import make_batch, small_config
 from trm.model import ACTLossHead, HaltExploration, TinyRecursiveModel
-from trm.model.upstream import convert_upstream_state_dict
+from trm.model.registry import get_spec
+from trm.model.upstream import convert_upstream_state_dict, detect_arch
 
 UPSTREAM = os.environ.get("TRM_UPSTREAM")
 pytestmark = pytest.mark.skipif(not UPSTREAM, reason="set TRM_UPSTREAM to a TinyRecursiveModels checkout")
 
 
-def _upstream_head(config, loss_type):
+def _upstream_head(config, loss_type, arch="trm"):
     pytest.importorskip("pydantic")
     pytest.importorskip("einops")
     from trm.bench.model import build_upstream
 
-    return build_upstream(config, torch.device("cpu"), UPSTREAM, loss_type)
+    return build_upstream(config, torch.device("cpu"), UPSTREAM, loss_type, get_spec(arch).model_id)
 
 
 @pytest.mark.parametrize(
@@ -71,3 +72,57 @@ def test_same_weights_give_upstream_outputs_and_gradients(variant, loss_type):
     torch.testing.assert_close(
         ours_rows, upstream.model.inner.puzzle_emb.local_weights.grad, rtol=1e-3, atol=1e-5
     )
+
+
+# Settings each model fixes or needs beyond TRM's small config.
+EXTRA = {
+    "hrm": {"puzzle_emb_len": 0, "no_ACT_continue": False, "H_layers": 2, "L_layers": 1},
+    # 4 heads of 4 on an 18-wide model: the heads need not divide the width (upstream's 512 / 12).
+    "transformers_baseline": {"puzzle_emb_len": 0, "H_layers": 2, "hidden_size": 18, "num_heads": 4},
+}
+ATTENTION, TOKEN_MLP, LEARNED = {}, {"mlp_t": True, "pos_encodings": "none"}, {"pos_encodings": "learned"}
+CASES = [
+    *((arch, v) for arch in ("trm_singlez", "trm_hier6", "hrm") for v in (ATTENTION, TOKEN_MLP, LEARNED)),
+    *(("transformers_baseline", v) for v in (ATTENTION, LEARNED)),
+]
+
+
+@pytest.mark.parametrize(("arch", "variant"), CASES)
+def test_other_upstream_models_give_upstream_outputs_and_gradients(arch, variant):
+    spec = get_spec(arch)
+    values = dataclasses.asdict(small_config(halt_exploration_prob=0.0, H_cycles=3, L_cycles=3, **variant))
+    config = spec.config(**{**values, **EXTRA.get(arch, {})})
+    torch.manual_seed(0)
+    upstream = _upstream_head(config, "stablemax_cross_entropy", arch)
+    with torch.no_grad():
+        upstream.model.inner.puzzle_emb.weights.normal_()
+        upstream.model.inner.q_head.weight.normal_(0.0, 0.5)  # slots halt at different steps
+        upstream.model.inner.q_head.bias.zero_()
+    ours = ACTLossHead(spec.model(config))
+    reference = dict(upstream.state_dict())
+    assert detect_arch(reference) == arch
+    ours.model.load_state_dict(convert_upstream_state_dict(reference), strict=True)
+    n_params = sum(p.numel() for p in ours.parameters())
+    assert n_params == sum(p.numel() for p in upstream.parameters())
+    batch = make_batch(config)
+    explore = HaltExploration(torch.zeros(3, dtype=torch.bool), torch.full((3,), 2))
+    carry_u, carry_o = upstream.initial_carry(batch), ours.initial_carry(batch)
+    worst = 0.0
+    for _ in range(5):  # more than halt_max_steps: slots halt and reload
+        carry_u, loss_u, metrics_u, out_u, _ = upstream(carry=carry_u, batch=batch, return_keys=["logits"])
+        carry_o, loss_o, metrics_o, out_o, _ = ours(
+            carry_o, batch, return_keys=("logits",), exploration=explore
+        )
+        torch.testing.assert_close(out_o["logits"], out_u["logits"], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(loss_o.double(), loss_u.double(), rtol=1e-5, atol=1e-5)
+        assert torch.equal(carry_o.halted, carry_u.halted)
+        for key in ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps"):
+            torch.testing.assert_close(metrics_o[key].double(), metrics_u[key].double())
+        worst = max(worst, (out_o["logits"] - out_u["logits"]).abs().max().item())
+        loss_o.backward()
+        loss_u.backward()
+    grads_u = convert_upstream_state_dict({n: p.grad for n, p in upstream.named_parameters()}, arch)
+    for name, param in ours.model.named_parameters():
+        torch.testing.assert_close(param.grad, grads_u[name], rtol=1e-3, atol=1e-5)
+        worst = max(worst, (param.grad - grads_u[name]).abs().max().item())
+    print(f"{arch} {variant}: max |Δ| over logits and gradients {worst:.3g}, parameters {n_params}")

@@ -123,8 +123,8 @@ def test_bad_values_are_config_errors() -> None:
         compose(["global_batch_size=abc"])
     with pytest.raises(TRMError, match="eval_interval=3 must divide epochs=10"):
         compose(["epochs=10", "eval_interval=3"])
-    with pytest.raises(TRMError, match="only arch=trm"):
-        compose(["arch=hrm"])
+    with pytest.raises(TRMError, match=r"unknown architecture 'tmr'.*Did you mean 'trm'"):
+        compose(["arch=tmr"])
     with pytest.raises(TRMError, match="puzzle_emb_len=0"):
         compose(["arch.puzzle_emb_ndim=0"])
 
@@ -151,3 +151,60 @@ def test_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert "arch.L_cycles" in capsys.readouterr().out
     assert main(["--cfg", "+ema=True"]) == 0
     assert "ema: true" in capsys.readouterr().out
+
+
+# URM's scripts (scripts/URM_*.sh of its repository), with only the entry point changed.
+URM_COMMANDS = [
+    """data_path=data/arc1concept-aug-1000 arch=urm arch.loops=16 arch.H_cycles=2 arch.L_cycles=6
+    arch.num_layers=4 epochs=200000 eval_interval=2000 puzzle_emb_lr=1e-2 weight_decay=0.1
+    +run_name=URM-arcagi1 +checkpoint_path=checkpoints/URM-arcagi1 +ema=True""",
+    """data_path=data/arc2concept-aug-1000 arch=urm arch.loops=16 arch.H_cycles=2 arch.L_cycles=6
+    arch.num_layers=4 epochs=200000 eval_interval=2000 puzzle_emb_lr=1e-2 weight_decay=0.1 use_muon=True
+    +run_name=URM-arcagi2 +checkpoint_path=checkpoints/URM-arcagi2 +ema=True""",
+    """data_path=PATH_TO_SUDOKU arch=urm arch.loops=16 arch.H_cycles=2 arch.L_cycles=6 arch.num_layers=4
+    epochs=50000 eval_interval=2000 lr=1e-4 puzzle_emb_lr=1e-4 weight_decay=1.0 puzzle_emb_weight_decay=1.0
+    global_batch_size=128 +run_name=URM-sudoku +checkpoint_path=checkpoints/URM-sudoku +ema=True""",
+]
+
+
+@pytest.mark.parametrize("command", URM_COMMANDS)
+def test_urm_scripts_parse(command: str) -> None:
+    cfg = compose(shlex.split(command))
+    a = cfg.arch
+    assert type(a).__name__ == "URMArch" and a.name == "urm.urm@URM"
+    assert (a.loops, a.H_cycles, a.L_cycles, a.num_layers, a.hidden_size, a.puzzle_emb_ndim) == (
+        16,
+        2,
+        6,
+        4,
+        512,
+        512,
+    )
+    assert len(cfg.data_paths) == 1 and cfg.ema is True and cfg.run_name.startswith("URM-")
+    assert cfg.use_muon is ("arcagi2" in command)
+
+
+def test_urm_defaults_and_its_own_keys() -> None:
+    a = compose(["arch=urm"]).arch
+    assert (a.loops, a.H_cycles, a.L_cycles, a.num_layers, a.expansion, a.conv_kernel) == (
+        16,
+        4,
+        3,
+        8,
+        4.0,
+        2,
+    )
+    with pytest.raises(TRMError, match=r"Did you mean 'arch\.num_layers'.*arch=urm"):
+        compose(["arch=urm", "arch.num_layer=4"])
+    with pytest.raises(TRMError, match=r"arch\.L_layers.*arch=urm"):  # a TRM key is not a URM key
+        compose(["arch=urm", "arch.L_layers=2"])
+    with pytest.raises(TRMError, match="names another architecture"):
+        compose(["arch=urm", "arch.name=trm"])
+
+
+def test_help_lists_the_selected_architectures_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["arch=urm", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "arch.loops = 16" in text and "ConvSwiGLU" in text and "arch.L_layers" not in text
+    assert main(["--help"]) == 0
+    assert "arch.L_layers = 2" in capsys.readouterr().out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import os
 import statistics
 import sys
@@ -87,15 +88,21 @@ def build_ours(config: TRMConfig, device: torch.device) -> nn.Module:
 
 
 def build_upstream(
-    config: TRMConfig, device: torch.device, path: str, loss_type: str = "stablemax_cross_entropy"
+    config: TRMConfig,
+    device: torch.device,
+    path: str,
+    loss_type: str = "stablemax_cross_entropy",
+    model_id: str = "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1",
 ) -> nn.Module:
-    """Upstream's loss head and model, imported from the checkout at `path`."""
+    """Upstream's loss head and the model `model_id` (`module@Class` under `models/`) from the checkout."""
     if not os.path.isdir(os.path.join(path, "models", "recursive_reasoning")):
         raise TRMError(f"TRM_UPSTREAM={path} is not a TinyRecursiveModels checkout: point it at a clone.")
     sys.path.insert(0, path)
     try:
         from models.losses import ACTLossHead as UpstreamLossHead
-        from models.recursive_reasoning.trm import TinyRecursiveReasoningModel_ACTV1
+
+        module, _, name = model_id.partition("@")
+        model_class = getattr(importlib.import_module(f"models.{module}"), name)
     except ImportError as exc:
         raise TRMError(f"cannot import upstream from {path} ({exc}): pip install pydantic einops") from exc
     finally:
@@ -103,7 +110,7 @@ def build_upstream(
     arch = asdict(config)
     arch.pop("eval_early_halt")
     with torch.device(device):
-        model = TinyRecursiveReasoningModel_ACTV1(arch)
+        model = model_class(arch)
         return UpstreamLossHead(model, loss_type=loss_type)
 
 

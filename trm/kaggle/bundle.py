@@ -92,12 +92,14 @@ def read_config(root: Path) -> dict[str, Any]:
 
 
 def model_config(config: dict[str, Any], *, batch_size: int, forward_dtype: str, early_halt: bool) -> Any:
-    """The TRMConfig of a bundle for inference with the given batch size, dtype and halting rule."""
-    from trm.model import TRMConfig
+    """The model config of a bundle for inference with the given batch size, dtype and halting rule.
+
+    `arch_name` picks the architecture (bundles written before it existed hold TRM)."""
+    from trm.model.registry import get_spec
 
     arch = dict(config["arch"])
     arch.update(batch_size=batch_size, forward_dtype=forward_dtype, eval_early_halt=early_halt)
-    return TRMConfig.from_dict(arch)
+    return get_spec(config.get("arch_name", "trm")).config.from_dict(arch)
 
 
 def load_bundle(
@@ -109,14 +111,14 @@ def load_bundle(
     early_halt: bool = False,
 ) -> Bundle:
     """Verify and load a bundle; forward_dtype None = bfloat16 on CUDA, float32 on CPU."""
-    from trm.model import TinyRecursiveModel
+    from trm.model.registry import build_model
 
     root = Path(root)
     config = read_config(root)
     dtype = forward_dtype or ("bfloat16" if device.type == "cuda" else "float32")
     cfg = model_config(config, batch_size=batch_size, forward_dtype=dtype, early_halt=early_halt)
     with torch.device(device):
-        model = TinyRecursiveModel(cfg)
+        model = build_model(cfg)
     weights = torch.load(root / WEIGHTS, map_location=device, weights_only=True)
     try:
         model.load_state_dict(weights, strict=True)
@@ -132,7 +134,7 @@ def load_bundle(
 
 
 def arch_fields(model_cfg: Any) -> dict[str, Any]:
-    """TRMConfig fields to store (batch_size is chosen at inference)."""
+    """Model-config fields to store (batch_size is chosen at inference)."""
     values = dataclasses.asdict(model_cfg)
     values.pop("batch_size")
     return values

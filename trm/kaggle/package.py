@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
@@ -131,41 +130,46 @@ def _identifiers(
 
 
 def _fitted_model_config(
-    checkpoint: Path, cfg: Any, weights: dict[str, torch.Tensor], facts: dict[str, Any]
+    checkpoint: Path, cfg: Any, arch_name: str, weights: dict[str, torch.Tensor], facts: dict[str, Any]
 ) -> Any:
     """The inference model's config; the weights must load into it exactly (checked on the meta device)."""
-    from trm.model import TinyRecursiveModel, TRMConfig
+    from trm.model.registry import build_model, model_config
 
-    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
-    if arch["forward_dtype"] == "auto":
-        arch["forward_dtype"] = "bfloat16"
     table = weights.get(PUZZLE_EMB_KEY)
-    model_cfg = TRMConfig(
+    model_cfg = model_config(
+        cfg.arch,
         batch_size=1,
         seq_len=facts["seq_len"],
         vocab_size=facts["vocab_size"],
         num_puzzle_identifiers=int(table.shape[0]) if table is not None else 1,
-        **arch,
+        forward_dtype="bfloat16" if cfg.arch.forward_dtype == "auto" else cfg.arch.forward_dtype,
     )
     with torch.device("meta"):
-        model = TinyRecursiveModel(model_cfg)
+        model = build_model(model_cfg)
     try:
         model.load_state_dict(weights, strict=True, assign=True)
     except RuntimeError as err:
         raise TRMError(
             f"{checkpoint}: weights do not fit the architecture ({str(err).splitlines()[0]}); pass the "
-            "run's arch overrides, e.g. `arch.hidden_size=… arch.L_layers=…`"
+            f"run's arch overrides, e.g. `arch={arch_name} arch.hidden_size=…`"
         ) from None
     return model_cfg
 
 
 def _bundle_config(
-    checkpoint: Path, cfg: Any, model_cfg: Any, ids: _Identifiers, unseen_id: int, source: dict[str, Any]
+    checkpoint: Path,
+    cfg: Any,
+    arch_name: str,
+    model_cfg: Any,
+    ids: _Identifiers,
+    unseen_id: int,
+    source: dict[str, Any],
 ) -> dict[str, Any]:
     """The bundle's `config.json`: architecture, dataset facts, identifier rule, provenance."""
     return {
         "format": B.FORMAT,
         "format_version": B.FORMAT_VERSION,
+        "arch_name": arch_name,
         "arch": B.arch_fields(model_cfg),
         "loss_type": cfg.arch.loss.loss_type,
         "dataset": ids.facts,
@@ -238,6 +242,7 @@ def package_kaggle(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Write the bundle for `checkpoint` (our step_N/ folder or an upstream step_N file) to `out_dir`."""
+    from trm.model.registry import spec_of
     from trm.training.builder import read_checkpoint_weights
     from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
 
@@ -246,11 +251,12 @@ def package_kaggle(
         raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
     # The run's config and weights.
     cfg, step, ours = _resolve(checkpoint, list(overrides or []))
-    weights, kind = read_checkpoint_weights(str(checkpoint))
+    arch_name = spec_of(cfg.arch).name
+    weights, kind = read_checkpoint_weights(str(checkpoint), arch_name)
     ids = _identifiers(checkpoint, kind, cfg, weights, data_path, identifiers)
     # The puzzle table gains the row unseen tasks use (and loses the trained rows without identifiers).
     weights, unseen_id = _with_unseen_row(weights, ids.names is not None, ids.facts["blank_identifier_id"])
-    model_cfg = _fitted_model_config(checkpoint, cfg, weights, ids.facts)
+    model_cfg = _fitted_model_config(checkpoint, cfg, arch_name, weights, ids.facts)
     ckpt_manifest = json.loads((checkpoint / CKPT_MANIFEST).read_text(encoding="utf-8")) if ours else {}
     source = {
         "kind": kind,
@@ -258,6 +264,6 @@ def package_kaggle(
         "dataset_fingerprint": ckpt_manifest.get("dataset_fingerprint"),
         "git_sha": ckpt_manifest.get("git_sha"),
     }
-    config = _bundle_config(checkpoint, cfg, model_cfg, ids, unseen_id, source)
+    config = _bundle_config(checkpoint, cfg, arch_name, model_cfg, ids, unseen_id, source)
     wheel_options = WheelOptions(wheels, python_version, platforms, include_torch, progress)
     return _write_bundle(out_dir, weights, config, ids.names, wheel_options, overwrite)

@@ -10,15 +10,18 @@ def render_readme(
 ) -> str:
     """Markdown describing the bundle and the offline install + inference commands for a Kaggle kernel."""
     arch = config["arch"]
+    name = config.get("arch_name", "trm")
+    title = {"trm": "Tiny Recursive Model", "urm": "Universal Reasoning Model"}.get(name, name)
+    layers = f"L_layers {arch['L_layers']}" if "L_layers" in arch else f"num_layers {arch['num_layers']}"
     ids = config["identifiers"]
     src = config["source"]
     lines = [
-        "# TRM weights and offline wheels for ARC Prize inference",
+        f"# {name.upper()} weights and offline wheels for ARC Prize inference",
         "",
-        f"Tiny Recursive Model from `{src['checkpoint']}` ({src['kind']}, step {src['step']}), packaged by "
+        f"{title} from `{src['checkpoint']}` ({src['kind']}, step {src['step']}), packaged by "
         f"trm-stack {config['created']['trm_stack']}: hidden_size {arch['hidden_size']}, "
-        f"L_layers {arch['L_layers']}, H_cycles {arch['H_cycles']}, L_cycles {arch['L_cycles']}, "
-        f"{arch['halt_max_steps']} ACT steps, loss {config['loss_type']}.",
+        f"{layers}, H_cycles {arch['H_cycles']}, L_cycles {arch['L_cycles']}, "
+        f"{arch.get('halt_max_steps', arch.get('loops'))} ACT steps, loss {config['loss_type']}.",
         "",
         "Puzzle embeddings: "
         + (

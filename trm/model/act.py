@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from trm.model.config import TRMConfig
-from trm.model.core import InnerCarry, TRMCore
+from trm.model.core import TRMCore
 from trm.model.sparse_embedding import SparsePuzzleEmbedding
 
 
@@ -16,7 +17,7 @@ from trm.model.sparse_embedding import SparsePuzzleEmbedding
 class ACTCarry:
     """State kept across supervision steps: latents, steps taken, halted flags and each slot's example."""
 
-    inner_carry: InnerCarry
+    inner_carry: Any  # the core's latents (InnerCarry for TRM)
     steps: torch.Tensor  # int32 [B]
     halted: torch.Tensor  # bool [B]
     current_data: dict[str, torch.Tensor]
@@ -30,7 +31,7 @@ class HaltExploration:
     min_steps: torch.Tensor  # int [B], drawn from [2, halt_max_steps]
 
     @staticmethod
-    def draw(batch_size: int, config: TRMConfig, generator: torch.Generator | None = None) -> HaltExploration:
+    def draw(batch_size: int, config: Any, generator: torch.Generator | None = None) -> HaltExploration:
         """Draw an exploration decision per slot from `generator` (CPU tensors)."""
         explore = torch.rand(batch_size, generator=generator) < config.halt_exploration_prob
         min_steps = torch.randint(2, config.halt_max_steps + 1, (batch_size,), generator=generator)
@@ -38,12 +39,17 @@ class HaltExploration:
 
 
 class TinyRecursiveModel(nn.Module):
-    """TRM with adaptive computation time; one call is one supervision step for every carry slot."""
+    """TRM with adaptive computation time; one call is one supervision step for every carry slot.
 
-    def __init__(self, config: TRMConfig) -> None:
+    The recursion core is `core_class`; other architectures reuse this wrapper with their own core.
+    """
+
+    core_class: type[nn.Module] = TRMCore
+
+    def __init__(self, config: Any) -> None:
         super().__init__()
         self.config = config
-        self.inner = TRMCore(config)
+        self.inner = self.core_class(config)
 
     @property
     def puzzle_emb(self) -> SparsePuzzleEmbedding | None:
@@ -90,8 +96,9 @@ class TinyRecursiveModel(nn.Module):
             steps = steps + 1 if frozen is None else torch.where(frozen, steps, steps + 1)
             is_last = steps >= cfg.halt_max_steps
             halted = is_last
-            if self.training and cfg.halt_max_steps > 1:
-                halted = halted | (q_halt > 0 if cfg.no_ACT_continue else q_halt > q_continue)
+            if self.training and cfg.halt_max_steps > 1 and getattr(cfg, "act_enabled", True):
+                versus_continue = getattr(cfg, "halt_on_q_continue", not cfg.no_ACT_continue)
+                halted = halted | (q_halt > q_continue if versus_continue else q_halt > 0)
                 halted = halted & (steps >= self._min_halt_steps(q_halt, steps, exploration))
                 if not cfg.no_ACT_continue:
                     # Bootstrapped Q-learning target from one more (gradient-free) step on the new carry.
@@ -117,15 +124,19 @@ class TinyRecursiveModel(nn.Module):
     def _keep_frozen(
         self,
         frozen: torch.Tensor,
-        old: InnerCarry,
-        stepped: tuple[InnerCarry, torch.Tensor, torch.Tensor, torch.Tensor],
-    ) -> tuple[InnerCarry, torch.Tensor, torch.Tensor, torch.Tensor]:
+        old: Any,
+        stepped: tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor],
+    ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Frozen slots keep their latents, and their outputs are re-read from those latents."""
         new, logits, q_halt, q_continue = stepped
-        old_logits, old_halt, old_continue = self.inner.heads(old.z_H)
+        old_logits, old_halt, old_continue = self.inner.heads(self.inner.answer_state(old))
         flag = frozen.view(-1, 1, 1)
+        kept = {
+            f.name: torch.where(flag, getattr(old, f.name), getattr(new, f.name))
+            for f in dataclasses.fields(new)
+        }
         return (
-            InnerCarry(z_H=torch.where(flag, old.z_H, new.z_H), z_L=torch.where(flag, old.z_L, new.z_L)),
+            type(new)(**kept),
             torch.where(flag, old_logits, logits),
             torch.where(frozen, old_halt, q_halt),
             torch.where(frozen, old_continue, q_continue),

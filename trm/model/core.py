@@ -27,6 +27,13 @@ class InnerCarry:
 class TRMCore(nn.Module):
     """One ACT step of TRM: H_cycles outer cycles of (L_cycles × z_L update, one z_H update)."""
 
+    init_names: tuple[str, ...] = ("H_init", "L_init")
+
+    @staticmethod
+    def num_blocks(config: TRMConfig) -> int:
+        """Blocks of the reasoning net (`blocks`)."""
+        return config.L_layers
+
     def __init__(self, config: TRMConfig) -> None:
         super().__init__()
         self.config = config
@@ -53,9 +60,9 @@ class TRMCore(nn.Module):
             if config.pos_encodings == "learned"
             else None
         )
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.L_layers))
-        self.register_buffer("H_init", trunc_normal_(torch.empty(width), 1.0).to(dtype), persistent=True)
-        self.register_buffer("L_init", trunc_normal_(torch.empty(width), 1.0).to(dtype), persistent=True)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(self.num_blocks(config)))
+        for name in self.init_names:  # the latents' starting values, in the reference's order
+            self.register_buffer(name, trunc_normal_(torch.empty(width), 1.0).to(dtype), persistent=True)
         with torch.no_grad():  # the Q head starts at "never halt": sigmoid(-5) ≈ 0.007
             self.q_head.weight.zero_()
             self.q_head.bias.fill_(-5.0)
@@ -89,9 +96,15 @@ class TRMCore(nn.Module):
             z_H=torch.where(flag, self.H_init, carry.z_H), z_L=torch.where(flag, self.L_init, carry.z_L)
         )
 
-    def reason(self, state: torch.Tensor, injection: torch.Tensor, rope: tuple | None) -> torch.Tensor:
-        """The single reasoning net f(state, injection): add the injection, then the L_layers blocks."""
-        state = state + injection
+    @staticmethod
+    def answer_state(carry: InnerCarry) -> torch.Tensor:
+        """The latent the heads read (z_H)."""
+        return carry.z_H
+
+    def reason(self, state: torch.Tensor, injection: torch.Tensor | None, rope: tuple | None) -> torch.Tensor:
+        """The single reasoning net f(state, injection): add the injection (if any), then the L_layers blocks."""
+        if injection is not None:
+            state = state + injection
         for block in self.blocks:
             state = block(state, rope)
         return state

@@ -170,18 +170,22 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    """Non-causal multi-head self-attention: fused qkv (no bias), RoPE on q/k, SDPA, output projection."""
+    """Non-causal multi-head self-attention: fused qkv (no bias), RoPE on q/k, SDPA, output projection.
+
+    head_dim = hidden_size // num_heads; when num_heads does not divide hidden_size (upstream's transformer
+    baseline: 512 wide, 12 heads) the heads span num_heads·head_dim < hidden_size, as in the reference."""
 
     def __init__(self, hidden_size: int, num_heads: int) -> None:
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
-        self.qkv = CastedLinear(hidden_size, 3 * hidden_size)
-        self.out = CastedLinear(hidden_size, hidden_size)
+        inner = num_heads * self.head_dim
+        self.qkv = CastedLinear(hidden_size, 3 * inner)
+        self.out = CastedLinear(inner, hidden_size)
 
     def forward(self, x_BSD: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         """Attention output [B, S, D]."""
-        B, S, D = x_BSD.shape
+        B, S, _ = x_BSD.shape
         qkv = self.qkv(x_BSD).view(B, S, 3, self.num_heads, self.head_dim)
         if rope is None:
             q, k, v = qkv.unbind(2)
@@ -191,7 +195,7 @@ class Attention(nn.Module):
         else:
             q, k, v = _RopeQKV.apply(qkv, *rope_tables(*rope)).unbind(2)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        return self.out(out.transpose(1, 2).reshape(B, S, D))
+        return self.out(out.transpose(1, 2).reshape(B, S, self.num_heads * self.head_dim))
 
 
 class _SiluGate(torch.autograd.Function):

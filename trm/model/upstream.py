@@ -1,7 +1,8 @@
-"""Loading upstream TinyRecursiveModels weight files: key mapping and puzzle-embedding resize.
+"""Loading the reference implementations' weight files: key mapping and puzzle-embedding resize.
 
-Upstream's `step_N` files hold the state dict of its loss head: keys `model.inner.…`, prefixed with
-`_orig_mod.` when the run used torch.compile. Ours are the keys of `TinyRecursiveModel` (`inner.…`).
+The references' `step_N` files hold the state dict of their loss head: keys `model.inner.…`, prefixed
+with `_orig_mod.` when the run used torch.compile. Ours are the keys of our ACT model (`inner.…`). Each
+architecture has its own table of names; `convert_upstream_state_dict` recognises which one a file uses.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ UPSTREAM_PREFIX = "model.inner."
 OURS_PREFIX = "inner."
 PUZZLE_EMB_KEY = "inner.puzzle_emb.weight"
 
-# (upstream suffix after `model.inner.`, our suffix after `inner.`); `{i}` is a block index.
-_KEY_PAIRS = (
+_HEADS = (
     ("embed_tokens.embedding_weight", "embed_tokens.weight"),
-    ("embed_pos.embedding_weight", "embed_pos.weight"),
     ("lm_head.weight", "lm_head.weight"),
     ("q_head.weight", "q_head.weight"),
     ("q_head.bias", "q_head.bias"),
     ("puzzle_emb.weights", "puzzle_emb.weight"),
-    ("H_init", "H_init"),
-    ("L_init", "L_init"),
+)
+_TRM_NET = (
+    *_HEADS,
+    ("embed_pos.embedding_weight", "embed_pos.weight"),
     ("L_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
     ("L_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
     ("L_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
@@ -34,14 +35,59 @@ _KEY_PAIRS = (
     ("L_level.layers.{i}.mlp_t.gate_up_proj.weight", "blocks.{i}.token_mlp.gate_up.weight"),
     ("L_level.layers.{i}.mlp_t.down_proj.weight", "blocks.{i}.token_mlp.down.weight"),
 )
+# The latents' starting values (buffers) per architecture: also how a reference file is recognised.
+INIT_BUFFERS = {
+    "trm": ("H_init", "L_init"),
+    "trm_singlez": ("L_init",),
+    "trm_hier6": ("H_init", *(f"L{i}_init" for i in range(1, 7))),
+    "hrm": ("H_init", "L_init"),
+    "transformers_baseline": ("H_init",),
+    "urm": ("init_hidden",),
+}
+# Per architecture: (reference suffix after `model.inner.`, our suffix after `inner.`); `{i}` is a block.
+KEY_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
+    **{
+        arch: (*_TRM_NET, *((n, n) for n in INIT_BUFFERS[arch]))
+        for arch in ("trm", "trm_singlez", "trm_hier6")
+    },
+    "hrm": (
+        *_TRM_NET,
+        *((n, n) for n in INIT_BUFFERS["hrm"]),
+        ("H_level.layers.{i}.self_attn.qkv_proj.weight", "H_blocks.{i}.attn.qkv.weight"),
+        ("H_level.layers.{i}.self_attn.o_proj.weight", "H_blocks.{i}.attn.out.weight"),
+        ("H_level.layers.{i}.mlp.gate_up_proj.weight", "H_blocks.{i}.mlp.gate_up.weight"),
+        ("H_level.layers.{i}.mlp.down_proj.weight", "H_blocks.{i}.mlp.down.weight"),
+        ("H_level.layers.{i}.mlp_t.gate_up_proj.weight", "H_blocks.{i}.token_mlp.gate_up.weight"),
+        ("H_level.layers.{i}.mlp_t.down_proj.weight", "H_blocks.{i}.token_mlp.down.weight"),
+    ),
+    "transformers_baseline": (
+        *_HEADS,
+        ("embed_pos.embedding_weight", "embed_pos.weight"),
+        *((n, n) for n in INIT_BUFFERS["transformers_baseline"]),
+        ("H_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
+        ("H_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
+        ("H_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
+        ("H_level.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
+    ),
+    "urm": (
+        *_HEADS,
+        *((n, n) for n in INIT_BUFFERS["urm"]),
+        ("layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
+        ("layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
+        ("layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
+        ("layers.{i}.mlp.dwconv.weight", "blocks.{i}.mlp.conv_weight"),
+        ("layers.{i}.mlp.dwconv.bias", "blocks.{i}.mlp.conv_bias"),
+        ("layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
+    ),
+}
 
 
 def _pattern(template: str) -> re.Pattern[str]:
     return re.compile(re.escape(template).replace(re.escape("{i}"), r"(?P<i>\d+)") + r"\Z")
 
 
-_TO_OURS = [(_pattern(up), ours) for up, ours in _KEY_PAIRS]
-_TO_UPSTREAM = [(_pattern(ours), up) for up, ours in _KEY_PAIRS]
+_TO_OURS = {arch: [(_pattern(up), ours) for up, ours in pairs] for arch, pairs in KEY_PAIRS.items()}
+_TO_UPSTREAM = {arch: [(_pattern(ours), up) for up, ours in pairs] for arch, pairs in KEY_PAIRS.items()}
 
 
 def _map_suffix(suffix: str, table: list[tuple[re.Pattern[str], str]]) -> str | None:
@@ -52,38 +98,60 @@ def _map_suffix(suffix: str, table: list[tuple[re.Pattern[str], str]]) -> str | 
     return None
 
 
-def convert_upstream_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Map an upstream state dict (with or without `_orig_mod.`) to `TinyRecursiveModel` keys."""
+def _maps_all(names: list[str], arch: str) -> bool:
+    return all(
+        n.startswith(UPSTREAM_PREFIX) and _map_suffix(n.removeprefix(UPSTREAM_PREFIX), _TO_OURS[arch])
+        for n in names
+    )
+
+
+def detect_arch(state_dict: dict[str, torch.Tensor]) -> str:
+    """Which architecture's names a reference state dict uses: the one whose names cover every key and
+    whose latent buffers are all there ("trm" when nothing decides, e.g. a dict of gradients only)."""
+    names = [k.removeprefix(COMPILE_PREFIX) for k in state_dict]
+    present = {n.removeprefix(UPSTREAM_PREFIX) for n in names}
+    fits = [arch for arch in KEY_PAIRS if _maps_all(names, arch)]
+    complete = [arch for arch in fits if set(INIT_BUFFERS[arch]) <= present]
+    return (complete or fits or ["trm"])[0]
+
+
+def convert_upstream_state_dict(
+    state_dict: dict[str, torch.Tensor], arch: str | None = None
+) -> dict[str, torch.Tensor]:
+    """Map a reference state dict (with or without `_orig_mod.`) to our keys; `arch` None = detect it."""
+    arch = arch or detect_arch(state_dict)
     converted: dict[str, torch.Tensor] = {}
     for key, value in state_dict.items():
         name = key.removeprefix(COMPILE_PREFIX)
         ours = (
-            _map_suffix(name.removeprefix(UPSTREAM_PREFIX), _TO_OURS)
+            _map_suffix(name.removeprefix(UPSTREAM_PREFIX), _TO_OURS[arch])
             if name.startswith(UPSTREAM_PREFIX)
             else None
         )
         if ours is None:
             raise TRMError(
-                f"upstream checkpoint key {key!r} is not a TRM weight this loader knows: pass a step_N file "
-                "written by upstream's TinyRecursiveReasoningModel_ACTV1 (keys `[_orig_mod.]model.inner.…`)."
+                f"reference checkpoint key {key!r} is not an arch={arch} weight this loader knows: pass a "
+                "step_N file written by the reference trainer (keys `[_orig_mod.]model.inner.…`)."
             )
         converted[OURS_PREFIX + ours] = value
     return converted
 
 
 def to_upstream_state_dict(
-    state_dict: dict[str, torch.Tensor], compiled: bool = True
+    state_dict: dict[str, torch.Tensor], compiled: bool = True, arch: str = "trm"
 ) -> dict[str, torch.Tensor]:
-    """Inverse of `convert_upstream_state_dict`: our keys → upstream's (with `_orig_mod.` if compiled)."""
+    """Inverse of `convert_upstream_state_dict`: our keys → the reference's (`_orig_mod.` if compiled)."""
     prefix = (COMPILE_PREFIX if compiled else "") + UPSTREAM_PREFIX
     result: dict[str, torch.Tensor] = {}
     for key, value in state_dict.items():
         upstream = (
-            _map_suffix(key.removeprefix(OURS_PREFIX), _TO_UPSTREAM) if key.startswith(OURS_PREFIX) else None
+            _map_suffix(key.removeprefix(OURS_PREFIX), _TO_UPSTREAM[arch])
+            if key.startswith(OURS_PREFIX)
+            else None
         )
         if upstream is None:
             raise TRMError(
-                f"state-dict key {key!r} has no upstream name: pass a TinyRecursiveModel state dict."
+                f"state-dict key {key!r} has no arch={arch} reference name: pass our model's state dict."
             )
         result[prefix + upstream] = value
     return result

@@ -74,20 +74,21 @@ def build_loaders(cfg: TrainConfig, info: DistInfo) -> tuple[Any, Any | None]:
 def build_model(
     cfg: TrainConfig, metadata: Any, plan: MicroBatchSplit, device: torch.device
 ) -> tuple[Any, Any]:
-    """TinyRecursiveModel + ACTLossHead on `device`, sized from the dataset metadata."""
-    from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
+    """The arch's ACT model + ACTLossHead on `device`, sized from the dataset metadata."""
+    from trm.model import ACTLossHead
+    from trm.model.registry import build_model as build_arch
+    from trm.model.registry import model_config
 
-    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
-    arch["forward_dtype"] = forward_dtype(cfg, device)
-    model_cfg = TRMConfig(
+    model_cfg = model_config(
+        cfg.arch,
         batch_size=plan.micro_batch_size,
         seq_len=metadata.seq_len,
         vocab_size=metadata.vocab_size,
         num_puzzle_identifiers=metadata.num_puzzle_identifiers,
-        **arch,
+        forward_dtype=forward_dtype(cfg, device),
     )
     with torch.device(device):
-        model = TinyRecursiveModel(model_cfg)
+        model = build_arch(model_cfg)
     loss_head = ACTLossHead(model, cfg.arch.loss.loss_type).to(device)
     return model, loss_head
 
@@ -100,14 +101,18 @@ def compile_wanted(cfg: TrainConfig, device: torch.device) -> bool:
 
 
 def build_optimizers(cfg: TrainConfig, model: Any) -> list[Optim]:
-    """Upstream's list: [SignSGD (puzzle table), AdamATan2 (all parameters)], minus what is disabled."""
-    from trm.optim import SparseEmbeddingSignSGD, build_adam_atan2
+    """Upstream's list: [SignSGD (puzzle table), AdamATan2 (all parameters)], minus what is disabled;
+    with use_muon, URM's Muon (2-D parameters) + AdamW (the rest) replaces AdamATan2."""
+    from trm.optim import SparseEmbeddingSignSGD, build_adam_atan2, build_muon
 
     optimizers: list[Optim] = []
     if model.puzzle_emb is not None:
         sign = SparseEmbeddingSignSGD(model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
         optimizers.append(Optim("puzzle_emb", sign, cfg.puzzle_emb_lr))
-    if model.puzzle_emb is None or not cfg.freeze_weights:
+    if cfg.use_muon and (model.puzzle_emb is None or not cfg.freeze_weights):
+        muon = build_muon(model, lr=0.0, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
+        optimizers.append(Optim("muon", muon, cfg.lr))
+    elif model.puzzle_emb is None or not cfg.freeze_weights:
         adam = build_adam_atan2(
             model.parameters(), lr=0.0, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay
         )
@@ -150,9 +155,10 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
 UPSTREAM_KIND = "upstream weights"
 
 
-def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
-    """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or an upstream file."""
-    from trm.model.upstream import convert_upstream_state_dict
+def read_checkpoint_weights(path: str, arch: str | None = None) -> tuple[dict[str, torch.Tensor], str]:
+    """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or a reference
+    step_N file (upstream TRM or URM, recognised by its keys; must be `arch` when given)."""
+    from trm.model.upstream import convert_upstream_state_dict, detect_arch
     from trm.training.checkpoint import STATE, check_folder, load_torch
 
     p = Path(path)
@@ -171,8 +177,16 @@ def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
             raw = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as err:
             raise TRMError(f"load_checkpoint={path}: cannot read it as a torch state dict ({err}).") from None
-        weights = convert_upstream_state_dict(raw)
-        kind = UPSTREAM_KIND
+        if not isinstance(raw, dict):
+            raise TRMError(f"load_checkpoint={path}: not a state dict (a {type(raw).__name__}).")
+        found = detect_arch(raw)
+        if arch is not None and found != arch:
+            raise TRMError(
+                f"load_checkpoint={path} holds arch={found} weights but the run is arch={arch}: "
+                f"pass arch={found} (with the run's arch.* sizes)."
+            )
+        weights = convert_upstream_state_dict(raw, found)
+        kind = UPSTREAM_KIND if found == "trm" else f"reference {found} weights"
     else:
         raise TRMError(
             f"load_checkpoint={path} does not exist: pass a step_N folder or upstream step_N file."
@@ -183,14 +197,15 @@ def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
 def load_initial_weights(
     path: str, model: Any, num_identifiers: int, upstream_data_paths: list[str] | None = None
 ) -> str:
-    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or an upstream step_N file.
+    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or a reference step_N file.
 
     With `upstream_data_paths` (evaluation), an upstream file must fit those datasets' identifiers exactly
     (`require_upstream_identifiers`) instead of having its puzzle table resized.
     """
+    from trm.model.registry import spec_of
     from trm.model.upstream import PUZZLE_EMB_KEY, resize_puzzle_embedding
 
-    weights, kind = read_checkpoint_weights(path)
+    weights, kind = read_checkpoint_weights(path, spec_of(model.config).name)
     if upstream_data_paths is not None and kind == UPSTREAM_KIND and PUZZLE_EMB_KEY in weights:
         from trm.data.manifest import require_upstream_identifiers
 

@@ -18,9 +18,10 @@ from typing import Any
 from trm.batching import largest_divisor_at_most
 from trm.compile_setting import CHOICES as COMPILE_CHOICES
 from trm.errors import TRMError
+from trm.model.registry import ARCHS, get_spec, spec_of
+from trm.model.schema import LossConfig, TRMArch
 
 CONFIG_NAME = "trm_train"
-ARCH_NAMES = ("trm", "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1")
 LOSS_TYPES = ("stablemax_cross_entropy", "softmax_cross_entropy")
 FORWARD_DTYPES = ("auto", "bfloat16", "float32", "float16")
 
@@ -46,67 +47,20 @@ RUN_ONLY_KEYS = frozenset(
         "data_paths_test",
     }
 )
+# Keys added after runs were named by their config hash: left out of the hash while at their default,
+# so existing runs keep their names.
+LATER_KEYS: dict[str, Any] = {"use_muon": False}
 # Architecture keys that may differ on resume: numerics only, no shape or semantics change.
 ARCH_RESUMABLE_KEYS = frozenset({"forward_dtype", "name"})
-
-
-@dataclass
-class LossConfig:
-    """`arch.loss.*`: the loss head."""
-
-    name: str = "losses@ACTLossHead"
-    """Upstream's loss class id; only ACTLossHead exists."""
-    loss_type: str = "stablemax_cross_entropy"
-    """stablemax_cross_entropy | softmax_cross_entropy."""
-
-
-@dataclass
-class ArchConfig:
-    """`arch.*`: the TRM architecture (upstream: config/arch/trm.yaml); batch/vocab/seq sizes come from the dataset."""
-
-    name: str = "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1"
-    """Model id; only TRM is implemented (`arch=trm`)."""
-    loss: LossConfig = field(default_factory=LossConfig)
-    halt_exploration_prob: float = 0.1
-    """Probability per sample of a random minimum halting step while training."""
-    halt_max_steps: int = 16
-    """ACT supervision steps per example."""
-    H_cycles: int = 3
-    """Outer recursion cycles (T)."""
-    L_cycles: int = 6
-    """Inner latent updates per cycle (n)."""
-    H_layers: int = 0
-    """Unused by TRM (kept for upstream command lines)."""
-    L_layers: int = 2
-    """Blocks in the shared network."""
-    hidden_size: int = 512
-    num_heads: int = 8
-    expansion: float = 4.0
-    """SwiGLU expansion factor."""
-    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
-    """Puzzle embedding width (0 disables it; then set puzzle_emb_len=0 too)."""
-    pos_encodings: str = "rope"
-    """rope | learned | none."""
-    forward_dtype: str = "auto"
-    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32."""
-    mlp_t: bool = False
-    """Token-mixing MLP instead of attention (Sudoku)."""
-    puzzle_emb_len: int = 16
-    """Prefix positions for the puzzle embedding."""
-    no_ACT_continue: bool = True
-    """Sigmoid halting only (upstream default)."""
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
-    eval_early_halt: bool = False
-    """Let evaluation stop a sample when q_halt > 0 (upstream always runs halt_max_steps)."""
 
 
 @dataclass
 class TrainConfig:
     """The whole run: upstream's `cfg_pretrain.yaml` + `PretrainConfig` keys, plus trm-stack's run keys."""
 
-    defaults: list[Any] = field(default_factory=lambda: ["_self_", {"arch": "trm"}])
-    arch: ArchConfig = field(default_factory=ArchConfig)
+    defaults: list[Any] = field(default_factory=lambda: ["_self_"])
+    arch: Any = field(default_factory=TRMArch)
+    """The architecture's keys; `arch=<name>` picks the schema (the names of trm.model.registry.ARCHS)."""
     data_paths: list[str] = field(default_factory=lambda: ["data/arc-aug-1000"])
     """Dataset directories (built by `python -m trm data build-arc`); several are merged."""
     data_paths_test: list[str] = field(default_factory=list)
@@ -132,6 +86,8 @@ class TrainConfig:
     """First evaluation iteration (counted in eval intervals)."""
     ema: bool = False
     """Keep an EMA of the weights; evaluate and export with it."""
+    use_muon: bool = False
+    """Muon for 2-D weights + AdamW for the rest instead of AdamATan2 (URM's ARC-AGI-2 recipe)."""
     ema_rate: float = 0.999
     freeze_weights: bool = False
     """Train only the puzzle embeddings."""
@@ -178,50 +134,83 @@ def _schema_keys(cls: type, prefix: str = "") -> dict[str, str]:
     return keys
 
 
-SCHEMA_KEYS: dict[str, str] = _schema_keys(TrainConfig)
+def schema_keys(arch: str = "trm") -> dict[str, str]:
+    """Every dotted key of the run's schema with `arch=<arch>` -> its type name."""
+    keys = {k: v for k, v in _schema_keys(TrainConfig).items() if not k.startswith("arch.")}
+    keys.update(_schema_keys(get_spec(arch).schema, "arch."))
+    return keys
 
 
-def register_schema() -> None:
-    """Register the structured config and the `arch=trm` option with Hydra's ConfigStore."""
+SCHEMA_KEYS: dict[str, str] = schema_keys("trm")
+# Reference spellings accepted for our keys (URM's trainer takes one dataset as `data_path=DIR`).
+ALIASES = {"data_path": "data_paths"}
+
+
+def train_config(arch: str = "trm") -> TrainConfig:
+    """The default run config with the schema of `arch=<arch>`."""
+    return TrainConfig(arch=get_spec(arch).schema())
+
+
+def register_schema(arch: str = "trm") -> None:
+    """Register the structured config, with the schema of `arch=<arch>`, in Hydra's ConfigStore."""
     from hydra.core.config_store import ConfigStore
 
-    store = ConfigStore.instance()
-    store.store(name=CONFIG_NAME, node=TrainConfig)
-    store.store(group="arch", name="trm", node=ArchConfig)
+    ConfigStore.instance().store(name=CONFIG_NAME, node=train_config(arch))
 
 
-def normalize_overrides(argv: list[str]) -> list[str]:
-    """Strip a leading `+` from overrides of known keys and check every key; unknown keys raise TRMError."""
+def _parse(arg: str) -> tuple[str, Any]:
+    """(text without a single leading `+`, parsed override) of one command-line override."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    text = arg[1:] if arg.startswith("+") and not arg.startswith("++") else arg
+    try:
+        (override,) = OverridesParser.create().parse_overrides([text])
+    except HydraException as err:
+        raise TRMError(f"cannot parse the override {arg!r}: {err}. Use key=value (Hydra syntax).") from None
+    return text, override
+
+
+def selected_arch(argv: list[str], default: str = "trm") -> str:
+    """The registry name that `arch=<name>` (last one wins) selects; `default` without one."""
+    name = default
+    for arg in argv:
+        _, override = _parse(arg)
+        if override.key_or_group == "arch":
+            name = get_spec(str(override.value())).name
+    return name
+
+
+def normalize_overrides(argv: list[str], arch: str | None = None) -> list[str]:
+    """Check every key against the schema of the selected arch, strip a leading `+` from known keys,
+    drop `arch=<name>` (it selects the schema) and spell aliases (`data_path=D` → `data_paths=[D]`)."""
+    arch = arch or selected_arch(argv)
+    known = schema_keys(arch)
     out: list[str] = []
     for arg in argv:
-        text = arg[1:] if arg.startswith("+") and not arg.startswith("++") else arg
-        try:
-            (override,) = OverridesParser.create().parse_overrides([text])
-        except HydraException as err:
-            raise TRMError(
-                f"cannot parse the override {arg!r}: {err}. Use key=value (Hydra syntax)."
-            ) from None
+        text, override = _parse(arg)
         key = override.key_or_group
         if key.startswith("hydra.") or key == "hydra":
             raise TRMError(f"{arg!r}: hydra.* settings are not used by trm.train; drop it.")
         if key == "arch":
-            if str(override.value()) != "trm":
-                raise TRMError(f"{arg!r}: only arch=trm is implemented; drop the override or use arch=trm.")
-        elif key not in SCHEMA_KEYS and not key.startswith("evaluators."):
-            raise TRMError(_unknown_key_message(key, arg))
+            continue
+        if key in ALIASES:
+            text = f"{ALIASES[key]}=[{override.value()}]"
+        elif key not in known and not key.startswith("evaluators."):
+            raise TRMError(_unknown_key_message(key, arg, arch, known))
         out.append(text.lstrip("+") if text.startswith("++") else text)
     return out
 
 
-def _unknown_key_message(key: str, arg: str) -> str:
+def _unknown_key_message(key: str, arg: str, arch: str, known: dict[str, str]) -> str:
     import difflib
 
-    match = difflib.get_close_matches(key, [*SCHEMA_KEYS, "arch"], n=1, cutoff=0.5)
+    match = difflib.get_close_matches(key, [*known, *ALIASES, "arch"], n=1, cutoff=0.5)
     hint = f" Did you mean '{match[0]}'?" if match else ""
-    return f"unknown config key '{key}' in {arg!r}.{hint} List the keys with `python -m trm.train --help`."
+    return (
+        f"unknown config key '{key}' in {arg!r} (arch={arch}).{hint} "
+        f"List the keys with `python -m trm.train arch={arch} --help`."
+    )
 
 
 def compose(overrides: list[str]) -> TrainConfig:
@@ -233,8 +222,9 @@ def compose(overrides: list[str]) -> TrainConfig:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    register_schema()
-    normalized = normalize_overrides(overrides)
+    arch = selected_arch(overrides)
+    register_schema(arch)
+    normalized = normalize_overrides(overrides, arch)
     GlobalHydra.instance().clear()
     try:
         with initialize(version_base=None, config_path=None):
@@ -262,15 +252,19 @@ def apply_environment(cfg: TrainConfig) -> None:
 def validate(cfg: TrainConfig) -> None:
     """Check values a user can get wrong; each message names the key and the fix."""
     a = cfg.arch
-    if a.name not in ARCH_NAMES:
-        raise TRMError(f"arch.name={a.name!r} is not supported: only TRM is implemented (arch=trm).")
+    spec = spec_of(a)
+    if get_spec(a.name) is not spec:
+        raise TRMError(
+            f"arch.name={a.name!r} names another architecture than arch={spec.name}: drop arch.name or "
+            f"set it to {spec.model_id}."
+        )
     if a.loss.loss_type not in LOSS_TYPES:
         raise TRMError(f"arch.loss.loss_type={a.loss.loss_type!r}: use one of {', '.join(LOSS_TYPES)}.")
     if a.forward_dtype not in FORWARD_DTYPES:
         raise TRMError(f"arch.forward_dtype={a.forward_dtype!r}: use one of {', '.join(FORWARD_DTYPES)}.")
-    if a.puzzle_emb_ndim == 0 and a.puzzle_emb_len != 0:
+    if a.puzzle_emb_ndim == 0 and getattr(a, "puzzle_emb_len", 0) != 0:
         raise TRMError("arch.puzzle_emb_ndim=0 needs arch.puzzle_emb_len=0 too (the prefix would be empty).")
-    if a.hidden_size % a.num_heads:
+    if a.hidden_size % a.num_heads and getattr(a, "heads_must_divide", True):
         raise TRMError(f"arch.hidden_size={a.hidden_size} must be divisible by arch.num_heads={a.num_heads}.")
     if not cfg.data_paths:
         raise TRMError(
@@ -314,13 +308,18 @@ def from_dict(d: dict[str, Any]) -> TrainConfig:
     d = dict(d)
     arch = dict(d.pop("arch"))
     arch["loss"] = LossConfig(**arch.get("loss", {}))
+    schema = get_spec(arch.get("name", "trm")).schema
     known = {f.name for f in dataclasses.fields(TrainConfig)}
-    return TrainConfig(arch=ArchConfig(**arch), **{k: v for k, v in d.items() if k in known})
+    return TrainConfig(arch=schema(**arch), **{k: v for k, v in d.items() if k in known})
 
 
 def math_dict(cfg: TrainConfig) -> dict[str, Any]:
     """The part of the config that defines the training math (hashed; compared on resume)."""
-    return {k: v for k, v in as_dict(cfg).items() if k not in RUN_ONLY_KEYS}
+    return {
+        k: v
+        for k, v in as_dict(cfg).items()
+        if k not in RUN_ONLY_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])
+    }
 
 
 def config_hash(cfg: TrainConfig) -> str:
@@ -341,16 +340,20 @@ def fill_run_defaults(cfg: TrainConfig) -> None:
         cfg.checkpoint_path = str(Path("checkpoints") / cfg.project_name / cfg.run_name)
 
 
-def help_text() -> str:
-    """`--help`: every key with its default and description."""
+def help_text(arch: str = "trm") -> str:
+    """`--help`: every key of the run with `arch=<arch>`, with its default and description."""
+    spec = get_spec(arch)
     lines = [
-        "usage: python -m trm.train [key=value | +key=value ...]   (also under torchrun)",
+        "usage: python -m trm.train [arch=NAME] [key=value | +key=value ...]   (also under torchrun)",
+        "",
+        f"Architectures (arch=NAME): {', '.join(ARCHS)}; keys below are for arch={spec.name} "
+        f"({spec.reference}).",
         "",
         "Keys (Hydra override syntax; lists as key='[a,b]'):",
     ]
-    defaults = as_dict(TrainConfig())
-    docs = _field_docs()
-    for key in SCHEMA_KEYS:
+    defaults = as_dict(train_config(spec.name))
+    docs = _field_docs(spec.schema)
+    for key in schema_keys(spec.name):
         value: Any = defaults
         for part in key.split("."):
             value = value[part]
@@ -360,31 +363,39 @@ def help_text() -> str:
     lines += [
         "",
         "Special arguments: --help, --cfg (print the resolved config and exit).",
+        f"Aliases: {', '.join(f'{a}=DIR means {b}=[DIR]' for a, b in ALIASES.items())}.",
         "Environment: DISABLE_COMPILE, WANDB_MODE, WANDB_DISABLED, TRM_IMAGE_DIGEST.",
     ]
     return "\n".join(lines)
 
 
-def _field_docs() -> dict[str, str]:
-    """Field docstrings (the string literal under each field), read from this module's source."""
+def _field_docs(arch_schema: type) -> dict[str, str]:
+    """Field docstrings (the string literal under each field) of the run and architecture schemas."""
+    docs = {k: v for k, v in _class_docs(TrainConfig).items()}
+    docs.update({f"arch.{k}": v for k, v in _class_docs(arch_schema).items()})
+    docs.update({f"arch.loss.{k}": v for k, v in _class_docs(LossConfig).items()})
+    return docs
+
+
+def _class_docs(cls: type) -> dict[str, str]:
+    """Field name -> docstring for a dataclass and its bases (a subclass's docstring wins)."""
     import ast
     import inspect
-    import sys
 
-    tree = ast.parse(inspect.getsource(sys.modules[__name__]))
-    prefixes = {"TrainConfig": "", "ArchConfig": "arch.", "LossConfig": "arch.loss."}
     docs: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name in prefixes:
-            body = node.body
-            for stmt, nxt in itertools.pairwise(body):
-                if (
-                    isinstance(stmt, ast.AnnAssign)
-                    and isinstance(stmt.target, ast.Name)
-                    and isinstance(nxt, ast.Expr)
-                    and isinstance(nxt.value, ast.Constant)
-                ):
-                    docs[prefixes[node.name] + stmt.target.id] = str(nxt.value.value)
+    for klass in reversed(cls.__mro__):
+        if klass is object or not dataclasses.is_dataclass(klass):
+            continue
+        (node,) = ast.parse(inspect.getsource(klass).strip()).body
+        assert isinstance(node, ast.ClassDef)
+        for stmt, nxt in itertools.pairwise(node.body):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+            ):
+                docs[stmt.target.id] = str(nxt.value.value)
     return docs
 
 

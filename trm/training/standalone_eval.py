@@ -16,6 +16,7 @@ import torch
 from trm.distributed import DistInfo, initialize
 from trm.errors import TRMError
 from trm.io import atomic_write_json
+from trm.model.registry import spec_of
 from trm.training import config as config_mod
 from trm.training.accumulation import MicroBatchSplit
 from trm.training.builder import build_model, load_initial_weights
@@ -41,15 +42,19 @@ def resolve_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig,
         state = load_torch(checkpoint / STATE)
         base = config_mod.from_dict(state["config"])
         step = int(state["progress"]["step"])
+        arch = spec_of(base.arch).name
+        if config_mod.selected_arch(overrides, arch) != arch:
+            raise TRMError(f"{checkpoint} is an arch={arch} checkpoint: drop the arch= override.")
     elif checkpoint.is_file():
-        base = TrainConfig()
+        arch = config_mod.selected_arch(overrides)
+        base = config_mod.train_config(arch)
         match = re.search(r"step_(\d+)", checkpoint.name)
         step = int(match.group(1)) if match else 0
     else:
         raise TRMError(
             f"checkpoint {checkpoint} does not exist: pass a step_N folder or an upstream step_N file."
         )
-    normalized = config_mod.normalize_overrides(overrides)
+    normalized = config_mod.normalize_overrides(overrides, arch)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(base), OmegaConf.from_dotlist(normalized))
         cfg = OmegaConf.to_object(merged)
