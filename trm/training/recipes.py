@@ -21,20 +21,19 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trm.errors import TRMError
-from trm.training.config import ArchConfig, TrainConfig, as_dict
+from trm.model.schema import TRMArch
+from trm.training.config import TrainConfig, as_dict
 
-if TYPE_CHECKING:
-    from trm.model import TRMConfig
 
 GIB = 1024**3
 
 # The published ARC model: 2 layers, H 3, L 4 (the schema's defaults are upstream's: L 6).
-ARC_ARCH = ArchConfig(L_layers=2, H_cycles=3, L_cycles=4)
+ARC_ARCH = TRMArch(L_layers=2, H_cycles=3, L_cycles=4)
 # The tiny model of the CPU runs and tests: every code path, seconds per run.
-TINY_ARCH = ArchConfig(
+TINY_ARCH = TRMArch(
     hidden_size=16,
     num_heads=2,
     L_layers=1,
@@ -92,19 +91,19 @@ class Recipe:
 
     def model_config(
         self, *, batch_size: int, seq_len: int, vocab_size: int, num_puzzle_identifiers: int
-    ) -> TRMConfig:
+    ) -> Any:
         """The model's config for the given data shapes (what the trainer builds from a dataset)."""
-        from trm.model import TRMConfig
+        from trm.model.registry import model_config
 
-        arch = {k: v for k, v in dataclasses.asdict(self.config.arch).items() if k not in ("name", "loss")}
-        if not isinstance(arch["puzzle_emb_ndim"], int):  # the schema default: `${.hidden_size}`
-            arch["puzzle_emb_ndim"] = arch["hidden_size"]
-        return TRMConfig(
+        arch = self.config.arch
+        if not isinstance(arch.puzzle_emb_ndim, int):  # the schema default: `${.hidden_size}`
+            arch = dataclasses.replace(arch, puzzle_emb_ndim=arch.hidden_size)
+        return model_config(
+            arch,
             batch_size=batch_size,
             seq_len=seq_len,
             vocab_size=vocab_size,
             num_puzzle_identifiers=num_puzzle_identifiers,
-            **arch,
         )
 
 
@@ -193,7 +192,7 @@ RECIPES: dict[str, Recipe] = {
             name="bench-tiny",
             summary="the CPU benchmark model: hidden 64, no puzzle embedding, batch 32",
             config=TrainConfig(
-                arch=ArchConfig(
+                arch=TRMArch(
                     hidden_size=64,
                     num_heads=4,
                     L_layers=1,
