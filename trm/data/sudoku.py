@@ -1,0 +1,204 @@
+"""Sudoku-Extreme builder (TRM_SPEC §8.3): upstream's semantics, seeded, atomic, manifest last.
+
+Tokens: PAD 0, then cell value + 1 (blank 1, digits 2..10): `vocab_size` 11, `seq_len` 81, ignore label 0.
+Each original puzzle is a group of `1 + num_aug` single-example puzzles (train only): the original, then
+`num_aug` random validity-preserving shuffles (digit permutation with blank kept, transpose with
+probability 1/2, band and row-within-band permutation, stack and column-within-stack permutation).
+
+Random draws come from `numpy.random.RandomState(seed)` in upstream's order (train subsample, then per
+augmentation: digits, transpose, bands and their rows, stacks and their columns), so a build equals
+upstream's when upstream's global numpy RNG is seeded with the same value. Applying the shuffles is
+vectorized; only the draws run per augmentation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import trm
+from trm.errors import TRMError
+
+from .csv_source import PuzzleRows, input_checksums, read_rows, resolve_split_file
+from .grid_dataset import (
+    EncodedSplit,
+    bad_row,
+    chars_outside,
+    check_sizes,
+    encode_fixed,
+    existing_dataset,
+    first_char_outside,
+    subsample,
+    write_dataset,
+)
+
+DEFAULT_REPO = "sapientinc/sudoku-extreme"
+BUILDER = f"trm-stack {trm.__version__} build-sudoku"
+SEQ_LEN = 81
+VOCAB_SIZE = 11  # PAD + values 0 (blank) .. 9
+_CHUNK = 1 << 16  # augmentations applied per vectorized block (bounds the index arrays' memory)
+_CELLS = np.arange(SEQ_LEN)
+_TRANSPOSED = (_CELLS % 9) * 9 + _CELLS // 9  # cell k of x.T is cell _TRANSPOSED[k] of x
+
+
+def parse(rows: PuzzleRows) -> tuple[np.ndarray, np.ndarray]:
+    """(puzzles, solutions) as uint8 [n, 81] cell values (0 = blank), after checking every row."""
+    q = encode_fixed(rows.questions, SEQ_LEN, "the question", rows.where)
+    a = encode_fixed(rows.answers, SEQ_LEN, "the answer", rows.where)
+    for codes, strings, allowed, what in (
+        (q, rows.questions, ".0123456789", "question (digits 1-9, '.' or '0' for blanks)"),
+        (a, rows.answers, "123456789", "answer (digits 1-9)"),
+    ):
+        i = bad_row(chars_outside(codes, allowed))
+        if i is not None:
+            raise TRMError(
+                f"{rows.where(i)}: character {first_char_outside(strings[i], allowed)!r} is not allowed in the "
+                f"{what}; fix or remove the row"
+            )
+    puzzles = np.where(q == ord("."), 0, q - ord("0")).astype(np.uint8)
+    solutions = (a - ord("0")).astype(np.uint8)
+    clash = bad_row(((puzzles != 0) & (puzzles != solutions)).any(axis=1))
+    if clash is not None:
+        cell = int(np.flatnonzero((puzzles[clash] != 0) & (puzzles[clash] != solutions[clash]))[0])
+        raise TRMError(
+            f"{rows.where(clash)}: the answer contradicts the question at row {cell // 9 + 1}, column "
+            f"{cell % 9 + 1} (given {puzzles[clash, cell]}, answer {solutions[clash, cell]}); fix or remove the row"
+        )
+    grids = solutions.reshape(-1, 9, 9)
+    boxes = grids.reshape(-1, 3, 3, 3, 3).transpose(0, 1, 3, 2, 4).reshape(-1, 9, 9)
+    digits = np.arange(1, 10, dtype=np.uint8)
+    invalid = np.zeros(len(grids), dtype=bool)
+    for units in (grids, grids.transpose(0, 2, 1), boxes):
+        invalid |= (np.sort(units, axis=2) != digits).any(axis=(1, 2))
+    i = bad_row(invalid)
+    if i is not None:
+        raise TRMError(
+            f"{rows.where(i)}: the answer is not a solved sudoku (a row, column or box repeats a digit); "
+            "fix or remove the row"
+        )
+    return puzzles, solutions
+
+
+def difficulty_mask(rows: PuzzleRows, min_difficulty: int | None) -> np.ndarray | None:
+    """Rows whose integer rating is at least `min_difficulty` (upstream's filter), None to keep all."""
+    if min_difficulty is None:
+        return None
+    ratings = np.empty(len(rows.ratings), dtype=np.int64)
+    for i, r in enumerate(rows.ratings):
+        try:
+            ratings[i] = int(r)
+        except ValueError:
+            raise TRMError(
+                f"{rows.where(i)}: rating {r!r} is not an integer, which --min-difficulty needs; fix the row "
+                "or leave out --min-difficulty"
+            ) from None
+    return ratings >= min_difficulty
+
+
+def draw_shuffles(rng: np.random.RandomState, count: int) -> dict[str, np.ndarray]:
+    """`count` random shuffles, drawn in upstream's order: digit maps [count, 10] (blank fixed), transpose flags,
+    row and column permutations [count, 9]."""
+    digit_maps = np.zeros((count, 10), dtype=np.uint8)
+    transpose = np.empty(count, dtype=bool)
+    rows = np.empty((count, 9), dtype=np.int64)
+    cols = np.empty((count, 9), dtype=np.int64)
+    one_to_nine = np.arange(1, 10)
+    permutation, rand = rng.permutation, rng.rand
+    for i in range(count):
+        digit_maps[i, 1:] = permutation(one_to_nine)
+        transpose[i] = rand() < 0.5
+        for out in (rows, cols):
+            blocks = permutation(3)
+            for k in range(3):
+                out[i, 3 * k : 3 * k + 3] = blocks[k] * 3 + permutation(3)
+    return {"digit_maps": digit_maps, "transpose": transpose, "rows": rows, "cols": cols}
+
+
+def apply_shuffles(grids: np.ndarray, shuffles: dict[str, np.ndarray]) -> np.ndarray:
+    """uint8 [count, 81]: shuffle i applied to grids[i] (value 0..9 per cell, row-major)."""
+    rows, cols = shuffles["rows"], shuffles["cols"]
+    source = rows[:, _CELLS // 9] * 9 + cols[:, _CELLS % 9]
+    source = np.where(shuffles["transpose"][:, None], _TRANSPOSED[source], source)
+    moved = np.take_along_axis(grids, source, axis=1)
+    return np.take_along_axis(shuffles["digit_maps"], moved.astype(np.int64), axis=1)
+
+
+def augment(
+    puzzles: np.ndarray, solutions: np.ndarray, num_aug: int, rng: np.random.RandomState
+) -> tuple[np.ndarray, np.ndarray]:
+    """[n * (1 + num_aug), 81] puzzles and solutions: per original, itself then `num_aug` shuffles of it."""
+    n = len(puzzles)
+    out_q = np.empty((n, 1 + num_aug, SEQ_LEN), dtype=np.uint8)
+    out_a = np.empty_like(out_q)
+    out_q[:, 0], out_a[:, 0] = puzzles, solutions
+    if num_aug:
+        per_chunk = max(1, _CHUNK // num_aug)  # originals per block
+        for start in range(0, n, per_chunk):
+            stop = min(n, start + per_chunk)
+            shuffles = draw_shuffles(rng, (stop - start) * num_aug)
+            origin = np.repeat(np.arange(start, stop), num_aug)
+            out_q[start:stop, 1:] = apply_shuffles(puzzles[origin], shuffles).reshape(-1, num_aug, SEQ_LEN)
+            out_a[start:stop, 1:] = apply_shuffles(solutions[origin], shuffles).reshape(-1, num_aug, SEQ_LEN)
+    return out_q.reshape(-1, SEQ_LEN), out_a.reshape(-1, SEQ_LEN)
+
+
+def build_sudoku_dataset(
+    output_dir: str | Path,
+    *,
+    source_repo: str = DEFAULT_REPO,
+    source_dir: str | Path | None = None,
+    revision: str | None = None,
+    subsample_size: int | None = None,
+    min_difficulty: int | None = None,
+    num_aug: int = 0,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Build a Sudoku dataset dir (materialized, upstream's layout) and return its manifest.
+
+    Deterministic in (CSV bytes, arguments, seed). An existing complete dataset with the same arguments and
+    inputs is left as is; anything else at `output_dir` needs `overwrite`.
+    """
+    output_dir = Path(output_dir)
+    check_sizes(subsample_size)
+    if num_aug < 0:
+        raise TRMError(f"--num-aug {num_aug}: must be at least 0")
+    files = {
+        split: resolve_split_file(split, source_repo=source_repo, source_dir=source_dir, revision=revision)
+        for split in ("train", "test")
+    }
+    args = {
+        "dataset": "sudoku",
+        "subsample_size": subsample_size,
+        "min_difficulty": min_difficulty,
+        "num_aug": num_aug,
+        "seed": seed,
+        "form": "materialized",
+    }
+    inputs = input_checksums(files)
+    existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite)
+    if existing is not None:
+        return existing
+    rng = np.random.RandomState(seed)
+    splits = {}
+    for split in ("train", "test"):  # upstream's order: the train draws come first
+        rows = read_rows(files[split])
+        puzzles, solutions = parse(rows)
+        keep = difficulty_mask(rows, min_difficulty)
+        if keep is not None:
+            puzzles, solutions = puzzles[keep], solutions[keep]
+        if not len(puzzles):
+            raise TRMError(f"{files[split]}: no puzzles left (empty file or --min-difficulty too high)")
+        aug = 0
+        if split == "train":
+            picked = subsample(rng, len(puzzles), subsample_size)
+            if picked is not None:
+                puzzles, solutions = puzzles[picked], solutions[picked]
+            aug = num_aug
+        q, a = augment(puzzles, solutions, aug, rng)
+        splits[split] = EncodedSplit(inputs=q + 1, labels=a + 1, group_size=1 + aug)
+    return write_dataset(
+        output_dir, splits=splits, vocab_size=VOCAB_SIZE, builder=BUILDER, args=args, inputs=inputs
+    )
