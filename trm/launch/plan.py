@@ -157,13 +157,13 @@ class LaunchPlan:
         ]
 
     def build_command(self) -> list[str]:
-        """`python -m trm data build-arc …` for the task's dataset."""
+        """`python -m trm data build-arc …` (or the task's other builder) for the task's dataset."""
         return [
             self.settings.python,
             "-m",
             "trm",
             "data",
-            "build-arc",
+            self.task.builder,
             "--output-dir",
             str(self.dataset_dir),
             *self.task.build_args,

@@ -10,6 +10,11 @@ GIB = 1024**3
 
 # The architecture of the published ARC runs (USER_GUIDES production command).
 _ARC_ARCH = ("arch=trm", "arch.L_layers=2", "arch.H_cycles=3", "arch.L_cycles=4")
+# Upstream README's Sudoku-Extreme / Maze-Hard runs: exact accuracy only (no ARC evaluator), 50k epochs.
+_GRID_TRAINING = (
+    "evaluators=[]", "epochs=50000", "eval_interval=5000", "lr=1e-4", "puzzle_emb_lr=1e-4",
+    "weight_decay=1.0", "puzzle_emb_weight_decay=1.0", "ema=True", "checkpoint_every_eval=True",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,6 +24,8 @@ class Task:
     name: str
     dataset: str
     build_args: tuple[str, ...]
+    builder: str = "build-arc"
+    """The `python -m trm data` subcommand that builds `dataset` from `build_args`."""
     overrides: tuple[str, ...]
     global_batch_size: int = 768
     checkpoint_bytes: int
@@ -67,6 +74,34 @@ TASKS: dict[str, Task] = {
             ),
             global_batch_size=8,
             checkpoint_bytes=16 * 1024**2,
+        ),
+        Task(
+            name="sudoku-mlp",
+            dataset="sudoku-extreme-1k-aug-1000",
+            builder="build-sudoku",
+            build_args=("--subsample-size", "1000", "--num-aug", "1000"),
+            overrides=(
+                "arch=trm", "arch.mlp_t=True", "arch.pos_encodings=none", "arch.L_layers=2", "arch.H_cycles=3",
+                "arch.L_cycles=6", *_GRID_TRAINING,
+            ),
+            # one shared puzzle-embedding row: the ~5 M-parameter core, its EMA and two Adam moments
+            checkpoint_bytes=256 * 1024**2,
+        ),
+        Task(
+            name="sudoku-att",
+            dataset="sudoku-extreme-1k-aug-1000",
+            builder="build-sudoku",
+            build_args=("--subsample-size", "1000", "--num-aug", "1000"),
+            overrides=("arch=trm", "arch.L_layers=2", "arch.H_cycles=3", "arch.L_cycles=6", *_GRID_TRAINING),
+            checkpoint_bytes=256 * 1024**2,
+        ),
+        Task(
+            name="maze",
+            dataset="maze-30x30-hard-1k",
+            builder="build-maze",
+            build_args=(),  # upstream's README runs the builder with its defaults (no --aug)
+            overrides=(*_ARC_ARCH, *_GRID_TRAINING),
+            checkpoint_bytes=256 * 1024**2,
         ),
     )
 }  # fmt: skip
