@@ -25,7 +25,6 @@ from .csv_source import PuzzleRows, input_checksums, read_rows, resolve_split_fi
 from .grid_dataset import (
     EncodedSplit,
     bad_row,
-    chars_outside,
     check_sizes,
     encode_fixed,
     existing_dataset,
@@ -43,22 +42,53 @@ _CELLS = np.arange(SEQ_LEN)
 _TRANSPOSED = (_CELLS % 9) * 9 + _CELLS // 9  # cell k of x.T is cell _TRANSPOSED[k] of x
 
 
+def _lookup(allowed: dict[str, int]) -> np.ndarray:
+    """uint8 [256]: character code -> value, 255 for characters that are not allowed."""
+    table = np.full(256, 255, dtype=np.uint8)
+    for ch, value in allowed.items():
+        table[ord(ch)] = value
+    return table
+
+
+_QUESTION = _lookup({".": 0, **{str(d): d for d in range(10)}})
+_ANSWER = _lookup({str(d): d for d in range(1, 10)})
+_ALL_DIGITS = np.uint16(0b1111111110)
+_PARSE_CHUNK = 1 << 18
+
+
+def _unsolved(solutions: np.ndarray) -> np.ndarray:
+    """Per grid: whether some row, column or box misses a digit (so repeats another)."""
+    bad = np.zeros(len(solutions), dtype=bool)
+    for start in range(0, len(solutions), _PARSE_CHUNK):
+        digits = solutions[start : start + _PARSE_CHUNK].astype(np.uint16)
+        bits = np.left_shift(np.uint16(1), digits).reshape(-1, 3, 3, 3, 3)  # grid, band, row, stack, column
+        units = (
+            [bits[:, :, :, s, c] for s in range(3) for c in range(3)],  # rows: OR over the 9 columns
+            [bits[:, b, r] for b in range(3) for r in range(3)],  # columns: OR over the 9 rows
+            [bits[:, :, r, :, c] for r in range(3) for c in range(3)],  # boxes: OR over their 9 cells
+        )
+        for parts in units:
+            seen = parts[0].copy()
+            for part in parts[1:]:
+                seen |= part
+            bad[start : start + _PARSE_CHUNK] |= (seen != _ALL_DIGITS).reshape(len(seen), -1).any(axis=1)
+    return bad
+
+
 def parse(rows: PuzzleRows) -> tuple[np.ndarray, np.ndarray]:
     """(puzzles, solutions) as uint8 [n, 81] cell values (0 = blank), after checking every row."""
-    q = encode_fixed(rows.questions, SEQ_LEN, "the question", rows.where)
-    a = encode_fixed(rows.answers, SEQ_LEN, "the answer", rows.where)
-    for codes, strings, allowed, what in (
-        (q, rows.questions, ".0123456789", "question (digits 1-9, '.' or '0' for blanks)"),
-        (a, rows.answers, "123456789", "answer (digits 1-9)"),
+    puzzles = _QUESTION[encode_fixed(rows.questions, SEQ_LEN, "the question", rows.where)]
+    solutions = _ANSWER[encode_fixed(rows.answers, SEQ_LEN, "the answer", rows.where)]
+    for values, strings, allowed, what in (
+        (puzzles, rows.questions, ".0123456789", "question (digits 1-9, '.' or '0' for blanks)"),
+        (solutions, rows.answers, "123456789", "answer (digits 1-9)"),
     ):
-        i = bad_row(chars_outside(codes, allowed))
+        i = bad_row(values.max(axis=1) == 255)
         if i is not None:
             raise TRMError(
                 f"{rows.where(i)}: character {first_char_outside(strings[i], allowed)!r} is not allowed in the "
                 f"{what}; fix or remove the row"
             )
-    puzzles = np.where(q == ord("."), 0, q - ord("0")).astype(np.uint8)
-    solutions = (a - ord("0")).astype(np.uint8)
     clash = bad_row(((puzzles != 0) & (puzzles != solutions)).any(axis=1))
     if clash is not None:
         cell = int(np.flatnonzero((puzzles[clash] != 0) & (puzzles[clash] != solutions[clash]))[0])
@@ -66,13 +96,7 @@ def parse(rows: PuzzleRows) -> tuple[np.ndarray, np.ndarray]:
             f"{rows.where(clash)}: the answer contradicts the question at row {cell // 9 + 1}, column "
             f"{cell % 9 + 1} (given {puzzles[clash, cell]}, answer {solutions[clash, cell]}); fix or remove the row"
         )
-    grids = solutions.reshape(-1, 9, 9)
-    boxes = grids.reshape(-1, 3, 3, 3, 3).transpose(0, 1, 3, 2, 4).reshape(-1, 9, 9)
-    digits = np.arange(1, 10, dtype=np.uint8)
-    invalid = np.zeros(len(grids), dtype=bool)
-    for units in (grids, grids.transpose(0, 2, 1), boxes):
-        invalid |= (np.sort(units, axis=2) != digits).any(axis=(1, 2))
-    i = bad_row(invalid)
+    i = bad_row(_unsolved(solutions))
     if i is not None:
         raise TRMError(
             f"{rows.where(i)}: the answer is not a solved sudoku (a row, column or box repeats a digit); "
@@ -98,22 +122,28 @@ def difficulty_mask(rows: PuzzleRows, min_difficulty: int | None) -> np.ndarray 
 
 
 def draw_shuffles(rng: np.random.RandomState, count: int) -> dict[str, np.ndarray]:
-    """`count` random shuffles, drawn in upstream's order: digit maps [count, 10] (blank fixed), transpose flags,
-    row and column permutations [count, 9]."""
+    """`count` random shuffles, drawn as upstream draws them: digit maps [count, 10] (blank fixed), transpose
+    flags, row and column permutations [count, 9].
+
+    Upstream's per-shuffle calls are `permutation(arange(1, 10))`, `rand()`, `permutation(3)` for the bands,
+    one per band for its rows, then the same for stacks and columns. `permutation` is a copy shuffled in
+    place, so shuffling rows of prefilled arrays consumes the generator identically, with less overhead.
+    """
+    digits = np.tile(np.arange(1, 10, dtype=np.int64), (count, 1))
+    # per shuffle: bands, rows within bands 0..2, stacks, columns within stacks 0..2
+    perms = np.tile(np.arange(3, dtype=np.int64), (count, 8, 1))
+    coins = np.empty(count)
+    shuffle, rand = rng.shuffle, rng.rand
+    for i, (d, p) in enumerate(zip(digits, perms, strict=True)):
+        shuffle(d)
+        coins[i] = rand()
+        for block in p:
+            shuffle(block)
     digit_maps = np.zeros((count, 10), dtype=np.uint8)
-    transpose = np.empty(count, dtype=bool)
-    rows = np.empty((count, 9), dtype=np.int64)
-    cols = np.empty((count, 9), dtype=np.int64)
-    one_to_nine = np.arange(1, 10)
-    permutation, rand = rng.permutation, rng.rand
-    for i in range(count):
-        digit_maps[i, 1:] = permutation(one_to_nine)
-        transpose[i] = rand() < 0.5
-        for out in (rows, cols):
-            blocks = permutation(3)
-            for k in range(3):
-                out[i, 3 * k : 3 * k + 3] = blocks[k] * 3 + permutation(3)
-    return {"digit_maps": digit_maps, "transpose": transpose, "rows": rows, "cols": cols}
+    digit_maps[:, 1:] = digits
+    rows = (perms[:, 0, :, None] * 3 + perms[:, 1:4]).reshape(count, 9)
+    cols = (perms[:, 4, :, None] * 3 + perms[:, 5:8]).reshape(count, 9)
+    return {"digit_maps": digit_maps, "transpose": coins < 0.5, "rows": rows, "cols": cols}
 
 
 def apply_shuffles(grids: np.ndarray, shuffles: dict[str, np.ndarray]) -> np.ndarray:
