@@ -31,7 +31,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "TASK",
         "arc2",
         "what to train: arc2 (ARC-AGI-2 + ConceptARC), arc1, arc2-smoke (100 puzzles, 1 epoch), "
-        "cpu-tiny (a tiny model on 4 puzzles, for CPU tests)",
+        "cpu-tiny (a tiny model on 4 puzzles, for CPU tests), sudoku-mlp / sudoku-att (Sudoku-Extreme, "
+        "1k puzzles x 1000 shuffles, MLP or attention), maze (Maze-Hard 30x30)",
     ),
     EnvVar(
         "RUN_NAME",
