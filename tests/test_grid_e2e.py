@@ -1,15 +1,16 @@
 """Sudoku and Maze end to end on CPU: build from generated CSVs, train a tiny model with the task's recipe
-(`evaluators=[]`: exact accuracy only), then evaluate the checkpoint standalone; and the recipes themselves."""
+(`evaluators=[]`: exact accuracy only), resume, evaluate the checkpoint standalone; and the recipes themselves."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from test_train_e2e import ROOT, TINY, env
+from test_train_e2e import ROOT, TINY, env, rows
 
 from tests.data.grid_fixtures import maze_source, sudoku_source
 from tests.launch_fakes import FIXTURES
@@ -75,12 +76,23 @@ def test_build_train_and_evaluate_with_exact_accuracy(task: str, tmp_path: Path)
     ]
     result = subprocess.run(command, env=env(), cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    evals = [r for r in rows if "eval/all/exact_accuracy" in r]
+    logged = rows(run)
+    evals = [r for r in logged if "eval/all/exact_accuracy" in r]
     assert len(evals) == 2 and all(0.0 <= r["eval/all/exact_accuracy"] <= 1.0 for r in evals)
     assert evals[-1]["eval/all/count"] == (5 if task.startswith("sudoku") else 3)  # every test puzzle, once
-    assert not any(k.startswith("ARC/") for r in rows for k in r)  # no ARC evaluator ran
+    assert not any(k.startswith("ARC/") for r in logged for k in r)  # no ARC evaluator ran
     assert json.loads((run / "run.json").read_text())["config"]["evaluators"] == []
+
+    # Stopped after the first evaluation's checkpoint, the same command resumes to the same numbers.
+    steps = [c.step for c in ckpt.find_complete(run)]
+    split = tmp_path / "split"
+    shutil.copytree(run, split)
+    shutil.rmtree(split / f"step_{steps[-1]}")
+    command[command.index(f"+checkpoint_path={run}")] = f"+checkpoint_path={split}"
+    result = subprocess.run(command, env=env(), cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert f"resumed from {split / f'step_{steps[0]}'}" in result.stderr
+    assert rows(split) == logged
 
     newest = ckpt.find_complete(run)[-1]
     out = tmp_path / "eval"
