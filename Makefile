@@ -7,11 +7,13 @@ PYTHON_BOOTSTRAP ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NOX := $(VENV)/bin/nox
-# The CPU wheel of torch, installed before anything else so no resolver ever picks the CUDA build.
-TORCH_SPEC ?= torch==2.13.0
+# The CPU build of torch, installed before anything else so no resolver ever picks the CUDA build:
+# from PyTorch's CPU index when it answers (5 s probe), else the plain pin from the configured index
+# (trm/devtorch.py; `$(PY) -m trm.devtorch --dry-run` prints the decision).
+TORCH_VERSION ?= 2.13.0
 DATA_DIR ?= data
 
-.PHONY: help venv test lint data runbooks
+.PHONY: help venv test lint data runbooks gpu-check
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -19,7 +21,7 @@ help: ## list the targets
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q '$(TORCH_SPEC)'
+	$(PY) -m trm.devtorch --version '$(TORCH_VERSION)'
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
@@ -82,3 +84,8 @@ launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo rank
 .PHONY: kaggle-test
 kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
 	$(NOX) -s kaggle
+
+# A GPU host may have no venv: its own Python with CUDA torch runs the check (README: GPU host checks).
+GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
+gpu-check: ## on a GPU host: one report in build/gpu-acceptance/ (ARGS="--dry-run" prints the plan)
+	TRM_REQUIRE_GPU=1 $(GPU_PYTHON) -m trm.launch.gpu_acceptance $(ARGS)

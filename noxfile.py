@@ -41,12 +41,19 @@ def gpu(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+def gpu_acceptance(session: nox.Session) -> None:
+    """One report on a GPU host (build/gpu-acceptance/): facts, gpu tests, extension, resume, probe, bench."""
+    session.env["TRM_REQUIRE_GPU"] = "1"
+    session.run(PYTHON, "-m", "trm.launch.gpu_acceptance", *session.posargs)
+
+
+@nox.session(default=False)
 def runbooks(session: nox.Session) -> None:
     """Runbooks and jobs: static checks, secret scan, jobs tests (kustomize required), every `bash cpu` block."""
     session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"
     session.run(PYTHON, "-m", "trm", "runbooks", "check")
     session.run(PYTHON, "-m", "trm", "scan-secrets")
-    session.run(PYTHON, "-m", "pytest", "-q", "tests/test_jobs.py", "tests/test_runbooks_repo.py")
+    session.run(PYTHON, "-m", "pytest", "-q", "-m", "kube or runbooks")
     session.run(PYTHON, "-m", "trm", "runbooks", "run", *session.posargs)
 
 
@@ -74,7 +81,7 @@ def docker_gpu(session: nox.Session) -> None:
         "bash",
         "scripts/image_test.sh",
         *session.posargs,
-        env={"PYTHON": PYTHON, "TRM_IMAGE_TESTS": "tests/test_images_docker_gpu.py"},
+        env={"PYTHON": PYTHON, "TRM_IMAGE_TESTS": "tests/images/test_docker_gpu.py"},
         external=True,
     )
 
@@ -88,19 +95,10 @@ def smoke(session: nox.Session) -> None:
 @nox.session(default=False)
 def launch(session: nox.Session) -> None:
     """scripts/train_prod.sh on CPU (slow): real data + trainer, torchrun 2 gloo ranks, kill, resume, handoff."""
-    session.run(
-        PYTHON,
-        "-m",
-        "pytest",
-        "-m",
-        "slow",
-        "tests/test_launch_e2e.py",
-        "tests/test_launch_runner.py",
-        *session.posargs,
-    )
+    session.run(PYTHON, "-m", "pytest", "-m", "launch", *session.posargs)
 
 
 @nox.session(default=False)
 def kaggle(session: nox.Session) -> None:
     """Kaggle bundle end to end (slow, needs the package index): wheelhouse, offline install, inference."""
-    session.run(PYTHON, "-m", "pytest", "-m", "slow", "tests/test_kaggle.py", *session.posargs)
+    session.run(PYTHON, "-m", "pytest", "-m", "kaggle", *session.posargs)

@@ -7,11 +7,16 @@
 # trm/launch/settings.py). The steps (preflight, dataset, hardware tier, smoke gate, supervised torchrun,
 # cost guard) are `python -m trm launch`; this script only adds tmux, signal forwarding and the handoff
 # trap. Running the same command again resumes the run.
+#
+# Exit status: the launcher's (trm/exit_codes.py, README "Exit codes"): 0 finished, 2 configuration error,
+# 74 checkpoint disk full, 75 saved after SIGTERM (retry), 79 MAX_HOURS budget spent, else a trainer failure.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
 PYTHON=${PYTHON:-python}
+# Tells the launcher that this script started it, so the resume command in handoff.json names the script.
+export TRM_LAUNCHER=scripts/train_prod.sh
 
 case "${1:-}" in
   -h | --help)

@@ -51,11 +51,12 @@ def test_outside_git_is_unknown(tmp_path):
 def test_every_caller_reads_the_image_variable(monkeypatch):
     """The checkpoint manifest once read TRM_GIT_SHA, which no image sets: every caller now agrees."""
     monkeypatch.delenv("TRM_GIT_SHA", raising=False)
-    monkeypatch.setenv("TRM_IMAGE_GIT_SHA", "feedc0ffee12345")
-    assert checkpoint.git_sha() == "feedc0ffee12345"
-    assert handoff._git_sha() == "feedc0ffee12345"
+    sha = "feedc0ffee12345"  # pragma: allowlist secret
+    monkeypatch.setenv("TRM_IMAGE_GIT_SHA", sha)
+    assert checkpoint.git_sha() == sha
+    assert handoff._git_sha() == sha
     monkeypatch.setattr("trm.versions.collect_versions", lambda: {})
-    assert "git feedc0ffee12" in entrypoint.banner({"TRM_IMAGE_GIT_SHA": "feedc0ffee12345"})
+    assert f"git {sha[:12]}" in entrypoint.banner({"TRM_IMAGE_GIT_SHA": sha})
 
 
 def test_handoff_records_none_when_unknown(monkeypatch):

@@ -4,6 +4,15 @@ OK = 0
 # A user-fixable configuration or input error (bad key, missing dataset, incompatible resume).
 # Orchestrators must not retry it.
 CONFIG_ERROR = 2
-# The trainer was asked to stop (SIGTERM/SIGINT, cost guard), saved a complete checkpoint and exited.
-# Safe to retry: the same command resumes from that checkpoint. (EX_TEMPFAIL in sysexits.h.)
+# The trainer was asked to stop (SIGTERM/SIGINT, the launcher's cost guard), saved a complete checkpoint
+# and exited. Safe to retry: the same command resumes from that checkpoint. (EX_TEMPFAIL in sysexits.h.)
+# When the stop came from the cost guard the launcher itself exits BUDGET_STOPPED instead.
 SAVED_RETRY = 75
+# A checkpoint could not be written because its filesystem is full (or over quota). The partial save was
+# removed and the previous checkpoint is intact; retrying before space is freed fails the same way.
+# (EX_IOERR in sysexits.h.)
+DISK_FULL = 74
+# The launcher's cost guard (MAX_HOURS) stopped the run: the trainer saved a complete checkpoint first.
+# Orchestrators must NOT retry it (a Kubernetes Job would otherwise restart the spend forever); a person
+# starts the next session with the same command, which resumes.
+BUDGET_STOPPED = 79

@@ -1,7 +1,8 @@
 """`python -m trm.train key=value …` (also under torchrun): parse the config, build, train, close.
 
-Exit codes (trm.exit_codes): 0 finished, 2 configuration/input error, 75 stopped by SIGTERM/SIGINT after
-saving a complete checkpoint (run the same command again to resume).
+Exit codes (trm.exit_codes): 0 finished, 2 configuration/input error, 74 a checkpoint save found the disk
+full (the previous checkpoint is intact), 75 stopped by SIGTERM/SIGINT after saving a complete checkpoint
+(run the same command again to resume).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from arc_fixtures import SMOKE
 
+from tests.helpers import SMOKE_BUILD
 from trm.data.build_arc import build_arc_dataset
 
 
@@ -17,5 +17,5 @@ def smoke_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     dirs = {}
     for form in ("compact", "materialized"):
         dirs[form] = root / form
-        build_arc_dataset(dirs[form], form=form, **SMOKE)
+        build_arc_dataset(dirs[form], form=form, **SMOKE_BUILD)
     return dirs

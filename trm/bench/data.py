@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm.data.arc_source import DEFAULT_PREFIX
+from trm.training.recipes import get_recipe
 
 TARGETS = {"compact": {"wall_s": 10.0, "rss_gb": 1.0, "disk_mb": 100.0}, "loader_examples_per_s": 20000}
 
@@ -105,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--forms", nargs="+", choices=["compact", "materialized"], default=["compact", "materialized"]
     )
-    parser.add_argument("--batch-size", type=int, default=768)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=get_recipe("arc2").global_batch_size,
+        help="default: arc2's global batch",
+    )
     parser.add_argument("--loader-batches", type=int, default=60)
     parser.add_argument("--workers", type=int, default=0, help="builder --workers (0 = auto)")
     parser.add_argument(

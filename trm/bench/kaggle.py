@@ -23,10 +23,10 @@ from pathlib import Path
 
 from trm.bench.data import Run, dir_size, measure
 from trm.data.arc_source import DEFAULT_PREFIX
+from trm.training.recipes import TINY_ARCH, get_recipe
 
-PAPER_IDENTIFIERS = 876406  # ARC-1 + ConceptARC, 1000 augmentations (TRM_SPEC §8.2)
+PAPER_IDENTIFIERS = 876406  # ARC-1 + ConceptARC, 1000 augmentations (upstream's builder's count)
 TARGETS = {"package_wall_s": 60.0, "package_rss_gb": 2.0, "h100_rows_per_s": 50.0}
-TINY = {"hidden_size": 16, "num_heads": 2, "L_layers": 1, "H_cycles": 1, "L_cycles": 1, "puzzle_emb_ndim": 8}
 
 
 def write_weights(path: Path, tiny: bool, rows: int) -> list[str]:
@@ -36,10 +36,14 @@ def write_weights(path: Path, tiny: bool, rows: int) -> list[str]:
     from trm.model import TinyRecursiveModel, TRMConfig
     from trm.model.upstream import to_upstream_state_dict
 
-    arch = dict(TINY) if tiny else {}
-    cfg = TRMConfig(batch_size=1, seq_len=900, vocab_size=12, num_puzzle_identifiers=rows, **arch)
+    shapes = {"batch_size": 1, "seq_len": 900, "vocab_size": 12, "num_puzzle_identifiers": rows}
+    if tiny:  # the debug-tiny recipe's model
+        recipe = get_recipe("debug-tiny")
+        cfg, overrides = recipe.model_config(**shapes), [o for o in recipe.overrides if o.startswith("arch.")]
+    else:  # the trainer's default architecture (the paper's width)
+        cfg, overrides = TRMConfig(**shapes), []
     torch.save(to_upstream_state_dict(TinyRecursiveModel(cfg).state_dict()), path)
-    return [f"arch.{k}={v}" for k, v in arch.items()]
+    return overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-aug", type=int, default=8)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--tiny", action="store_true", help="a 16-wide model instead of the paper's")
+    parser.add_argument(
+        "--tiny", action="store_true", help="the debug-tiny recipe's model instead of the paper's"
+    )
     parser.add_argument("--wheels", action="store_true", help="also build the wheelhouse (needs the index)")
     parser.add_argument("--keep", default=None, help="work in this folder and keep it")
     args = parser.parse_args(argv)
@@ -93,7 +99,7 @@ def measure_with_output(name: str, cmd: list[str], out: Path) -> tuple[Run, str]
 
 def report(package: Run, infer: Run, output: str, bundle: Path, args: argparse.Namespace, rows: int) -> None:
     model_mb = (bundle / "model.pt").stat().st_size / 2**20 if (bundle / "model.pt").exists() else 0.0
-    width = TINY["puzzle_emb_ndim"] if args.tiny else 512
+    width = TINY_ARCH.puzzle_emb_ndim if args.tiny else 512
     table_mb = PAPER_IDENTIFIERS * width * 4 / 2**20
     print()
     print(f"{'step':10} {'ok':>3} {'wall s':>8} {'cpu s':>8} {'RSS GB':>7}  note")

@@ -27,40 +27,26 @@ from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
 from trm.model.layers import swiglu_intermediate
 from trm.optim import AdamATan2
+from trm.training.recipes import get_recipe
 
 # Dense bf16 peak FLOP/s used for MFU, by GPU name fragment.
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
 
 
 def tiny_config() -> TRMConfig:
-    """The tiny CPU config of the reference CPU measurements (upstream: 1.6 steps/s eager)."""
-    return TRMConfig(
-        batch_size=32,
-        seq_len=900,
-        vocab_size=12,
-        num_puzzle_identifiers=1,
-        puzzle_emb_ndim=0,
-        puzzle_emb_len=0,
-        H_cycles=1,
-        L_cycles=1,
-        L_layers=1,
-        hidden_size=64,
-        num_heads=4,
-        forward_dtype="float32",
+    """The bench-tiny recipe's model at its batch of 32 (the reference CPU measurements; upstream: 1.6 steps/s
+    eager)."""
+    recipe = get_recipe("bench-tiny")
+    return recipe.model_config(
+        batch_size=recipe.global_batch_size, seq_len=900, vocab_size=12, num_puzzle_identifiers=1
     )
 
 
 def paper_config() -> TRMConfig:
-    """The paper's ARC config at a per-rank batch of 192 (4 ranks × 192 = 768), bf16."""
-    return TRMConfig(
-        batch_size=192,
-        seq_len=900,
-        vocab_size=12,
-        num_puzzle_identifiers=1000,
-        H_cycles=3,
-        L_cycles=4,
-        L_layers=2,
-        forward_dtype="bfloat16",
+    """The arc2 recipe's model at one rank's share of its global batch on 4 ranks (192), bf16."""
+    recipe = get_recipe("arc2").with_changes(arch={"forward_dtype": "bfloat16"})
+    return recipe.model_config(
+        batch_size=recipe.global_batch_size // 4, seq_len=900, vocab_size=12, num_puzzle_identifiers=1000
     )
 
 

@@ -4,9 +4,10 @@
     TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=python] nox -s bench -- train
 
 Setups:
-- `tiny` (CPU; TRM_SPEC §17): hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle embedding, fp32, batch 32,
-  seq 900, eager, on the tiny ARC set (16 tasks per subset, 8 augmentations). Goal: ours ≥ 1.5× upstream.
-- `paper` (one CUDA GPU): the guides' ARC config (hidden 512, 2 layers, H 3, L 4, puzzle embedding, EMA),
+- `tiny` (CPU): the bench-tiny recipe (trm/training/recipes.py: hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle
+  embedding, fp32, batch 32), seq 900, eager, on its ARC set (16 tasks per subset, 8 augmentations). Goal:
+  ours ≥ 1.5× upstream.
+- `paper` (one CUDA GPU): the arc2 recipe (hidden 512, 2 layers, H 3, L 4, puzzle embedding, EMA),
   bf16, compiled (both trainers' default), batch 192 = one rank of the paper's 4 × 192, on ARC-AGI-2 +
   ConceptARC at 16 augmentations. Goal: ours ≥ 1.3× upstream; MFU is printed.
 
@@ -34,57 +35,51 @@ import sys
 import tempfile
 from pathlib import Path
 
+from trm.training.recipes import Recipe, get_recipe
+
 WARMUP_STEPS = 5
 
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """One benchmark configuration: trainer overrides shared by both trainers, batch, data, device, goal."""
+    """One benchmark configuration: a recipe (trainer overrides shared by both trainers), data, device, goal."""
 
     name: str
-    overrides: tuple[str, ...]  # without arch= (ours takes it, upstream's default is the same model)
-    batch: int
+    recipe: Recipe
     device: str
     compiled: bool
     goal: float
     data: str  # `trm data build-arc` selection flags
 
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The recipe as trainer overrides (upstream's keys: both trainers take them)."""
+        return self.recipe.overrides
 
+    @property
+    def batch(self) -> int:
+        return self.recipe.global_batch_size
+
+
+_BENCH_TINY = get_recipe("bench-tiny")
+# The arc2 model at one rank's share of the paper's 4-GPU batch.
+_PAPER = get_recipe("arc2").with_changes(global_batch_size=192, arch={"forward_dtype": "bfloat16"})
 SETUPS = {
     "tiny": Setup(
         name="tiny",
-        overrides=(
-            "arch.hidden_size=64",
-            "arch.num_heads=4",
-            "arch.L_layers=1",
-            "arch.H_cycles=1",
-            "arch.L_cycles=1",
-            "arch.puzzle_emb_ndim=0",
-            "arch.puzzle_emb_len=0",
-            "arch.forward_dtype=float32",
-            "lr=1e-3",
-            "lr_warmup_steps=10",
-        ),
-        batch=32,
+        recipe=_BENCH_TINY,
         device="cpu",
         compiled=False,
         goal=1.5,
-        data="--subsets training evaluation --test-set-name evaluation --num-aug 8 --max-puzzles 16",
+        data=" ".join(_BENCH_TINY.build_args),
     ),
     "paper": Setup(
         name="paper",
-        overrides=(
-            "arch.L_layers=2",
-            "arch.H_cycles=3",
-            "arch.L_cycles=4",
-            "arch.forward_dtype=bfloat16",
-            "ema=True",
-        ),
-        batch=192,
+        recipe=_PAPER,
         device="cuda",
         compiled=True,
         goal=1.3,
-        data="--subsets training2 evaluation2 concept --test-set-name evaluation2 --num-aug 16",
+        data=" ".join((*_PAPER.build_args, "--num-aug", "16")),
     ),
 }
 
@@ -120,7 +115,7 @@ def step_times(metrics_jsonl: Path) -> list[float]:
 def bench_ours(setup: Setup, data: Path, run_dir: Path, steps: int) -> list[float]:
     """Run our trainer for `steps` steps without evaluation; seconds per step from its metric timestamps."""
     cmd = [sys.executable, "-m", "trm.train", "arch=trm", *setup.overrides, f"data_paths=[{data}]",
-           f"global_batch_size={setup.batch}", "epochs=100000", "eval_interval=100000", "evaluators=[]",
+           "epochs=100000", "eval_interval=100000", "evaluators=[]",
            f"max_steps={steps}", "checkpoint_keep=1", f"device={setup.device}",
            f"+checkpoint_path={run_dir}"]  # fmt: skip
     proc = subprocess.run(
@@ -164,7 +159,7 @@ def bench_upstream(setup: Setup, upstream: Path, data: Path, steps: int) -> dict
     python = os.environ.get("TRM_UPSTREAM_PYTHON", sys.executable)
     epochs = upstream_epochs_for(data, steps, setup.batch)
     cmd = [python, "-m", "trm.bench.upstream_trainer", "--device", setup.device, str(upstream),
-           *setup.overrides, f"data_paths=[{data}]", f"global_batch_size={setup.batch}", f"epochs={epochs}",
+           *setup.overrides, f"data_paths=[{data}]", f"epochs={epochs}",
            f"eval_interval={epochs}", "evaluators=[]", f"+checkpoint_path={data.parent / 'upstream-ckpt'}"]  # fmt: skip
     try:
         proc = subprocess.run(

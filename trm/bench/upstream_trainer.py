@@ -2,8 +2,7 @@
 
     python -m trm.bench.upstream_trainer [--device cpu|cuda] <TinyRecursiveModels checkout> [overrides ...]
 
-Upstream hard-codes CUDA and imports the adam-atan2 CUDA extension. TRM_SPEC §17 lists what it takes to
-run it on CPU; with `--device cpu` (the default) this applies those changes in memory, to the script's
+Upstream hard-codes CUDA and imports the adam-atan2 CUDA extension. Two changes let it run on CPU; with `--device cpu` (the default) this applies those changes in memory, to the script's
 source text, and then runs it as `__main__` in one process (no torchrun, so no process group):
 
 - device switch: every "cuda" device string and `.cuda()` call becomes CPU; NCCL becomes gloo;

@@ -49,7 +49,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("package", "package a checkpoint for offline use"),
     Command("preflight", "check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run"),
     Command("runbooks", "check, run (cpu tier) or version-stamp the runbooks", needs="trm.ops"),
-    Command("scan-secrets", "scan the repository for API keys, tokens, private keys", needs="trm.ops"),
+    Command(
+        "scan-secrets",
+        "scan the repository for API keys, tokens, private keys (detect-secrets)",
+        needs="trm.ops",
+    ),
     Command(
         "select-config", "pick micro-batch / accumulation / compile for this host from the hardware table"
     ),

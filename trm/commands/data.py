@@ -194,7 +194,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=0,
-        help="processes for augmentation planning (0 = auto; output is identical)",
+        help="threads rendering a materialized build (0 = auto; output is identical)",
     )
     build.add_argument(
         "--overwrite", action="store_true", help="replace an existing different dataset at --output-dir"

@@ -25,6 +25,11 @@ def run(args: argparse.Namespace) -> int:
             print("handoff skipped: the launch settings are invalid (see the error above)")
             return 0
         raise
+    if args.onstart_script:
+        from trm.launch.onstart import render
+
+        print(render(settings, environ, args.checkout), end="")
+        return 0
     if args.handoff:
         from trm.launch.runner import hand_off
 
@@ -63,5 +68,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--markdown-env", action="store_true", help="the same list as a Markdown table")
     mode.add_argument("--handoff", action="store_true", help="write the handoff bundle of the configured run")
     mode.add_argument("--tmux", metavar="SCRIPT", help="start SCRIPT in a detached tmux session")
+    mode.add_argument(
+        "--onstart-script",
+        action="store_true",
+        help="print an on-start script (Vast.ai) that starts this launch at every instance start; it resumes",
+    )
+    parser.add_argument(
+        "--checkout",
+        metavar="DIR",
+        help="with --onstart-script: run scripts/train_prod.sh in this trm-stack checkout (bootstrapped host) "
+        "instead of the image's python -m trm launch",
+    )
     parser.add_argument("overrides", nargs="*", help="extra trainer overrides (key=value)")
     parser.set_defaults(func=run)

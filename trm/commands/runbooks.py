@@ -35,6 +35,18 @@ def _stamp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _measured(args: argparse.Namespace) -> int:
+    from trm.ops.measured import stale, write
+
+    if args.write:
+        changed = write(args.root)
+        print("\n".join(f"rendered {p}" for p in changed) or "every measured figure is up to date")
+        return 0
+    problems = stale(args.root)
+    print("\n".join(problems) or "every measured figure is up to date")
+    return 1 if problems else 0
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="runbooks_command", metavar="ACTION", required=True)
     check = sub.add_parser("check", help="headers, versions, image pins, bash syntax, commands that exist")
@@ -46,6 +58,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     stamp.add_argument(
         "--message", "-m", required=True, help="what changed (goes into runbooks/CHANGELOG.md)"
     )
-    for p, func in ((check, _check), (run, _run), (stamp, _stamp)):
+    measured = sub.add_parser(
+        "measured", help="check (or --write) the figures rendered from runbooks/measured.toml"
+    )
+    measured.add_argument("--write", action="store_true", help="render every marker from the table")
+    for p, func in ((check, _check), (run, _run), (stamp, _stamp), (measured, _measured)):
         p.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
         p.set_defaults(func=func)

@@ -1,4 +1,4 @@
-"""`python -m trm scan-secrets`: fail when a file of the repository holds a secret-like string."""
+"""`python -m trm scan-secrets`: fail when a file of the repository holds a secret (detect-secrets)."""
 
 from __future__ import annotations
 
@@ -7,28 +7,31 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.ops.secrets import ALLOWLIST, scan_repo
+    from trm.ops.secrets import BASELINE, scan_repo, update_baseline
 
-    findings = scan_repo(args.root)
-    if args.print_allowlist:
-        for finding in findings:
-            print(finding.allow_line)
+    if args.update_baseline:
+        path = update_baseline(args.root)
+        print(f"scan-secrets: wrote {path}; mark each new entry with `detect-secrets audit {BASELINE}`")
         return 0
+    findings = scan_repo(args.root)
     for finding in findings:
         print(finding)
     if findings:
         print(
             f"scan-secrets: {len(findings)} secret-like string(s). Remove them (rotate the key if it was real); "
-            f"for a deliberate example add the line from `--print-allowlist` to {ALLOWLIST}."
+            f"for a deliberate example run `python -m trm scan-secrets --update-baseline`, then "
+            f"`detect-secrets audit {BASELINE}` and commit the baseline."
         )
         return 1
-    print("scan-secrets: no secret-like strings")
+    print("scan-secrets: no secrets")
     return 0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
     parser.add_argument(
-        "--print-allowlist", action="store_true", help="print allowlist lines for the findings"
+        "--update-baseline",
+        action="store_true",
+        help="record the current findings in .secrets.baseline (audit them with `detect-secrets audit`)",
     )
     parser.set_defaults(func=run)

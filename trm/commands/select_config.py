@@ -71,7 +71,12 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-gpus", type=int, default=None, help="GPUs per node to use (default: all; 0 = CPU)"
     )
     parser.add_argument("--nnodes", type=int, default=1, help="number of nodes (default: 1)")
-    parser.add_argument("--global-batch-size", type=int, default=None, help="default: the table's (768)")
+    parser.add_argument(
+        "--global-batch-size",
+        type=int,
+        default=None,
+        help="default: the trainer's (`python -m trm.train --help`)",
+    )
     parser.add_argument("--micro-batch-size", type=int, default=None, help="force the per-GPU micro-batch")
     parser.add_argument("--compile", default="auto", help="auto (the tier's choice), true or false")
     parser.add_argument("--cpu", action="store_true", help="plan for CPU even when GPUs are present")

@@ -29,6 +29,7 @@ class ArcTask:
     train: list[tuple[np.ndarray, np.ndarray]]
     test: list[tuple[np.ndarray, np.ndarray]]
     raw: dict[str, Any] = field(repr=False)
+    test_first: bool = False  # "test" precedes "train" in the task's JSON (upstream keeps that pair order)
 
 
 def subset_paths(prefix: str | Path, subset: str) -> tuple[Path, Path]:
@@ -117,8 +118,11 @@ def load_subset(prefix: str | Path, subset: str, max_puzzles: int | None = None)
                     f"{solutions_path} task {task_id!r}: expected a list of {len(task['test'])} output "
                     "grids (one per test input); fix the solutions file or remove it to use dummy outputs"
                 )
-        else:
-            outputs = [DUMMY_OUTPUT] * len(task["test"])
+        else:  # hidden test set: an output already in the challenge is kept, others become the dummy
+            outputs = [
+                example.get("output", DUMMY_OUTPUT) if isinstance(example, dict) else DUMMY_OUTPUT
+                for example in task["test"]
+            ]
         train = []
         for i, example in enumerate(task["train"]):
             inp, out = _pair(example, f"{where} train[{i}]", need_output=True)
@@ -131,11 +135,13 @@ def load_subset(prefix: str | Path, subset: str, max_puzzles: int | None = None)
             inp, _ = _pair(example, f"{where} test[{i}]", need_output=False)
             out_where = f"{solutions_path} task {task_id!r} [{i}]" if solutions is not None else where
             test.append((to_grid(inp, f"{where} test[{i}].input"), to_grid(outputs[i], out_where)))
-            raw_test.append({"input": inp, "output": outputs[i]})
+            raw_test.append({**example, "output": outputs[i]})
         if not train and not test:
             raise TRMError(f"{where}: task has no examples; fix or remove this task")
-        raw = {"train": task["train"], "test": raw_test}
-        tasks.append(ArcTask(task_id=task_id, subset=subset, train=train, test=test, raw=raw))
+        raw = {**task, "test": raw_test}  # upstream's test_puzzles.json: the task with outputs filled in
+        keys = list(task)
+        test_first = keys.index("test") < keys.index("train")
+        tasks.append(ArcTask(task_id, subset, train, test, raw, test_first))
     return tasks
 
 

@@ -1,6 +1,9 @@
-"""Per-task augmentation plans: distinct dihedral x colour-permutation variants and translation offsets.
+"""Distinct dihedral x colour-permutation variants of a task: the content test, and per-task random draws.
 
-Semantics follow the upstream ARC builder: the original first, then random (dihedral id, colour
+The dataset builder draws tries from upstream's single legacy stream (`legacy_draws`) and uses the content
+keys below to tell new variants from repeats; `plan_augmentations` / `plan_translations` draw from an
+independent stream per task (`task_rng`), for variants made outside a dataset build (unseen tasks at
+inference). Semantics follow the upstream ARC builder: the original first, then random (dihedral id, colour
 permutation fixing 0) tries, up to 5·num_aug of them, keeping a try only when its content (the multiset of
 all transformed (input, output) pairs, shapes included) is new, until num_aug variants exist. The content
 test is exact but cheap: a transformed pair is identified by the colour-relabelling pattern of its grids

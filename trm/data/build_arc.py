@@ -1,4 +1,4 @@
-"""ARC dataset builder: validate inputs, plan augmentations, write a compact or materialized dir atomically."""
+"""ARC dataset builder: validate inputs, draw variants as upstream does, write a compact or materialized dir."""
 
 from __future__ import annotations
 
@@ -13,16 +13,24 @@ import numpy as np
 
 import trm
 from trm.errors import TRMError
-from trm.io import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text
+from trm.io import atomic_directory, atomic_write_bytes, atomic_write_text
 
 from . import formats
-from .arc_source import DEFAULT_PREFIX, input_checksums, load_subsets
-from .layout import grid_store, identifiers_json, num_identifiers, split_layouts, split_metadata
-from .manifest import MANIFEST, read_manifest, read_verified_manifest, write_manifest
+from .arc_source import DEFAULT_PREFIX, ArcTask, input_checksums, load_subsets
+from .layout import SplitLayout, grid_store, identifiers_json, num_identifiers, split_layouts, split_metadata
+from .manifest import (
+    MANIFEST,
+    identifiers_provenance,
+    read_manifest,
+    read_verified_manifest,
+    write_manifest,
+)
 from .materialize import write_examples
-from .planning import ordered_tasks, plan_all
+from .variants import TaskVariants, draw_all_variants
 
 BUILDER = f"trm-stack {trm.__version__} build-arc"
+# How variants and offsets are drawn; part of `args`, so a dataset drawn otherwise is rebuilt, not reused.
+DRAWS = "upstream-legacy-numpy"
 DEFAULT_SUBSETS = ("training2", "evaluation2", "concept")
 UPSTREAM_PREFIX = "kaggle/combined/arc-agi"  # upstream's input prefix, relative to its checkout
 # Process workers pay off only for large builds (tasks × augmentations).
@@ -47,89 +55,34 @@ def build_arc_dataset(
 ) -> dict[str, Any]:
     """Build an ARC dataset dir (TRM_SPEC §8 semantics) and return its manifest.
 
-    Deterministic: the same inputs and arguments give the same bytes for any `workers` (0 = auto). Atomic: built in a
-    temporary directory next to `output_dir`, renamed at the end, `manifest.json` written last. An existing
-    complete dataset with the same arguments and inputs is left as is.
+    Byte-identical to upstream's builder for the same inputs and flags (every file upstream writes; the
+    compact form holds the same index files and renders the same examples). Deterministic for any
+    `workers` (0 = auto). Atomic: built in a temporary directory next to `output_dir`, renamed at the end,
+    `manifest.json` written last. An existing complete dataset with the same arguments and inputs is left as is.
     """
     output_dir = Path(output_dir)
     prefix = resolve_prefix(input_file_prefix)
     subsets = list(subsets)
-    if form not in formats.FORMS:
-        raise TRMError(f"--form {form!r}: choose one of {', '.join(formats.FORMS)}")
-    if num_aug < 0 or (max_puzzles is not None and max_puzzles < 1) or puzzle_identifiers_start < 1:
-        raise TRMError("--num-aug must be >= 0, --max-puzzles >= 1 and --puzzle-identifiers-start >= 1")
-    if len(set(subsets)) != len(subsets) or not subsets:
-        raise TRMError(f"--subsets {' '.join(subsets)}: name each subset once (at least one)")
-    args = {
-        "subsets": subsets,
-        "test_set_name": test_set_name,
-        "test_set_name2": test_set_name2,
-        "seed": seed,
-        "num_aug": num_aug,
-        "max_puzzles": max_puzzles,
-        "puzzle_identifiers_start": puzzle_identifiers_start,
-        "form": form,
-    }
+    args = _checked_args(
+        subsets, test_set_name, test_set_name2, seed, num_aug, max_puzzles, puzzle_identifiers_start, form
+    )
     inputs = input_checksums(prefix, subsets)
-    if output_dir.exists():
-        existing = _existing_manifest(output_dir)
-        if existing is not None and existing["args"] == args and existing.get("inputs") == inputs:
-            read_verified_manifest(output_dir)
-            return existing
-        if not overwrite:
-            raise TRMError(
-                f"{output_dir}: already exists and holds a different or incomplete dataset; "
-                "pass --overwrite to replace it, or choose another --output-dir"
-            )
-    if not _has_test_subset(subsets, test_set_name, test_set_name2):
-        raise TRMError(
-            f"--test-set-name {test_set_name!r} (and --test-set-name2 {test_set_name2!r}) is not one of --subsets "
-            f"{' '.join(subsets)}: the test split would be empty; name the evaluation subset, e.g. "
-            "--test-set-name evaluation2"
-        )
-    tasks = ordered_tasks(load_subsets(prefix, subsets, max_puzzles), seed)
-    for task in tasks:
-        if not task.train:
-            raise TRMError(
-                f"{prefix}_{task.subset}_challenges.json task {task.task_id!r}: no train pairs; fix or remove it"
-            )
-    if workers <= 0:  # auto: one process per core (up to 8) when there is enough work to share
+    existing = _reusable(output_dir, args, inputs, overwrite)
+    if existing is not None:
+        return existing
+    test_names = {test_set_name, test_set_name2}
+    loaded = _load_tasks(prefix, subsets, max_puzzles, test_names)
+    tasks = draw_all_variants(loaded, test_names, num_aug, seed, progress)
+    if workers <= 0:  # auto: one render thread per core (up to 8) when there is enough work to share
         workers = min(os.cpu_count() or 1, 8) if len(tasks) * max(num_aug, 1) >= _AUTO_WORKERS_MIN_WORK else 1
-    plans = plan_all(tasks, {test_set_name, test_set_name2}, num_aug, seed, workers, progress)
-    identifiers = num_identifiers(plans, puzzle_identifiers_start)
-    sizes = np.array([len(p.tids) for p in plans], dtype=np.int64)
-    counts: dict[str, dict[str, int]] = {}
+    identifiers = num_identifiers(tasks, puzzle_identifiers_start)
     with atomic_directory(output_dir, overwrite=True) as tmp:
+        counts: dict[str, dict[str, int]] = {}
         known_hashes: dict[str, str] = {}
-        for split, layout in split_layouts(plans, puzzle_identifiers_start).items():
-            (tmp / split).mkdir()
-            arrays = layout.arrays()
-            keep = formats.INDEX_FIELDS + (formats.COMPACT_FIELDS if form == formats.COMPACT else ())
-            for name in keep:
-                np.save(formats.array_path(tmp, split, name), arrays[name], allow_pickle=False)
-            total = int(arrays["puzzle_indices"][-1])
-            if form == formats.MATERIALIZED:
-                known_hashes.update(write_examples(tmp, layout, total, max(workers, 2), progress))
-            metadata = split_metadata(arrays, identifiers)
-            atomic_write_json(tmp / split / "dataset.json", metadata.to_dict())
-            counts[split] = {
-                "groups": metadata.total_groups,
-                "puzzles": metadata.total_puzzles,
-                "examples": total,
-            }
-        if form == formats.COMPACT:
-            padded, shapes = grid_store(plans)
-            np.save(tmp / formats.GRIDS, padded, allow_pickle=False)
-            np.save(tmp / formats.GRID_SHAPES, shapes, allow_pickle=False)
-        atomic_write_bytes(tmp / "identifiers.json", identifiers_json(plans, puzzle_identifiers_start))
-        test_puzzles = {p.task.task_id: p.task.raw for p in plans if p.is_test}
-        atomic_write_text(tmp / "test_puzzles.json", json.dumps(test_puzzles) + "\n")
-        counts["identifiers"] = {"total": identifiers}
-        counts["tasks"] = {subset: sum(1 for t in tasks if t.subset == subset) for subset in subsets}
-        counts["augmentation"] = {
-            "tasks_short_of_target": int((sizes < num_aug + 1).sum()),
-            "min_variants": int(sizes.min()) if len(sizes) else 0,
-        }
+        for split, layout in split_layouts(tasks, puzzle_identifiers_start).items():
+            counts[split] = _write_split(tmp, layout, form, identifiers, workers, progress, known_hashes)
+        _write_shared_files(tmp, tasks, form, puzzle_identifiers_start)
+        counts.update(_summary_counts(tasks, subsets, identifiers, num_aug))
         _make_readable(tmp)
         manifest = write_manifest(
             tmp,
@@ -139,9 +92,131 @@ def build_arc_dataset(
             inputs=inputs,
             counts=counts,
             known_hashes=known_hashes,
+            identifiers=identifiers_provenance(upstream_identical=True),
         )
         (tmp / MANIFEST).chmod(0o644)
     return manifest
+
+
+def _checked_args(
+    subsets: list[str],
+    test_set_name: str,
+    test_set_name2: str,
+    seed: int,
+    num_aug: int,
+    max_puzzles: int | None,
+    puzzle_identifiers_start: int,
+    form: str,
+) -> dict[str, Any]:
+    """Validate the flags; returns the manifest's `args` (what a rebuild must match to be skipped)."""
+    if form not in formats.FORMS:
+        raise TRMError(f"--form {form!r}: choose one of {', '.join(formats.FORMS)}")
+    if num_aug < 0 or (max_puzzles is not None and max_puzzles < 1) or puzzle_identifiers_start < 1:
+        raise TRMError("--num-aug must be >= 0, --max-puzzles >= 1 and --puzzle-identifiers-start >= 1")
+    if not 0 <= seed < 2**32:
+        raise TRMError(f"--seed {seed}: numpy's legacy seed (as upstream's) must be in 0..2**32-1")
+    if len(set(subsets)) != len(subsets) or not subsets:
+        raise TRMError(f"--subsets {' '.join(subsets)}: name each subset once (at least one)")
+    if not _has_test_subset(subsets, test_set_name, test_set_name2):
+        raise TRMError(
+            f"--test-set-name {test_set_name!r} (and --test-set-name2 {test_set_name2!r}) is not one of --subsets "
+            f"{' '.join(subsets)}: the test split would be empty; name the evaluation subset, e.g. "
+            "--test-set-name evaluation2"
+        )
+    return {
+        "subsets": subsets,
+        "test_set_name": test_set_name,
+        "test_set_name2": test_set_name2,
+        "seed": seed,
+        "num_aug": num_aug,
+        "max_puzzles": max_puzzles,
+        "puzzle_identifiers_start": puzzle_identifiers_start,
+        "form": form,
+        "draws": DRAWS,
+    }
+
+
+def _reusable(output_dir: Path, args: dict[str, Any], inputs: dict[str, str], overwrite: bool) -> dict | None:
+    """The manifest of an identical complete build already at `output_dir`, else None (error if in the way)."""
+    if not output_dir.exists():
+        return None
+    existing = _existing_manifest(output_dir)
+    if existing is not None and existing["args"] == args and existing.get("inputs") == inputs:
+        read_verified_manifest(output_dir)
+        return existing
+    if not overwrite:
+        raise TRMError(
+            f"{output_dir}: already exists and holds a different, older or incomplete dataset; "
+            "pass --overwrite to replace it, or choose another --output-dir"
+        )
+    return None
+
+
+def _load_tasks(
+    prefix: Path, subsets: list[str], max_puzzles: int | None, test_names: set[str]
+) -> list[list[ArcTask]]:
+    """Tasks per subset in file order; every puzzle needs train-split pairs, a test task test pairs."""
+    loaded = load_subsets(prefix, subsets, max_puzzles)
+    for task in (t for tasks in loaded for t in tasks):
+        if not task.train:
+            raise TRMError(
+                f"{prefix}_{task.subset}_challenges.json task {task.task_id!r}: no train pairs; fix or remove it"
+            )
+        if task.subset in test_names and not task.test:
+            raise TRMError(
+                f"{prefix}_{task.subset}_challenges.json task {task.task_id!r}: no test pairs in a test subset; "
+                "fix or remove it"
+            )
+    return loaded
+
+
+def _write_split(
+    tmp: Path,
+    layout: SplitLayout,
+    form: str,
+    identifiers: int,
+    workers: int,
+    progress: bool,
+    known_hashes: dict[str, str],
+) -> dict[str, int]:
+    """One split's arrays (and rendered examples for the materialized form) and `dataset.json`; its counts."""
+    (tmp / layout.name).mkdir()
+    arrays = layout.arrays()
+    keep = formats.INDEX_FIELDS + (formats.COMPACT_FIELDS if form == formats.COMPACT else ())
+    for name in keep:
+        np.save(formats.array_path(tmp, layout.name, name), arrays[name], allow_pickle=False)
+    total = int(arrays["puzzle_indices"][-1])
+    if form == formats.MATERIALIZED:
+        known_hashes.update(write_examples(tmp, layout, total, max(workers, 2), progress))
+    metadata = split_metadata(arrays, identifiers)
+    atomic_write_text(tmp / layout.name / "dataset.json", json.dumps(metadata.to_dict()))
+    return {"groups": metadata.total_groups, "puzzles": metadata.total_puzzles, "examples": total}
+
+
+def _write_shared_files(tmp: Path, tasks: list[TaskVariants], form: str, identifiers_start: int) -> None:
+    """`identifiers.json`, `test_puzzles.json` (as upstream writes them) and the compact form's grid store."""
+    if form == formats.COMPACT:
+        padded, shapes = grid_store(tasks)
+        np.save(tmp / formats.GRIDS, padded, allow_pickle=False)
+        np.save(tmp / formats.GRID_SHAPES, shapes, allow_pickle=False)
+    atomic_write_bytes(tmp / "identifiers.json", identifiers_json(tasks, identifiers_start))
+    test_puzzles = {t.task.task_id: t.task.raw for t in tasks if t.is_test}
+    atomic_write_text(tmp / "test_puzzles.json", json.dumps(test_puzzles))
+
+
+def _summary_counts(
+    tasks: list[TaskVariants], subsets: list[str], identifiers: int, num_aug: int
+) -> dict[str, dict[str, int]]:
+    """Identifier, per-subset task and augmentation-shortfall counts for the manifest."""
+    sizes = np.array([len(t.tids) for t in tasks], dtype=np.int64)
+    return {
+        "identifiers": {"total": identifiers},
+        "tasks": {subset: sum(1 for t in tasks if t.task.subset == subset) for subset in subsets},
+        "augmentation": {
+            "tasks_short_of_target": int((sizes < num_aug + 1).sum()),
+            "min_variants": int(sizes.min()) if len(sizes) else 0,
+        },
+    }
 
 
 def resolve_prefix(input_file_prefix: str | Path | None) -> Path:

@@ -56,8 +56,12 @@ def write_manifest(
     inputs: dict[str, str],
     counts: dict[str, dict[str, int]],
     known_hashes: dict[str, str] | None = None,
+    identifiers: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Describe every file under `root` and write `manifest.json` (call last, after all other files)."""
+    """Describe every file under `root` and write `manifest.json` (call last, after all other files).
+
+    `identifiers` (from `identifiers_provenance`) says whether `identifiers.json` is upstream's.
+    """
     files = describe_files(root, known_hashes)
     manifest = {
         "format": FORMAT,
@@ -69,9 +73,62 @@ def write_manifest(
         "counts": counts,
         "files": files,
         "fingerprint": fingerprint(files, args),
+        "identifiers": identifiers or identifiers_provenance(upstream_identical=False),
     }
     atomic_write_json(root / MANIFEST, manifest)
     return manifest
+
+
+def identifiers_provenance(*, upstream_identical: bool) -> dict[str, Any]:
+    """The manifest's `identifiers` entry: whether `identifiers.json` (which TRM's puzzle embedding is
+    indexed by) is exactly what upstream's builder writes for the same task files and flags."""
+    return {"upstream_identical": upstream_identical}
+
+
+def has_upstream_identifiers(manifest: dict[str, Any]) -> bool:
+    """True for datasets whose identifiers are upstream's: built by a builder that reproduces upstream's, or
+    imported from upstream's own output. Datasets from older trm-stack builders (no entry) are not."""
+    entry = manifest.get("identifiers")
+    return isinstance(entry, dict) and entry.get("upstream_identical") is True
+
+
+def require_upstream_identifiers(
+    data_paths: list[str] | list[Path], rows: int, checkpoint: str | Path
+) -> None:
+    """Stop unless an upstream checkpoint's puzzle embedding fits these datasets' identifiers.
+
+    Upstream indexes the embedding by position in `identifiers.json`, and its checkpoints record nothing
+    about the data, so the evidence is: every dataset's identifiers are upstream's (manifest entry above)
+    and their total equals the checkpoint's row count (which differs for other subsets, --num-aug or
+    --seed in practice).
+    """
+    total = 0
+    for path in data_paths:
+        manifest = read_manifest(path)
+        if not has_upstream_identifiers(manifest):
+            raise TRMError(
+                f"{path}: its identifiers.json is not the one upstream's builder writes (dataset built by "
+                f"{manifest.get('builder', 'an unknown builder')}), so the upstream checkpoint {checkpoint} "
+                "would look up the wrong puzzle-embedding rows; rebuild it with this trm-stack, which "
+                f"reproduces upstream's builder (`python -m trm data build-arc --output-dir {path} --overwrite` "
+                "with the same flags), or use upstream's own build via `python -m trm data import-upstream DIR`"
+            )
+        counted = manifest.get("counts", {}).get("identifiers", {}).get("total")
+        total += counted if isinstance(counted, int) else len(_identifier_list(Path(path)))
+    if total != rows:
+        raise TRMError(
+            f"{checkpoint}: its puzzle embedding has {rows} rows but data_paths "
+            f"{', '.join(str(p) for p in data_paths)} hold {total} identifiers, so the checkpoint was trained on "
+            "other data (other --subsets, --num-aug or --seed); build the dataset with the flags it was trained "
+            "with and pass that"
+        )
+
+
+def _identifier_list(root: Path) -> list[Any]:
+    try:
+        return json.loads((root / "identifiers.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise TRMError(f"{root / 'identifiers.json'}: unreadable ({err}); {rebuild_hint(root)}") from None
 
 
 def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:

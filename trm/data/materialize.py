@@ -25,14 +25,14 @@ def rendered_blocks(layout: SplitLayout, workers: int) -> Iterator[tuple[np.ndar
     """
 
     def render(i: int) -> tuple[np.ndarray, np.ndarray]:
-        plan = layout.plans[i]
-        offsets = plan.offsets if layout.translated else None
-        inputs, labels = render_pairs(layout.pairs[i], plan.tids, plan.cmaps, offsets)
+        item = layout.variants[i]
+        offsets = item.offsets if layout.translated else None
+        inputs, labels = render_pairs(layout.pairs[i], item.tids, item.cmaps, offsets)
         return inputs.reshape(-1, SEQ_LEN), labels.reshape(-1, SEQ_LEN)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending: deque = deque()
-        for i in range(len(layout.plans)):
+        for i in range(len(layout.variants)):
             pending.append(pool.submit(render, i))
             if len(pending) > 2 * workers:
                 yield pending.popleft().result()
@@ -51,7 +51,7 @@ def write_examples(
     blocks = rendered_blocks(layout, max(workers, 1))
     desc = f"write {layout.name}"
     for inputs, labels in tqdm(
-        blocks, total=len(layout.plans), desc=desc, unit="task", disable=not progress, file=sys.stderr
+        blocks, total=len(layout.variants), desc=desc, unit="task", disable=not progress, file=sys.stderr
     ):
         writers[0].write(inputs)
         writers[1].write(labels)

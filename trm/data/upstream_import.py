@@ -11,7 +11,7 @@ import numpy as np
 from trm.errors import TRMError
 
 from . import formats
-from .manifest import MANIFEST, write_manifest
+from .manifest import MANIFEST, identifiers_provenance, write_manifest
 from .metadata import DatasetMetadata
 
 UPSTREAM_BUILDER = "upstream TinyRecursiveModels (imported by trm-stack)"
@@ -82,4 +82,5 @@ def import_upstream(dataset_dir: str | Path, *, progress: bool = False) -> dict[
         args={"imported": True},
         inputs={},
         counts=counts,
+        identifiers=identifiers_provenance(upstream_identical=True),  # upstream's own output
     )

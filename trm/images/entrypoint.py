@@ -1,8 +1,13 @@
-"""Image entrypoint: print what the image is, run the preflight, then exec the command.
+"""Image entrypoint: print what the image is, run the preflight before training, then exec the command.
 
-`TRM_PREFLIGHT` chooses what happens before the command: `auto` (default) runs
+The preflight (/dev/shm, disk, driver, GPUs, NCCL) guards commands that train; one-off commands (`python
+-m trm launch --dry-run`, `python -m trm handoff …`, `python -m trm version`, a shell) run without it, so
+they work on Docker's default 64 MiB /dev/shm. `is_training_command` decides from the command line.
+
+`TRM_PREFLIGHT` chooses what happens before a training command: `auto` (default) runs
 `python -m trm preflight $TRM_PREFLIGHT_ARGS` when this trm build has that command and stops on its
 failure; `require` does the same but also fails when the command is missing; `skip` runs nothing.
+Other commands never get the preflight, whatever `TRM_PREFLIGHT` says.
 """
 
 from __future__ import annotations
@@ -15,6 +20,53 @@ import sys
 from collections.abc import Callable, Sequence
 
 MODES = ("auto", "require", "skip")
+
+# `python -m <module>` entry points that train (the launcher runs its own preflight too, but a failure
+# here stops before any dataset build or GPU allocation).
+TRAINING_MODULES = ("trm.train", "trm.training.smoke", "torch.distributed.run")
+# Options that make a training entry point print and exit instead of training.
+NON_TRAINING_FLAGS = (
+    "--dry-run", "--help", "-h", "--help-env", "--markdown-env", "--handoff", "--onstart-script", "--cfg",
+)  # fmt: skip
+
+
+def _module_argv(command: Sequence[str]) -> tuple[str, list[str]] | None:
+    """(`module`, its arguments) for `python[3] [-u…] -m module args…`, else None."""
+    if not command or os.path.basename(command[0]).split(".")[0] not in ("python", "python3"):
+        return None
+    rest = list(command[1:])
+    while rest and rest[0].startswith("-") and rest[0] != "-m":
+        rest.pop(0)
+    if len(rest) < 2 or rest[0] != "-m":
+        return None
+    return rest[1], rest[2:]
+
+
+def is_training_command(command: Sequence[str]) -> bool:
+    """Whether `command` trains (and so needs the preflight first).
+
+    Training: `python -m trm launch`, `python -m trm.train`, `python -m trm.training.smoke`, torchrun
+    (`torchrun …` or `python -m torch.distributed.run`) and `bash scripts/train_prod.sh`, unless one of
+    `NON_TRAINING_FLAGS` asks them to print and exit. Everything else (version, handoff, preflight itself,
+    eval, package, infer, a shell, `sleep infinity`) is a one-off command.
+    """
+    args = list(command)
+    if not args:
+        return False
+    module = _module_argv(args)
+    program = os.path.basename(args[0])
+    if module is not None:
+        name, rest = module
+        trains = (name == "trm" and rest[:1] == ["launch"]) or name in TRAINING_MODULES
+    elif program == "torchrun":
+        trains, rest = True, args[1:]
+    elif program in ("bash", "sh") and len(args) > 1 and os.path.basename(args[1]) == "train_prod.sh":
+        trains, rest = True, args[2:]
+    elif program == "train_prod.sh":
+        trains, rest = True, args[1:]
+    else:
+        return False
+    return trains and not any(arg in NON_TRAINING_FLAGS for arg in rest)
 
 
 def banner(env: dict[str, str]) -> str:
@@ -75,9 +127,12 @@ def main(
     command = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
     print(banner(env), flush=True)
-    code = run_preflight(env)
-    if code != 0:
-        return code
+    if is_training_command(command):
+        code = run_preflight(env)
+        if code != 0:
+            return code
+    elif command:
+        print(f"entrypoint: no preflight for a command that does not train ({command[0]} …)", flush=True)
     if not command:
         print("entrypoint: no command given (docker run IMAGE COMMAND …)", file=sys.stderr)
         return 2

@@ -20,7 +20,8 @@ from trm.model.upstream import PUZZLE_EMB_KEY
 
 log = logging.getLogger(__name__)
 
-# Dataset facts inference needs; ARC's values (TRM_SPEC §8.2) when no dataset folder is at hand.
+# Dataset facts inference needs; ARC's values (as `python -m trm data build-arc` writes them) when no dataset
+# folder is at hand.
 ARC_DATASET = {"pad_id": 0, "ignore_label_id": 0, "blank_identifier_id": 0, "vocab_size": 12, "seq_len": 900}
 
 
@@ -81,6 +82,147 @@ def _resolve(checkpoint: Path, overrides: list[str]) -> tuple[Any, int, bool]:
     return resolve_config(checkpoint, overrides)
 
 
+@dataclasses.dataclass(frozen=True)
+class WheelOptions:
+    """The offline wheelhouse of the bundle (`wheels=False`: none)."""
+
+    wheels: bool = True
+    python_version: str = "3.11"
+    platforms: tuple[str, ...] | None = None
+    include_torch: bool = False
+    progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Identifiers:
+    """The dataset facts inference needs and the puzzle identifiers shipped with the bundle (or None)."""
+
+    facts: dict[str, Any]
+    names: list[str] | None
+    trained_rows: int
+
+
+def _identifiers(
+    checkpoint: Path,
+    kind: str,
+    cfg: Any,
+    weights: dict[str, torch.Tensor],
+    data_path: str | Path | None,
+    wanted: bool,
+) -> _Identifiers:
+    """The identifier strings of the puzzle table's rows (from the run's dataset), checked against it."""
+    from trm.data.manifest import require_upstream_identifiers
+    from trm.training.builder import UPSTREAM_KIND
+
+    table = weights.get(PUZZLE_EMB_KEY)
+    wanted = wanted and table is not None  # without a puzzle table identifiers change nothing
+    if data_path is None and wanted and len(cfg.data_paths) == 1 and Path(cfg.data_paths[0]).is_dir():
+        data_path = cfg.data_paths[0]
+    facts, names = _dataset_facts(Path(data_path) if data_path is not None and wanted else None)
+    rows = int(table.shape[0]) if table is not None else 1
+    if names is not None and len(names) != rows:
+        raise TRMError(
+            f"--data-path {data_path}: {len(names)} identifiers, but the checkpoint's puzzle table has {rows} "
+            "rows; pass the dataset the checkpoint was trained on, or --no-identifiers"
+        )
+    if names is not None and kind == UPSTREAM_KIND:  # rows must be upstream's identifiers, not just as many
+        require_upstream_identifiers([str(data_path)], rows, checkpoint)
+    return _Identifiers(facts, names, rows)
+
+
+def _fitted_model_config(
+    checkpoint: Path, cfg: Any, weights: dict[str, torch.Tensor], facts: dict[str, Any]
+) -> Any:
+    """The inference model's config; the weights must load into it exactly (checked on the meta device)."""
+    from trm.model import TinyRecursiveModel, TRMConfig
+
+    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
+    if arch["forward_dtype"] == "auto":
+        arch["forward_dtype"] = "bfloat16"
+    table = weights.get(PUZZLE_EMB_KEY)
+    model_cfg = TRMConfig(
+        batch_size=1,
+        seq_len=facts["seq_len"],
+        vocab_size=facts["vocab_size"],
+        num_puzzle_identifiers=int(table.shape[0]) if table is not None else 1,
+        **arch,
+    )
+    with torch.device("meta"):
+        model = TinyRecursiveModel(model_cfg)
+    try:
+        model.load_state_dict(weights, strict=True, assign=True)
+    except RuntimeError as err:
+        raise TRMError(
+            f"{checkpoint}: weights do not fit the architecture ({str(err).splitlines()[0]}); pass the "
+            "run's arch overrides, e.g. `arch.hidden_size=… arch.L_layers=…`"
+        ) from None
+    return model_cfg
+
+
+def _bundle_config(
+    checkpoint: Path, cfg: Any, model_cfg: Any, ids: _Identifiers, unseen_id: int, source: dict[str, Any]
+) -> dict[str, Any]:
+    """The bundle's `config.json`: architecture, dataset facts, identifier rule, provenance."""
+    return {
+        "format": B.FORMAT,
+        "format_version": B.FORMAT_VERSION,
+        "arch": B.arch_fields(model_cfg),
+        "loss_type": cfg.arch.loss.loss_type,
+        "dataset": ids.facts,
+        "identifiers": {
+            "shipped": ids.names is not None,
+            "trained_rows": ids.trained_rows,
+            "unseen_id": unseen_id,
+            "unseen_rule": "mean of the trained puzzle-embedding rows (blank row excluded)",
+        },
+        "source": {"checkpoint": checkpoint.name, **source},
+        "created": {"trm_stack": trm.__version__, "torch": torch.__version__, "unix_time": time.time()},
+    }
+
+
+def _write_bundle(
+    out_dir: Path,
+    weights: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    names: list[str] | None,
+    wheel_options: WheelOptions,
+    overwrite: bool,
+) -> dict[str, Any]:
+    """Weights, config, identifiers, wheelhouse, README and manifest, published atomically."""
+    opts = wheel_options
+    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+        with open(tmp / B.WEIGHTS, "wb") as f:
+            torch.save({k: v.contiguous() for k, v in weights.items()}, f)
+        atomic_write_json(tmp / B.CONFIG, config)
+        if names is not None:
+            atomic_write_text(tmp / B.IDENTIFIERS, json.dumps(names) + "\n")
+        pins: dict[str, str] = {}
+        if opts.wheels:
+            from trm.kaggle.wheelhouse import DEFAULT_PLATFORMS, build_wheelhouse
+
+            pins = build_wheelhouse(
+                tmp / B.WHEELS,
+                python_version=opts.python_version,
+                platforms=opts.platforms or DEFAULT_PLATFORMS,
+                include_torch=opts.include_torch,
+                progress=opts.progress,
+            )
+        readme = render_readme(config, pins, opts.python_version, opts.include_torch, opts.wheels)
+        atomic_write_text(tmp / B.README, readme)
+        manifest = {
+            "format": B.FORMAT,
+            "format_version": B.FORMAT_VERSION,
+            "python_version": opts.python_version if opts.wheels else None,
+            "torch_in_wheelhouse": opts.include_torch if opts.wheels else None,
+            "files": B.file_entries(tmp),
+        }
+        atomic_write_json(tmp / B.MANIFEST, manifest)
+        for path in tmp.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        tmp.chmod(0o755)
+    return manifest
+
+
 def package_kaggle(
     checkpoint: str | Path,
     out_dir: str | Path,
@@ -96,102 +238,26 @@ def package_kaggle(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Write the bundle for `checkpoint` (our step_N/ folder or an upstream step_N file) to `out_dir`."""
-    from trm.model import TinyRecursiveModel, TRMConfig
     from trm.training.builder import read_checkpoint_weights
     from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
 
-    checkpoint, out_dir = Path(checkpoint), Path(out_dir)
-    checkpoint = newest_in_run_dir(checkpoint)
+    checkpoint, out_dir = newest_in_run_dir(Path(checkpoint)), Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
+    # The run's config and weights.
     cfg, step, ours = _resolve(checkpoint, list(overrides or []))
     weights, kind = read_checkpoint_weights(str(checkpoint))
-
-    table = weights.get(PUZZLE_EMB_KEY)
-    identifiers = identifiers and table is not None  # without a puzzle table identifiers change nothing
-    if data_path is None and identifiers and len(cfg.data_paths) == 1 and Path(cfg.data_paths[0]).is_dir():
-        data_path = cfg.data_paths[0]
-    facts, names = _dataset_facts(Path(data_path) if data_path is not None and identifiers else None)
-    rows = int(table.shape[0]) if table is not None else 1
-    if names is not None and len(names) != rows:
-        raise TRMError(
-            f"--data-path {data_path}: {len(names)} identifiers, but the checkpoint's puzzle table has {rows} "
-            "rows; pass the dataset the checkpoint was trained on, or --no-identifiers"
-        )
-    weights, unseen_id = _with_unseen_row(weights, names is not None, facts["blank_identifier_id"])
-
-    arch = {k: v for k, v in dataclasses.asdict(cfg.arch).items() if k not in ("name", "loss")}
-    if arch["forward_dtype"] == "auto":
-        arch["forward_dtype"] = "bfloat16"
-    new_table = weights.get(PUZZLE_EMB_KEY)
-    model_cfg = TRMConfig(
-        batch_size=1,
-        seq_len=facts["seq_len"],
-        vocab_size=facts["vocab_size"],
-        num_puzzle_identifiers=int(new_table.shape[0]) if new_table is not None else 1,
-        **arch,
-    )
-    with torch.device("meta"):
-        model = TinyRecursiveModel(model_cfg)
-    try:
-        model.load_state_dict(weights, strict=True, assign=True)
-    except RuntimeError as err:
-        raise TRMError(
-            f"{checkpoint}: weights do not fit the architecture ({str(err).splitlines()[0]}); pass the "
-            "run's arch overrides, e.g. `arch.hidden_size=… arch.L_layers=…`"
-        ) from None
-
-    ckpt_manifest = {}
-    if ours:
-        ckpt_manifest = json.loads((checkpoint / CKPT_MANIFEST).read_text(encoding="utf-8"))
-    config = {
-        "format": B.FORMAT,
-        "format_version": B.FORMAT_VERSION,
-        "arch": B.arch_fields(model_cfg),
-        "loss_type": cfg.arch.loss.loss_type,
-        "dataset": facts,
-        "identifiers": {
-            "shipped": names is not None,
-            "trained_rows": rows,
-            "unseen_id": unseen_id,
-            "unseen_rule": "mean of the trained puzzle-embedding rows (blank row excluded)",
-        },
-        "source": {
-            "checkpoint": checkpoint.name,
-            "kind": kind,
-            "step": step,
-            "dataset_fingerprint": ckpt_manifest.get("dataset_fingerprint"),
-            "git_sha": ckpt_manifest.get("git_sha"),
-        },
-        "created": {"trm_stack": trm.__version__, "torch": torch.__version__, "unix_time": time.time()},
+    ids = _identifiers(checkpoint, kind, cfg, weights, data_path, identifiers)
+    # The puzzle table gains the row unseen tasks use (and loses the trained rows without identifiers).
+    weights, unseen_id = _with_unseen_row(weights, ids.names is not None, ids.facts["blank_identifier_id"])
+    model_cfg = _fitted_model_config(checkpoint, cfg, weights, ids.facts)
+    ckpt_manifest = json.loads((checkpoint / CKPT_MANIFEST).read_text(encoding="utf-8")) if ours else {}
+    source = {
+        "kind": kind,
+        "step": step,
+        "dataset_fingerprint": ckpt_manifest.get("dataset_fingerprint"),
+        "git_sha": ckpt_manifest.get("git_sha"),
     }
-    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
-        with open(tmp / B.WEIGHTS, "wb") as f:
-            torch.save({k: v.contiguous() for k, v in weights.items()}, f)
-        atomic_write_json(tmp / B.CONFIG, config)
-        if names is not None:
-            atomic_write_text(tmp / B.IDENTIFIERS, json.dumps(names) + "\n")
-        pins: dict[str, str] = {}
-        if wheels:
-            from trm.kaggle.wheelhouse import DEFAULT_PLATFORMS, build_wheelhouse
-
-            pins = build_wheelhouse(
-                tmp / B.WHEELS,
-                python_version=python_version,
-                platforms=platforms or DEFAULT_PLATFORMS,
-                include_torch=include_torch,
-                progress=progress,
-            )
-        atomic_write_text(tmp / B.README, render_readme(config, pins, python_version, include_torch, wheels))
-        manifest = {
-            "format": B.FORMAT,
-            "format_version": B.FORMAT_VERSION,
-            "python_version": python_version if wheels else None,
-            "torch_in_wheelhouse": include_torch if wheels else None,
-            "files": B.file_entries(tmp),
-        }
-        atomic_write_json(tmp / B.MANIFEST, manifest)
-        for path in tmp.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        tmp.chmod(0o755)
-    return manifest
+    config = _bundle_config(checkpoint, cfg, model_cfg, ids, unseen_id, source)
+    wheel_options = WheelOptions(wheels, python_version, platforms, include_torch, progress)
+    return _write_bundle(out_dir, weights, config, ids.names, wheel_options, overwrite)

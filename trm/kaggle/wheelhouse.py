@@ -7,12 +7,15 @@ target Python). torch and its own dependencies are left out by default: Kaggle i
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.metadata as md
 import importlib.util
 import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -92,15 +95,67 @@ def runtime_pins(python_version: str, *, include_torch: bool = False) -> dict[st
     return dict(sorted(pins.items()))
 
 
-def source_root() -> Path:
-    """The repository holding this package's pyproject.toml (for building our own wheel)."""
+def source_root() -> Path | None:
+    """The repository holding this package's pyproject.toml, or None for an installed wheel (the images)."""
     root = Path(__file__).resolve().parents[2]
-    if not (root / "pyproject.toml").is_file():
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+# Files pip adds at install time; a wheel must not carry them (RECORD is rewritten).
+INSTALL_ONLY = ("INSTALLER", "REQUESTED", "direct_url.json", "RECORD")
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def wheel_from_installed(dest: Path, dist: md.Distribution | None = None) -> Path:
+    """Re-pack the installed trm-stack (a wheel install, as in the trm images) into a wheel in `dest`.
+
+    Every file listed in the installed RECORD is checked against its recorded sha256 first, so a wheel
+    is never made from a modified install; the result is byte-for-byte reproducible (fixed timestamps).
+    """
+    dist = dist or md.distribution(DIST_NAME)
+    files = list(dist.files or [])
+    info_dirs = {f.parts[0] for f in files if f.parts[0].endswith(".dist-info")}
+    if len(info_dirs) != 1:
         raise TRMError(
-            f"no pyproject.toml next to the trm package ({root}): package from a source checkout of "
-            "trm-stack, or pass --no-wheels"
+            f"the installed {DIST_NAME} {dist.version} has no RECORD of its files (an editable or egg "
+            "install?): package from its source checkout, or pass --no-wheels"
         )
-    return root
+    (info_dir,) = info_dirs
+    entries: list[tuple[str, bytes]] = []
+    for f in files:
+        name = f.as_posix()
+        if "__pycache__" in f.parts or name.endswith(".pyc") or name.startswith(".."):
+            continue
+        if f.parts[0] == info_dir and f.name in INSTALL_ONLY:
+            continue
+        path = Path(str(f.locate()))
+        data = path.read_bytes()
+        if f.hash is not None and _record_hash(data) != f"{f.hash.mode}={f.hash.value}":
+            raise TRMError(
+                f"{path} differs from the installed {DIST_NAME} RECORD (modified after install); "
+                "reinstall the package or package from a source checkout"
+            )
+        entries.append((name, data))
+    if not any(name == f"{info_dir}/WHEEL" for name, _ in entries):
+        raise TRMError(f"the installed {DIST_NAME} has no {info_dir}/WHEEL file; reinstall it from a wheel")
+    entries.sort()
+    record = "".join(f"{name},{_record_hash(data)},{len(data)}\n" for name, data in entries)
+    record += f"{info_dir}/RECORD,,\n"
+    entries.append((f"{info_dir}/RECORD", record.encode()))
+    wheel = dest / f"{DIST_NAME.replace('-', '_')}-{dist.version}-py3-none-any.whl"
+    tmp = wheel.with_name(f".{wheel.name}.partial")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, data)
+    tmp.replace(wheel)
+    return wheel
 
 
 def _pip(args: list[str], what: str) -> None:
@@ -111,8 +166,11 @@ def _pip(args: list[str], what: str) -> None:
 
 
 def build_own_wheel(dest: Path) -> Path:
-    """`pip wheel --no-deps` of trm-stack from a clean copy of the source (no build/ left in the checkout)."""
+    """`pip wheel --no-deps` of trm-stack from a clean copy of the source (no build/ left in the checkout);
+    without a checkout (the trm images install a wheel), the installed package re-packed."""
     root = source_root()
+    if root is None:
+        return wheel_from_installed(dest)
     with tempfile.TemporaryDirectory(prefix="trm-wheel-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()

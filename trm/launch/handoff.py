@@ -201,6 +201,8 @@ def status_of(exit_code: object) -> str:
         None: "unknown (no launcher session recorded, or still running)",
         0: "finished",
         75: "stopped after saving a checkpoint (run the resume command to continue)",
+        74: "stopped: a checkpoint save found the disk full (free space, then run the resume command)",
+        79: "stopped by the MAX_HOURS budget after saving (run the resume command to continue)",
         2: "failed: configuration or preflight error (exit 2)",
     }.get(exit_code, f"failed (exit {exit_code})")  # type: ignore[call-overload]
 
@@ -238,7 +240,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         or os.environ.get("TRM_IMAGE_DIGEST") or None,
         "git_sha": run_json.get("git_sha") or manifest.get("git_sha") or _git_sha(),
         "resolved_config": run_json.get("config"),
-        "launch": {k: plan.get(k) for k in ("task", "hardware", "overrides", "train_command", "trainer_env")},
+        "launch": {k: plan.get(k) for k in ("recipe", "hardware", "overrides", "train_command", "trainer_env")},
         "gpus": [{"name": g.get("name"), "uuid": g.get("uuid"), "memory_mib": g.get("memory_mib")} for g in gpus],
         "versions": versions,
         "dev_shm_bytes": preflight.get("dev_shm_bytes"),
@@ -249,6 +251,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "metrics_summary": summarize_metrics(series),
         "submission": str(submission) if submission else None,
         "resume_command": resume,
+        "resume_where": plan.get("resume_where") or (
+            "the trm-stack checkout and venv that ran it" if resume else None
+        ),
     }  # fmt: skip
 
 
@@ -278,6 +283,7 @@ def render_info(data: dict[str, Any]) -> str:
         else "checkpoint:     none complete",
         f"submission:     {data['submission'] or 'none yet'}",
         f"resume:         {data['resume_command'] or 'unknown'}",
+        f"resume in:      {data['resume_where'] or 'unknown'}",
         "",
         f"metrics (last logged step {data['metrics_summary']['last_step']}):",
     ]  # fmt: skip

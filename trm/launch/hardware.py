@@ -6,8 +6,10 @@ import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trm.batching import largest_divisor_at_most
 from trm.errors import TRMError
 from trm.launch.nvidia_smi import GpuInfo
+from trm.training.config import TrainConfig
 
 TABLE_PATH = Path(__file__).with_name("hardware.toml")
 
@@ -124,7 +126,7 @@ def load_table(path: str | Path = TABLE_PATH) -> HardwareTable:
             f"hardware table {path} has no [cpu] section; add one (see the header of hardware.toml)"
         )
     table = HardwareTable(
-        global_batch_size=int(raw.get("global_batch_size", 768)),
+        global_batch_size=TrainConfig.global_batch_size,  # the paper's; recipes may set their own
         tiers=tiers,
         cpu=_tier(raw["cpu"], f"{path} [cpu]"),
     )
@@ -151,14 +153,6 @@ def match_tier(gpu: GpuInfo, table: HardwareTable) -> tuple[Tier, str]:
     return max(by_vram, key=lambda t: t.min_vram_gib), "vram"
 
 
-def largest_divisor_at_most(n: int, cap: int) -> int:
-    """The largest divisor of n that is <= cap (>= 1)."""
-    for d in range(min(n, cap), 0, -1):
-        if n % d == 0:
-            return d
-    return 1
-
-
 def select_plan(
     gpus: list[GpuInfo],
     *,
@@ -175,66 +169,101 @@ def select_plan(
     table = table or load_table()
     gbs = global_batch_size or table.global_batch_size
     notes: list[str] = []
-    if num_gpus is not None and num_gpus > len(gpus):
-        raise TRMError(
-            f"NUM_GPUS={num_gpus} but nvidia-smi lists {len(gpus)} GPU(s); unset NUM_GPUS to use all of them "
-            "or check that the container sees every GPU (`--gpus all`, `nvidia.com/gpu` limit)"
-        )
-    if num_gpus == 0 or not gpus:
-        used: list[GpuInfo] = []
-    else:
-        used = gpus[: num_gpus or len(gpus)]
-    if used:
-        per_gpu = [match_tier(g, table) for g in used]
-        # Mixed hosts run at the pace and memory of the weakest GPU.
-        weakest = min(range(len(used)), key=lambda i: (used[i].memory_mib, per_gpu[i][0].max_micro_batch))
-        tier, matched_by = per_gpu[weakest]
-        gpu = used[weakest]
-        if len({g.name for g in used}) > 1:
-            notes.append(f"mixed GPU models {sorted({g.name for g in used})}: sized for {gpu.name}")
-        gpus_per_node, device, name, vram = len(used), "cuda", gpu.name, gpu.memory_gib
-        if matched_by == "vram":
-            notes.append(f"{gpu.name} is not in the table; fell back by VRAM to tier {tier.name}")
-    else:
-        tier, matched_by = table.cpu, "cpu"
-        gpus_per_node, device, name, vram = max(1, cpu_procs), "cpu", "cpu", 0.0
-    world = gpus_per_node * nnodes
-    if gbs % world:
-        raise TRMError(
-            f"global_batch_size {gbs} is not divisible by the world size {world} ({gpus_per_node} per node x "
-            f"{nnodes} node(s)); set NUM_GPUS to a divisor of {gbs} (1, 2, 4, 8) so the training math stays fixed"
-        )
-    local = gbs // world
-    if micro_batch_size is not None:
-        if micro_batch_size < 1 or local % micro_batch_size:
-            raise TRMError(
-                f"MICRO_BATCH_SIZE={micro_batch_size} must divide the per-rank batch {local} "
-                f"(= {gbs} / world size {world}); pick a divisor such as {largest_divisor_at_most(local, micro_batch_size)}"
-            )
-        micro = micro_batch_size
-        notes.append(
-            f"micro-batch forced to {micro} (table: {largest_divisor_at_most(local, tier.max_micro_batch)})"
-        )
-    else:
-        micro = largest_divisor_at_most(local, tier.max_micro_batch)
-    use_compile = tier.compile if compile_override is None else compile_override
+    used = gpus_to_use(gpus, num_gpus)
+    device = size_device(used, table, cpu_procs, notes)
+    world = device.per_node * nnodes
+    local = local_batch(gbs, world, device.per_node, nnodes)
+    micro = micro_batch(local, device.tier, micro_batch_size, gbs, world, notes)
     expected = expected_global_batch_size or table.global_batch_size
     if gbs != expected:
         notes.append(f"global_batch_size {gbs} differs from the run's {expected}: the training math changes")
     return HardwarePlan(
-        tier=tier.name,
-        tier_source=tier.source,
-        matched_by=matched_by,
-        gpu_name=name,
-        vram_gib=round(vram, 1),
-        gpus_per_node=gpus_per_node,
+        tier=device.tier.name,
+        tier_source=device.tier.source,
+        matched_by=device.matched_by,
+        gpu_name=device.name,
+        vram_gib=round(device.vram_gib, 1),
+        gpus_per_node=device.per_node,
         nnodes=nnodes,
         world_size=world,
         global_batch_size=gbs,
         local_batch_size=local,
         micro_batch_size=micro,
         grad_accumulation=local // micro,
-        compile=use_compile,
-        device=device,
+        compile=device.tier.compile if compile_override is None else compile_override,
+        device=device.kind,
         notes=notes,
     )
+
+
+def gpus_to_use(gpus: list[GpuInfo], num_gpus: int | None) -> list[GpuInfo]:
+    """Step 1: the first `num_gpus` GPUs (all when None, none for 0); MIG slices only one at a time."""
+    if num_gpus is not None and num_gpus > len(gpus):
+        raise TRMError(
+            f"NUM_GPUS={num_gpus} but nvidia-smi lists {len(gpus)} GPU(s); unset NUM_GPUS to use all of them "
+            "or check that the container sees every GPU (`--gpus all`, `nvidia.com/gpu` limit)"
+        )
+    used = [] if num_gpus == 0 or not gpus else gpus[: num_gpus or len(gpus)]
+    slices = [g for g in used if g.mig_profile]
+    if slices and len(used) > 1:
+        raise TRMError(
+            f"{len(used)} devices include MIG slices ({', '.join(g.name for g in slices)}): a CUDA process "
+            "uses one MIG slice and NCCL cannot join slices; set NUM_GPUS=1 (one slice), or use whole GPUs "
+            "(MIG disabled) for multi-GPU training"
+        )
+    return used
+
+
+@dataclass(frozen=True)
+class SizedDevice:
+    """Step 2's result: the tier that sizes every rank, and what it was chosen for."""
+
+    tier: Tier
+    matched_by: str
+    kind: str  # "cuda" or "cpu"
+    name: str
+    vram_gib: float
+    per_node: int
+
+
+def size_device(used: list[GpuInfo], table: HardwareTable, cpu_procs: int, notes: list[str]) -> SizedDevice:
+    """Step 2: the tier of the weakest GPU used (mixed hosts run at its pace and memory), or the CPU tier."""
+    if not used:
+        return SizedDevice(table.cpu, "cpu", "cpu", "cpu", 0.0, max(1, cpu_procs))
+    per_gpu = [match_tier(g, table) for g in used]
+    weakest = min(range(len(used)), key=lambda i: (used[i].memory_mib, per_gpu[i][0].max_micro_batch))
+    tier, matched_by = per_gpu[weakest]
+    gpu = used[weakest]
+    if len({g.name for g in used}) > 1:
+        notes.append(f"mixed GPU models {sorted({g.name for g in used})}: sized for {gpu.name}")
+    if gpu.mig_profile:
+        notes.append(
+            f"MIG slice {gpu.mig_profile}: sized for its {gpu.memory_gib:.0f} GiB, not the whole GPU's memory"
+        )
+    if matched_by == "vram":
+        notes.append(f"{gpu.name} is not in the table; fell back by VRAM to tier {tier.name}")
+    return SizedDevice(tier, matched_by, "cuda", gpu.name, gpu.memory_gib, len(used))
+
+
+def local_batch(gbs: int, world: int, per_node: int, nnodes: int) -> int:
+    """Step 3: rows per rank per optimizer step; the global batch must split evenly over the ranks."""
+    if gbs % world:
+        raise TRMError(
+            f"global_batch_size {gbs} is not divisible by the world size {world} ({per_node} per node x "
+            f"{nnodes} node(s)); set NUM_GPUS to a divisor of {gbs} (1, 2, 4, 8) so the training math stays fixed"
+        )
+    return gbs // world
+
+
+def micro_batch(local: int, tier: Tier, forced: int | None, gbs: int, world: int, notes: list[str]) -> int:
+    """Step 4: the micro-batch: the tier's largest divisor of the local batch, or the forced one."""
+    table_value = largest_divisor_at_most(local, tier.max_micro_batch)
+    if forced is None:
+        return table_value
+    if forced < 1 or local % forced:
+        raise TRMError(
+            f"MICRO_BATCH_SIZE={forced} must divide the per-rank batch {local} "
+            f"(= {gbs} / world size {world}); pick a divisor such as {largest_divisor_at_most(local, forced)}"
+        )
+    notes.append(f"micro-batch forced to {forced} (table: {table_value})")
+    return forced

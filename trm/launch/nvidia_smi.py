@@ -6,15 +6,19 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from trm.errors import TRMError
 
 QUERY_FIELDS = ("name", "memory.total", "compute_cap", "driver_version", "uuid")
 QUERY_ARGS = (f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
 MEMORY_USED_ARGS = ("--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
+LIST_ARGS = ("-L",)
+NOT_AVAILABLE = "[N/A]"  # what nvidia-smi prints for a field the device or driver cannot report
 
-# A runner takes argv (without the program name) and returns (exit code, stdout + stderr).
+# A runner takes argv (without the program name) and returns (exit code, output): stdout alone when the
+# command succeeds (warnings nvidia-smi prints on stderr must not reach the CSV parser), stdout + stderr
+# when it fails (so the error message can be shown).
 Runner = Callable[[Sequence[str]], tuple[int, str]]
 
 NO_DRIVER_FIX = (
@@ -38,6 +42,7 @@ class GpuInfo:
     compute_cap: str
     driver_version: str
     uuid: str
+    mig_profile: str | None = None  # e.g. "3g.40gb" when this is a MIG slice (memory_mib is the slice's)
 
     @property
     def memory_gib(self) -> float:
@@ -48,6 +53,13 @@ class GpuInfo:
     def sm(self) -> int:
         """Compute capability as an SM number: "9.0" -> 90, "8.9" -> 89."""
         major, _, minor = self.compute_cap.partition(".")
+        if not (major.isdigit() and (minor.isdigit() or not minor)):
+            raise TRMError(
+                f"nvidia-smi reports compute capability {self.compute_cap!r} for GPU {self.index} ({self.name}), "
+                "so the image's GPU architectures cannot be checked against it; update the NVIDIA driver "
+                f"(`nvidia-smi --query-gpu=compute_cap --format=csv -i {self.index}` must print a number "
+                "such as 9.0)"
+            )
         return int(major) * 10 + int(minor or 0)
 
     def to_dict(self) -> dict[str, object]:
@@ -69,6 +81,8 @@ def system_runner(program: str = "nvidia-smi", timeout: float = 60.0) -> Runner:
                 f"`{program} {' '.join(argv)}` did not answer within {timeout:.0f} s: the driver is hung; "
                 "reboot the host or move to another one"
             ) from err
+        if proc.returncode == 0:
+            return 0, proc.stdout
         return proc.returncode, proc.stdout + proc.stderr
 
     return run
@@ -78,8 +92,8 @@ def parse_query_csv(text: str) -> list[GpuInfo]:
     """Parse `nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version,uuid` CSV output."""
     gpus: list[GpuInfo] = []
     for line in text.splitlines():
-        if not line.strip():
-            continue
+        if not line.strip() or line.lstrip().upper().startswith("WARNING"):
+            continue  # e.g. "WARNING: infoROM is corrupted at gpu …" (the GPUs are still listed)
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != len(QUERY_FIELDS):
             raise TRMError(
@@ -100,13 +114,69 @@ def parse_query_csv(text: str) -> list[GpuInfo]:
 
 
 def query_gpus(runner: Runner | None = None) -> list[GpuInfo]:
-    """List the GPUs of this host; raises TRMError with the fix when nvidia-smi is missing or fails."""
+    """List the GPUs this process can use; raises TRMError with the fix when nvidia-smi is missing or fails.
+
+    A GPU in MIG mode is replaced by its visible MIG slices, sized from the slice: `--query-gpu` reports
+    the parent GPU's memory, which would size the batch for 80 GB on a 10-40 GB slice.
+    """
     runner = runner or system_runner()
     code, out = runner(QUERY_ARGS)
     if code != 0:
         first = out.strip().splitlines()[0] if out.strip() else f"exit code {code}"
         raise TRMError(f"`nvidia-smi` failed: {first}; {NO_DRIVER_FIX}")
-    return parse_query_csv(out)
+    gpus = parse_query_csv(out)
+    code, listing = runner(LIST_ARGS)
+    slices = parse_mig_listing(listing) if code == 0 else {}
+    return with_mig_slices(gpus, slices) if slices else gpus
+
+
+_LIST_GPU = re.compile(r"^GPU (?P<index>\d+): .*\(UUID: (?P<uuid>[^)]+)\)\s*$")
+_LIST_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+\d+: \(UUID: (?P<uuid>[^)]+)\)\s*$")
+_PROFILE_GB = re.compile(r"(\d+)gb")
+
+
+def parse_mig_listing(text: str) -> dict[int, list[tuple[str, str]]]:
+    """MIG slices per GPU index from `nvidia-smi -L`: {gpu index: [(profile, MIG uuid), ...]}."""
+    slices: dict[int, list[tuple[str, str]]] = {}
+    current: int | None = None
+    for line in text.splitlines():
+        if match := _LIST_GPU.match(line):
+            current = int(match.group("index"))
+        elif (match := _LIST_MIG.match(line)) and current is not None:
+            slices.setdefault(current, []).append((match.group("profile"), match.group("uuid")))
+    return slices
+
+
+def mig_memory_mib(profile: str) -> int:
+    """Memory of a MIG slice from its profile name ("3g.40gb" -> 40 GiB, "1g.10gb+me" -> 10 GiB)."""
+    found = _PROFILE_GB.findall(profile)
+    if not found:
+        raise TRMError(
+            f"cannot read the memory size of MIG profile {profile!r} (expected a name such as 3g.40gb); "
+            "run `nvidia-smi -L` to check, or use a whole GPU"
+        )
+    return int(found[-1]) * 1024
+
+
+def with_mig_slices(gpus: list[GpuInfo], slices: dict[int, list[tuple[str, str]]]) -> list[GpuInfo]:
+    """Replace every GPU that has visible MIG slices by those slices (renumbered in order)."""
+    out: list[GpuInfo] = []
+    for gpu in gpus:
+        for profile, uuid in slices.get(gpu.index, []) or [(None, None)]:
+            if profile is None:
+                out.append(replace(gpu, index=len(out)))
+            else:
+                out.append(
+                    replace(
+                        gpu,
+                        index=len(out),
+                        name=f"{gpu.name} MIG {profile}",
+                        memory_mib=mig_memory_mib(profile),
+                        uuid=str(uuid),
+                        mig_profile=profile,
+                    )
+                )
+    return out
 
 
 _HEADER = re.compile(r"Driver Version:\s*(?P<driver>[\d.]+).*?CUDA Version:\s*(?P<cuda>[\d.]+)")

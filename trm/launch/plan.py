@@ -10,10 +10,15 @@ from pathlib import Path
 from trm.launch.hardware import HardwarePlan, select_plan
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
-from trm.launch.tasks import Task, get_task
+from trm.training.recipes import Recipe, get_recipe
 
 # Set to 0 by train_prod.sh, whose exit trap runs the handoff instead of the launcher.
 HANDOFF_VAR = "TRM_LAUNCH_HANDOFF"
+
+# scripts/train_prod.sh exports TRM_LAUNCHER=scripts/train_prod.sh, so the resume command names it; the
+# image has no scripts/ and runs `python -m trm launch` directly.
+SCRIPT = "scripts/train_prod.sh"
+LAUNCHER_ENV = "TRM_LAUNCHER"
 
 # Process environment for every trainer process (only set when the user has not set them).
 TRAINER_ENV_DEFAULTS = {
@@ -76,7 +81,7 @@ class LaunchPlan:
     """Everything a launch will do, resolved up front."""
 
     settings: LaunchSettings
-    task: Task
+    recipe: Recipe
     hardware: HardwarePlan
     gpus: list[GpuInfo]
     dataset_dir: Path
@@ -88,7 +93,7 @@ class LaunchPlan:
 
     @property
     def checkpoint_bytes(self) -> int:
-        """Size of the newest complete checkpoint of this run, else the task's estimate."""
+        """Size of the newest complete checkpoint of this run, else the recipe's estimate."""
         run_dir = self.settings.run_dir
         done = sorted(
             (p for p in run_dir.glob("step_*") if (p / "COMPLETE").exists()),
@@ -96,7 +101,7 @@ class LaunchPlan:
         )
         if done:
             return sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
-        return self.task.checkpoint_bytes
+        return self.recipe.checkpoint_bytes
 
     def trainer_overrides(
         self,
@@ -157,16 +162,16 @@ class LaunchPlan:
         ]
 
     def build_command(self) -> list[str]:
-        """`python -m trm data build-arc …` (or the task's other builder) for the task's dataset."""
+        """`python -m trm data build-arc …` (or the recipe's other builder) for the recipe's dataset."""
         return [
             self.settings.python,
             "-m",
             "trm",
             "data",
-            self.task.builder,
+            self.recipe.builder,
             "--output-dir",
             str(self.dataset_dir),
-            *self.task.build_args,
+            *self.recipe.build_args,
         ]
 
     def verify_command(self) -> list[str]:
@@ -209,11 +214,14 @@ class LaunchPlan:
         """torchrun of the run itself."""
         return self.torchrun(self.trainer_overrides(), exit_dir=self.exit_dir())
 
-    def resume_command(self, environ: dict[str, str], script: str = "scripts/train_prod.sh") -> str:
-        """The exact command that continues this run: the launch variables that were set, then the script."""
+    def resume_command(self, environ: dict[str, str]) -> str:
+        """The exact command that continues this run where it ran: the launch variables that were set, then
+        the entry point that started it (`bash scripts/train_prod.sh` in a checkout, which exports
+        `TRM_LAUNCHER`; `python -m trm launch` otherwise, e.g. inside a trm image, which has no scripts/)."""
         names = [v.name for v in ENV_VARS if v.name in environ and environ[v.name] != ""]
         assigns = [f"{n}={shlex.quote(environ[n])}" for n in names]
-        return " ".join([*assigns, "bash", script, *(shlex.quote(o) for o in self.settings.cli_overrides)])
+        entry = ["bash", SCRIPT] if environ.get(LAUNCHER_ENV) == SCRIPT else ["python", "-m", "trm", "launch"]
+        return " ".join([*assigns, *entry, *(shlex.quote(o) for o in self.settings.cli_overrides)])
 
     def steps(self) -> list[Step]:
         """The ordered steps of the launch: what --dry-run prints and what `Launch.run()` executes."""
@@ -249,7 +257,7 @@ class LaunchPlan:
         if s.max_hours is not None:
             what = (
                 f"starts after data verification: SIGTERM to the trainer at "
-                f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves and exits 75)"
+                f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves; the launcher exits 79)"
             )
         else:
             what = "starts after data verification: no deadline (MAX_HOURS unset)"
@@ -302,7 +310,7 @@ class LaunchPlan:
         s = self.settings
         lines = [
             "trm launch plan (dry run: nothing is executed)",
-            f"run           {s.run_name} (task {s.task})",
+            f"run           {s.run_name} (recipe {s.recipe})",
             f"run dir       {s.run_dir}",
             f"dataset       {self.dataset_dir}",
             f"artifacts     {s.artifacts_run_dir}",
@@ -314,8 +322,28 @@ class LaunchPlan:
             lines += [f"  {line}" for line in step.what.splitlines()]
             lines += [f"  $ {shlex.join(cmd)}" for cmd in step.commands]
             lines.append("")
+        lines.append(f"resume in:   {resume_where(environ)}")
         lines.append(f"resume with: {self.resume_command(environ)}")
         return "\n".join(lines)
+
+
+def resume_where(environ: dict[str, str]) -> str:
+    """Where the resume command runs: the image it ran in (by digest when known), or a checkout."""
+    if environ.get("TRM_IMAGE_VARIANT"):
+        digest = environ.get("TRM_IMAGE_DIGEST") or (
+            f"unknown digest (variant {environ['TRM_IMAGE_VARIANT']}; pass -e TRM_IMAGE_DIGEST from "
+            "docker/images.lock.json)"
+        )
+        place = (
+            "the Job's pod (re-apply the same overlay)"
+            if environ.get("KUBERNETES_SERVICE_HOST")
+            else (
+                "the same container, or a new one of this image with the same volumes on /workspace/{data,"
+                "checkpoints,artifacts}"
+            )
+        )
+        return f"inside the trm image {digest}: {place}"
+    return "the trm-stack checkout and venv that ran it, from the checkout's root"
 
 
 def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, str]:
@@ -331,21 +359,21 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
 
 def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
     """Resolve the hardware tier and every trainer override for this launch."""
-    task = get_task(settings.task)
+    recipe = get_recipe(settings.recipe)
     hardware = select_plan(
         gpus,
         num_gpus=settings.num_gpus,
         nnodes=settings.nnodes,
-        global_batch_size=settings.global_batch_size or task.global_batch_size,
+        global_batch_size=settings.global_batch_size or recipe.global_batch_size,
         micro_batch_size=settings.micro_batch_size,
         compile_override=settings.compile,
         cpu_procs=settings.cpu_procs,
-        expected_global_batch_size=task.global_batch_size,
+        expected_global_batch_size=recipe.global_batch_size,
     )
-    dataset_dir = settings.data_dir / task.dataset
+    dataset_dir = settings.data_dir / recipe.dataset
     overrides = merge_overrides(
         [
-            *task.overrides,
+            *recipe.overrides,
             f"data_paths=[{dataset_dir}]",
             f"run_name={settings.run_name}",
             f"project_name={settings.wandb_project}",
@@ -358,7 +386,7 @@ def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str,
     )
     return LaunchPlan(
         settings=settings,
-        task=task,
+        recipe=recipe,
         hardware=hardware,
         gpus=gpus,
         dataset_dir=dataset_dir,

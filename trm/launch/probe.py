@@ -16,8 +16,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from trm.batching import largest_divisor_at_most
 from trm.io import atomic_write_json
-from trm.launch.hardware import largest_divisor_at_most
 from trm.launch.nvidia_smi import Runner, query_memory_used
 from trm.launch.plan import LaunchFailed, LaunchPlan
 from trm.launch.supervisor import AttemptResult, Console, Supervisor

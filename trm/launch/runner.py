@@ -14,26 +14,26 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
-from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan
+from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.launch.workspace import ensure_writable
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
-PRODUCTION_TASKS = ("arc1", "arc2")
+PRODUCTION_RECIPES = ("arc1", "arc2")
 
 
 def detect_gpus(settings: LaunchSettings, runner: Runner | None = None) -> list[GpuInfo]:
-    """GPUs from nvidia-smi; none when NUM_GPUS=0. Production tasks never fall back to CPU silently."""
+    """GPUs from nvidia-smi; none when NUM_GPUS=0. Production recipes never fall back to CPU silently."""
     if settings.num_gpus == 0:
         return []
     try:
         return query_gpus(runner)
     except NvidiaSmiMissing as err:
-        if settings.num_gpus or settings.task in PRODUCTION_TASKS:
+        if settings.num_gpus or settings.recipe in PRODUCTION_RECIPES:
             raise TRMError(
-                f"{err}. TASK={settings.task} needs GPUs; to train on CPU on purpose set NUM_GPUS=0 "
-                "(TASK=cpu-tiny is the CPU-sized run)"
+                f"{err}. TASK={settings.recipe} needs GPUs; to train on CPU on purpose set NUM_GPUS=0 "
+                "(TASK=debug-tiny is the CPU-sized run)"
             ) from None
         return []
 
@@ -87,7 +87,7 @@ class Launch:
             s.launch_dir / "plan.json",
             {
                 "run_name": s.run_name,
-                "task": s.task,
+                "recipe": s.recipe,
                 "run_dir": str(s.run_dir),
                 "dataset_dir": str(plan.dataset_dir),
                 "artifacts_dir": str(s.artifacts_run_dir),
@@ -98,6 +98,7 @@ class Launch:
                 "train_command": plan.train_command(),
                 "trainer_env": plan.env,
                 "resume_command": plan.resume_command(self.environ),
+                "resume_where": resume_where(self.environ),
                 "gpu_hourly_usd": s.gpu_hourly_usd,
                 "max_hours": s.max_hours,
                 "image_digest": self.environ.get("TRM_IMAGE_DIGEST") or None,
@@ -224,27 +225,32 @@ class Launch:
                     self.console.log(
                         f"trainer saved and stopped ({self.supervisor.stop_reason}); the same command resumes"
                     )
-                elif restarts < s.max_restarts:
+                    self.exit_code = self._stop_code()
+                    return
+                if restarts < s.max_restarts:
                     restarts += 1
                     self.console.log(f"trainer saved and exited 75: restart {restarts}/{s.max_restarts}")
                     self.events.write("restart", restart=restarts)
                     continue
-                else:
-                    self.console.log(
-                        f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
-                    )
+                self.console.log(
+                    f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
+                )
                 self.exit_code = exit_codes.SAVED_RETRY
                 return
             if self.supervisor.stop_reason and not result.rank_codes and result.returncode == -15:
                 # The stop arrived while torchrun was starting, before any trainer ran: nothing was lost.
                 self.console.log("stopped before the trainer started; the same command resumes")
-                self.exit_code = exit_codes.SAVED_RETRY
+                self.exit_code = self._stop_code()
                 return
+            code = result.returncode if result.returncode > 0 else 1
+            if exit_codes.DISK_FULL in result.rank_codes.values():
+                # torchrun reports 1 for any failed child; the trainer's own code says what to do.
+                code = exit_codes.DISK_FULL
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
                 f"see {s.launch_dir / 'train.log'}. Fix the cause and rerun the same command to resume."
             )
-            self.exit_code = result.returncode if result.returncode > 0 else 1
+            self.exit_code = code
             return
 
     def handoff(self, step: Step) -> None:
@@ -258,6 +264,16 @@ class Launch:
             self.console.log(f"handoff failed ({err}); rerun: {' '.join(self.plan.handoff_command())}")
             return
         self.console.log(f"handoff bundle: {bundle}" if bundle else "handoff: no run directory yet")
+
+    def _stop_code(self) -> int:
+        """75 for a stop asked from outside (SIGTERM: retry), BUDGET_STOPPED for the cost guard's."""
+        if self.supervisor.budget_stop:
+            self.console.log(
+                f"exit {exit_codes.BUDGET_STOPPED}: the MAX_HOURS budget is spent; orchestrators must not "
+                "restart this automatically"
+            )
+            return exit_codes.BUDGET_STOPPED
+        return exit_codes.SAVED_RETRY
 
     # -- the whole launch ------------------------------------------------------------------------
     def step_action(self, step: Step) -> Callable[[Step], None]:
@@ -274,7 +290,7 @@ class Launch:
         self.step_action(step)(step)
 
     def run(self) -> int:
-        """Every step of the plan in order; returns the launcher exit code (0, 2, 75 or the trainer's)."""
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 74, 75, 79 or the trainer's)."""
         s = self.settings
         self.session_start = time.time()
         self.supervisor.install_signal_handlers()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trm.compile_setting import parse_compile
 from trm.errors import TRMError
-from trm.launch.tasks import TASKS
+from trm.training.recipes import RECIPES
 
 
 @dataclass(frozen=True)
@@ -30,9 +30,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "TASK",
         "arc2",
-        "what to train: arc2 (ARC-AGI-2 + ConceptARC), arc1, arc2-smoke (100 puzzles, 1 epoch), "
-        "cpu-tiny (a tiny model on 4 puzzles, for CPU tests), sudoku-mlp / sudoku-att (Sudoku-Extreme, "
-        "1k puzzles x 1000 shuffles, MLP or attention), maze (Maze-Hard 30x30)",
+        "the recipe to train (trm/training/recipes.py): "
+        + ", ".join(f"{r.name} ({r.summary})" for r in RECIPES.values()),
     ),
     EnvVar(
         "RUN_NAME",
@@ -57,8 +56,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("CPU_PROCS", "1", "processes (gloo) when training on CPU", "hardware"),
     EnvVar(
         "GLOBAL_BATCH_SIZE",
-        "768 (cpu-tiny: 8)",
-        "examples per optimizer step over all GPUs; fixed by the task, changing it changes the training math",
+        "the recipe's: " + ", ".join(f"{r.name} {r.global_batch_size}" for r in RECIPES.values()),
+        "examples per optimizer step over all GPUs; fixed by the recipe, changing it changes the training math",
         "hardware",
     ),
     EnvVar(
@@ -107,7 +106,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "MAX_HOURS",
         "(empty: no limit)",
-        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM)",
+        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM); "
+        "counted per launcher session (a restart or resume gets the full MAX_HOURS again)",
         "cost",
     ),
     EnvVar(
@@ -133,7 +133,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("USE_TMUX", "0", "1: run inside a detached tmux session named $RUN_NAME (attach command printed)"),
     EnvVar("PYTHON", "python", "interpreter with trm-stack installed"),
 )
-# Set by the trm images (read by preflight and the handoff bundle), listed for completeness.
+# Set by the trm images (read by preflight and the handoff bundle), listed for completeness; except
+# TRM_IMAGE_DIGEST: an image cannot know its own digest, so whoever starts it passes it from
+# docker/images.lock.json (`python -m trm jobs pin` into the Jobs, `-e TRM_IMAGE_DIGEST` in the runbooks).
 IMAGE_VARS: tuple[EnvVar, ...] = (
     EnvVar("TRM_IMAGE_CUDA", "the torch build's CUDA", "CUDA version of the image (driver check)", "image"),
     EnvVar(
@@ -143,7 +145,13 @@ IMAGE_VARS: tuple[EnvVar, ...] = (
         "image",
     ),
     EnvVar("TRM_ADAM_ATAN2_SM_LIST", "$TRM_IMAGE_SM_LIST", "SMs of the baked adam-atan2 extension", "image"),
-    EnvVar("TRM_IMAGE_DIGEST", "(empty)", "image digest recorded in handoff.json", "image"),
+    EnvVar(
+        "TRM_IMAGE_DIGEST",
+        "(empty)",
+        "image digest recorded in handoff.json; passed by whoever starts the image (jobs pin, the runbooks' "
+        "docker run), never baked in",
+        "image",
+    ),
 )
 ALL_VARS = ENV_VARS + IMAGE_VARS
 
@@ -223,7 +231,7 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
 class LaunchSettings:
     """The resolved environment of one launch."""
 
-    task: str
+    recipe: str  # TASK=
     run_name: str
     data_dir: Path
     checkpoint_dir: Path
@@ -277,9 +285,9 @@ class LaunchSettings:
         cls, env: Mapping[str, str] = os.environ, extra_overrides: tuple[str, ...] = ()
     ) -> LaunchSettings:
         """Read and check every variable; errors name the variable and the fix."""
-        task = env.get("TASK", "").strip() or "arc2"
-        if task not in TASKS:
-            raise TRMError(f"TASK={task!r} is not a task; use one of {', '.join(TASKS)}")
+        recipe = env.get("TASK", "").strip() or "arc2"
+        if recipe not in RECIPES:
+            raise TRMError(f"TASK={recipe!r} is not a recipe; use one of {', '.join(RECIPES)}")
         workspace = Path(env.get("WORKSPACE", "").strip() or "/workspace")
         wandb = (env.get("WANDB", "").strip() or "off").lower()
         if wandb not in ("off", "online", "offline"):
@@ -308,8 +316,8 @@ class LaunchSettings:
         except ValueError as err:
             raise TRMError(f"TRAIN_OVERRIDES cannot be split into words ({err}); check its quoting") from None
         return cls(
-            task=task,
-            run_name=env.get("RUN_NAME", "").strip() or f"trm-{task}",
+            recipe=recipe,
+            run_name=env.get("RUN_NAME", "").strip() or f"trm-{recipe}",
             data_dir=Path(env.get("DATA_DIR", "").strip() or workspace / "data"),
             checkpoint_dir=Path(env.get("CHECKPOINT_DIR", "").strip() or workspace / "checkpoints"),
             artifacts_dir=Path(env.get("ARTIFACTS_DIR", "").strip() or workspace / "artifacts"),
@@ -335,7 +343,7 @@ class LaunchSettings:
             gpu_hourly_usd=_float(env, "GPU_HOURLY_USD"),
             cost_log_minutes=_float(env, "COST_LOG_MINUTES") or 30.0,
             wandb=wandb,
-            wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{task}",
+            wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{recipe}",
             use_tmux=_flag(env, "USE_TMUX", False),
             python=env.get("PYTHON", "").strip() or "python",
             cli_overrides=tuple(extra_overrides),

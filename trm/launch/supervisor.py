@@ -130,6 +130,7 @@ class Supervisor:
         self.console = console
         self.events = events
         self.stop_reason: str | None = None
+        self.budget_stop = False  # the first stop request came from the cost guard (MAX_HOURS)
         self._child: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
@@ -142,12 +143,16 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, handler)
 
-    def request_stop(self, reason: str) -> None:
-        """Ask the running child to save and stop (idempotent; later requests re-send SIGTERM)."""
+    def request_stop(self, reason: str, *, budget: bool = False) -> None:
+        """Ask the running child to save and stop (idempotent; later requests re-send SIGTERM).
+
+        budget=True marks the cost guard's request: the launcher then exits BUDGET_STOPPED, not 75.
+        """
         with self._lock:
             first = self.stop_reason is None
             if first:
                 self.stop_reason = reason
+                self.budget_stop = budget
             child = self._child
         if first:
             self.console.log(f"stop requested ({reason}): asking the trainer to save and exit")
@@ -265,7 +270,9 @@ class CostGuard(threading.Thread):
         while not self._stopped.is_set():
             now = self.clock()
             if self.deadline is not None and now >= self.deadline:
-                self.supervisor.request_stop(f"cost guard: MAX_HOURS reached ({self.cost_line(now)})")
+                self.supervisor.request_stop(
+                    f"cost guard: MAX_HOURS reached ({self.cost_line(now)})", budget=True
+                )
                 return
             if now >= next_log:
                 cost = self.cost_usd(now)

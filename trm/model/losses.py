@@ -20,12 +20,6 @@ def stablemax_s(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x < 0, 1 / (1 - x + STABLEMAX_EPS), x + 1)
 
 
-def log_stablemax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """log(s(x_i) / Σ_j s(x_j)) along `dim`."""
-    s = stablemax_s(x)
-    return torch.log(s / s.sum(dim=dim, keepdim=True))
-
-
 def stablemax_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Per-token −log stablemax probability of the label, in float64; 0 where label == IGNORE_LABEL_ID."""
     s = stablemax_s(logits.to(torch.float64))

@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-from trm.exit_codes import CONFIG_ERROR, SAVED_RETRY
+from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, SAVED_RETRY
 from trm.ops.imagelock import LockedImage
 from trm.ops.shellrefs import RefChecker
 
@@ -18,12 +18,20 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 REQUIRED_ENV = ("OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF")
 _SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.I)
 _DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-# Environment for the runtime and libraries rather than for the launcher's own settings.
+# Environment for the runtime, the image entrypoint (TRM_PREFLIGHT…) and libraries, not the launcher.
 _RUNTIME_ENV = re.compile(
     r"^(OMP_NUM_THREADS|PYTORCH_CUDA_ALLOC_CONF|PYTHONUNBUFFERED|PYTHONFAULTHANDLER|HYDRA_FULL_ERROR|"
-    r"WANDB_API_KEY|(NCCL|TORCH_NCCL|CUDA|NVIDIA)_[A-Z0-9_]+)$"
+    r"WANDB_API_KEY|TRM_PREFLIGHT|TRM_PREFLIGHT_ARGS|(NCCL|TORCH_NCCL|CUDA|NVIDIA)_[A-Z0-9_]+)$"
 )
 LAUNCH_COMMAND = ["python", "-m", "trm", "launch"]
+# The values GPU feature discovery puts in nvidia.com/gpu.product (the driver's product name with dashes)
+# seen for the same GPU on different clusters and drivers. A pod must accept every spelling of its GPU.
+GPU_PRODUCT_VALUES = {
+    "H100": ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
+    "H200": ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB"),
+}
+# What the launcher needs after SIGTERM besides the trainer's save: the handoff bundle and its own exit.
+GRACE_MARGIN_S = 60
 
 
 def launcher_env_names() -> set[str]:
@@ -33,9 +41,15 @@ def launcher_env_names() -> set[str]:
     return {var.name for var in ALL_VARS}
 
 
+def is_launcher(container: dict) -> bool:
+    """The container runs `python -m trm launch` (as args behind the entrypoint, or as its command)."""
+    words = [*container.get("command", []), *container.get("args", [])]
+    return words[: len(LAUNCH_COMMAND)] == LAUNCH_COMMAND
+
+
 def check_launcher_env(where: str, container: dict) -> list[str]:
     """A launcher container may only set variables the launcher documents, or runtime/library ones."""
-    if container.get("command", [])[: len(LAUNCH_COMMAND)] != LAUNCH_COMMAND:
+    if not is_launcher(container):
         return []
     known = launcher_env_names()
     return [
@@ -76,6 +90,13 @@ def check_failure_policy(name: str, job: dict) -> list[str]:
         problems.append(f"{name}: podFailurePolicy needs restartPolicy: Never")
     if _exit_rule(job, CONFIG_ERROR) != "FailJob":
         problems.append(f"{name}: exit {CONFIG_ERROR} (configuration error) must FailJob, not be retried")
+    if _exit_rule(job, BUDGET_STOPPED) != "FailJob":
+        problems.append(
+            f"{name}: exit {BUDGET_STOPPED} (MAX_HOURS budget spent) must FailJob, or the budget never "
+            "stops the run"
+        )
+    if _exit_rule(job, DISK_FULL) != "FailJob":
+        problems.append(f"{name}: exit {DISK_FULL} (checkpoint volume full) must FailJob, not be retried")
     if _exit_rule(job, SAVED_RETRY) not in ("Ignore", "Count"):
         problems.append(f"{name}: exit {SAVED_RETRY} (saved, safe to retry) must be retried (Ignore/Count)")
     if _disruption_rule(job) != "Ignore":
@@ -91,11 +112,11 @@ def check_pod(name: str, pod: dict, image: LockedImage | None, refs: RefChecker 
     """Volumes, image pin, GPU placement, env and the container's command."""
     problems = []
     volumes = {v["name"]: v for v in pod.get("volumes", [])}
-    if GPU_PRODUCT_LABEL not in pod.get("nodeSelector", {}):
-        problems.append(f"{name}: nodeSelector must pick the GPU product ({GPU_PRODUCT_LABEL})")
+    problems += check_gpu_placement(name, pod)
     trainers = [c for c in pod.get("containers", []) if c["name"] == TRAINER]
     if len(trainers) != 1:
         return [*problems, f"{name}: needs exactly one container named {TRAINER!r}"]
+    problems += check_trainer_start(name, pod, trainers[0])
     for container in pod.get("initContainers", []) + pod["containers"]:
         where = f"{name} container {container['name']}"
         ref = container.get("image", "")
@@ -123,6 +144,79 @@ def check_pod(name: str, pod: dict, image: LockedImage | None, refs: RefChecker 
     problems += [f"{name}: the trainer must set {var}" for var in REQUIRED_ENV if var not in env]
     if not any(var.startswith(("NCCL_", "TORCH_NCCL_")) for var in env):
         problems.append(f"{name}: the trainer must set NCCL behaviour (e.g. TORCH_NCCL_ASYNC_ERROR_HANDLING)")
+    return problems
+
+
+def _product_terms(pod: dict) -> list[list[str]]:
+    """The nvidia.com/gpu.product values each required node-affinity term accepts."""
+    affinity = pod.get("affinity", {}).get("nodeAffinity", {})
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    return [
+        list(expr.get("values", []))
+        for term in terms
+        for expr in term.get("matchExpressions", [])
+        if expr.get("key") == GPU_PRODUCT_LABEL and expr.get("operator") == "In"
+    ]
+
+
+def check_gpu_placement(name: str, pod: dict) -> list[str]:
+    """The GPU product is chosen by required node affinity listing every known label value of that GPU."""
+    if GPU_PRODUCT_LABEL in pod.get("nodeSelector", {}):
+        value = pod["nodeSelector"][GPU_PRODUCT_LABEL]
+        return [
+            f"{name}: nodeSelector {GPU_PRODUCT_LABEL}={value} matches one spelling of the GPU only; use "
+            "required node affinity (operator In) over every known value (trm/ops/jobpolicy.py GPU_PRODUCT_VALUES)"
+        ]
+    terms = _product_terms(pod)
+    if not terms:
+        return [
+            f"{name}: required node affinity must pick the GPU product ({GPU_PRODUCT_LABEL}, operator In)"
+        ]
+    problems = []
+    for values in terms:
+        for gpu, known in GPU_PRODUCT_VALUES.items():
+            if any(gpu in v for v in values):
+                missing = [v for v in known if v not in values]
+                if missing:
+                    problems.append(
+                        f"{name}: the {GPU_PRODUCT_LABEL} affinity for {gpu} lacks {', '.join(missing)}; "
+                        "clusters label the same GPU differently, list every known value"
+                    )
+    return problems
+
+
+def _shutdown_timeout(container: dict) -> int | None:
+    """The container's SHUTDOWN_TIMEOUT (the launcher's default when unset); None when not a number."""
+    from trm.launch.settings import ALL_VARS
+
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    default = next(v.default for v in ALL_VARS if v.name == "SHUTDOWN_TIMEOUT")
+    try:
+        return int(env.get("SHUTDOWN_TIMEOUT") or default)
+    except ValueError:
+        return None
+
+
+def check_trainer_start(name: str, pod: dict, trainer: dict) -> list[str]:
+    """The launcher starts behind the image entrypoint, and SIGTERM leaves it time to save."""
+    problems = []
+    if "command" in trainer:
+        problems.append(
+            f"{name}: the trainer sets `command`, which replaces the image's entrypoint (banner, preflight, "
+            "exec as PID 1); put the launcher in `args` instead"
+        )
+    elif not is_launcher(trainer):
+        problems.append(f"{name}: the trainer's args must start with {' '.join(LAUNCH_COMMAND)}")
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    shutdown = _shutdown_timeout(trainer)
+    if shutdown is None:
+        return [*problems, f"{name}: the trainer's SHUTDOWN_TIMEOUT must be a whole number of seconds"]
+    need = shutdown + GRACE_MARGIN_S
+    if grace < need:
+        problems.append(
+            f"{name}: terminationGracePeriodSeconds {grace} < SHUTDOWN_TIMEOUT {need - GRACE_MARGIN_S} + "
+            f"{GRACE_MARGIN_S} s: a slow save would be SIGKILLed; set it to at least {need}"
+        )
     return problems
 
 

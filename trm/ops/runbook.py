@@ -7,6 +7,10 @@ A runbook's commands live in fenced blocks whose info string is `<language> <tie
 - `bash cloud` talks to a provider or a cluster (vastai, prime, kubectl): syntax- and reference-checked.
 
 Blocks with any other info string (`text`, `yaml`, `console`) are documentation: never executed.
+
+A shell block may name the environment it runs in with a third word, `env=<name>` (`trm.ops.journey`
+lists them: `laptop`, `docker-host`, `image`, `vast-venv`); `bash gpu` blocks must. The journey checks
+verify that every command a block uses exists there and that its variables were set before it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class Block:
     language: str
     tier: str | None  # one of TIERS for executable shell blocks, else None
     code: str
+    env: str | None = None  # `env=<name>` of the info string (trm.ops.journey.ENVIRONMENTS)
 
     @property
     def where(self) -> str:
@@ -125,6 +130,7 @@ def parse_blocks(body: str, path: Path, first_line: int = 1) -> tuple[Block, ...
         words = info.split()
         language = words[0] if words else ""
         tier = words[1] if len(words) > 1 else None
+        env = next((w.split("=", 1)[1] for w in words[2:] if w.startswith("env=")), None)
         if language in ("bash", "sh", "shell"):
             if tier not in TIERS:
                 raise TRMError(
@@ -133,7 +139,7 @@ def parse_blocks(body: str, path: Path, first_line: int = 1) -> tuple[Block, ...
                 )
         else:
             tier = None
-        blocks.append(Block(path, first_line + start, language, tier, "\n".join(code) + "\n"))
+        blocks.append(Block(path, first_line + start, language, tier, "\n".join(code) + "\n", env))
     return tuple(blocks)
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from trm.errors import TRMError
 from trm.io import atomic_write_text
 from trm.ops.imagelock import LOCK_PATH, LockedImage, read_lock
+from trm.ops.journey import journey_problems
+from trm.ops.measured import stale as stale_figures
 from trm.ops.runbook import Runbook, load_all, procedure_hash, render_header
 from trm.ops.shellrefs import RefChecker
 
@@ -100,9 +102,10 @@ def check_runbooks(root: str | Path, cli: argparse.ArgumentParser) -> list[str]:
         raise TRMError(f"{changelog_path} is missing; create it with `python -m trm runbooks stamp`.")
     changelog = changelog_entries(changelog_path.read_text(encoding="utf-8"))
     refs = RefChecker(root, cli)
-    problems = []
+    problems = stale_figures(root)
     for book in books:
         problems += header_problems(book, images, changelog)
+        problems += journey_problems(book)
         for block in book.blocks:
             if block.tier is None:
                 continue

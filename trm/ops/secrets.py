@@ -1,135 +1,123 @@
-"""Scan the repository for secret-like strings (API keys, W&B keys, cloud keys, private keys, tokens).
+"""Scan the repository for secrets with detect-secrets (keyword, entropy and vendor-token plugins).
 
-A finding is reported with file, line and rule, never with the secret itself. Deliberate examples are
-allowed by listing `<path> <rule> <sha256 of the matched text>` in `.secrets-allowlist` (the hash, not
-the text, so the allowlist is no secret either); `python -m trm scan-secrets --print-allowlist` prints
-the lines for the current findings.
+The plugins are detect-secrets' own plus `trm/ops/secret_detectors.py` (the token formats it lacks:
+Hugging Face, Prime Intellect, Google, W&B, Bearer, Kubernetes Secret data). Files scanned: tracked
+and untracked-but-not-ignored files of the work tree, except those whose bytes match the `SHA256SUMS`
+beside them (the shipped ARC data: pinned third-party files, checked by the dataset builder).
+
+A deliberate example (a test fixture's hash, a placeholder that looks random) is recorded in the
+audited `.secrets.baseline` at the repository root: `python -m trm scan-secrets --update-baseline`
+adds the current findings, then `detect-secrets audit .secrets.baseline` marks each one real or not.
+A finding fails the scan unless the baseline holds it marked `"is_secret": false`. Findings name the
+file, line and type, never the secret itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import hashlib
-import re
+import json
+import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from trm.errors import TRMError
 
-ALLOWLIST = ".secrets-allowlist"
-_KEYWORD = r"(?:api[_-]?key|apikey|secret|token|passw(?:or)?d|auth|credential|wandb|access[_-]?key)"
-# A value that is clearly not a secret: a variable, a placeholder, a command substitution, empty.
-_PLACEHOLDER = re.compile(
-    r"^(?:\$|<|\{\{|%\(|\.\.\.|…|your[_-]|xxx|changeme|redacted|none$|null$|true$|false$|example)", re.I
+BASELINE = ".secrets.baseline"
+DETECTORS_FILE = Path(__file__).with_name("secret_detectors.py")
+CHECKSUM_FILE = "SHA256SUMS"
+# detect-secrets' plugins that apply to this repository (the ones for services it never uses, such as
+# Twilio or Square, are left out: fewer regexes per line).
+BUILTIN_PLUGINS = (
+    "ArtifactoryDetector",
+    "AWSKeyDetector",
+    "AzureStorageKeyDetector",
+    "BasicAuthDetector",
+    "DiscordBotTokenDetector",
+    "GitHubTokenDetector",
+    "GitLabTokenDetector",
+    "JwtTokenDetector",
+    "KeywordDetector",
+    "NpmDetector",
+    "OpenAIDetector",
+    "PrivateKeyDetector",
+    "PypiTokenDetector",
+    "SendGridDetector",
+    "SlackDetector",
+    "StripeDetector",
+    "TelegramBotTokenDetector",
+)
+ENTROPY_PLUGINS = (
+    {"name": "Base64HighEntropyString", "limit": 4.5},
+    {"name": "HexHighEntropyString", "limit": 3.0},
+)
+PROJECT_PLUGINS = (
+    "BearerTokenDetector",
+    "GoogleApiKeyDetector",
+    "HuggingFaceTokenDetector",
+    "KubernetesSecretDataDetector",
+    "PrimeIntellectTokenDetector",
+    "WandbApiKeyDetector",
+)
+# detect-secrets' default filters plus its heuristics against false positives (UUIDs, `$VAR`, templates).
+FILTERS = (
+    "detect_secrets.filters.allowlist.is_line_allowlisted",
+    "detect_secrets.filters.heuristic.is_indirect_reference",
+    "detect_secrets.filters.heuristic.is_likely_id_string",
+    "detect_secrets.filters.heuristic.is_lock_file",
+    "detect_secrets.filters.heuristic.is_not_alphanumeric_string",
+    "detect_secrets.filters.heuristic.is_potential_uuid",
+    "detect_secrets.filters.heuristic.is_prefixed_with_dollar_sign",
+    "detect_secrets.filters.heuristic.is_sequential_string",
+    "detect_secrets.filters.heuristic.is_swagger_file",
+    "detect_secrets.filters.heuristic.is_templated_secret",
 )
 
-RULES: dict[str, re.Pattern[str]] = {
-    "private-key": re.compile(
-        r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED |PGP )?PRIVATE KEY(?: BLOCK)?-----"
-    ),
-    "aws-access-key-id": re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA)[0-9A-Z]{16}\b"),
-    "aws-secret-access-key": re.compile(
-        r"aws_?secret_?access_?key\s*[:=]\s*['\"]?([A-Za-z0-9/+=]{40})(?![A-Za-z0-9/+=])", re.I
-    ),
-    "github-token": re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{60,})\b"),
-    "gitlab-token": re.compile(r"\bglpat-[A-Za-z0-9_\-]{20,}\b"),
-    "huggingface-token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
-    "openai-style-key": re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_\-]{32,}\b"),
-    "slack-token": re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),
-    "google-api-key": re.compile(r"\bAIza[0-9A-Za-z_\-]{35}\b"),
-    "vastai-or-bearer-token": re.compile(r"\bBearer\s+([A-Za-z0-9_\-.=]{24,})"),
-    # W&B API keys are 40 lowercase hex characters (newer ones carry a prefix before them). A 40-hex
-    # string is also what a git SHA-1 looks like, so it counts only next to a key-like word.
-    # The key may sit on the next line (a Kubernetes env entry: `- name: WANDB_API_KEY` / `value: …`).
-    "wandb-key": re.compile(
-        rf"{_KEYWORD}[^\n]{{0,40}}?(?:\n[^\n]{{0,40}}?)?(?<![0-9a-f])([0-9a-f]{{40}})(?![0-9a-f])", re.I
-    ),
-    "wandb-netrc": re.compile(r"machine\s+api\.wandb\.ai\s+login\s+\S+\s+password\s+(\S+)"),
-    # ~/.kaggle/kaggle.json: {"username": "…", "key": "<32 hex>"}
-    "kaggle-key": re.compile(r"[\"']key[\"']\s*:\s*[\"']([0-9a-f]{32})[\"']"),
-    # A Kubernetes Secret manifest with values: Secrets are created on the cluster, never committed.
-    "kubernetes-secret-data": re.compile(
-        r"(?m)^kind:\s*Secret\s*$(?:\n(?!---).*)*?\n(?:string)?[dD]ata:\s*\n\s+[\w.-]+:\s*(\S+)"
-    ),
-    "assigned-secret": re.compile(
-        rf"\b[A-Za-z0-9_]*{_KEYWORD}[A-Za-z0-9_]*['\"]?\s*[:=]\s*['\"]?([A-Za-z0-9_\-+/=.]{{20,}})", re.I
-    ),
-}
-# Cheap substring pre-checks: a rule's regex runs only on text containing one of its anchors
-# (lower-cased text for the keyword rules), which keeps a scan of the shipped ARC JSON fast.
-_KEYWORD_ANCHORS = ("key", "secret", "token", "passw", "auth", "credential", "wandb")
-_ANCHORS: dict[str, tuple[str, ...]] = {
-    "private-key": ("PRIVATE KEY",),
-    "aws-access-key-id": ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA"),
-    "github-token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
-    "gitlab-token": ("glpat-",),
-    "huggingface-token": ("hf_",),
-    "openai-style-key": ("sk-",),
-    "slack-token": ("xox",),
-    "google-api-key": ("AIza",),
-    "vastai-or-bearer-token": ("Bearer",),
-    "wandb-netrc": ("wandb.ai",),
-    "kaggle-key": ("key",),
-    "kubernetes-secret-data": ("Secret",),
-}
-_VALUE_GROUP_RULES = {"aws-secret-access-key", "vastai-or-bearer-token", "wandb-key", "wandb-netrc"}
 
-
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, order=True)
 class Finding:
-    """One secret-like string: where it is and which rule matched (the text itself is only hashed)."""
+    """One secret-like string: where it is and what it looks like (the text itself is only hashed)."""
 
     path: str
     line: int
-    rule: str
-    fingerprint: str  # sha256 of the matched text
+    type: str
+    hashed_secret: str  # sha1, as detect-secrets stores it
+    audited: bool = False  # in the baseline, but not (yet) marked a false positive
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.rule} (sha256 {self.fingerprint[:12]}…)"
-
-    @property
-    def allow_line(self) -> str:
-        return f"{self.path} {self.rule} {self.fingerprint}"
+        state = "in the baseline, not audited as a false positive" if self.audited else "new"
+        return f"{self.path}:{self.line}: {self.type} ({state})"
 
 
-def _looks_like_value(text: str) -> bool:
-    """An assigned value that is a real-looking secret: mixed, not a placeholder, not a path or word."""
-    if _PLACEHOLDER.match(text) or ("/" in text.strip("/") and not re.search(r"[0-9]", text)):
-        return False
-    has_digit = bool(re.search(r"[0-9]", text))
-    has_alpha = bool(re.search(r"[A-Za-z]", text))
-    if not (has_digit and has_alpha):
-        return False
-    if re.fullmatch(r"[a-z_\-.]+[0-9]*[a-z_\-.]*", text):  # snake_case identifiers, file names
-        return False
-    return not re.fullmatch(r"(?:[a-z]+[_\-.])+[a-z0-9]+", text)
+def plugin_settings(detectors: str) -> dict[str, Any]:
+    """detect-secrets settings: plugins and filters; `detectors` is the path written for the project's file."""
+    return {
+        "plugins_used": [
+            *({"name": name} for name in BUILTIN_PLUGINS),
+            *ENTROPY_PLUGINS,
+            *({"name": name, "path": f"file://{detectors}"} for name in PROJECT_PLUGINS),
+        ],
+        "filters_used": [
+            {"path": f"file://{detectors}::is_line_without_secret_shape"},
+            *({"path": path} for path in FILTERS),
+        ],
+    }
 
 
-def scan_text(text: str, path: str) -> list[Finding]:
-    """Findings in one file's text."""
-    findings: list[Finding] = []
-    seen: set[tuple[int, str]] = set()
-    lowered = text.lower()
-    for rule, pattern in RULES.items():
-        anchors = _ANCHORS.get(rule)
-        haystack = text if anchors else lowered
-        if not any(anchor in haystack for anchor in anchors or _KEYWORD_ANCHORS):
-            continue
-        for match in pattern.finditer(text):
-            value = match.group(1) if match.groups() and match.group(1) else match.group(0)
-            if rule == "assigned-secret" and not _looks_like_value(value):
-                continue
-            if rule in _VALUE_GROUP_RULES and _PLACEHOLDER.match(value):
-                continue
-            line = text.count("\n", 0, match.start()) + 1
-            key = (line, value)
-            if key in seen:
-                continue
-            seen.add(key)
-            digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
-            findings.append(Finding(path, line, rule, digest))
-    return findings
+@contextmanager
+def _detect_secrets() -> Iterator[Any]:
+    """detect-secrets configured with this project's plugins; TRMError when it is not installed."""
+    try:
+        from detect_secrets.settings import transient_settings
+    except ImportError:
+        raise TRMError(
+            "scan-secrets needs detect-secrets (a dev dependency): pip install -e '.[dev]'"
+        ) from None
+    with transient_settings(plugin_settings(str(DETECTORS_FILE))) as settings:
+        yield settings
 
 
 def repo_files(root: str | Path) -> list[str]:
@@ -148,45 +136,129 @@ def repo_files(root: str | Path) -> list[str]:
     return sorted(p for p in proc.stdout.split("\0") if p)
 
 
-def read_allowlist(root: str | Path) -> set[tuple[str, str, str]]:
-    """Entries `(path glob, rule, sha256)` of `.secrets-allowlist` (`#` comments allowed)."""
-    path = Path(root) / ALLOWLIST
-    if not path.exists():
-        return set()
-    entries = set()
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        parts = line.split()
-        if len(parts) != 3 or not re.fullmatch(r"[0-9a-f]{64}", parts[2]) or parts[1] not in RULES:
-            raise TRMError(
-                f"{path}:{number}: expected `<path glob> <rule> <sha256>` with a rule from "
-                f"{', '.join(RULES)}; print valid lines with `python -m trm scan-secrets --print-allowlist`."
-            )
-        entries.add((parts[0], parts[1], parts[2]))
-    return entries
+def _pinned(root: Path, files: list[str]) -> set[str]:
+    """Files whose sha256 matches the `SHA256SUMS` in their directory (pinned data, not edited by hand)."""
+    pinned: set[str] = set()
+    for sums in (f for f in files if Path(f).name == CHECKSUM_FILE):
+        folder = Path(sums).parent
+        for line in (root / sums).read_text(encoding="utf-8").splitlines():
+            digest, _, name = line.partition("  ")
+            rel = (folder / name.strip().lstrip("*")).as_posix()
+            path = root / rel
+            if name and path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == digest.strip():
+                pinned.add(rel)
+    return pinned
 
 
-def _allowed(finding: Finding, allow: set[tuple[str, str, str]]) -> bool:
-    return any(
-        rule == finding.rule and digest == finding.fingerprint and fnmatch.fnmatch(finding.path, glob)
-        for glob, rule, digest in allow
-    )
-
-
-def scan_repo(root: str | Path, *, max_bytes: int = 20_000_000) -> list[Finding]:
-    """Every non-allowlisted finding in the repository's files (binary files are skipped)."""
+def files_to_scan(root: str | Path) -> list[str]:
+    """The repository's text files minus pinned data, symlinks and the baseline itself."""
     root = Path(root)
-    allow = read_allowlist(root)
+    files = repo_files(root)
+    skip = _pinned(root, files) | {BASELINE}
+    return [f for f in files if f not in skip and (root / f).is_file() and not (root / f).is_symlink()]
+
+
+def _scan(root: Path) -> Any:
+    from detect_secrets import SecretsCollection
+
+    secrets = SecretsCollection(root=str(root))
+    files = files_to_scan(root)
+    if len(files) < 50:  # a process pool costs more than it saves on a few files
+        for name in files:
+            secrets.scan_file(name)
+    else:
+        secrets.scan_files(*files, num_processors=max(1, min(4, os.cpu_count() or 1)))
+    # detect-secrets records the path it opened (absolute under `root`); the baseline wants the relative one.
+    for rel in list(secrets.files):
+        found = secrets[rel]
+        for secret in found:
+            secret.filename = rel
+        secrets[rel] = set(found)  # rehashed: the filename is part of a finding's identity
+    return secrets
+
+
+def _read_baseline(root: Path) -> dict[str, Any]:
+    path = root / BASELINE
+    if not path.exists():
+        return {"results": {}}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data.get("results"), dict):
+            raise ValueError("no `results` object")
+    except ValueError as err:
+        raise TRMError(
+            f"{path} is not a detect-secrets baseline ({err}); restore it from git or rewrite it with "
+            "`python -m trm scan-secrets --update-baseline`."
+        ) from None
+    return data
+
+
+def _false_positives(baseline: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (path, entry["type"], entry["hashed_secret"])
+        for path, entries in baseline["results"].items()
+        for entry in entries
+        if entry.get("is_secret") is False
+    }
+
+
+def _recorded(baseline: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (path, entry["type"], entry["hashed_secret"])
+        for path, entries in baseline["results"].items()
+        for entry in entries
+    }
+
+
+def scan_repo(root: str | Path) -> list[Finding]:
+    """Every finding in the repository that the baseline does not hold as an audited false positive."""
+    root = Path(root).resolve()
+    baseline = _read_baseline(root)
+    allowed, recorded = _false_positives(baseline), _recorded(baseline)
+    with _detect_secrets():
+        secrets = _scan(root)
     findings = []
-    for rel in repo_files(root):
-        path = root / rel
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > max_bytes:
-            continue
-        data = path.read_bytes()
-        if b"\0" in data[:8192]:
-            continue
-        text = data.decode("utf-8", errors="replace")
-        findings += [f for f in scan_text(text, rel) if not _allowed(f, allow)]
-    return findings
+    for path, secret in secrets:
+        key = (path, secret.type, secret.secret_hash)
+        if key not in allowed:
+            findings.append(
+                Finding(path, secret.line_number, secret.type, secret.secret_hash, key in recorded)
+            )
+    return sorted(findings)
+
+
+def _carry_marks_of_moved_files(secrets: Any, old: dict[str, Any], root: Path) -> None:
+    """A file moved (`git mv`): its audited entries follow it, matched by type and hash, when the old path is
+    gone; detect-secrets' own merge matches by path only."""
+    gone: dict[tuple[str, str], bool] = {
+        (entry["type"], entry["hashed_secret"]): entry["is_secret"]
+        for path, entries in old["results"].items()
+        if not (root / path).exists()
+        for entry in entries
+        if "is_secret" in entry
+    }
+    for _path, secret in secrets:
+        mark = gone.get((secret.type, secret.secret_hash))
+        if secret.is_secret is None and mark is not None:
+            secret.is_secret = mark
+
+
+def update_baseline(root: str | Path) -> Path:
+    """Rewrite `.secrets.baseline` with the current findings, keeping the audit marks of known ones (also
+    of files that moved)."""
+    root = Path(root).resolve()
+    old = _read_baseline(root)
+    with _detect_secrets():
+        from detect_secrets import SecretsCollection
+        from detect_secrets.core import baseline as ds_baseline
+
+        secrets = _scan(root)
+        secrets.merge(SecretsCollection.load_from_baseline(old))
+        _carry_marks_of_moved_files(secrets, old, root)
+        output = ds_baseline.format_for_output(secrets)
+    output.pop("generated_at", None)  # no timestamp: an unchanged scan leaves the file unchanged
+    # The repository-relative path of the project's plugins, so `detect-secrets audit` works from the root.
+    output.update(plugin_settings(DETECTORS_FILE.relative_to(Path(__file__).parents[2]).as_posix()))
+    path = root / BASELINE
+    path.write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
+    return path

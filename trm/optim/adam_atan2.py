@@ -93,13 +93,11 @@ class AdamATan2(Optimizer):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load state (ours or the extension's); host step counters are re-read lazily."""
+        from trm.optim.placement import place_state
+
         super().load_state_dict(state_dict)
         self._host_step.clear()
-        for group in self.param_groups:  # the layout keeps `step` as a 0-d fp32 tensor on the param device
-            for p in group["params"]:
-                state = self.state.get(p)
-                if state and "step" in state:
-                    state["step"] = torch.as_tensor(state["step"], dtype=torch.float32).to(p.device)
+        place_state(self)  # `step` a 0-d fp32 tensor on the param device, moments in the param dtype
 
 
 def _update(

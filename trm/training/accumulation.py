@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from trm.batching import divisors
 from trm.errors import TRMError
 
 
@@ -38,10 +39,9 @@ class SlotPlan:
         local = global_batch_size // world_size
         micro = local if micro is None else micro
         if micro > local or local % micro:
-            divisors = [d for d in range(1, local + 1) if local % d == 0]
             raise TRMError(
                 f"micro_batch_size={micro} must divide the per-process batch {local} "
-                f"(= global_batch_size {global_batch_size} / {world_size} processes); valid: {divisors}."
+                f"(= global_batch_size {global_batch_size} / {world_size} processes); valid: {divisors(local)}."
             )
         return cls(global_batch_size, world_size, rank, micro)
 

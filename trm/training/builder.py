@@ -145,6 +145,9 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
     )
 
 
+UPSTREAM_KIND = "upstream weights"
+
+
 def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
     """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or an upstream file."""
     from trm.model.upstream import convert_upstream_state_dict
@@ -167,7 +170,7 @@ def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
         except Exception as err:
             raise TRMError(f"load_checkpoint={path}: cannot read it as a torch state dict ({err}).") from None
         weights = convert_upstream_state_dict(raw)
-        kind = "upstream weights"
+        kind = UPSTREAM_KIND
     else:
         raise TRMError(
             f"load_checkpoint={path} does not exist: pass a step_N folder or upstream step_N file."
@@ -175,11 +178,21 @@ def read_checkpoint_weights(path: str) -> tuple[dict[str, torch.Tensor], str]:
     return weights, kind
 
 
-def load_initial_weights(path: str, model: Any, num_identifiers: int) -> str:
-    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or an upstream step_N file."""
-    from trm.model.upstream import resize_puzzle_embedding
+def load_initial_weights(
+    path: str, model: Any, num_identifiers: int, upstream_data_paths: list[str] | None = None
+) -> str:
+    """`load_checkpoint`: our step_N/ folder (EMA weights if present) or an upstream step_N file.
+
+    With `upstream_data_paths` (evaluation), an upstream file must fit those datasets' identifiers exactly
+    (`require_upstream_identifiers`) instead of having its puzzle table resized.
+    """
+    from trm.model.upstream import PUZZLE_EMB_KEY, resize_puzzle_embedding
 
     weights, kind = read_checkpoint_weights(path)
+    if upstream_data_paths is not None and kind == UPSTREAM_KIND and PUZZLE_EMB_KEY in weights:
+        from trm.data.manifest import require_upstream_identifiers
+
+        require_upstream_identifiers(upstream_data_paths, int(weights[PUZZLE_EMB_KEY].shape[0]), path)
     weights = resize_puzzle_embedding(weights, num_identifiers)
     try:
         model.load_state_dict(weights, strict=True)

@@ -10,19 +10,20 @@ A folder without COMPLETE, or whose files do not match the manifest, is torn and
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import re
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from trm import exit_codes
 from trm.errors import TRMError
 from trm.gitinfo import code_git_sha
 from trm.io import atomic_write_json, atomic_write_text, fsync_dir, fsync_tree, sha256_file
@@ -109,6 +110,48 @@ def prepare_partial(root: Path, step: int) -> Path:
     return tmp
 
 
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+class CheckpointDiskFull(TRMError):
+    """The filesystem under checkpoint_path filled up during a save; the partial folder was removed."""
+
+    exit_code = exit_codes.DISK_FULL
+
+
+def disk_full_cause(err: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT OSError behind `err` (torch re-raises it as an inline_container RuntimeError)."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL_ERRNOS:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def checkpoint_bytes(info: CheckpointInfo) -> int:
+    """Total size of a complete checkpoint's files, from its manifest."""
+    return sum(int(meta["bytes"]) for meta in info.manifest.get("files", {}).values())
+
+
+def disk_full_message(root: Path, step: int, needed: int, cause: OSError) -> str:
+    """One line: which save failed, bytes needed and free, what is still intact, how to go on."""
+    free = shutil.disk_usage(root).free if root.exists() else 0
+    previous = find_complete(root, warn=False)
+    intact = (
+        f"the previous checkpoint {previous[-1].path} is intact and the same command resumes from it"
+        if previous
+        else "no earlier checkpoint exists, so a rerun starts from step 0"
+    )
+    return (
+        f"checkpoint {root / f'step_{step}'} could not be written: {os.strerror(cause.errno or errno.ENOSPC)} "
+        f"(needs about {needed:,} bytes, {free:,} bytes free under {root}); the partial save was removed and "
+        f"{intact}. Free space there (or set a lower checkpoint_keep, or move checkpoint_path), then rerun."
+    )
+
+
 def save_torch(obj: Any, path: Path) -> None:
     """torch.save to `path` and fsync it."""
     with open(path, "wb") as f:
@@ -161,18 +204,6 @@ def find_complete(root: Path, *, verify_hashes: bool = False, warn: bool = True)
             continue
         found.append(CheckpointInfo(int(m.group(1)), entry, manifest))
     return sorted(found, key=lambda c: c.step)
-
-
-def newest_loadable(root: Path, loader: Callable[[CheckpointInfo], Any]) -> tuple[CheckpointInfo, Any] | None:
-    """Load the newest complete checkpoint whose files verify; fall back to older ones with a warning."""
-    for info in reversed(find_complete(root)):
-        try:
-            check_folder(info.path, verify_hashes=True)
-        except ValueError as why:
-            log.warning("skipping checkpoint %s: %s", info.path, why)
-            continue
-        return info, loader(info)
-    return None
 
 
 def prune(root: Path, keep: int) -> list[Path]:

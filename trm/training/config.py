@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trm.batching import largest_divisor_at_most
 from trm.compile_setting import CHOICES as COMPILE_CHOICES
 from trm.errors import TRMError
 
@@ -282,7 +283,7 @@ def validate(cfg: TrainConfig) -> None:
     if cfg.eval_interval is not None and (cfg.eval_interval < 1 or cfg.epochs % cfg.eval_interval):
         raise TRMError(
             f"eval_interval={cfg.eval_interval} must divide epochs={cfg.epochs} "
-            f"(e.g. eval_interval={_largest_divisor_at_most(cfg.epochs, cfg.eval_interval)})."
+            f"(e.g. eval_interval={largest_divisor_at_most(cfg.epochs, cfg.eval_interval)})."
         )
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
         raise TRMError(f"micro_batch_size={cfg.micro_batch_size} must be ≥ 1 (or null for no accumulation).")
@@ -299,10 +300,6 @@ def validate(cfg: TrainConfig) -> None:
     for ev in cfg.evaluators:
         if not isinstance(ev, dict) or ev.get("name") not in ("arc@ARC", "ARC", "arc"):
             raise TRMError(f"evaluators entry {ev!r}: only {{name: arc@ARC}} exists (or evaluators='[]').")
-
-
-def _largest_divisor_at_most(n: int, limit: int) -> int:
-    return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
 
 
 def as_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -9,10 +9,12 @@ the newest complete checkpoint, bit-exactly.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -27,8 +29,9 @@ from trm import exit_codes
 from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.io import atomic_write_json
+from trm.optim.placement import place_state
 from trm.training import checkpoint as ckpt
-from trm.training.accumulation import exploration_draw, slice_rows
+from trm.training.accumulation import exploration_draw, slice_rows, tree_map
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
 from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
@@ -47,13 +50,25 @@ from trm.versions import collect_versions
 log = logging.getLogger(__name__)
 
 
+def _disk_full(part: Any) -> OSError | None:
+    """Run one part of a save; return the ENOSPC/EDQUOT behind its failure, re-raise any other error."""
+    try:
+        part()
+    except (OSError, RuntimeError) as err:
+        cause = ckpt.disk_full_cause(err)
+        if cause is None:
+            raise
+        return cause
+    return None
+
+
 class Trainer:
     """Owns one run: its components, progress, ACT carries, metric log and checkpoints."""
 
     def __init__(self, cfg: TrainConfig, info: DistInfo, comps: Components) -> None:
         self.cfg = cfg
         self.info = info
-        self.c = comps
+        self.components = comps
         self.run_dir = Path(str(cfg.checkpoint_path))
         self.progress = Progress()
         self.carries: list[Any] | None = None
@@ -83,9 +98,9 @@ class Trainer:
             "run_name": self.cfg.run_name,
             "config_hash": config_hash(self.cfg),
             "world_size": self.info.world_size,
-            "micro_batch_size": self.c.plan.micro_batch_size,
+            "micro_batch_size": self.components.plan.micro_batch_size,
             "global_batch_size": self.cfg.global_batch_size,
-            "dataset_fingerprint": self.c.train_loader.fingerprint,
+            "dataset_fingerprint": self.components.train_loader.fingerprint,
             "arch": arch_identity(self.cfg),
             "math": math_dict(self.cfg),
         }
@@ -108,12 +123,14 @@ class Trainer:
             return
         if self.cfg.load_checkpoint:
             kind = load_initial_weights(
-                self.cfg.load_checkpoint, self.c.model, self.c.train_loader.metadata.num_puzzle_identifiers
+                self.cfg.load_checkpoint,
+                self.components.model,
+                self.components.train_loader.metadata.num_puzzle_identifiers,
             )
-            if self.c.ema is not None:
+            if self.components.ema is not None:
                 from trm.optim import EMA
 
-                self.c.ema = EMA(self.c.model, self.cfg.ema_rate)
+                self.components.ema = EMA(self.components.model, self.cfg.ema_rate)
             if self.info.is_main:
                 log.info("initial weights from %s (%s)", self.cfg.load_checkpoint, kind)
 
@@ -122,27 +139,29 @@ class Trainer:
             if self.info.is_main:
                 log.warning(warning)
         state = read_main_state(folder)
-        self.c.model.load_state_dict(state["model"])
-        if self.c.ema is not None:
+        self.components.model.load_state_dict(state["model"])
+        if self.components.ema is not None:
             if state.get("ema") is None:
                 raise TRMError(
                     f"cannot resume from {folder} with ema=True: it was saved without EMA. Use ema=False."
                 )
-            self.c.ema.load_state_dict(state["ema"])
+            self.components.ema.load_state_dict(state["ema"])
         saved_opts = state["optimizers"]
-        for o in self.c.optimizers:
+        for o in self.components.optimizers:
             if o.name not in saved_opts:
                 raise TRMError(
                     f"cannot resume from {folder}: it has no {o.name} optimizer state (freeze_weights?)."
                 )
             o.optimizer.load_state_dict(saved_opts[o.name])
-        self.c.train_loader.load_state_dict(state["train_loader"])
+            # torch leaves `step` on the CPU it was loaded to; the adam-atan2 kernel reads it on the GPU.
+            place_state(o.optimizer, source=f"{folder / ckpt.STATE} optimizer {o.name}")
+        self.components.train_loader.load_state_dict(state["train_loader"])
         # Pooled ARC votes of the evaluations before the interruption (aggregated_voting).
-        for ev, saved in zip(self.c.evaluators, state.get("evaluators") or [], strict=False):
+        for ev, saved in zip(self.components.evaluators, state.get("evaluators") or [], strict=False):
             ev.load_state_dict(saved)
         self.progress = Progress(**state["progress"])
         world_saved = int(manifest["world_size"])
-        self.carries = read_carries(folder, world_saved, self.c.plan, self.info.device)
+        self.carries = read_carries(folder, world_saved, self.components.plan, self.info.device)
         rng = read_rng(folder, self.info.rank, world_saved)
         if rng is not None:
             set_rng_state(rng)
@@ -166,8 +185,8 @@ class Trainer:
                 "config_hash": config_hash(cfg),
                 "world_size": self.info.world_size,
                 "device": str(self.info.device),
-                "micro_batch_size": self.c.plan.micro_batch_size,
-                "accum_steps": self.c.plan.accum_steps,
+                "micro_batch_size": self.components.plan.micro_batch_size,
+                "accum_steps": self.components.plan.accum_steps,
                 "total_steps": self.total_steps,
                 "step_limit": self.step_limit,
                 "resumed_from": str(self.resumed_from) if self.resumed_from else None,
@@ -179,7 +198,7 @@ class Trainer:
             },
         )
         if self.resumed_from is None:
-            n = sum(p.numel() for p in self.c.model.parameters())
+            n = sum(p.numel() for p in self.components.model.parameters())
             self.metrics.log(0, {"num_params": float(n)})
 
     # ---------------------------------------------------------------- the run
@@ -191,7 +210,7 @@ class Trainer:
                     "run in %s already finished at step %d; nothing to do", self.run_dir, self.progress.step
                 )
             return exit_codes.OK
-        self.c.model.train()
+        self.components.model.train()
         bar = tqdm(
             total=self.step_limit,
             initial=self.progress.step,
@@ -210,7 +229,7 @@ class Trainer:
         p = self.progress
         while p.iteration < self.total_iters and p.step < self.step_limit:
             if not p.pass_done:
-                for _set_name, batch, _n in self.c.train_loader.iter_train():
+                for _set_name, batch, _n in self.components.train_loader.iter_train():
                     if p.step >= self.step_limit:
                         break
                     self._train_step(batch, bar)
@@ -255,7 +274,7 @@ class Trainer:
         from trm.model import HaltExploration
         from trm.optim import lr_at_step
 
-        c, cfg, plan, info = self.c, self.cfg, self.c.plan, self.info
+        c, cfg, plan, info = self.components, self.cfg, self.components.plan, self.info
         batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
         if self.carries is None:
             self.carries = [
@@ -326,17 +345,17 @@ class Trainer:
     def _evaluate_and_log(self) -> None:
         from trm.evaluation.runner import evaluate
 
-        if self.c.test_loader is None:
+        if self.components.test_loader is None:
             return
         start = time.perf_counter()
         self._evaluated_step = self.progress.step
         with self._eval_weights():
             metrics = evaluate(
-                self.c.loss_head,
-                self.c.test_loader,
-                self.c.evaluators,
+                self.components.loss_head,
+                self.components.test_loader,
+                self.components.evaluators,
                 self.info,
-                chunk_size=self.c.plan.micro_batch_size,
+                chunk_size=self.components.plan.micro_batch_size,
                 save_dir=self.run_dir,
                 step=self.progress.step,
                 save_outputs=tuple(self.cfg.eval_save_outputs),
@@ -352,13 +371,13 @@ class Trainer:
     @contextlib.contextmanager
     def _eval_weights(self) -> Iterator[None]:
         """Swap the EMA weights in for evaluation (ema=True) and put the live weights back afterwards."""
-        ema = self.c.ema
+        ema = self.components.ema
         if ema is None:
             yield
             return
-        params = [p for p in self.c.model.parameters() if p.requires_grad]
+        params = [p for p in self.components.model.parameters() if p.requires_grad]
         backup = [p.detach().clone() for p in params]
-        ema.copy_to(self.c.model)
+        ema.copy_to(self.components.model)
         try:
             yield
         finally:
@@ -376,21 +395,56 @@ class Trainer:
         final = self.run_dir / f"step_{step}"
         if (final / ckpt.COMPLETE).is_file() and not replace:
             return
-        if info.is_main:
-            ckpt.prepare_partial(self.run_dir, step)
-        dist_utils.barrier(info)
         folder = ckpt.partial_dir(self.run_dir, step)
-        write_rank_shard(folder, info.rank, self.c.plan, self.carries)
+
+        def prepare() -> None:
+            if info.is_main:
+                ckpt.prepare_partial(self.run_dir, step)
+
+        def write() -> None:
+            write_rank_shard(folder, info.rank, self.components.plan, self.carries)
+            if info.is_main:
+                write_main_state(folder, self._main_payload())
+
+        def publish() -> None:
+            if info.is_main:
+                ckpt.publish(self.run_dir, step, self._facts())
+
+        # After each part every rank learns whether any rank ran out of space (the all-reduce is also
+        # the barrier between the parts), so all of them stop together.
+        for part in (prepare, write, publish):
+            cause = _disk_full(part)
+            if dist_utils.any_rank([cause is not None], info)[0]:
+                self._disk_full(step, folder, cause)
         if info.is_main:
-            write_main_state(folder, self._main_payload())
-        dist_utils.barrier(info)
-        if info.is_main:
-            ckpt.publish(self.run_dir, step, self._facts())
             ckpt.prune(self.run_dir, self.cfg.checkpoint_keep)
         dist_utils.barrier(info)
 
+    def _disk_full(self, step: int, folder: Path, cause: OSError | None) -> None:
+        """Remove the partial save and stop with one line (exit DISK_FULL); older checkpoints stay."""
+        needed = self._checkpoint_bytes()
+        if self.info.is_main:
+            shutil.rmtree(folder, ignore_errors=True)
+        dist_utils.barrier(self.info)
+        cause = cause or OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # another rank's failure
+        raise ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause)) from None
+
+    def _checkpoint_bytes(self) -> int:
+        """About how much one checkpoint takes: the newest complete one, else the tensors to be saved."""
+        previous = ckpt.find_complete(self.run_dir, warn=False)
+        if previous:
+            return ckpt.checkpoint_bytes(previous[-1])
+
+        def nbytes(obj: Any) -> int:
+            sizes: list[int] = []
+            tree_map(lambda t: sizes.append(t.numel() * t.element_size()) or t, obj)
+            return sum(sizes)
+
+        # Every rank writes its own carry rows; rank 0 also writes the main state.
+        return nbytes(self._main_payload()) + nbytes(self.carries) * self.info.world_size
+
     def _main_payload(self) -> dict[str, Any]:
-        c = self.c
+        c = self.components
         return {
             "progress": vars(self.progress).copy(),
             "model": c.model.state_dict(),

@@ -1,7 +1,7 @@
 """`make smoke-local`: the whole run lifecycle on CPU in about a minute.
 
-Builds a small ARC set from the shipped data, trains a tiny TRM (hidden 64, 4 heads, 1 layer, H 1, L 1,
-fp32) for a few hundred steps with two evaluations, interrupts it with SIGTERM half-way (exit 75, a
+Builds a small ARC set from the shipped data, trains the debug-tiny recipe's model (trm/training/recipes.py) for a
+few hundred steps with two evaluations, interrupts it with SIGTERM half-way (exit 75, a
 complete checkpoint), resumes it with the same command (which evaluates again at the end and writes
 submission.json) and prints where everything is.
 """
@@ -20,18 +20,7 @@ from pathlib import Path
 
 from trm import exit_codes
 from trm.errors import TRMError
-
-TINY_ARCH = [
-    "arch=trm",
-    "arch.hidden_size=64",
-    "arch.num_heads=4",
-    "arch.L_layers=1",
-    "arch.H_cycles=1",
-    "arch.L_cycles=1",
-    "arch.puzzle_emb_ndim=64",
-    "arch.puzzle_emb_len=1",
-    "arch.forward_dtype=float32",
-]
+from trm.training.recipes import get_recipe
 
 
 def dataset_cmd(out: Path, max_puzzles: int, num_aug: int) -> list[str]:
@@ -45,10 +34,12 @@ def dataset_cmd(out: Path, max_puzzles: int, num_aug: int) -> list[str]:
 
 def train_cmd(data: Path, run: Path, epochs: int, batch: int) -> list[str]:
     """The training command (run twice: interrupted, then resumed)."""
+    recipe = get_recipe("debug-tiny").with_changes(
+        epochs=epochs, eval_interval=epochs // 2, global_batch_size=batch, lr_warmup_steps=20, log_interval=5
+    )
     return [
-        sys.executable, "-m", "trm.train", *TINY_ARCH, f"data_paths=[{data}]", f"epochs={epochs}",
-        f"eval_interval={epochs // 2}", f"global_batch_size={batch}", "lr=1e-3", "lr_warmup_steps=20",
-        "puzzle_emb_lr=1e-2", "ema=True", "+run_name=smoke_local", f"+checkpoint_path={run}", "log_interval=5",
+        sys.executable, "-m", "trm.train", *recipe.overrides, f"data_paths=[{data}]", "+run_name=smoke_local",
+        f"+checkpoint_path={run}",
     ]  # fmt: skip
 
 

@@ -82,7 +82,8 @@ def evaluate_checkpoint(
         )
         torch.manual_seed(cfg.seed)
         model, loss_head = build_model(cfg, test.metadata, plan, info.device)
-        _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers)
+        data_paths = cfg.data_paths_test or cfg.data_paths
+        _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers, data_paths)
         evaluators = build_evaluators(cfg.evaluators, test)
         metrics = evaluate(
             loss_head, test, evaluators, info, chunk_size=plan.micro_batch_size, save_dir=out, step=step
@@ -91,12 +92,15 @@ def evaluate_checkpoint(
     return 0
 
 
-def _load(checkpoint: Path, ours: bool, use_ema: bool, model: torch.nn.Module, num_ids: int) -> None:
+def _load(
+    checkpoint: Path, ours: bool, use_ema: bool, model: torch.nn.Module, num_ids: int, data_paths: list[str]
+) -> None:
     if ours and not use_ema:
         state = load_torch(checkpoint / STATE)
         model.load_state_dict(state["model"])
         return
-    load_initial_weights(str(checkpoint), model, num_ids)
+    # An upstream file must match the data's identifiers row for row: stop rather than resize or misuse rows.
+    load_initial_weights(str(checkpoint), model, num_ids, upstream_data_paths=list(data_paths))
 
 
 def _report(info: DistInfo, out: Path, step: int, metrics: dict[str, float]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,3 @@ def write_main_state(folder: Path, payload: dict[str, Any]) -> None:
 def read_main_state(folder: Path) -> dict[str, Any]:
     """Load `state.pt`."""
     return load_torch(folder / STATE)
-
-
-def progress_dict(p: Progress) -> dict[str, Any]:
-    """Progress as a plain dict."""
-    return asdict(p)

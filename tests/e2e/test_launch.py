@@ -1,0 +1,137 @@
+"""scripts/train_prod.sh end to end on CPU: real data builder, real trainer under torchrun (2 gloo ranks),
+a SIGTERM to one trainer rank mid-run, the automatic restart that resumes, and the handoff bundle."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.launch.test_plan import SCRIPT, script_env
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def trainer_pids(run_dir: Path) -> list[int]:
+    """PIDs of `python -m trm.train … checkpoint_path=<run_dir>` processes (not the smoke gate's)."""
+    want = f"checkpoint_path={run_dir}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:3] == [b"-m", b"trm.train"] and want in argv:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def train_steps(metrics: Path) -> set[int]:
+    if not metrics.exists():
+        return set()
+    with open(metrics, newline="") as f:
+        return {int(r["step"]) for r in csv.DictReader(f) if r.get("name") == "train/lm_loss"}
+
+
+@pytest.mark.slow
+@pytest.mark.launch
+@pytest.mark.dist
+def test_train_prod_kill_resume_and_handoff(tmp_path):
+    env = script_env(
+        tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", CPU_PROCS="2", SMOKE_STEPS="2", GPU_HOURLY_USD="1.5",
+        TRAIN_OVERRIDES="epochs=6 eval_interval=3",
+    )  # fmt: skip
+    run_dir = tmp_path / "ws" / "checkpoints" / "trm-debug-tiny"
+    bundle = tmp_path / "ws" / "artifacts" / "trm-debug-tiny"
+    log = open(tmp_path / "script.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        deadline = time.time() + 400
+        while not train_steps(run_dir / "metrics.csv") or max(train_steps(run_dir / "metrics.csv")) < 2:
+            assert proc.poll() is None, (tmp_path / "script.log").read_text()[-3000:]
+            assert time.time() < deadline, "training never reached step 2"
+            time.sleep(0.5)
+        pids = trainer_pids(run_dir)
+        assert len(pids) == 2, pids
+        os.kill(pids[-1], signal.SIGTERM)  # one rank only: the ranks agree to stop, save, exit 75
+        assert proc.wait(timeout=500) == 0, (tmp_path / "script.log").read_text()[-4000:]
+    finally:
+        if proc.poll() is None:  # a failed assertion: stop the script, the launcher and its trainers cleanly
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=120)
+        log.close()
+    launch_log = (run_dir / "launch" / "launch.log").read_text()
+    assert "trainer saved and exited 75: restart 1/3" in launch_log and "training finished" in launch_log
+    train_log = (run_dir / "launch" / "train.log").read_text()
+    assert train_log.count("===== train attempt") == 2 and "resumed from" in train_log
+    data = json.loads((bundle / "handoff.json").read_text())
+    assert data["status"] == "finished"
+    ckpt = data["last_good_checkpoint"]
+    assert (
+        ckpt is not None and len(ckpt["sha256"]) == 64 and Path(ckpt["path"]).name == f"step_{ckpt['step']}"
+    )
+    assert data["metrics_summary"]["last_step"] == ckpt["step"]
+    assert data["cost_estimate_usd"] is not None and data["wall_time"]["train_seconds"] > 0
+    assert (
+        data["resume_command"].endswith("bash scripts/train_prod.sh")
+        and "TASK=debug-tiny" in data["resume_command"]
+    )
+    assert data["resolved_config"]["global_batch_size"] == 8
+    assert (bundle / "metrics.png").read_bytes().startswith(PNG_SIGNATURE)
+    assert (bundle / "submission.json").exists() and (bundle / "metrics.csv").exists()
+    assert "resumed from" in (bundle / "train.log").read_text()
+    assert "status:         finished" in (bundle / "run.info").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.launch
+@pytest.mark.dist
+def test_sigterm_to_the_script_saves_and_the_same_command_resumes(tmp_path):
+    """`docker stop` / pod deletion: SIGTERM reaches the trainer through the script, launcher and torchrun."""
+    env = script_env(
+        tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", CPU_PROCS="2", SMOKE_STEPS="0",
+        TRAIN_OVERRIDES="epochs=6 eval_interval=3",
+    )  # fmt: skip
+    run_dir = tmp_path / "ws" / "checkpoints" / "trm-debug-tiny"
+    bundle = tmp_path / "ws" / "artifacts" / "trm-debug-tiny"
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(
+            ["bash", str(SCRIPT)], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            deadline = time.time() + 400
+            while not train_steps(run_dir / "metrics.csv") or max(train_steps(run_dir / "metrics.csv")) < 2:
+                assert proc.poll() is None and time.time() < deadline, (tmp_path / "first.log").read_text()[
+                    -3000:
+                ]
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)  # to bash only, as docker/kubelet do to PID 1
+            assert proc.wait(timeout=300) == 75, (tmp_path / "first.log").read_text()[-4000:]
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=120)
+    assert not trainer_pids(run_dir)
+    stopped = json.loads((bundle / "handoff.json").read_text())
+    assert stopped["status"].startswith("stopped after saving")
+    saved_step = stopped["last_good_checkpoint"]["step"]
+    assert "stop requested (received SIGTERM)" in (run_dir / "launch" / "launch.log").read_text()
+    second = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout[-4000:]
+    finished = json.loads((bundle / "handoff.json").read_text())
+    assert finished["status"] == "finished" and finished["last_good_checkpoint"]["step"] > saved_step
+    assert len(finished["wall_time"]["sessions"]) == 2
+    assert (
+        f"step {saved_step}"
+        in (run_dir / "launch" / "train.log").read_text().split("===== train attempt")[-1]
+    )

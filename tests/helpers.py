@@ -1,0 +1,301 @@
+"""Test helpers shared across the suite: fakes of external tools and data, and tiny real fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from trm.data.arc_source import DEFAULT_PREFIX
+from trm.data.build_arc import build_arc_dataset
+from trm.model import TRMConfig
+from trm.training.recipes import get_recipe
+
+# --- A fake `nvidia-smi` on PATH that replays recorded outputs (launch tooling) --------------------------
+
+FIXTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"
+FAKE_SMI = FIXTURES / "fake-nvidia-smi"
+SHAPES = [
+    f"{model}x{n}"
+    for model in ("h100", "h200", "a100-40g", "a100-80g", "l40s", "rtx4090")
+    for n in (1, 2, 4, 8)
+]
+
+
+def fake_smi_env(tmp_path: Path, shape: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment whose PATH has a fake nvidia-smi for `shape` (None: no nvidia-smi at all)."""
+    env = dict(base if base is not None else os.environ)
+    bindir = tmp_path / "fake-bin"
+    bindir.mkdir(exist_ok=True)
+    link = bindir / "nvidia-smi"
+    if link.exists() or link.is_symlink():
+        link.unlink()
+    # Keep python/torchrun reachable, but hide any real nvidia-smi that the host may have.
+    path = [str(bindir)] + [
+        p for p in env.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "nvidia-smi").exists()
+    ]
+    if shape is not None:
+        link.symlink_to(FAKE_SMI)
+        env["FAKE_NVIDIA_SMI_DIR"] = str(FIXTURES / shape)
+    env["PATH"] = os.pathsep.join(path)
+    return env
+
+
+def install_fake_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shape: str | None) -> dict[str, str]:
+    """Put a fake nvidia-smi for `shape` (None: no nvidia-smi) on this process's PATH; returns the env."""
+    env = fake_smi_env(tmp_path, shape)
+    for key in ("PATH", "FAKE_NVIDIA_SMI_DIR"):
+        if key in env:
+            monkeypatch.setenv(key, env[key])
+        else:
+            monkeypatch.delenv(key, raising=False)
+    return env
+
+
+# --- A stand-in for PuzzleLoader with the same interface, for in-process trainer tests -------------------
+
+
+@dataclass
+class FakeMetadata:
+    seq_len: int = 16
+    vocab_size: int = 12
+    num_puzzle_identifiers: int = 9
+    blank_identifier_id: int = 0
+    pad_id: int = 0
+    ignore_label_id: int = -100
+    total_groups: int = 8
+    mean_puzzle_examples: float = 1.0
+    sets: list[str] = field(default_factory=lambda: ["all"])
+
+
+class FakeLoader:
+    """Deterministic random token batches; a pass has `total_groups * epochs_per_iter / gbs` batches."""
+
+    def __init__(
+        self,
+        split: str,
+        *,
+        global_batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        seed: int = 0,
+        epochs_per_iter: int = 1,
+        metadata: FakeMetadata | None = None,
+    ) -> None:
+        self.split = split
+        self.metadata = metadata or FakeMetadata()
+        self.gbs, self.rank, self.world = global_batch_size, rank, world_size
+        self.seed, self.epochs_per_iter = seed, epochs_per_iter
+        self.fingerprint = "fake-fingerprint"
+        self.identifiers = ["<blank>"] + [f"task{i}" for i in range(1, self.metadata.num_puzzle_identifiers)]
+        self.test_puzzles: dict[str, Any] = {}
+        self._pass, self._pos = 0, 0
+
+    def _global_batch(self, pass_id: int, index: int) -> dict[str, torch.Tensor]:
+        rng = np.random.default_rng([self.seed, pass_id, index])
+        m = self.metadata
+        inputs = rng.integers(2, m.vocab_size, (self.gbs, m.seq_len))
+        labels = np.where(rng.random((self.gbs, m.seq_len)) < 0.2, -100, (inputs + 1) % m.vocab_size)
+        labels = np.where(labels < 2, 2, labels)
+        labels = np.where(rng.random((self.gbs, m.seq_len)) < 0.2, -100, labels)
+        ids = rng.integers(1, m.num_puzzle_identifiers, (self.gbs,))
+        return {
+            "inputs": torch.tensor(inputs, dtype=torch.int32),
+            "labels": torch.tensor(labels, dtype=torch.int32),
+            "puzzle_identifiers": torch.tensor(ids, dtype=torch.int32),
+        }
+
+    def _local(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        n = self.gbs // self.world
+        return {k: v[self.rank * n : (self.rank + 1) * n].clone() for k, v in batch.items()}
+
+    def batches_per_pass(self) -> int:
+        m = self.metadata
+        return int(m.total_groups * m.mean_puzzle_examples * self.epochs_per_iter // self.gbs)
+
+    def iter_train(self):
+        while self._pos < self.batches_per_pass():
+            batch = self._global_batch(self._pass, self._pos)
+            self._pos += 1
+            yield "all", self._local(batch), self.gbs
+        self._pass, self._pos = self._pass + 1, 0
+
+    def iter_test(self):
+        for index in range(2):
+            yield "all", self._local(self._global_batch(10_000, index)), self.gbs
+
+    def state_dict(self) -> dict[str, int]:
+        return {"pass": self._pass, "pos": self._pos}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._pass, self._pos = state["pass"], state["pos"]
+
+
+# --- Tiny ARC inputs written to disk and the smoke build settings (data tests) ---------------------------
+
+SMOKE_BUILD = {
+    "subsets": ["training2", "evaluation2"],
+    "test_set_name": "evaluation2",
+    "num_aug": 8,
+    "max_puzzles": 12,
+}
+
+
+def write_subset(directory: Path, subset: str, challenges: dict, solutions: dict | None = None) -> Path:
+    """Write `<dir>/arc-agi_<subset>_{challenges,solutions}.json`; returns the input prefix."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"arc-agi_{subset}_challenges.json").write_text(json.dumps(challenges))
+    if solutions is not None:
+        (directory / f"arc-agi_{subset}_solutions.json").write_text(json.dumps(solutions))
+    return directory / "arc-agi"
+
+
+def tiny_task(seed: int, test_output: bool = True) -> tuple[dict, list]:
+    """A small valid task with 2 demos and 1 test input (colours depend on seed), and its solutions."""
+    a, b = seed % 9 + 1, (seed + 3) % 9 + 1
+    task = {
+        "train": [
+            {"input": [[a, 0], [0, b]], "output": [[b, 0, 0], [0, a, 0]]},
+            {"input": [[0, a, a]], "output": [[a], [b], [0]]},
+        ],
+        "test": [{"input": [[b, b], [a, 0], [0, 0]]}],
+    }
+    return task, [[[a, b], [b, a]]] if test_output else []
+
+
+# --- A tiny real checkpoint, written by the trainer's own save path, on a tiny shipped-ARC dataset -------
+
+TINY = get_recipe("debug-tiny")  # batch 8, 1 epoch, EMA
+TINY_ARCH = [o for o in TINY.overrides if o.startswith("arch.")]  # what packaging an upstream file needs
+SEEN_TASKS = 2  # the first tasks of each subset go into the dataset
+
+
+@dataclass
+class SmokeCheckpoint:
+    """Paths of the smoke dataset and checkpoint, and the shipped evaluation tasks."""
+
+    root: Path
+    dataset: Path
+    checkpoint: Path
+    challenges: dict
+
+    def write_challenges(self, name: str, task_ids: list[str]) -> Path:
+        path = self.root / name
+        path.write_text(json.dumps({t: self.challenges[t] for t in task_ids}))
+        return path
+
+
+def make_smoke(root: Path) -> SmokeCheckpoint:
+    """Build the dataset, create a trainer, perturb its puzzle table and EMA, save step_0 with its code."""
+    from trm.distributed import DistInfo
+    from trm.training.config import compose, fill_run_defaults
+    from trm.training.loop import Trainer
+
+    dataset = root / "ds"
+    build_arc_dataset(
+        dataset,
+        subsets=["training", "evaluation"],
+        test_set_name="evaluation",
+        num_aug=3,
+        max_puzzles=SEEN_TASKS,
+    )
+    cfg = compose(
+        [
+            *TINY.overrides,
+            "device=cpu",
+            "compile=false",
+            f"data_paths=[{dataset}]",
+            f"checkpoint_path={root / 'run'}",
+        ]
+    )
+    fill_run_defaults(cfg)
+    trainer = Trainer.create(cfg, DistInfo())
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        table = trainer.components.model.puzzle_emb.weight
+        table.copy_(torch.randn(table.shape, generator=generator))
+        for shadow in trainer.components.ema.shadow.values():  # EMA weights differ from the live ones
+            shadow.add_(0.25)
+    trainer.save_checkpoint()
+    trainer.close()
+    challenges = json.loads(
+        DEFAULT_PREFIX.with_name(DEFAULT_PREFIX.name + "_evaluation_challenges.json").read_text()
+    )
+    return SmokeCheckpoint(
+        root=root, dataset=dataset, checkpoint=root / "run" / "step_0", challenges=challenges
+    )
+
+
+def torch_only_path(dest: Path) -> Path:
+    """A folder of links to the installed torch and its own dependencies (nothing else), like a Kaggle
+    image's preinstalled torch, for a fresh venv to see through a .pth file."""
+    import importlib.metadata as md
+
+    from packaging.requirements import Requirement
+
+    dest.mkdir(parents=True, exist_ok=True)
+    queue, seen = ["torch"], set()
+    while queue:
+        name = queue.pop()
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        key = dist.metadata["Name"].lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        for text in dist.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                queue.append(req.name)
+        site = Path(dist.locate_file(""))
+        tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+        for top in tops:
+            source = site / top
+            if source.exists() and not (dest / top).exists() and top != "__pycache__":
+                (dest / top).symlink_to(source)
+    return dest
+
+
+# --- Tiny model configs and batches (model tests) ----------------------------------------------------
+
+
+def small_config(**overrides) -> TRMConfig:
+    values = dict(
+        batch_size=3,
+        seq_len=10,
+        vocab_size=7,
+        num_puzzle_identifiers=5,
+        puzzle_emb_ndim=16,
+        puzzle_emb_len=2,
+        H_cycles=2,
+        L_cycles=2,
+        L_layers=1,
+        hidden_size=16,
+        num_heads=2,
+        halt_max_steps=4,
+        forward_dtype="float32",
+    )
+    values.update(overrides)
+    return TRMConfig(**values)
+
+
+def make_batch(config: TRMConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    b, s = config.batch_size, config.seq_len
+    labels = torch.randint(0, config.vocab_size, (b, s), generator=g, dtype=torch.int32)
+    labels[:, -2:] = -100
+    return {
+        "inputs": torch.randint(0, config.vocab_size, (b, s), generator=g, dtype=torch.int32),
+        "labels": labels,
+        "puzzle_identifiers": torch.randint(
+            0, config.num_puzzle_identifiers, (b,), generator=g, dtype=torch.int32
+        ),
+    }

@@ -1,0 +1,540 @@
+"""Kaggle packaging and offline inference on a tiny real checkpoint (CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers import SEEN_TASKS, TINY_ARCH, SmokeCheckpoint, make_smoke
+from trm.commands import main
+from trm.data.encoding import dihedral, encode_grid, parse_identifier
+from trm.errors import TRMError
+from trm.evaluation.arc import ARCEvaluator
+from trm.evaluation.voting import FALLBACK_GRID, build_submission, grid_key, validate_submission
+from trm.io import sha256_file
+from trm.kaggle import bundle as B
+from trm.kaggle import infer as infer_mod
+from trm.kaggle.infer import run_inference
+from trm.kaggle.package import package_kaggle
+from trm.kaggle.testset import build_test_set
+from trm.model.upstream import PUZZLE_EMB_KEY, to_upstream_state_dict
+from trm.training.checkpoint import STATE, load_torch
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> SmokeCheckpoint:
+    return make_smoke(tmp_path_factory.mktemp("kaggle"))
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(smoke: SmokeCheckpoint) -> Path:
+    out = smoke.root / "bundle"
+    package_kaggle(smoke.checkpoint, out, wheels=False, progress=False)
+    return out
+
+
+def task_ids(smoke: SmokeCheckpoint) -> list[str]:
+    return list(smoke.challenges)
+
+
+def test_bundle_holds_ema_weights_mean_row_and_verified_files(
+    smoke: SmokeCheckpoint, bundle_dir: Path
+) -> None:
+    state = load_torch(smoke.checkpoint / STATE)
+    weights = torch.load(bundle_dir / B.WEIGHTS, weights_only=True)
+    name = next(iter(state["ema"]["shadow"]))
+    assert torch.equal(weights[name], state["ema"]["shadow"][name])
+    assert not torch.equal(weights[name], state["model"][name])
+    trained = state["model"][PUZZLE_EMB_KEY]
+    table = weights[PUZZLE_EMB_KEY]
+    assert table.shape == (len(trained) + 1, trained.shape[1])
+    assert torch.equal(table[:-1], trained)
+    assert torch.allclose(table[-1], trained[1:].mean(dim=0))
+
+    config = json.loads((bundle_dir / B.CONFIG).read_text())
+    assert config["identifiers"] == {
+        "shipped": True,
+        "trained_rows": len(trained),
+        "unseen_id": len(trained),
+        "unseen_rule": config["identifiers"]["unseen_rule"],
+    }
+    assert config["arch"]["hidden_size"] == 16 and config["arch"]["num_puzzle_identifiers"] == len(table)
+    assert config["loss_type"] == "stablemax_cross_entropy"
+    assert config["source"]["kind"] == "trm checkpoint (EMA weights)"
+    assert config["dataset"]["seq_len"] == 900 and config["dataset"]["blank_identifier_id"] == 0
+    ids = json.loads((smoke.dataset / "identifiers.json").read_text())
+    assert json.loads((bundle_dir / B.IDENTIFIERS).read_text()) == ids
+
+    manifest = json.loads((bundle_dir / B.MANIFEST).read_text())
+    assert set(manifest["files"]) == {B.WEIGHTS, B.CONFIG, B.IDENTIFIERS, B.README}
+    for rel, meta in manifest["files"].items():
+        assert sha256_file(bundle_dir / rel) == meta["sha256"]
+    assert "python -m trm infer" in (bundle_dir / B.README).read_text()
+
+
+def test_without_identifiers_only_blank_and_mean_rows_ship(smoke: SmokeCheckpoint) -> None:
+    out = smoke.root / "bundle-small"
+    package_kaggle(smoke.checkpoint, out, wheels=False, identifiers=False, progress=False)
+    trained = load_torch(smoke.checkpoint / STATE)["model"][PUZZLE_EMB_KEY]
+    table = torch.load(out / B.WEIGHTS, weights_only=True)[PUZZLE_EMB_KEY]
+    assert table.shape == (2, trained.shape[1]) and torch.equal(table[0], trained[0])
+    assert torch.allclose(table[1], trained[1:].mean(dim=0))
+    config = B.read_config(out)
+    assert config["identifiers"]["shipped"] is False and config["identifiers"]["unseen_id"] == 1
+    assert not (out / B.IDENTIFIERS).exists()
+
+
+def test_upstream_weight_file_needs_and_takes_arch_overrides(
+    smoke: SmokeCheckpoint, bundle_dir: Path
+) -> None:
+    ours = torch.load(bundle_dir / B.WEIGHTS, weights_only=True)
+    ours[PUZZLE_EMB_KEY] = ours[PUZZLE_EMB_KEY][:-1]  # the trained table, as upstream would save it
+    upstream = smoke.root / "step_123"
+    torch.save(to_upstream_state_dict(ours, compiled=True), upstream)
+    with pytest.raises(TRMError, match="arch overrides"):
+        package_kaggle(upstream, smoke.root / "up-bad", wheels=False, identifiers=False, progress=False)
+    assert not (smoke.root / "up-bad").exists()
+
+    out = smoke.root / "up"
+    # Through the CLI, with the overrides after the flags.
+    argv = ["package", "kaggle", str(upstream), str(out), "--no-wheels", "--quiet"]
+    assert main([*argv, *TINY_ARCH, f"data_paths=[{smoke.dataset}]"]) == 0
+    packaged = torch.load(out / B.WEIGHTS, weights_only=True)
+    reference = torch.load(bundle_dir / B.WEIGHTS, weights_only=True)
+    assert packaged.keys() == reference.keys()
+    assert all(torch.equal(packaged[k], reference[k]) for k in packaged)
+    config = B.read_config(out)
+    assert config["source"]["kind"] == "upstream weights" and config["source"]["step"] == 123
+
+
+def test_existing_out_dir_is_refused(smoke: SmokeCheckpoint, bundle_dir: Path) -> None:
+    before = sha256_file(bundle_dir / B.WEIGHTS)
+    with pytest.raises(TRMError, match="--overwrite"):
+        package_kaggle(smoke.checkpoint, bundle_dir, wheels=False, progress=False)
+    assert sha256_file(bundle_dir / B.WEIGHTS) == before
+
+
+def test_seen_tasks_reuse_trained_rows_and_unseen_tasks_use_the_mean_row(smoke: SmokeCheckpoint) -> None:
+    ids = json.loads((smoke.dataset / "identifiers.json").read_text())
+    seen, unseen = task_ids(smoke)[0], task_ids(smoke)[SEEN_TASKS]
+    test_set = build_test_set(
+        {t: smoke.challenges[t] for t in (seen, unseen)}, num_aug=3, identifiers=ids, unseen_id=len(ids)
+    )
+    by_task = {t.task_id: t for t in test_set.tasks}
+    trained = [(name, row) for row, name in enumerate(ids) if parse_identifier(name)[0] == seen]
+    assert list(zip(by_task[seen].names, by_task[seen].embedding_ids, strict=True)) == trained[:3]
+    assert by_task[unseen].embedding_ids == [len(ids)] * len(by_task[unseen].names)
+    assert by_task[unseen].names[0] == unseen  # the original first
+    rows = by_task[unseen].inputs.reshape(len(by_task[unseen].names), -1)
+    assert len({r.tobytes() for r in rows}) == len(rows)  # distinct variants
+    # Each row is the test input colour-mapped, then transformed, encoded at (0, 0), as the builder does.
+    for task in test_set.tasks:
+        grid = np.array(smoke.challenges[task.task_id]["test"][0]["input"], dtype=np.uint8)
+        for k, name in enumerate(task.names):
+            _, tid, cmap = parse_identifier(name)
+            mapped = grid if cmap is None else cmap[grid]
+            assert np.array_equal(task.inputs[k, 0], encode_grid(dihedral(mapped, tid)))
+    # Round-major order: every task's variant k before any variant k+1.
+    order = [k for _, k, _ in test_set.rows(test_set.max_variants)]
+    assert order == sorted(order)
+
+
+def test_submission_matches_the_evaluators_voting_on_the_same_predictions(
+    smoke: SmokeCheckpoint, bundle_dir: Path
+) -> None:
+    tasks = task_ids(smoke)[: SEEN_TASKS + 2]
+    challenges = smoke.write_challenges("four.json", tasks)
+    out, preds = smoke.root / "submission.json", smoke.root / "preds.npz"
+    report = run_inference(
+        bundle_dir,
+        challenges,
+        out,
+        num_aug=3,
+        batch_size=5,
+        device="cpu",
+        save_predictions=preds,
+        progress=False,
+    )
+    submission = json.loads(out.read_text())
+    test_puzzles = {t: {"test": smoke.challenges[t]["test"]} for t in tasks}
+    validate_submission(submission, test_puzzles)
+    assert report.rows_run == report.rows_planned > len(tasks)
+
+    saved = np.load(preds)
+    names = json.loads(str(saved["identifiers"]))
+    assert len(names) == report.rows_run
+    evaluator = ARCEvaluator(names, test_puzzles, blank_identifier_id=-1)
+    evaluator.update_batch(
+        {
+            "inputs": torch.from_numpy(saved["inputs"].astype(np.int32)),
+            "preds": torch.from_numpy(saved["preds"].astype(np.int32)),
+            "puzzle_identifiers": torch.arange(len(names)),
+            "q_halt_logits": torch.from_numpy(saved["q_halt_logits"]),
+        }
+    )
+    assert build_submission(test_puzzles, evaluator.table) == submission
+    # Every test input was matched back (inputs un-augment to the original grid), with one vote per row.
+    votes = [
+        len(evaluator.table.votes[t][grid_key(p["input"])]) for t in tasks for p in test_puzzles[t]["test"]
+    ]
+    assert all(votes) and sum(votes) == report.rows_run
+
+
+def test_inference_is_repeatable_and_batch_size_independent(smoke: SmokeCheckpoint, bundle_dir: Path) -> None:
+    challenges = smoke.write_challenges("two.json", task_ids(smoke)[SEEN_TASKS - 1 : SEEN_TASKS + 1])
+    outs = []
+    for batch in (1, 7):
+        out = smoke.root / f"sub-{batch}.json"
+        run_inference(bundle_dir, challenges, out, num_aug=3, batch_size=batch, device="cpu", progress=False)
+        outs.append(json.loads(out.read_text()))
+    assert outs[0] == outs[1]
+
+
+def test_tasks_the_model_cannot_handle_still_get_two_attempts(
+    smoke: SmokeCheckpoint, bundle_dir: Path
+) -> None:
+    good = task_ids(smoke)[0]
+    challenges = {
+        good: smoke.challenges[good],
+        "too_big": {"train": [], "test": [{"input": [[1] * 31] * 31}, {"input": [[2]]}]},
+        "bad_colour": {"train": [], "test": [{"input": [[3, 12]]}]},
+        "ragged": {"train": [], "test": [{"input": [[1, 2], [3]]}]},
+        "no_tests": {"train": [], "test": []},
+    }
+    path = smoke.root / "odd.json"
+    path.write_text(json.dumps(challenges))
+    out = smoke.root / "odd-submission.json"
+    report = run_inference(bundle_dir, path, out, num_aug=2, device="cpu", progress=False)
+    submission = json.loads(out.read_text())
+    assert set(report.skipped) == {"too_big", "bad_colour", "ragged"}
+    assert len(submission["too_big"]) == 2 and submission["no_tests"] == []
+    for task in ("too_big", "bad_colour", "ragged"):
+        for entry in submission[task]:
+            assert entry == {"attempt_1": FALLBACK_GRID, "attempt_2": FALLBACK_GRID}
+    assert len(submission[good]) == len(challenges[good]["test"])
+
+
+def test_time_budget_runs_fewer_augmentations_instead_of_failing(
+    smoke: SmokeCheckpoint, bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = iter(np.arange(0.0, 1e6, 20.0))  # every clock read advances 20 s
+    monkeypatch.setattr(infer_mod.time, "perf_counter", lambda: float(next(clock)))
+    tasks = task_ids(smoke)[:6]
+    challenges = smoke.write_challenges("six.json", tasks)
+    out = smoke.root / "budget.json"
+    report = run_inference(
+        bundle_dir, challenges, out, num_aug=4, batch_size=2, device="cpu", max_minutes=2.0, progress=False
+    )
+    assert report.stopped_by_budget
+    assert 0 < report.rows_run < report.rows_planned
+    assert report.rounds_complete < 4 and any("--max-minutes" in n for n in report.notes)
+    validate_submission(json.loads(out.read_text()), {t: smoke.challenges[t] for t in tasks})
+
+
+def test_damaged_bundle_is_refused(smoke: SmokeCheckpoint, bundle_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle_dir, copy)
+    with open(copy / B.WEIGHTS, "ab") as f:
+        f.write(b"x")
+    with pytest.raises(TRMError, match=r"model\.pt.*sha256"):
+        B.load_bundle(copy, torch.device("cpu"))
+
+
+def test_cli_infer_and_package_errors_exit_2(
+    smoke: SmokeCheckpoint, bundle_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    challenges = smoke.write_challenges("one.json", task_ids(smoke)[:1])
+    out = smoke.root / "cli.json"
+    argv = ["infer", "--weights", str(bundle_dir), "--challenges", str(challenges), "--out", str(out)]
+    assert main([*argv, "--num-aug", "2", "--device", "cpu", "--quiet"]) == 0
+    assert "1 tasks, 1 test inputs" in capsys.readouterr().out
+    assert main([*argv[:-4], "--challenges", str(smoke.root / "missing.json"), "--out", str(out)]) == 2
+    assert "file not found" in capsys.readouterr().err
+    assert (
+        main(["infer", "--weights", str(smoke.root), "--challenges", str(challenges), "--out", str(out)]) == 2
+    )
+    assert "manifest.json" in capsys.readouterr().err
+    assert main(["package", "kaggle", str(smoke.root / "nope"), str(smoke.root / "x"), "--no-wheels"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main([*argv, "--num-aug", "0", "--device", "cpu"]) == 2
+    assert "--num-aug 0" in capsys.readouterr().err
+    before = challenges.read_text()
+    assert main([*argv[:-2], "--out", str(challenges)]) == 2
+    assert "is the --challenges file" in capsys.readouterr().err and challenges.read_text() == before
+
+
+def _offline(argv: list[str]) -> list[str]:
+    """Prefix with `unshare -n` (no network namespace) where this machine allows it."""
+    import shutil
+    import subprocess
+
+    unshare = shutil.which("unshare")
+    if unshare and subprocess.run([unshare, "-n", "true"], capture_output=True, check=False).returncode == 0:
+        return [unshare, "-n", *argv]
+    return argv
+
+
+@pytest.mark.slow
+@pytest.mark.kaggle
+def test_wheelhouse_installs_offline_in_a_fresh_venv_and_infers(
+    smoke: SmokeCheckpoint, bundle_dir: Path
+) -> None:
+    """Package with wheels (downloads from the index), then in a fresh venv with no network and no pip
+    config: install from the wheelhouse only, run `python -m trm infer`, compare with this process.
+
+    torch is not in the wheelhouse (Kaggle has it), so the venv sees this machine's torch and torch's own
+    dependencies, and nothing else, through a .pth file.
+    """
+    import os
+    import subprocess
+    import venv
+
+    from tests.helpers import torch_only_path
+    from trm.kaggle.wheelhouse import REQUIREMENTS
+
+    out = smoke.root / "bundle-wheels"
+    package_kaggle(smoke.checkpoint, out, python_version="3.11", progress=False)
+    wheels = out / B.WHEELS
+    pins = (wheels / REQUIREMENTS).read_text().split()
+    assert "hydra-core==1.3.8" in pins and "antlr4-python3-runtime==4.9.3" in pins
+    assert not any(p.startswith("torch==") for p in pins)
+    assert len(list(wheels.glob("trm_stack-*.whl"))) == 1
+    assert len(list(wheels.glob("*.whl"))) == len(pins) + 1
+
+    env_dir = smoke.root / "fresh"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(
+        subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .decode()
+        .strip()
+    )
+    (site / "host_torch.pth").write_text(str(torch_only_path(smoke.root / "host-torch")) + "\n")
+    env = {"PATH": os.environ["PATH"], "HOME": str(smoke.root), "PIP_CONFIG_FILE": os.devnull}
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels)]
+    for extra in (
+        ["-r", str(wheels / REQUIREMENTS)],
+        ["--no-deps", str(next(wheels.glob("trm_stack-*.whl")))],
+    ):
+        subprocess.run(_offline([*pip, *extra]), env=env, cwd=smoke.root, check=True)
+    where = subprocess.check_output(
+        [python, "-c", "import trm, hydra, numpy; print(trm.__file__, hydra.__file__, numpy.__file__)"],
+        env=env,
+        cwd=smoke.root,
+    ).decode()
+    assert all(str(site) in path for path in where.split()), where
+
+    tasks = task_ids(smoke)[: SEEN_TASKS + 1]
+    challenges = smoke.write_challenges("offline.json", tasks)
+    args = ["--weights", str(out), "--challenges", str(challenges), "--num-aug", "3", "--device", "cpu"]
+    proc = subprocess.run(
+        _offline([str(python), "-m", "trm", "infer", *args, "--out", "offline.json", "--quiet"]),
+        env=env,
+        cwd=smoke.root / "fresh",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    offline = json.loads((env_dir / "offline.json").read_text())
+    here = smoke.root / "here.json"
+    run_inference(out, challenges, here, num_aug=3, device="cpu", progress=False)
+    assert offline == json.loads(here.read_text())
+    validate_submission(offline, {t: smoke.challenges[t] for t in tasks})
+
+
+def test_model_without_puzzle_table_packages_and_infers(smoke: SmokeCheckpoint, tmp_path: Path) -> None:
+    from trm.model import TinyRecursiveModel, TRMConfig
+
+    arch = {"hidden_size": 16, "num_heads": 2, "L_layers": 1, "H_cycles": 1, "L_cycles": 1}
+    cfg = TRMConfig(
+        batch_size=1,
+        seq_len=900,
+        vocab_size=12,
+        num_puzzle_identifiers=1,
+        puzzle_emb_ndim=0,
+        puzzle_emb_len=0,
+        halt_max_steps=2,
+        **arch,
+    )
+    upstream = tmp_path / "step_7"
+    torch.save(to_upstream_state_dict(TinyRecursiveModel(cfg).state_dict(), compiled=False), upstream)
+    overrides = [f"arch.{k}={v}" for k, v in arch.items()]
+    overrides += ["arch.puzzle_emb_ndim=0", "arch.puzzle_emb_len=0", "arch.halt_max_steps=2"]
+    out = tmp_path / "bundle"
+    # data_paths points at a dataset with identifiers: they are not shipped, there is no table to index.
+    package_kaggle(upstream, out, overrides=[*overrides, f"data_paths=[{smoke.dataset}]"], wheels=False)
+    assert not (out / B.IDENTIFIERS).exists()
+    challenges = smoke.write_challenges("notable.json", task_ids(smoke)[:2])
+    run_inference(out, challenges, tmp_path / "s.json", num_aug=2, device="cpu", progress=False)
+    validate_submission(
+        json.loads((tmp_path / "s.json").read_text()), {t: smoke.challenges[t] for t in task_ids(smoke)[:2]}
+    )
+
+
+@pytest.mark.gpu
+def test_gpu_inference_writes_a_valid_submission(
+    smoke: SmokeCheckpoint, bundle_dir: Path, tmp_path: Path
+) -> None:
+    challenges = smoke.write_challenges("gpu.json", task_ids(smoke)[:3])
+    out = tmp_path / "gpu.json"
+    report = run_inference(bundle_dir, challenges, out, num_aug=3, device="cuda", progress=False)
+    assert report.device.startswith("cuda") and report.rows_run == report.rows_planned
+    validate_submission(json.loads(out.read_text()), {t: smoke.challenges[t] for t in task_ids(smoke)[:3]})
+
+
+def test_runtime_pins_are_the_installed_closure_without_torch_by_default() -> None:
+    import importlib.metadata as md
+
+    from trm.kaggle.wheelhouse import runtime_pins
+
+    pins = runtime_pins("3.11")
+    for name in ("hydra-core", "omegaconf", "antlr4-python3-runtime", "pyyaml", "numpy", "tqdm"):
+        assert pins[name] == md.version(name)
+    assert "torch" not in pins and "trm-stack" not in pins
+    assert "colorama" not in pins  # tqdm needs it on Windows only: markers are evaluated for Linux
+    with_torch = runtime_pins("3.11", include_torch=True)
+    assert with_torch["torch"] == md.version("torch")
+    assert set(pins) < set(with_torch)
+
+
+@pytest.mark.parametrize("early_halt", [False, True])
+def test_rows_run_every_act_step_unless_early_halt(bundle_dir: Path, early_halt: bool) -> None:
+    bundle = B.load_bundle(bundle_dir, torch.device("cpu"), early_halt=early_halt)
+    model = bundle.model
+    with torch.no_grad():
+        model.inner.q_head.bias.fill_(10.0)  # q_halt > 0 from the first step on
+    calls = []
+    original = model.forward
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    model.forward = counting  # type: ignore[method-assign]
+    inputs = np.full((3, 900), 2, dtype=np.uint8)
+    preds, q_halt = infer_mod.predict_batch(model, inputs, np.ones(3, dtype=np.int64), torch.device("cpu"))
+    assert (
+        len(calls) == (1 if early_halt else model.config.halt_max_steps) and model.config.halt_max_steps > 1
+    )
+    assert preds.shape == (3, 900) and preds.dtype == np.uint8 and (q_halt > 0).all()
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_going(
+    smoke: SmokeCheckpoint, bundle_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    challenges = smoke.write_challenges("oom.json", task_ids(smoke)[:3])
+    reference = smoke.root / "oom-ref.json"
+    run_inference(bundle_dir, challenges, reference, num_aug=3, batch_size=2, device="cpu", progress=False)
+
+    real = infer_mod.predict_batch
+
+    def small_batches_only(model, inputs, ids, device):
+        if len(inputs) > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 9.00 GiB")
+        return real(model, inputs, ids, device)
+
+    monkeypatch.setattr(infer_mod, "predict_batch", small_batches_only)
+    out = smoke.root / "oom-submission.json"
+    report = run_inference(bundle_dir, challenges, out, num_aug=3, batch_size=8, device="cpu", progress=False)
+    assert report.batch_size == 2 and report.rows_run == report.rows_planned
+    assert sum("out of memory" in n for n in report.notes) == 2  # 8 -> 4 -> 2
+    assert json.loads(out.read_text()) == json.loads(reference.read_text())
+
+    def always_fails(model, inputs, ids, device):
+        raise RuntimeError("shape mismatch")  # not memory: no retry
+
+    monkeypatch.setattr(infer_mod, "predict_batch", always_fails)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        run_inference(bundle_dir, challenges, out, num_aug=3, device="cpu", progress=False)
+
+
+def test_a_run_directory_means_its_newest_complete_checkpoint(smoke: SmokeCheckpoint, tmp_path: Path) -> None:
+    import shutil
+
+    from trm.kaggle.package import newest_in_run_dir
+
+    run = tmp_path / "run"
+    for step in (0, 7, 12):
+        shutil.copytree(smoke.checkpoint, run / f"step_{step}")
+    (run / "step_12" / "COMPLETE").unlink()  # torn: skipped
+    assert newest_in_run_dir(run) == run / "step_7"
+    assert newest_in_run_dir(run / "step_0") == run / "step_0"
+    assert newest_in_run_dir(tmp_path) == tmp_path  # nothing there: left for the loader's error
+
+
+def _installed_dist(site: Path):
+    """A wheel-style install of a two-file trm-stack (as in the images: no pyproject.toml anywhere)."""
+    import base64
+    import hashlib
+    import importlib.metadata as md
+
+    files = {
+        "trm/__init__.py": b'__version__ = "0.1.0"\n',
+        "trm/infer_stub.py": b"ANSWER = 42\n",
+        "trm_stack-0.1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: trm-stack\nVersion: 0.1.0\n",
+        "trm_stack-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "trm_stack-0.1.0.dist-info/INSTALLER": b"pip\n",
+        "trm_stack-0.1.0.dist-info/direct_url.json": b'{"url": "file:///tmp/x.whl"}',
+        "trm/__pycache__/infer_stub.cpython-311.pyc": b"\x00compiled",
+    }
+    record = []
+    for name, data in files.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_bytes(data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("trm_stack-0.1.0.dist-info/RECORD,,")
+    (site / "trm_stack-0.1.0.dist-info/RECORD").write_text("\n".join(record) + "\n")
+    return md.PathDistribution(site / "trm_stack-0.1.0.dist-info")
+
+
+def test_own_wheel_without_a_checkout_repacks_the_installed_package(tmp_path: Path) -> None:
+    """Inside the trm images trm-stack is an installed wheel (no pyproject.toml next to it): runbook 07's
+    `package kaggle` must still put a working trm-stack wheel into the bundle."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from trm.kaggle.wheelhouse import wheel_from_installed
+
+    site = tmp_path / "site"
+    dist = _installed_dist(site)
+    out = tmp_path / "wheels"
+    out.mkdir()
+    wheel = wheel_from_installed(out, dist)
+    assert wheel.name == "trm_stack-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as zf:
+        names = sorted(zf.namelist())
+        assert zf.read("trm/infer_stub.py") == b"ANSWER = 42\n"
+    assert names == sorted([
+        "trm/__init__.py", "trm/infer_stub.py", "trm_stack-0.1.0.dist-info/METADATA",
+        "trm_stack-0.1.0.dist-info/WHEEL", "trm_stack-0.1.0.dist-info/RECORD",
+    ])  # fmt: skip
+    first = wheel.read_bytes()
+    assert wheel_from_installed(out, dist).read_bytes() == first  # reproducible
+    # pip accepts it (RECORD hashes checked at install), offline
+    target = tmp_path / "target"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (target / "trm" / "infer_stub.py").read_bytes() == b"ANSWER = 42\n"
+
+
+def test_own_wheel_refuses_a_modified_install(tmp_path: Path) -> None:
+    from trm.errors import TRMError
+    from trm.kaggle.wheelhouse import wheel_from_installed
+
+    site = tmp_path / "site"
+    dist = _installed_dist(site)
+    (site / "trm" / "infer_stub.py").write_text("ANSWER = 43\n")
+    with pytest.raises(TRMError, match=r"infer_stub.py differs from the installed trm-stack RECORD"):
+        wheel_from_installed(tmp_path, dist)

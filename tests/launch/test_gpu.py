@@ -1,0 +1,62 @@
+"""Launch checks on a real GPU host (`nox -s gpu`); skipped without CUDA."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trm.bench.model import peak_flops
+from trm.launch.gpu_checks import allreduce_check, matmul_check
+from trm.launch.hardware import select_plan
+from trm.launch.nvidia_smi import query_gpus, query_memory_used
+
+
+@pytest.mark.gpu
+def test_preflight_passes_on_this_gpu_host(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "trm", "preflight", "--gpu", "--checkpoint-dir", str(tmp_path), "--checkpoint-gb",
+         "0.1", "--report", str(tmp_path / "r.json")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    report = json.loads((tmp_path / "r.json").read_text())
+    names = [c["name"] for c in report["checks"]]
+    assert "nccl all-reduce" in names and any(n.startswith("matmul gpu") for n in names), proc.stdout
+    for check in report["checks"]:
+        if check["name"].startswith("matmul gpu"):
+            assert "uuid GPU-" in check["found"]
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.gpu
+def test_nccl_allreduce_and_matmul_on_every_gpu():
+    import torch
+
+    n = torch.cuda.device_count()
+    result = allreduce_check(n, backend="nccl", timeout_s=120)
+    assert result.ok, result.detail
+    for i in range(n):
+        r = matmul_check(f"cuda:{i}")
+        assert r.ok and r.uuid.startswith(("GPU-", "MIG-")), r
+        peak = peak_flops(torch.device(f"cuda:{i}"))
+        # A 4096² bf16 matmul reaches well over half of the dense peak on a healthy Hopper/Ampere GPU; a
+        # quarter still catches a throttled, misconfigured or shared GPU. Unknown GPUs: at least 10 TFLOP/s.
+        floor = 0.25 * peak / 1e12 if peak else 10.0
+        assert r.tflops >= floor, (
+            f"cuda:{i} {torch.cuda.get_device_name(i)}: {r.tflops:.1f} < {floor:.0f} TFLOP/s"
+        )
+
+
+@pytest.mark.gpu
+def test_this_host_has_a_tier_and_memory_is_readable():
+    gpus = query_gpus()
+    plan = select_plan(gpus)
+    assert plan.micro_batch_size * plan.grad_accumulation * plan.world_size == 768
+    assert set(query_memory_used()) == {g.index for g in gpus}
+    # nvidia-smi's memory (the slice's under MIG) agrees with what CUDA gives this process.
+    import torch
+
+    cuda_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    assert abs(cuda_gib - gpus[0].memory_gib) <= 0.1 * gpus[0].memory_gib, (cuda_gib, gpus[0])

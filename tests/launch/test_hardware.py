@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import FIXTURES, SHAPES, install_fake_smi
+from trm.errors import TRMError
+from trm.launch.hardware import load_table, select_plan
+from trm.launch.nvidia_smi import parse_plain_header, parse_query_csv, query_gpus
+
+# (shape) -> (tier, micro-batch, accumulation): what the table must choose for each recorded host.
+EXPECTED = {
+    "h100x1": ("h100-80g", 192, 4),
+    "h100x2": ("h100-80g", 192, 2),
+    "h100x4": ("h100-80g", 192, 1),
+    "h100x8": ("h100-80g", 96, 1),
+    "h200x1": ("h200-141g", 384, 2),
+    "h200x2": ("h200-141g", 384, 1),
+    "h200x4": ("h200-141g", 192, 1),
+    "h200x8": ("h200-141g", 96, 1),
+    "a100-80gx1": ("a100-80g", 192, 4),
+    "a100-80gx4": ("a100-80g", 192, 1),
+    "a100-40gx1": ("a100-40g", 64, 12),
+    "a100-40gx2": ("a100-40g", 64, 6),
+    "a100-40gx4": ("a100-40g", 64, 3),
+    "a100-40gx8": ("a100-40g", 48, 2),
+    "l40sx1": ("l40s-48g", 96, 8),
+    "l40sx4": ("l40s-48g", 96, 2),
+    "l40sx8": ("l40s-48g", 96, 1),
+    "rtx4090x1": ("rtx4090-24g", 32, 24),
+    "rtx4090x2": ("rtx4090-24g", 32, 12),
+    "rtx4090x4": ("rtx4090-24g", 32, 6),
+    "rtx4090x8": ("rtx4090-24g", 32, 3),
+}
+
+
+def gpus_of(shape: str):
+    return parse_query_csv((FIXTURES / shape / "query.csv").read_text())
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_recorded_host_keeps_the_global_batch(shape):
+    plan = select_plan(gpus_of(shape))
+    count = int(shape.rsplit("x", 1)[1])
+    assert plan.world_size == count
+    assert plan.global_batch_size == 768
+    assert plan.micro_batch_size * plan.grad_accumulation * plan.world_size == 768
+    assert plan.matched_by == "name"
+    assert plan.compile is True and plan.device == "cuda"
+    if shape in EXPECTED:
+        assert (plan.tier, plan.micro_batch_size, plan.grad_accumulation) == EXPECTED[shape]
+
+
+def test_a100_40g_and_80g_are_told_apart_by_vram():
+    assert select_plan(gpus_of("a100-40gx4")).tier == "a100-40g"
+    assert select_plan(gpus_of("a100-80gx4")).tier == "a100-80g"
+
+
+def test_unknown_gpu_falls_back_by_vram():
+    plan = select_plan(gpus_of("unknown-96gx2"))
+    assert plan.matched_by == "vram"
+    assert plan.tier == "h100-80g"  # 95.6 GiB reaches the 75 GiB tiers but not the 130 GiB one
+    assert any("not in the table" in n for n in plan.notes)
+
+
+def test_mixed_host_is_sized_for_the_weakest_gpu():
+    plan = select_plan(gpus_of("mixed-h100-a100"))
+    assert plan.world_size == 2
+    assert any("mixed GPU models" in n for n in plan.notes)
+
+
+def test_too_small_gpu_is_an_error_naming_the_fix():
+    gpus = parse_query_csv("Tesla P4, 7680, 6.1, 535.1, GPU-x\n")
+    with pytest.raises(TRMError, match="smaller than every tier"):
+        select_plan(gpus)
+
+
+def test_cpu_tier_when_no_gpus():
+    plan = select_plan([], cpu_procs=2, global_batch_size=8)
+    assert plan.device == "cpu" and plan.tier == "cpu" and plan.compile is False
+    assert plan.world_size == 2 and plan.local_batch_size == 4
+    assert "device=cpu" in plan.overrides()
+
+
+def test_num_gpus_subset_and_overrides():
+    plan = select_plan(gpus_of("h100x8"), num_gpus=4, micro_batch_size=64)
+    assert plan.world_size == 4 and plan.grad_accumulation == 3
+    assert plan.overrides() == ["global_batch_size=768", "micro_batch_size=64", "compile=true", "device=cuda"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_gpus": 16}, "nvidia-smi lists 8"),
+        ({"num_gpus": 5}, "not divisible by the world size 5"),
+        ({"micro_batch_size": 100}, "must divide the per-rank batch 96"),
+    ],
+)
+def test_bad_requests_name_the_fix(kwargs, message):
+    with pytest.raises(TRMError, match=message):
+        select_plan(gpus_of("h100x8"), **kwargs)
+
+
+def test_multi_node_world_size():
+    plan = select_plan(gpus_of("h100x4"), nnodes=2)
+    assert plan.world_size == 8 and plan.local_batch_size == 96
+
+
+def test_table_tiers_cover_the_issue_list():
+    table = load_table()
+    names = {t.name for t in table.tiers}
+    assert {"rtx4090-24g", "a100-40g", "l40s-48g", "h100-80g", "a100-80g", "h200-141g"} <= names
+    assert table.global_batch_size == 768
+
+
+def test_broken_table_is_reported(tmp_path):
+    path = tmp_path / "hw.toml"
+    path.write_text("[[tier]]\nname = 'x'\n")
+    with pytest.raises(TRMError, match="missing key"):
+        load_table(path)
+
+
+def test_plain_banner_parsing():
+    driver, cuda = parse_plain_header((FIXTURES / "h100x4" / "nvidia-smi.txt").read_text())
+    assert (driver, cuda) == ("550.127.05", "12.4")
+    assert parse_plain_header("garbage") == (None, None)
+
+
+def test_query_through_fake_nvidia_smi(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "l40sx4")
+    gpus = query_gpus()
+    assert [g.name for g in gpus] == ["NVIDIA L40S"] * 4
+    assert gpus[0].sm == 89 and gpus[3].index == 3
+    assert len({g.uuid for g in gpus}) == 4
+
+
+def test_missing_or_broken_nvidia_smi(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, None)
+    with pytest.raises(TRMError, match=r"not found on PATH.*--gpus all"):
+        query_gpus()
+    install_fake_smi(monkeypatch, tmp_path, "no-driver")
+    with pytest.raises(TRMError, match="couldn't communicate with the NVIDIA driver"):
+        query_gpus()
+
+
+def test_select_config_command_json_and_human(monkeypatch, tmp_path):
+    env = install_fake_smi(monkeypatch, tmp_path, "h200x4")
+    out = subprocess.run(
+        [sys.executable, "-m", "trm", "select-config", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    plan = json.loads(out)
+    assert plan["tier"] == "h200-141g" and plan["micro_batch_size"] == 192
+    assert "micro_batch_size=192" in plan["overrides"]
+    human = subprocess.run(
+        [sys.executable, "-m", "trm", "select-config", "--micro-batch-size", "7"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert human.returncode == 2 and "must divide the per-rank batch 192" in human.stderr
+    assert "Traceback" not in human.stderr

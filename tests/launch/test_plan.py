@@ -1,0 +1,237 @@
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import fake_smi_env
+from trm.errors import TRMError
+from trm.launch.plan import build_plan, merge_overrides
+from trm.launch.settings import ALL_VARS, ENV_VARS, LaunchSettings, help_text
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "train_prod.sh"
+LAUNCH_VARS = [v.name for v in ALL_VARS]
+
+
+def script_env(tmp_path: Path, shape: str | None, **extra: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and k != "TMUX"}
+    env = fake_smi_env(tmp_path, shape, base)
+    env.update(PYTHON=sys.executable, WORKSPACE=str(tmp_path / "ws"))
+    env.update(extra)
+    return env
+
+
+def dry_run(tmp_path: Path, shape: str | None, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), "--dry-run"],
+        env=script_env(tmp_path, shape, **extra),
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_defaults_from_an_empty_environment():
+    s = LaunchSettings.from_env({})
+    assert s.recipe == "arc2" and s.run_name == "trm-arc2"
+    assert s.run_dir == Path("/workspace/checkpoints/trm-arc2")
+    assert s.artifacts_run_dir == Path("/workspace/artifacts/trm-arc2")
+    assert s.checkpoint_keep == 3 and s.smoke_steps == 3 and s.max_restarts == 3
+    assert s.max_hours is None and s.wandb == "off" and not s.use_tmux
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TASK": "sudoku"}, "TASK='sudoku' is not a recipe"),
+        ({"NUM_GPUS": "four"}, "NUM_GPUS='four' is not an integer"),
+        ({"WANDB": "online"}, "needs WANDB_API_KEY"),
+        ({"NNODES": "2"}, "needs MASTER_ADDR"),
+        ({"MAX_HOURS": "0.1", "STOP_MARGIN_MINUTES": "10"}, "leaves no training time"),
+        ({"TRAIN_OVERRIDES": "lr='1"}, "TRAIN_OVERRIDES cannot be split"),
+        ({"PROBE": "maybe"}, "PROBE='maybe': use 1 or 0"),
+    ],
+)
+def test_bad_settings_name_the_variable(env, message):
+    with pytest.raises(TRMError, match=message):
+        LaunchSettings.from_env(env)
+
+
+def test_user_overrides_replace_task_and_table_values():
+    assert merge_overrides(["a=1", "+b=2"], ["b=3", "c=4"]) == ["a=1", "b=3", "c=4"]
+    settings = LaunchSettings.from_env({"TRAIN_OVERRIDES": "eval_interval=400 compile=false"}, ("lr=3e-4",))
+    from tests.helpers import FIXTURES
+    from trm.launch.nvidia_smi import parse_query_csv
+
+    plan = build_plan(settings, parse_query_csv((FIXTURES / "h100x4" / "query.csv").read_text()), {})
+    assert plan.overrides.count("compile=false") == 1 and "compile=true" not in plan.overrides
+    assert "eval_interval=400" in plan.overrides and "eval_interval=800" not in plan.overrides
+    assert plan.overrides[-1] == "lr=3e-4"
+    assert (
+        plan.resume_command(
+            {"TASK": "arc2", "WANDB_API_KEY": "secret", "TRM_LAUNCHER": "scripts/train_prod.sh"}
+        )
+        == "TASK=arc2 bash scripts/train_prod.sh lr=3e-4"
+    )
+    # Started as `python -m trm launch` (the image, which has no scripts/): the bundle says that command.
+    image_env = {"TASK": "arc2", "TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_CUDA": "13.0"}
+    assert plan.resume_command(image_env) == "TASK=arc2 python -m trm launch lr=3e-4"
+    smoke = plan.trainer_overrides(checkpoint_path=Path("/x/smoke"), max_steps=3)
+    assert "checkpoint_path=/x/smoke" in smoke and f"checkpoint_path={settings.run_dir}" not in smoke
+
+
+@pytest.mark.parametrize(
+    ("shape", "nproc", "tier", "micro", "accum"),
+    [
+        ("h100x4", 4, "h100-80g", 192, 1),
+        ("h200x8", 8, "h200-141g", 96, 1),
+        ("rtx4090x2", 2, "rtx4090-24g", 32, 12),
+    ],
+)
+def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, micro, accum):
+    proc = dry_run(tmp_path, shape, MAX_HOURS="72", GPU_HOURLY_USD="2.49")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    steps = [line for line in out.splitlines() if line.startswith("step ")]
+    assert [s.split(": ", 1)[1] for s in steps] == [
+        "preflight", "data", "hardware", "cost guard", "smoke gate", "train", "handoff"
+    ]  # fmt: skip
+    assert f"tier              {tier}" in out
+    assert f"per-rank batch    {768 // nproc} = {accum} accumulation step(s) x micro-batch {micro}" in out
+    assert f"global_batch_size=768 micro_batch_size={micro} compile=true device=cuda" in out
+    train = [line for line in out.splitlines() if "torch.distributed.run" in line][-1]
+    assert f"--standalone --nproc-per-node={nproc}" in train
+    assert "-m trm.launch.worker" in train and "-m trm.train" in train
+    assert f"checkpoint_path={tmp_path}/ws/checkpoints/trm-arc2" in train and "max_steps" not in train
+    assert "$2.49/GPU-hour" in out
+    resume = out.splitlines()[-1]
+    assert resume.startswith(f"resume with: WORKSPACE={tmp_path}/ws MAX_HOURS=72 GPU_HOURLY_USD=2.49 PYTHON=")
+    assert resume.endswith(" bash scripts/train_prod.sh")
+    assert (
+        out.splitlines()[-2]
+        == "resume in:   the trm-stack checkout and venv that ran it, from the checkout's root"
+    )
+    assert not (tmp_path / "ws").exists()  # a dry run writes nothing
+
+
+def test_resume_where_names_the_image_digest_or_asks_for_it():
+    from trm.launch.plan import resume_where
+
+    pinned = resume_where({"TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_DIGEST": "sha256:" + "a" * 64})
+    assert pinned.startswith("inside the trm image sha256:aaaa") and "same volumes" in pinned
+    assert "pass -e TRM_IMAGE_DIGEST" in resume_where({"TRM_IMAGE_VARIANT": "sm90"})
+    assert "re-apply the same overlay" in resume_where(
+        {"TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_DIGEST": "sha256:b", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    )
+
+
+def test_dry_run_multi_node_uses_rendezvous_from_env(tmp_path):
+    proc = dry_run(tmp_path, "h100x8", NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.5", MASTER_PORT="29400")
+    assert proc.returncode == 0, proc.stderr
+    train = [line for line in proc.stdout.splitlines() if "torch.distributed.run" in line][-1]
+    assert "--standalone" not in train
+    assert "--nnodes=2 --node-rank=1 --master-addr=10.0.0.5 --master-port=29400 --nproc-per-node=8" in train
+    assert "per-rank batch    48 = 1 accumulation step(s) x micro-batch 48" in proc.stdout
+
+
+def test_dry_run_without_nvidia_smi_refuses_a_production_task(tmp_path):
+    proc = dry_run(tmp_path, None)
+    assert proc.returncode == 2
+    assert "not found on PATH" in proc.stderr and "NUM_GPUS=0" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_dry_run_debug_tiny_recipe(tmp_path):
+    proc = dry_run(tmp_path, None, TASK="debug-tiny", CPU_PROCS="2", SMOKE_STEPS="0")
+    assert proc.returncode == 0, proc.stderr
+    assert "tier              cpu" in proc.stdout and "smoke gate" not in proc.stdout
+    assert "--cpu --checkpoint-dir" in proc.stdout
+    assert "global_batch_size=8 micro_batch_size=4 compile=false device=cpu" in proc.stdout
+    assert "--nproc-per-node=2" in proc.stdout
+
+
+def test_dry_run_bad_micro_batch_is_a_clean_error(tmp_path):
+    proc = dry_run(tmp_path, "l40sx4", MICRO_BATCH_SIZE="100")
+    assert proc.returncode == 2 and "MICRO_BATCH_SIZE=100 must divide the per-rank batch 192" in proc.stderr
+
+
+def test_help_lists_every_variable_with_its_default(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(SCRIPT), "--help"], env=script_env(tmp_path, None), capture_output=True, text=True
+    )
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == help_text().strip()
+    for var in ALL_VARS:
+        line = next(line for line in proc.stdout.splitlines() if line.strip().startswith(var.name + " "))
+        assert f"[{var.default}]" in line
+
+
+def test_readme_documents_the_same_variables_and_defaults():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## GPU host", 1)[1].split("\n## ", 1)[0]
+    for var in ALL_VARS:
+        row = next((line for line in section.splitlines() if line.startswith(f"| `{var.name}` |")), None)
+        assert row is not None, (
+            f"README 'GPU host' table lacks {var.name}: regenerate it with python -m trm launch --markdown-env"
+        )
+        assert f"| {var.default} |" in row, f"README default of {var.name} differs from --help"
+    documented = {
+        m.group(1) for line in section.splitlines() if (m := re.match(r"\| `([A-Z0-9_]+)` \|", line))
+    }
+    assert documented == set(LAUNCH_VARS)
+
+
+def test_every_variable_is_read_by_from_env():
+    source = (ROOT / "trm" / "launch" / "settings.py").read_text().split("def from_env", 1)[1]
+    for var in ENV_VARS:
+        if var.name != "WORKSPACE":
+            assert f'"{var.name}"' in source, var.name
+
+
+def test_tmux_session_inherits_the_environment(tmp_path):
+    import shutil
+    import time
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    marker = tmp_path / "marker"
+    fake = tmp_path / "fake_script.sh"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$TRM_IN_TMUX $SECRET_FOR_TEST $*" > {marker}\n')
+    env = script_env(tmp_path, None, RUN_NAME=f"t{os.getpid()}", SECRET_FOR_TEST="s3cret")
+    cmd = [sys.executable, "-m", "trm", "launch", "--tmux", str(fake), "lr=1"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        assert proc.returncode == 0, proc.stderr
+        assert f"tmux -L trm-t{os.getpid()} attach -t t{os.getpid()}" in proc.stdout
+        deadline = time.time() + 20
+        while not marker.exists() and time.time() < deadline:
+            time.sleep(0.1)
+        assert marker.read_text().strip() == "1 s3cret lr=1"
+        # the secret travelled through the environment, never through the tmux command line
+        from trm.launch.tmux import tmux_command
+
+        argv = tmux_command(LaunchSettings.from_env(env), str(fake), ["lr=1"])
+        assert not any("s3cret" in a for a in argv)
+    finally:
+        subprocess.run(["tmux", "-L", f"trm-t{os.getpid()}", "kill-server"], capture_output=True)
+
+
+def test_unwritable_workspace_is_a_clean_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = script_env(tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", WORKSPACE=str(blocker / "ws"))
+    proc = subprocess.run([sys.executable, "-m", "trm", "launch"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "cannot write to" in proc.stderr and "set CHECKPOINT_DIR" in proc.stderr
+
+
+def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)], env=script_env(tmp_path, None, TASK="sudoku"), capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("TASK='sudoku' is not a recipe") == 1 and "Traceback" not in proc.stderr
+    assert "handoff skipped" in proc.stdout

@@ -1,0 +1,282 @@
+"""The launcher's supervision with real torchrun (2 CPU processes) over a fake trainer."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trm import exit_codes
+from trm.launch.plan import build_plan
+from trm.launch.runner import Launch
+from trm.launch.settings import LaunchSettings
+from trm.launch.supervisor import AttemptResult, Console, CostGuard, read_events
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def make_launch(tmp_path: Path, mode: str, **env: str) -> tuple[Launch, io.StringIO]:
+    environ = {
+        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS")},
+        "PYTHONPATH": os.pathsep.join([str(FAKE_DIR), str(ROOT)]),
+        "FAKE_TRAINER_MODE": mode,
+        "TASK": "debug-tiny",
+        "NUM_GPUS": "0",
+        "CPU_PROCS": "2",
+        "WORKSPACE": str(tmp_path / "ws"),
+        "PYTHON": sys.executable,
+        "SMOKE_STEPS": "2",
+        "TRM_LAUNCH_HANDOFF": "0",
+        **env,
+    }
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.trainer_module = "fake_trainer"
+    plan.dataset_dir.mkdir(parents=True, exist_ok=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    out = io.StringIO()
+    return Launch(plan, environ, Console(settings.launch_dir / "launch.log", out)), out
+
+
+def test_attempt_outcomes():
+    assert AttemptResult(0).outcome == "ok"
+    assert AttemptResult(1, {0: 75, 1: 75}).outcome == "saved"
+    assert AttemptResult(1, {0: 75, 1: 0}).outcome == "saved"
+    assert AttemptResult(1, {0: -15, 1: 75}).outcome == "saved"  # killed by torchrun while exiting
+    assert AttemptResult(1, {0: -15, 1: 143}).outcome == "failed"  # nobody saved
+    assert AttemptResult(1, {0: 75, 1: 1}).outcome == "failed"
+    assert AttemptResult(1, {0: -9}).outcome == "failed"
+    assert AttemptResult(1, {}).outcome == "failed"
+
+
+def test_worker_records_and_forwards(tmp_path):
+    exit_dir = tmp_path / "codes"
+    code = subprocess.call(
+        [sys.executable, "-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--", sys.executable, "-c",
+         "import sys; sys.exit(75)"],
+        env={**os.environ, "RANK": "3"},
+    )  # fmt: skip
+    assert code == 75
+    assert json.loads((exit_dir / "rank_3.json").read_text())["exit_code"] == 75
+    child = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(75))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trm.launch.worker",
+            f"--exit-dir={exit_dir}",
+            "--",
+            sys.executable,
+            "-c",
+            child,
+        ],
+        env={**os.environ, "RANK": "0"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 75
+    assert json.loads((exit_dir / "rank_0.json").read_text())["exit_code"] == 75
+
+
+@pytest.mark.slow
+@pytest.mark.launch
+@pytest.mark.dist
+def test_exit_75_restarts_and_the_run_finishes(tmp_path, restore_signals):
+    launch, out = make_launch(tmp_path, "exit75-once")
+    assert launch.run() == 0, out.getvalue()
+    log = out.getvalue()
+    assert "smoke gate passed" in log
+    assert "trainer saved and exited 75: restart 1/3" in log and "training finished" in log
+    run_dir = launch.settings.run_dir
+    assert (run_dir / "step_6" / "COMPLETE").exists()
+    assert (launch.settings.launch_dir / "smoke" / "step_2" / "COMPLETE").exists()
+    train_log = (launch.settings.launch_dir / "train.log").read_text()
+    assert train_log.count("===== train attempt") == 2 and "start at step 3" in train_log
+    events = [e["event"] for e in read_events(launch.settings.launch_dir / "events.jsonl")]
+    assert events[0] == "session_start" and events[-1] == "session_end" and "restart" in events
+    plan = json.loads((launch.settings.launch_dir / "plan.json").read_text())
+    assert plan["hardware"]["world_size"] == 2 and "resume_command" in plan
+
+
+@pytest.mark.slow
+@pytest.mark.launch
+@pytest.mark.dist
+def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path,
+        "wait",
+        SMOKE_STEPS="0",
+        MAX_HOURS="0.004",
+        STOP_MARGIN_MINUTES="0",
+        GPU_HOURLY_USD="2",
+        COST_LOG_MINUTES="0.02",
+        FAKE_STEP_SECONDS="0.5",
+        PREFLIGHT="0",
+    )
+    assert launch.run() == exit_codes.BUDGET_STOPPED, out.getvalue()
+    log = out.getvalue()
+    assert "stop requested (cost guard: MAX_HOURS reached" in log
+    assert "trainer saved and stopped" in log and "cost so far $" in log
+    saved = max(int(p.name[5:]) for p in launch.settings.run_dir.glob("step_*") if (p / "COMPLETE").exists())
+    again, out2 = make_launch(
+        tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), FAKE_TRAINER_STEPS=str(saved + 2),
+        PREFLIGHT="0",
+    )  # fmt: skip
+    again.plan.verify_command = launch.plan.verify_command  # type: ignore[method-assign]
+    assert again.run() == 0, out2.getvalue()
+    assert "smoke gate skipped" in out2.getvalue()
+    assert (launch.settings.run_dir / f"step_{saved + 2}" / "COMPLETE").exists()
+    assert f"start at step {saved}," in (launch.settings.launch_dir / "train.log").read_text()
+
+
+@pytest.mark.dist
+def test_crash_fails_without_restart(tmp_path, restore_signals):
+    launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0", PREFLIGHT="0")
+    code = launch.run()
+    assert code == 1
+    assert "training failed" in out.getvalue() and "rank exit codes {0: 1" in out.getvalue()
+    assert "restart" not in out.getvalue()
+
+
+def test_failed_verification_never_trains(tmp_path, restore_signals):
+    launch, out = make_launch(tmp_path, "finish", PREFLIGHT="0")
+    launch.plan.verify_command = lambda: [sys.executable, "-c", "import sys; sys.exit(2)"]  # type: ignore[method-assign]
+    assert launch.run() == 2
+    assert "failed verification" in out.getvalue() and "rm -rf" in out.getvalue()
+    assert not (launch.settings.launch_dir / "train.log").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.launch
+@pytest.mark.dist
+def test_probe_steps_down_on_out_of_memory(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path, "finish", PROBE="1", PROBE_STEPS="5", FAKE_OOM_ABOVE="1", SMOKE_STEPS="0", PREFLIGHT="0",
+        FAKE_STEP_SECONDS="0.05", FAKE_TRAINER_STEPS="5",
+    )  # fmt: skip
+    assert launch.run() == 0, out.getvalue()
+    probe = json.loads((launch.settings.launch_dir / "probe.json").read_text())
+    assert [a["micro_batch_size"] for a in probe["attempts"]] == [4, 2, 1]
+    assert [a["out_of_memory"] for a in probe["attempts"]] == [True, True, False]
+    assert probe["chosen_micro_batch_size"] == 1 and probe["table_micro_batch_size"] == 4
+    assert probe["attempts"][-1]["step_seconds"] is not None
+    assert any("stepped down to 1" in note for note in probe["drift"])
+    assert "micro 1" in (launch.settings.launch_dir / "train.log").read_text()
+
+
+def test_probe_step_time_from_metrics(tmp_path):
+    from trm.launch.probe import step_seconds
+
+    rows = ["step,wall_time,name,value"] + [
+        f"{s},{100 + 2 * s + (5 if s == 1 else 0)},train/lm_loss,1" for s in range(1, 8)
+    ]
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    seconds, measured = step_seconds(tmp_path / "metrics.csv")
+    assert seconds == pytest.approx(2.0) and measured == 4
+
+
+def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
+    from tests.helpers import FIXTURES, install_fake_smi
+    from trm.launch.probe import MemorySampler
+
+    shape = tmp_path / "shape"
+    shape.mkdir()
+    (shape / "query.csv").write_text((FIXTURES / "h100x2" / "query.csv").read_text())
+    (shape / "memory-used.csv").write_text("0, 51234\n1, 49876\n")
+    install_fake_smi(monkeypatch, tmp_path, "h100x2")
+    monkeypatch.setenv("FAKE_NVIDIA_SMI_DIR", str(shape))
+    sampler = MemorySampler(interval_s=0.05)
+    sampler.start()
+    import time
+
+    time.sleep(0.3)
+    assert sampler.stop() == {0: 51234, 1: 49876}
+
+
+def _step_lines(text: str) -> list[str]:
+    """`step N: name` lines, in order, whatever prefix the line has (the launcher's time stamp)."""
+    return [m.group(1) for m in re.finditer(r"(?m)(step \d+: [a-z ]+)$", text)]
+
+
+@pytest.mark.dist
+def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path, "finish", PROBE="1", PROBE_STEPS="2", MAX_HOURS="1", GPU_HOURLY_USD="1", PREFLIGHT="0",
+        FAKE_STEP_SECONDS="0", FAKE_TRAINER_STEPS="3", TRM_LAUNCH_HANDOFF="1", CPU_PROCS="1",
+    )  # fmt: skip
+    printed = _step_lines(launch.plan.render(launch.environ))
+    assert [line.split(": ", 1)[1] for line in printed] == [
+        "preflight", "data", "hardware", "cost guard", "probe", "smoke gate", "train", "handoff"
+    ]  # fmt: skip
+    assert launch.run() == 0, out.getvalue()
+    assert _step_lines((launch.settings.launch_dir / "launch.log").read_text()) == printed
+    assert "handoff bundle:" in out.getvalue()
+    events = read_events(launch.settings.launch_dir / "events.jsonl")
+    assert [e["name"] for e in events if e["event"] == "step"] == [p.split(": ", 1)[1] for p in printed[:-1]]
+    assert json.loads((launch.settings.launch_dir / "plan.json").read_text())["steps"][-1] == "handoff"
+    # the commands the dry run prints are the ones the run started (torchrun banners in the logs)
+    train_log = (launch.settings.launch_dir / "train.log").read_text()
+    assert "===== train attempt 1 started" in train_log and " ".join(launch.plan.train_command()) in train_log
+
+
+def _train(launch) -> int:
+    launch.train(launch.plan.train_step())
+    return launch.exit_code
+
+
+@pytest.mark.parametrize(
+    ("budget", "code"), [(True, exit_codes.BUDGET_STOPPED), (False, exit_codes.SAVED_RETRY)]
+)
+def test_a_budget_stop_exits_with_its_own_code(tmp_path, budget, code):
+    """MAX_HOURS must end a Kubernetes Job (exit 79, FailJob); a SIGTERM stop stays 75 (retried)."""
+    launch, out = make_launch(tmp_path, "finish")
+    launch.supervisor.request_stop("cost guard: MAX_HOURS reached" if budget else "SIGTERM", budget=budget)
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 75, 1: 75})  # type: ignore[method-assign]
+    assert _train(launch) == code, out.getvalue()
+    # Stopped while torchrun was still starting: same distinction.
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(-15, {})  # type: ignore[method-assign]
+    assert _train(launch) == code
+
+
+def test_the_cost_guard_marks_its_stop_as_a_budget_stop(tmp_path):
+    launch, _out = make_launch(tmp_path, "finish")
+    guard = CostGuard(
+        launch.supervisor, session_start=0.0, deadline=10.0, num_gpus=1, hourly_usd=None, log_every_s=60,
+        clock=lambda: 11.0,
+    )  # fmt: skip
+    guard.run()  # returns once it has asked for the stop
+    assert launch.supervisor.budget_stop and "MAX_HOURS reached" in (launch.supervisor.stop_reason or "")
+    launch.supervisor.request_stop("SIGTERM")  # a later request does not change the first one's kind
+    assert launch.supervisor.budget_stop
+
+
+def test_a_trainer_disk_full_is_the_launchers_exit_code(tmp_path):
+    """torchrun exits 1 whatever its child's code; a Job must still see 74 to stop retrying."""
+    launch, out = make_launch(tmp_path, "finish")
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 74, 1: -15})  # type: ignore[method-assign]
+    assert _train(launch) == exit_codes.DISK_FULL, out.getvalue()
+    launch.torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 1, 1: -15})  # type: ignore[method-assign]
+    assert _train(launch) == 1

@@ -1,0 +1,73 @@
+"""Numerics against upstream's own model, when TRM_UPSTREAM points at a TinyRecursiveModels checkout.
+
+Skipped otherwise (and when upstream's imports, pydantic and einops, are missing). Upstream's weights are
+loaded into ours through the key mapping, then both run the same ACT steps on the same batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+
+from tests.helpers import make_batch, small_config
+from trm.model import ACTLossHead, HaltExploration, TinyRecursiveModel
+from trm.model.upstream import convert_upstream_state_dict
+
+UPSTREAM = os.environ.get("TRM_UPSTREAM")
+pytestmark = pytest.mark.skipif(not UPSTREAM, reason="set TRM_UPSTREAM to a TinyRecursiveModels checkout")
+
+
+def _upstream_head(config, loss_type):
+    pytest.importorskip("pydantic")
+    pytest.importorskip("einops")
+    from trm.bench.model import build_upstream
+
+    return build_upstream(config, torch.device("cpu"), UPSTREAM, loss_type)
+
+
+@pytest.mark.parametrize(
+    ("variant", "loss_type"),
+    # (upstream's softmax_cross_entropy crashes: its loss head passes a valid_mask it does not accept)
+    [
+        ({}, "stablemax_cross_entropy"),
+        ({"mlp_t": True, "pos_encodings": "none"}, "stablemax_cross_entropy"),
+        ({"pos_encodings": "learned", "puzzle_emb_len": 0, "puzzle_emb_ndim": 24}, "stablemax_cross_entropy"),
+    ],
+)
+def test_same_weights_give_upstream_outputs_and_gradients(variant, loss_type):
+    config = small_config(halt_exploration_prob=0.0, **variant)
+    torch.manual_seed(0)
+    upstream = _upstream_head(config, loss_type)
+    with torch.no_grad():
+        upstream.model.inner.puzzle_emb.weights.normal_()
+    ours = ACTLossHead(TinyRecursiveModel(dataclasses.replace(config)), loss_type)
+    ours.model.load_state_dict(
+        convert_upstream_state_dict({k: v for k, v in upstream.state_dict().items()}), strict=True
+    )
+    batch = make_batch(config)
+    explore = HaltExploration(torch.zeros(3, dtype=torch.bool), torch.full((3,), 2))
+    carry_u, carry_o = upstream.initial_carry(batch), ours.initial_carry(batch)
+    for _ in range(3):
+        carry_u, loss_u, metrics_u, out_u, _ = upstream(carry=carry_u, batch=batch, return_keys=["logits"])
+        carry_o, loss_o, metrics_o, out_o, _ = ours(
+            carry_o, batch, return_keys=("logits",), exploration=explore
+        )
+        torch.testing.assert_close(out_o["logits"], out_u["logits"], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(loss_o.double(), loss_u.double(), rtol=1e-5, atol=1e-5)
+        for key in ("count", "accuracy", "exact_accuracy", "q_halt_accuracy", "steps"):
+            torch.testing.assert_close(metrics_o[key].double(), metrics_u[key].double())
+        loss_o.backward()
+        loss_u.backward()
+    grads_u = convert_upstream_state_dict(
+        {n: p.grad for n, p in upstream.named_parameters()}  # names as in the state dict
+    )
+    for name, param in ours.model.named_parameters():
+        torch.testing.assert_close(param.grad, grads_u[name], rtol=1e-3, atol=1e-5)
+    # Upstream accumulates the puzzle rows' gradient per slot; ours keeps one segment per forward.
+    ours_rows = ours.model.puzzle_emb.local_grads().view(3, 3, -1).sum(0)
+    torch.testing.assert_close(
+        ours_rows, upstream.model.inner.puzzle_emb.local_weights.grad, rtol=1e-3, atol=1e-5
+    )

@@ -1,0 +1,153 @@
+"""trm.train's configuration: upstream keys and defaults, `+key` and `key` alike, errors that name the fix."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from trm.errors import TRMError
+from trm.train import main
+from trm.training.config import SCHEMA_KEYS, compose, config_hash, fill_run_defaults
+
+# The published training commands (ARC-AGI-2/1 runs, smokes, a resume), with the entry point swapped: only the
+# overrides matter.
+GUIDE_COMMANDS = [
+    """arch=trm data_paths="[/workspace/data/arc2concept-aug-1000]" arch.L_layers=2 arch.H_cycles=3
+    arch.L_cycles=4 +run_name=pretrain_att_arc2concept ema=True +checkpoint_path=/workspace/checkpoints/r1""",
+    """arch=trm data_paths="[/workspace/data/arc2concept-aug-100]" epochs=1 eval_interval=1 arch.L_layers=2
+    arch.H_cycles=3 arch.L_cycles=4 arch.forward_dtype=bfloat16 evaluators='[{name: arc@ARC}]'
+    +run_name=smoke_h200 +checkpoint_path=/workspace/checkpoints/smoke_h200""",
+    """arch=trm data_paths="[/workspace/data/arc2concept-aug-100]" epochs=1 eval_interval=1
+    arch.hidden_size=64 arch.num_heads=4 arch.L_layers=1 arch.H_cycles=1 arch.L_cycles=1
+    arch.puzzle_emb_ndim=0 arch.puzzle_emb_len=0 arch.forward_dtype=float32 evaluators='[{name: arc@ARC}]'
+    +run_name=smoke_local +checkpoint_path=/workspace/checkpoints/smoke_local""",
+    """arch=trm data_paths="[/workspace/data/arc2concept-aug-1000]"
+    load_checkpoint=/workspace/checkpoints/trm_arc2_run1/step_100 +checkpoint_path=/workspace/checkpoints/r""",
+    """arch=trm data_paths="[/workspace/data/arc1concept-aug-1000]" evaluators='[{name: arc@ARC}]'
+    +checkpoint_path=/workspace/checkpoints/trm_arc2_run1""",
+]
+
+
+@pytest.mark.parametrize("command", GUIDE_COMMANDS)
+def test_guide_commands_parse(command: str) -> None:
+    cfg = compose(shlex.split(command))
+    assert cfg.checkpoint_path.startswith("/workspace/checkpoints/")
+    assert cfg.data_paths[0].startswith("/workspace/data/arc")
+
+
+def test_upstream_defaults() -> None:
+    cfg = compose([])
+    assert (cfg.global_batch_size, cfg.epochs, cfg.eval_interval, cfg.lr, cfg.lr_warmup_steps) == (
+        768,
+        100000,
+        10000,
+        1e-4,
+        2000,
+    )
+    assert (cfg.beta1, cfg.beta2, cfg.weight_decay, cfg.puzzle_emb_lr, cfg.ema, cfg.ema_rate) == (
+        0.9,
+        0.95,
+        0.1,
+        1e-2,
+        False,
+        0.999,
+    )
+    a = cfg.arch
+    assert (a.H_cycles, a.L_cycles, a.L_layers, a.hidden_size, a.num_heads, a.puzzle_emb_ndim) == (
+        3,
+        6,
+        2,
+        512,
+        8,
+        512,
+    )
+    assert cfg.evaluators == [{"name": "arc@ARC"}]
+
+
+SPECIAL_VALUES = {
+    "arch": "trm",
+    "data_paths": "[x]",
+    "data_paths_test": "[y]",
+    "evaluators": "[]",
+    "eval_save_outputs": "[preds]",
+    "epochs": "20000",
+    "eval_interval": "10000",
+    "arch.name": "trm",
+    "arch.loss.name": "losses@ACTLossHead",
+    "arch.loss.loss_type": "softmax_cross_entropy",
+    "arch.pos_encodings": "learned",
+    "arch.forward_dtype": "float32",
+    "arch.num_heads": "4",
+    "arch.hidden_size": "256",
+    "arch.puzzle_emb_len": "16",
+    "arch.puzzle_emb_ndim": "16",
+    "compile": "false",
+    "device": "cpu",
+    "wandb": "false",
+    "micro_batch_size": "1",
+}
+
+
+def every_key_overrides() -> list[str]:
+    """One non-default value for every schema key (values chosen to pass validation together)."""
+    out = []
+    for key in SCHEMA_KEYS:
+        if key == "arch.loss":
+            continue
+        value = SPECIAL_VALUES.get(key)
+        if value is None:
+            kind = SCHEMA_KEYS[key]
+            value = "true" if "bool" in kind else "7" if "int" in kind else "0.5" if "float" in kind else "x"
+        out.append(f"{key}={value}")
+    return out
+
+
+def test_plus_and_plain_forms_agree_for_every_key() -> None:
+    plain = every_key_overrides()
+    cfg = compose(plain)
+    assert cfg == compose(["+" + o for o in plain])
+    assert cfg != compose([])
+    assert cfg.arch.rms_norm_eps == 0.5 and cfg.ema is True and cfg.run_name == "x"
+
+
+def test_unknown_key_names_the_closest_one() -> None:
+    with pytest.raises(TRMError, match=r"Did you mean 'arch\.hidden_size'"):
+        compose(["arch.hiden_size=64"])
+    with pytest.raises(TRMError, match="Did you mean 'checkpoint_path'"):
+        compose(["+checkpoint_pth=/x"])
+
+
+def test_bad_values_are_config_errors() -> None:
+    with pytest.raises(TRMError, match="global_batch_size"):
+        compose(["global_batch_size=abc"])
+    with pytest.raises(TRMError, match="eval_interval=3 must divide epochs=10"):
+        compose(["epochs=10", "eval_interval=3"])
+    with pytest.raises(TRMError, match="only arch=trm"):
+        compose(["arch=hrm"])
+    with pytest.raises(TRMError, match="puzzle_emb_len=0"):
+        compose(["arch.puzzle_emb_ndim=0"])
+
+
+def test_disable_compile_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISABLE_COMPILE", "1")
+    assert compose([]).compile == "false"
+    assert compose(["compile=true"]).compile == "true"
+
+
+def test_run_name_is_deterministic_and_tracks_the_math() -> None:
+    a, b = compose(["lr=1e-3"]), compose(["+lr=1e-3", "micro_batch_size=8"])
+    fill_run_defaults(a)
+    fill_run_defaults(b)
+    assert a.run_name == b.run_name and a.checkpoint_path == b.checkpoint_path
+    assert config_hash(a) != config_hash(compose(["lr=2e-3"]))
+    assert a.project_name == "Arc-aug-1000-ACT-torch"
+
+
+def test_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["emaa=True"]) == 2
+    assert "Did you mean 'ema'" in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    assert "arch.L_cycles" in capsys.readouterr().out
+    assert main(["--cfg", "+ema=True"]) == 0
+    assert "ema: true" in capsys.readouterr().out
