@@ -7,13 +7,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.data import upstream_grid_builds
 from tests.data.grid_fixtures import maze_rows, maze_source, sudoku_rows, sudoku_source, write_csv
 from trm.data.encoding import dihedral
 from trm.data.loader import IGNORE_LABEL, PuzzleLoader
@@ -292,63 +292,39 @@ def test_cli_accepts_upstreams_flags_and_verifies(sources, tmp_path):
     assert result.returncode != 0 and "all__labels.npy" in result.stderr
 
 
-# Upstream's builders read through `hf_hub_download`; the harness points it at the local CSVs and seeds
-# numpy's global RNG, the one upstream draws from.
-_HARNESS = textwrap.dedent(
-    """
-    import sys
-    import numpy as np
-    upstream, kind, source, output, seed, *options = sys.argv[1:]
-    sys.path.insert(0, upstream + "/dataset")
-    module = __import__(f"build_{kind}_dataset")
-    module.hf_hub_download = lambda repo, filename, repo_type=None: f"{source}/{filename}"
-    config = module.DataProcessConfig(output_dir=output, **dict(o.split("=") for o in options))
-    np.random.seed(int(seed))
-    for split in ("train", "test"):
-        module.convert_subset(split, config)
-    """
-)
+@pytest.fixture(scope="module")
+def golden_sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return upstream_grid_builds.sources(tmp_path_factory.mktemp("golden-csv"))
+
+
+@pytest.mark.parametrize("name", sorted(upstream_grid_builds.CONFIGS))
+def test_same_files_as_upstream_golden(golden_sources, tmp_path, name):
+    # upstream's output, digested by tests/data/upstream_grid_builds.py (same seed, same generated CSVs)
+    kind, options = upstream_grid_builds.CONFIGS[name]
+    build = build_sudoku_dataset if kind == "sudoku" else build_maze_dataset
+    build(tmp_path / "ours", source_dir=golden_sources[kind], seed=upstream_grid_builds.SEED, **options)
+    golden = json.loads(upstream_grid_builds.GOLDEN.read_text())[name]
+    ours = upstream_grid_builds.digests(tmp_path / "ours")
+    assert {k: v["sha256"] for k, v in ours.items()} == {k: v["sha256"] for k, v in golden.items()}
+    widened = {k for k, v in golden.items() if "upstream_dtype" in v}
+    assert widened == (
+        {"train/all__inputs.npy", "train/all__labels.npy"} if options.get("num_aug") else set()
+    )
 
 
 @pytest.mark.skipif(not UPSTREAM, reason="set TRM_UPSTREAM to a TinyRecursiveModels checkout")
-@pytest.mark.parametrize(
-    ("kind", "options"),
-    [
-        ("sudoku", {"subsample_size": 7, "num_aug": 5, "min_difficulty": 10}),
-        ("sudoku", {}),
-        ("maze", {"subsample_size": 4, "aug": True}),
-        ("maze", {}),
-    ],
-)
-def test_same_arrays_and_bytes_as_upstream_with_the_same_seed(sources, tmp_path, kind, options):
-    pytest.importorskip("argdantic")  # upstream's builders import it and huggingface_hub: the [parity] extra
+@pytest.mark.parametrize("name", sorted(upstream_grid_builds.CONFIGS))
+def test_same_files_as_upstream_live(golden_sources, tmp_path, name):
+    pytest.importorskip(
+        "argdantic"
+    )  # upstream's builders import it and huggingface_hub: the [upstream] extra
     pytest.importorskip("huggingface_hub")
-    seed = 1234
-    harness = tmp_path / "harness.py"
-    harness.write_text(_HARNESS)
-    theirs, ours = tmp_path / "upstream", tmp_path / "ours"
-    subprocess.run(
-        [sys.executable, str(harness), UPSTREAM, kind, str(sources[kind]), str(theirs), str(seed)]
-        + [f"{k}={v}" for k, v in options.items()],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    kind, options = upstream_grid_builds.CONFIGS[name]
+    upstream_grid_builds.run_upstream(UPSTREAM, kind, golden_sources[kind], tmp_path / "upstream", options)
+    theirs = upstream_grid_builds.digests(tmp_path / "upstream")
+    assert theirs == json.loads(upstream_grid_builds.GOLDEN.read_text())[name]  # the golden is current
     build = build_sudoku_dataset if kind == "sudoku" else build_maze_dataset
-    build(ours, source_dir=sources[kind], seed=seed, **options)
-    names = sorted(p.relative_to(theirs).as_posix() for p in theirs.rglob("*") if p.is_file())
-    assert names == sorted(
-        p.relative_to(ours).as_posix() for p in ours.rglob("*") if p.is_file() and p.name != MANIFEST
-    )
-    for name in names:
-        a, b = theirs / name, ours / name
-        if (
-            kind == "sudoku"
-            and options.get("num_aug")
-            and name.startswith("train/all__")
-            and ("inputs" in name or "labels" in name)
-        ):
-            # Upstream's augmented sudoku rows come out int64 (its digit map promotes them); ours are the
-            # uint8 rows the loader reads. The values must be identical.
-            x, y = np.load(a), np.load(b)
-            assert x.dtype == np.int64 and y.dtype == np.uint8 and np.array_equal(x, y), name
-        else:
-            assert a.read_bytes() == b.read_bytes(), name
+    build(tmp_path / "ours", source_dir=golden_sources[kind], seed=upstream_grid_builds.SEED, **options)
+    assert upstream_grid_builds.digests(tmp_path / "ours") == {
+        k: {"sha256": v["sha256"]} for k, v in theirs.items()
+    }
