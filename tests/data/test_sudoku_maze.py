@@ -20,6 +20,7 @@ from trm.data.loader import IGNORE_LABEL, PuzzleLoader
 from trm.data.manifest import MANIFEST, read_verified_manifest
 from trm.data.maze import build_maze_dataset
 from trm.data.sudoku import apply_shuffles, build_sudoku_dataset, draw_shuffles
+from trm.data.upstream_import import import_upstream
 from trm.errors import TRMError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -290,6 +291,24 @@ def test_cli_accepts_upstreams_flags_and_verifies(sources, tmp_path):
     (maze / "train/all__labels.npy").write_bytes(b"\x93NUMPY broken")
     result = subprocess.run([*run, "verify", str(maze)], env=env, capture_output=True, text=True, cwd=ROOT)
     assert result.returncode != 0 and "all__labels.npy" in result.stderr
+
+
+def test_import_upstream_accepts_a_maze_dir_and_explains_int64_sudoku(sources, tmp_path):
+    maze = tmp_path / "maze"
+    build_maze_dataset(maze, source_dir=sources["maze"], aug=True)
+    (maze / MANIFEST).unlink()  # what upstream's builder leaves: the same files, no manifest
+    import_upstream(maze)
+    assert len(list(PuzzleLoader([maze], "test", global_batch_size=3).iter_test())) == 1
+    sudoku = tmp_path / "sudoku"
+    build_sudoku_dataset(sudoku, source_dir=sources["sudoku"], num_aug=2)
+    (sudoku / MANIFEST).unlink()
+    for name in ("inputs", "labels"):  # upstream's augmented train arrays are int64
+        path = sudoku / "train" / f"all__{name}.npy"
+        np.save(path, np.load(path).astype(np.int64))
+    with pytest.raises(
+        TRMError, match=r"int64/int64, the loader reads uint8 .*python -m trm data build-sudoku"
+    ):
+        import_upstream(sudoku)
 
 
 @pytest.fixture(scope="module")
