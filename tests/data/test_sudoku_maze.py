@@ -226,6 +226,11 @@ def test_sources_local_dir_missing_file_and_offline_hub(sources, tmp_path, monke
     with pytest.raises(TRMError, match=r"half/test.csv: not found; .*train.csv and test.csv"):
         build_sudoku_dataset(tmp_path / "c", source_dir=tmp_path / "half")
 
+    with pytest.raises(
+        TRMError, match=r"--source-repo ./missing/csvs: no such directory, and not a hub dataset"
+    ):
+        build_sudoku_dataset(tmp_path / "c", source_repo="./missing/csvs")
+
     hub = types.ModuleType("huggingface_hub")  # stands in for the optional dependency: no network in tests
     monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
     calls = []

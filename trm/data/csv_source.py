@@ -60,6 +60,11 @@ def resolve_split_file(
     local = Path(source_dir) if source_dir is not None else None
     if local is None and Path(source_repo).is_dir():
         local = Path(source_repo)
+    if local is None and (source_repo.startswith((".", "/", "~")) or source_repo.count("/") != 1):
+        raise TRMError(
+            f"--source-repo {source_repo}: no such directory, and not a hub dataset name (owner/name); pass "
+            "a directory holding train.csv and test.csv, or a hub dataset such as sapientinc/sudoku-extreme"
+        )
     if local is None:
         return _hub_file(source_repo, filename, revision)
     path = local / filename
