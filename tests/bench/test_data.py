@@ -15,9 +15,10 @@ def test_grid_datasets_build_and_load(dataset, tmp_path, capsys):
     argv = ["--dataset", dataset, "--source-dir", str(source), "--batch-size", "4", "--loader-batches", "3"]
     assert main([*argv, "--keep", str(keep), "--upstream", "", "--num-aug", "2"]) == 0
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.startswith("trm materialized"))
-    assert float(row.split()[-2].replace(",", "")) > 0  # loader examples/s
-    assert (keep / "materialized" / "manifest.json").is_file()
+    for form in ("compact", "materialized"):
+        row = next(line for line in out.splitlines() if line.startswith(f"trm {form}"))
+        assert float(row.split()[-2].replace(",", "")) > 0  # loader examples/s
+        assert (keep / form / "manifest.json").is_file()
     with pytest.raises(SystemExit):
         main(["--dataset", dataset])  # no --source-dir: the benchmark never downloads
     assert "needs --source-dir DIR" in capsys.readouterr().err

@@ -16,10 +16,12 @@ import pytest
 from tests.data import upstream_grid_builds
 from tests.data.grid_fixtures import maze_rows, maze_source, sudoku_rows, sudoku_source, write_csv
 from trm.data.encoding import dihedral
+from trm.data.formats import SplitData
+from trm.data.grid_recipes import render_sudoku
 from trm.data.loader import IGNORE_LABEL, PuzzleLoader
 from trm.data.manifest import MANIFEST, read_verified_manifest
 from trm.data.maze import build_maze_dataset
-from trm.data.sudoku import apply_shuffles, build_sudoku_dataset, draw_shuffles
+from trm.data.sudoku import build_sudoku_dataset, draw_shuffles
 from trm.data.upstream_import import import_upstream
 from trm.errors import TRMError
 
@@ -54,7 +56,7 @@ def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_sudoku_layout_groups_and_augmentations(sources, tmp_path):
     out = tmp_path / "sudoku"
-    manifest = build_sudoku_dataset(out, source_dir=sources["sudoku"], num_aug=4, seed=3)
+    manifest = build_sudoku_dataset(out, source_dir=sources["sudoku"], num_aug=4, seed=3, form="materialized")
     meta = json.loads((out / "train/dataset.json").read_text())
     assert (meta["vocab_size"], meta["seq_len"], meta["ignore_label_id"], meta["pad_id"]) == (11, 81, 0, 0)
     assert meta["num_puzzle_identifiers"] == 1 and meta["sets"] == ["all"] and meta["total_groups"] == 12
@@ -88,27 +90,30 @@ def test_sudoku_shuffles_are_band_stack_preserving_relabellings():
         assert sorted(perm) == list(range(9))
         assert all(len({p // 3 for p in perm[3 * k : 3 * k + 3]}) == 1 for k in range(3))  # bands stay bands
     assert 50 < shuffles["transpose"].sum() < 150
-    grids = np.stack([np.random.RandomState(i).randint(0, 10, 81) for i in range(200)]).astype(np.uint8)
-    moved = apply_shuffles(grids, shuffles)
+    grids = np.stack([np.random.RandomState(i).randint(1, 11, 81) for i in range(200)]).astype(np.uint8)
+    tokens = np.zeros((200, 11), dtype=np.uint8)
+    tokens[:, 1] = 1
+    tokens[:, 2:] = maps[:, 1:] + 1  # digit d is token d + 1; PAD and blank stay
+    moved, _ = render_sudoku(grids, grids, np.arange(200), rows, cols, shuffles["transpose"], tokens)
     for i in range(200):  # reference: transpose, then take rows and columns, then relabel digits
         g = grids[i].reshape(9, 9)
         g = g.T if shuffles["transpose"][i] else g
-        assert np.array_equal(moved[i].reshape(9, 9), maps[i][g[rows[i]][:, cols[i]]])
+        assert np.array_equal(moved[i].reshape(9, 9), tokens[i][g[rows[i]][:, cols[i]]])
 
 
 def test_sudoku_filters_and_subsample(sources, tmp_path):
     rows = read_csv(sources["sudoku"] / "train.csv")
     out = tmp_path / "hard"
-    build_sudoku_dataset(out, source_dir=sources["sudoku"], min_difficulty=30)
+    build_sudoku_dataset(out, source_dir=sources["sudoku"], min_difficulty=30, form="materialized")
     hard = [r for r in rows if int(r[3]) >= 30]
     assert 0 < len(hard) < len(rows)
     assert np.array_equal(load(out, "train", "inputs"), np.stack([sudoku_tokens(r[1]) for r in hard]))
     sub = tmp_path / "sub"
-    build_sudoku_dataset(sub, source_dir=sources["sudoku"], subsample_size=5, seed=7)
+    build_sudoku_dataset(sub, source_dir=sources["sudoku"], subsample_size=5, seed=7, form="materialized")
     picked = {bytes(x) for x in load(sub, "train", "inputs")}
     assert len(picked) == 5 and picked <= {bytes(sudoku_tokens(r[1]).astype(np.uint8)) for r in rows}
     other = tmp_path / "sub2"
-    build_sudoku_dataset(other, source_dir=sources["sudoku"], subsample_size=5, seed=8)
+    build_sudoku_dataset(other, source_dir=sources["sudoku"], subsample_size=5, seed=8, form="materialized")
     assert picked != {bytes(x) for x in load(other, "train", "inputs")}
 
 
@@ -118,7 +123,7 @@ def test_builds_are_deterministic_per_seed(sources, tmp_path):
 
     a, b, c = (tmp_path / n for n in "abc")
     for d, seed in ((a, 5), (b, 5), (c, 6)):
-        build_sudoku_dataset(d, source_dir=sources["sudoku"], num_aug=3, seed=seed)
+        build_sudoku_dataset(d, source_dir=sources["sudoku"], num_aug=3, seed=seed, form="materialized")
     assert files(a) == files(b) and files(a) != files(c)
     assert (
         json.loads((a / MANIFEST).read_text())["fingerprint"]
@@ -128,7 +133,7 @@ def test_builds_are_deterministic_per_seed(sources, tmp_path):
 
 def test_maze_dihedral_augmentation_and_tokens(sources, tmp_path):
     out = tmp_path / "maze"
-    build_maze_dataset(out, source_dir=sources["maze"], aug=True)
+    build_maze_dataset(out, source_dir=sources["maze"], aug=True, form="materialized")
     meta = json.loads((out / "train/dataset.json").read_text())
     assert (meta["vocab_size"], meta["seq_len"], meta["total_groups"]) == (6, 900, 6)
     inputs, labels = load(out, "train", "inputs"), load(out, "train", "labels")
@@ -143,8 +148,36 @@ def test_maze_dihedral_augmentation_and_tokens(sources, tmp_path):
             assert np.array_equal(labels[8 * g + t].reshape(30, 30), dihedral(a, t))
     assert load(out, "test", "inputs").shape == (3, 900)  # the test split is never augmented
     plain = tmp_path / "plain"
-    build_maze_dataset(plain, source_dir=sources["maze"])
+    build_maze_dataset(plain, source_dir=sources["maze"], form="materialized")
     assert np.array_equal(load(plain, "train", "inputs"), inputs[::8])
+
+
+@pytest.mark.parametrize("kind", ["sudoku", "maze"])
+def test_compact_and_materialized_forms_serve_the_same_rows(sources, tmp_path, kind):
+    build, options = (
+        (build_sudoku_dataset, {"num_aug": 6, "subsample_size": 9})
+        if kind == "sudoku"
+        else (build_maze_dataset, {"aug": True})
+    )
+    manifests = {
+        form: build(tmp_path / form, source_dir=sources[kind], seed=11, form=form, **options)
+        for form in ("compact", "materialized")
+    }
+    assert (
+        manifests["compact"]["form"] == "grid-compact" and manifests["materialized"]["form"] == "materialized"
+    )
+    assert manifests["compact"]["counts"] == manifests["materialized"]["counts"]
+    for split in ("train", "test"):
+        compact = SplitData(tmp_path / "compact", split, "grid-compact")
+        materialized = SplitData(tmp_path / "materialized", split, "materialized")
+        ids = np.random.default_rng(0).permutation(materialized.num_examples)
+        assert compact.num_examples == materialized.num_examples
+        for a, b in zip(compact.examples(ids), materialized.examples(ids), strict=True):
+            assert a.dtype == b.dtype == np.uint8 and np.array_equal(a, b)
+        assert (tmp_path / "compact" / split / "dataset.json").read_bytes() == (
+            tmp_path / "materialized" / split / "dataset.json"
+        ).read_bytes()
+    assert len(list(PuzzleLoader([tmp_path / "compact"], "train", global_batch_size=4).iter_train())) > 0
 
 
 def test_loader_serves_the_built_sets(sources, tmp_path):
@@ -157,7 +190,9 @@ def test_loader_serves_the_built_sets(sources, tmp_path):
     labels = np.concatenate([b["labels"].numpy() for b in served])
     real = (labels != IGNORE_LABEL).any(axis=1)  # the last batch is padded
     assert real.sum() == 3 and (labels[real] != IGNORE_LABEL).all()  # every maze cell is scored
-    assert np.array_equal(inputs[real], load(out, "test", "inputs"))
+    table = {"#": 1, " ": 2, "S": 3, "G": 4, "o": 5}  # the compact form (default), rendered by the loader
+    expected = [[table[ch] for ch in row[1]] for row in read_csv(sources["maze"] / "test.csv")]
+    assert np.array_equal(inputs[real], np.array(expected))
 
 
 @pytest.mark.parametrize(
@@ -216,8 +251,8 @@ def test_answers_that_contradict_the_puzzle_are_refused(tmp_path):
 
 def test_sources_local_dir_missing_file_and_offline_hub(sources, tmp_path, monkeypatch):
     # a directory given as --source-repo is read like --source-dir
-    build_sudoku_dataset(tmp_path / "a", source_repo=str(sources["sudoku"]))
-    build_sudoku_dataset(tmp_path / "b", source_dir=sources["sudoku"])
+    build_sudoku_dataset(tmp_path / "a", source_repo=str(sources["sudoku"]), form="materialized")
+    build_sudoku_dataset(tmp_path / "b", source_dir=sources["sudoku"], form="materialized")
     assert (tmp_path / "a/train/all__inputs.npy").read_bytes() == (
         tmp_path / "b/train/all__inputs.npy"
     ).read_bytes()
@@ -254,7 +289,7 @@ def test_sources_local_dir_missing_file_and_offline_hub(sources, tmp_path, monke
         return str(sources["maze"] / filename)
 
     hub.hf_hub_download = fetched
-    build_maze_dataset(tmp_path / "hub")
+    build_maze_dataset(tmp_path / "hub", form="materialized")
     assert load(tmp_path / "hub", "test", "inputs").shape == (3, 900)
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
     with pytest.raises(TRMError, match=r"needs huggingface_hub: `pip install 'trm-stack\[hub\]'`"):
@@ -293,19 +328,19 @@ def test_cli_accepts_upstreams_flags_and_verifies(sources, tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "train: 48 examples" in result.stdout
-    (maze / "train/all__labels.npy").write_bytes(b"\x93NUMPY broken")
+    (maze / "train/all__originals_labels.npy").write_bytes(b"\x93NUMPY broken")  # compact by default
     result = subprocess.run([*run, "verify", str(maze)], env=env, capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode != 0 and "all__labels.npy" in result.stderr
+    assert result.returncode != 0 and "all__originals_labels.npy" in result.stderr
 
 
 def test_import_upstream_accepts_a_maze_dir_and_explains_int64_sudoku(sources, tmp_path):
     maze = tmp_path / "maze"
-    build_maze_dataset(maze, source_dir=sources["maze"], aug=True)
+    build_maze_dataset(maze, source_dir=sources["maze"], aug=True, form="materialized")
     (maze / MANIFEST).unlink()  # what upstream's builder leaves: the same files, no manifest
     import_upstream(maze)
     assert len(list(PuzzleLoader([maze], "test", global_batch_size=3).iter_test())) == 1
     sudoku = tmp_path / "sudoku"
-    build_sudoku_dataset(sudoku, source_dir=sources["sudoku"], num_aug=2)
+    build_sudoku_dataset(sudoku, source_dir=sources["sudoku"], num_aug=2, form="materialized")
     (sudoku / MANIFEST).unlink()
     for name in ("inputs", "labels"):  # upstream's augmented train arrays are int64
         path = sudoku / "train" / f"all__{name}.npy"
@@ -326,7 +361,13 @@ def test_same_files_as_upstream_golden(golden_sources, tmp_path, name):
     # upstream's output, digested by tests/data/upstream_grid_builds.py (same seed, same generated CSVs)
     kind, options = upstream_grid_builds.CONFIGS[name]
     build = build_sudoku_dataset if kind == "sudoku" else build_maze_dataset
-    build(tmp_path / "ours", source_dir=golden_sources[kind], seed=upstream_grid_builds.SEED, **options)
+    build(
+        tmp_path / "ours",
+        source_dir=golden_sources[kind],
+        seed=upstream_grid_builds.SEED,
+        **options,
+        form="materialized",
+    )
     golden = json.loads(upstream_grid_builds.GOLDEN.read_text())[name]
     ours = upstream_grid_builds.digests(tmp_path / "ours")
     assert {k: v["sha256"] for k, v in ours.items()} == {k: v["sha256"] for k, v in golden.items()}
@@ -348,7 +389,13 @@ def test_same_files_as_upstream_live(golden_sources, tmp_path, name):
     theirs = upstream_grid_builds.digests(tmp_path / "upstream")
     assert theirs == json.loads(upstream_grid_builds.GOLDEN.read_text())[name]  # the golden is current
     build = build_sudoku_dataset if kind == "sudoku" else build_maze_dataset
-    build(tmp_path / "ours", source_dir=golden_sources[kind], seed=upstream_grid_builds.SEED, **options)
+    build(
+        tmp_path / "ours",
+        source_dir=golden_sources[kind],
+        seed=upstream_grid_builds.SEED,
+        **options,
+        form="materialized",
+    )
     assert upstream_grid_builds.digests(tmp_path / "ours") == {
         k: {"sha256": v["sha256"]} for k, v in theirs.items()
     }

@@ -8,7 +8,7 @@ optionally vs upstream.
     nox -s bench -- data --dataset maze --source-dir DIR [--aug]
 
 Sudoku and Maze read the hub's train.csv/test.csv from --source-dir (no download during a benchmark) and
-are built materialized with --seed 0 on both sides (upstream's global numpy RNG seeded alike).
+are built with --seed 0 on both sides (upstream's global numpy RNG seeded alike).
 
 Each build runs in its own process so wall time, CPU time and peak RSS are that build's alone. Targets
 (2-core machine, ARC-AGI-2 + ConceptARC, 1000 augmentations): compact ≤ 10 s, ≤ 1 GB RSS, ≤ 100 MB on
@@ -177,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.dataset == "sudoku" and args.subsample_size is None:
             args.subsample_size = 1000
-        args.forms = ["materialized"]
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="trm-bench-data-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -210,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd += [*build_args(args), "--quiet", "--workers", str(args.workers)]
             else:
                 cmd = [sys.executable, "-m", "trm", "data", f"build-{args.dataset}", "--output-dir", str(out)]
-                cmd += ["--source-dir", args.source_dir, "--seed", "0", *grid_args(args)]
+                cmd += ["--source-dir", args.source_dir, "--seed", "0", "--form", form, *grid_args(args)]
             runs[form] = measure(f"trm {form}", cmd, out)
             if runs[form].ok:
                 throughput[form] = loader_throughput(out, args.batch_size, args.loader_batches)

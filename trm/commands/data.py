@@ -50,6 +50,7 @@ def _build_grid(args: argparse.Namespace) -> int:
         "revision": args.revision,
         "subsample_size": args.subsample_size,
         "seed": args.seed,
+        "form": args.form,
         "overwrite": args.overwrite,
     }
     if args.data_command == "build-sudoku":
@@ -77,8 +78,14 @@ def _grid_parser(commands, name: str, what: str, repo: str, output_dir: str) -> 
     parser = commands.add_parser(
         name,
         help=f"build a {what} dataset (upstream's build_{name[6:]}_dataset flags)",
-        description=f"Build a {what} dataset dir in upstream's materialized layout (atomically; manifest.json "
-        "written last) from the hub dataset's train.csv/test.csv.",
+        description=f"Build a {what} dataset dir (atomically; manifest.json written last) from the hub "
+        "dataset's train.csv/test.csv: compact (originals + per-puzzle recipes) or upstream's materialized layout.",
+    )
+    parser.add_argument(
+        "--form",
+        choices=formats.FORMS,
+        default=formats.COMPACT,
+        help="compact (default, small) or materialized (upstream's layout); the loader reads the same rows",
     )
     parser.add_argument(
         "--output-dir", default=output_dir, help=f"dataset directory to create (default {output_dir})"

@@ -20,28 +20,39 @@ from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_bytes
 
 from . import formats
+from .grid_recipes import FORM as GRID_COMPACT
 from .manifest import MANIFEST, read_manifest, read_verified_manifest, write_manifest
 from .metadata import DatasetMetadata
 
 IDENTIFIERS = ["<blank>"]
+COMPACT, MATERIALIZED = formats.COMPACT, formats.MATERIALIZED
+
+
+def check_form(form: str) -> None:
+    if form not in (COMPACT, MATERIALIZED):
+        raise TRMError(f"--form {form!r}: choose compact or materialized")
+
+
+def grid_form(form: str) -> str:
+    """The manifest's form: upstream's materialized layout, or the Sudoku/Maze compact form."""
+    return formats.MATERIALIZED if form == MATERIALIZED else GRID_COMPACT
 
 
 @dataclass(frozen=True)
 class EncodedSplit:
-    """One split's examples: `group_size` consecutive rows (the original, then its augmentations) per group."""
+    """One split: `group_size` consecutive puzzles (the original, then its augmentations) per group, one example
+    each, stored as `arrays`: `inputs`/`labels` (materialized) or the recipe arrays of `grid_recipes`."""
 
-    inputs: np.ndarray
-    labels: np.ndarray
+    total: int
+    seq_len: int
     group_size: int
+    arrays: dict[str, np.ndarray]
 
     def index_arrays(self) -> dict[str, np.ndarray]:
-        total = len(self.inputs)
         return {
-            "inputs": self.inputs,
-            "labels": self.labels,
-            "group_indices": np.arange(0, total + 1, self.group_size, dtype=np.int32),
-            "puzzle_indices": np.arange(total + 1, dtype=np.int32),
-            "puzzle_identifiers": np.zeros(total, dtype=np.int32),
+            "group_indices": np.arange(0, self.total + 1, self.group_size, dtype=np.int32),
+            "puzzle_indices": np.arange(self.total + 1, dtype=np.int32),
+            "puzzle_identifiers": np.zeros(self.total, dtype=np.int32),
         }
 
 
@@ -78,21 +89,20 @@ def write_dataset(
     builder: str,
     args: dict[str, Any],
     inputs: dict[str, str],
+    form: str,
 ) -> dict[str, Any]:
     """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
     counts: dict[str, dict[str, int]] = {}
     with atomic_directory(output_dir, overwrite=True) as tmp:
         for split, data in splits.items():
             (tmp / split).mkdir()
-            total = len(data.inputs)
-            if data.labels.shape != data.inputs.shape or data.inputs.dtype != np.uint8:
-                raise AssertionError("inputs and labels must be uint8 arrays of one shape")
+            total = data.total
             metadata = DatasetMetadata(
                 pad_id=0,
                 ignore_label_id=0,
                 blank_identifier_id=0,
                 vocab_size=vocab_size,
-                seq_len=int(data.inputs.shape[1]),
+                seq_len=data.seq_len,
                 num_puzzle_identifiers=len(IDENTIFIERS),
                 total_groups=total // data.group_size,
                 mean_puzzle_examples=1.0,
@@ -101,7 +111,7 @@ def write_dataset(
                 sets=[formats.SET],
             )
             atomic_write_bytes(tmp / split / "dataset.json", json.dumps(metadata.to_dict()).encode())
-            for name, array in data.index_arrays().items():
+            for name, array in {**data.arrays, **data.index_arrays()}.items():
                 np.save(formats.array_path(tmp, split, name), np.ascontiguousarray(array), allow_pickle=False)
             counts[split] = {"groups": metadata.total_groups, "puzzles": total, "examples": total}
         atomic_write_bytes(tmp / "identifiers.json", json.dumps(IDENTIFIERS).encode())
@@ -109,9 +119,7 @@ def write_dataset(
         tmp.chmod(0o755)
         for path in tmp.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
-        manifest = write_manifest(
-            tmp, form=formats.MATERIALIZED, builder=builder, args=args, inputs=inputs, counts=counts
-        )
+        manifest = write_manifest(tmp, form=form, builder=builder, args=args, inputs=inputs, counts=counts)
         (tmp / MANIFEST).chmod(0o644)
     return manifest
 

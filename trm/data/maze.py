@@ -18,18 +18,22 @@ import trm
 from trm.errors import TRMError
 
 from .csv_source import PuzzleRows, input_checksums, read_rows, resolve_split_file
-from .encoding import dihedral
 from .grid_dataset import (
+    COMPACT,
+    MATERIALIZED,
     EncodedSplit,
     bad_row,
     chars_outside,
+    check_form,
     check_sizes,
     encode_fixed,
     existing_dataset,
     first_char_outside,
+    grid_form,
     subsample,
     write_dataset,
 )
+from .grid_recipes import dihedral_sources, render_maze
 
 DEFAULT_REPO = "sapientinc/maze-30x30-hard-1k"
 BUILDER = f"trm-stack {trm.__version__} build-maze"
@@ -40,7 +44,7 @@ VOCAB_SIZE = len(CHARSET) + 1
 _TOKENS = np.zeros(256, dtype=np.uint8)
 _TOKENS[np.frombuffer(CHARSET.encode(), dtype=np.uint8)] = np.arange(1, len(CHARSET) + 1)
 # [8, 900]: for each dihedral id, which original cell each transformed cell comes from
-_DIHEDRAL = np.stack([dihedral(np.arange(SEQ_LEN).reshape(SIDE, SIDE), t).ravel() for t in range(8)])
+_DIHEDRAL = dihedral_sources(SIDE)
 
 
 def parse(rows: PuzzleRows) -> tuple[np.ndarray, np.ndarray]:
@@ -77,15 +81,18 @@ def build_maze_dataset(
     subsample_size: int | None = None,
     aug: bool = False,
     seed: int = 0,
+    form: str = COMPACT,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Build a Maze dataset dir (materialized, upstream's layout) and return its manifest.
+    """Build a Maze dataset dir (compact: originals + dihedral ids; materialized: upstream's layout) and return
+    its manifest. Both forms give the loader the same rows.
 
     Deterministic in (CSV bytes, arguments, seed). An existing complete dataset with the same arguments and
     inputs is left as is; anything else at `output_dir` needs `overwrite`.
     """
     output_dir = Path(output_dir)
     check_sizes(subsample_size)
+    check_form(form)
     files = {
         split: resolve_split_file(split, source_repo=source_repo, source_dir=source_dir, revision=revision)
         for split in ("train", "test")
@@ -114,12 +121,25 @@ def build_maze_dataset(
                 mazes, solutions = mazes[picked], solutions[picked]
             if aug:
                 tids = list(range(8))
-        perms = _DIHEDRAL[tids]  # [k, 900]
-        splits[split] = EncodedSplit(
-            inputs=mazes[:, perms].reshape(-1, SEQ_LEN),
-            labels=solutions[:, perms].reshape(-1, SEQ_LEN),
-            group_size=len(tids),
-        )
+        total = len(mazes) * len(tids)
+        recipe = {
+            "puzzle_origin": np.repeat(np.arange(len(mazes), dtype=np.int32), len(tids)),
+            "puzzle_dihedral": np.tile(np.array(tids, dtype=np.uint8), len(mazes)),
+        }
+        if form == MATERIALIZED:
+            inputs_rows, labels_rows = render_maze(
+                mazes, solutions, recipe["puzzle_origin"], recipe["puzzle_dihedral"], _DIHEDRAL
+            )
+            arrays = {"inputs": inputs_rows, "labels": labels_rows}
+        else:
+            arrays = {"originals_inputs": mazes, "originals_labels": solutions, **recipe}
+        splits[split] = EncodedSplit(total=total, seq_len=SEQ_LEN, group_size=len(tids), arrays=arrays)
     return write_dataset(
-        output_dir, splits=splits, vocab_size=VOCAB_SIZE, builder=BUILDER, args=args, inputs=inputs
+        output_dir,
+        splits=splits,
+        vocab_size=VOCAB_SIZE,
+        builder=BUILDER,
+        args=args,
+        inputs=inputs,
+        form=grid_form(form),
     )

@@ -23,15 +23,20 @@ from trm.errors import TRMError
 
 from .csv_source import PuzzleRows, input_checksums, read_rows, resolve_split_file
 from .grid_dataset import (
+    COMPACT,
+    MATERIALIZED,
     EncodedSplit,
     bad_row,
+    check_form,
     check_sizes,
     encode_fixed,
     existing_dataset,
     first_char_outside,
+    grid_form,
     subsample,
     write_dataset,
 )
+from .grid_recipes import render_sudoku
 
 DEFAULT_REPO = "sapientinc/sudoku-extreme"
 BUILDER = f"trm-stack {trm.__version__} build-sudoku"
@@ -146,32 +151,48 @@ def draw_shuffles(rng: np.random.RandomState, count: int) -> dict[str, np.ndarra
     return {"digit_maps": digit_maps, "transpose": coins < 0.5, "rows": rows, "cols": cols}
 
 
-def apply_shuffles(grids: np.ndarray, shuffles: dict[str, np.ndarray]) -> np.ndarray:
-    """uint8 [count, 81]: shuffle i applied to grids[i] (value 0..9 per cell, row-major)."""
-    rows, cols = shuffles["rows"], shuffles["cols"]
-    source = rows[:, _CELLS // 9] * 9 + cols[:, _CELLS % 9]
-    source = np.where(shuffles["transpose"][:, None], _TRANSPOSED[source], source)
-    moved = np.take_along_axis(grids, source, axis=1)
-    return np.take_along_axis(shuffles["digit_maps"], moved.astype(np.int64), axis=1)
-
-
-def augment(
-    puzzles: np.ndarray, solutions: np.ndarray, num_aug: int, rng: np.random.RandomState
-) -> tuple[np.ndarray, np.ndarray]:
-    """[n * (1 + num_aug), 81] puzzles and solutions: per original, itself then `num_aug` shuffles of it."""
-    n = len(puzzles)
-    out_q = np.empty((n, 1 + num_aug, SEQ_LEN), dtype=np.uint8)
-    out_a = np.empty_like(out_q)
-    out_q[:, 0], out_a[:, 0] = puzzles, solutions
+def recipes(n: int, num_aug: int, rng: np.random.RandomState) -> dict[str, np.ndarray]:
+    """Per puzzle (original i, then its `num_aug` shuffles, for each i): origin, row/column permutations,
+    transpose flag and token map (PAD and blank fixed; token d + 1 for digit d)."""
+    total = n * (1 + num_aug)
+    rows = np.tile(np.arange(9, dtype=np.uint8), (total, 1))
+    cols = rows.copy()
+    transpose = np.zeros(total, dtype=np.uint8)
+    tokens = np.tile(np.arange(11, dtype=np.uint8), (total, 1))
     if num_aug:
-        per_chunk = max(1, _CHUNK // num_aug)  # originals per block
-        for start in range(0, n, per_chunk):
-            stop = min(n, start + per_chunk)
-            shuffles = draw_shuffles(rng, (stop - start) * num_aug)
-            origin = np.repeat(np.arange(start, stop), num_aug)
-            out_q[start:stop, 1:] = apply_shuffles(puzzles[origin], shuffles).reshape(-1, num_aug, SEQ_LEN)
-            out_a[start:stop, 1:] = apply_shuffles(solutions[origin], shuffles).reshape(-1, num_aug, SEQ_LEN)
-    return out_q.reshape(-1, SEQ_LEN), out_a.reshape(-1, SEQ_LEN)
+        shuffles = draw_shuffles(rng, n * num_aug)
+        augmented = (np.arange(total) % (1 + num_aug)) != 0
+        rows[augmented] = shuffles["rows"]
+        cols[augmented] = shuffles["cols"]
+        transpose[augmented] = shuffles["transpose"]
+        tokens[augmented, 2:] = shuffles["digit_maps"][:, 1:] + 1
+    origin = np.repeat(np.arange(n, dtype=np.int32), 1 + num_aug)
+    return {
+        "puzzle_origin": origin,
+        "puzzle_rows": rows,
+        "puzzle_cols": cols,
+        "puzzle_transpose": transpose,
+        "puzzle_tokens": tokens,
+    }
+
+
+def materialize(
+    originals: tuple[np.ndarray, np.ndarray], recipe: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Upstream's `inputs`/`labels` rows of every puzzle, rendered from the recipes in bounded blocks."""
+    total = len(recipe["puzzle_origin"])
+    out = {"inputs": np.empty((total, SEQ_LEN), np.uint8), "labels": np.empty((total, SEQ_LEN), np.uint8)}
+    for start in range(0, total, _CHUNK):
+        part = {k: v[start : start + _CHUNK] for k, v in recipe.items()}
+        out["inputs"][start : start + _CHUNK], out["labels"][start : start + _CHUNK] = render_sudoku(
+            *originals,
+            part["puzzle_origin"],
+            part["puzzle_rows"],
+            part["puzzle_cols"],
+            part["puzzle_transpose"],
+            part["puzzle_tokens"],
+        )
+    return out
 
 
 def build_sudoku_dataset(
@@ -184,9 +205,11 @@ def build_sudoku_dataset(
     min_difficulty: int | None = None,
     num_aug: int = 0,
     seed: int = 0,
+    form: str = COMPACT,
     overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Build a Sudoku dataset dir (materialized, upstream's layout) and return its manifest.
+    """Build a Sudoku dataset dir (compact: originals + recipes; materialized: upstream's layout) and return
+    its manifest. Both forms give the loader the same rows.
 
     Deterministic in (CSV bytes, arguments, seed). An existing complete dataset with the same arguments and
     inputs is left as is; anything else at `output_dir` needs `overwrite`.
@@ -195,6 +218,7 @@ def build_sudoku_dataset(
     check_sizes(subsample_size)
     if num_aug < 0:
         raise TRMError(f"--num-aug {num_aug}: must be at least 0")
+    check_form(form)
     files = {
         split: resolve_split_file(split, source_repo=source_repo, source_dir=source_dir, revision=revision)
         for split in ("train", "test")
@@ -205,7 +229,7 @@ def build_sudoku_dataset(
         "min_difficulty": min_difficulty,
         "num_aug": num_aug,
         "seed": seed,
-        "form": "materialized",
+        "form": form,
     }
     inputs = input_checksums(files)
     existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite)
@@ -227,8 +251,20 @@ def build_sudoku_dataset(
             if picked is not None:
                 puzzles, solutions = puzzles[picked], solutions[picked]
             aug = num_aug
-        q, a = augment(puzzles, solutions, aug, rng)
-        splits[split] = EncodedSplit(inputs=q + 1, labels=a + 1, group_size=1 + aug)
+        originals = (puzzles + 1, solutions + 1)  # tokens
+        recipe = recipes(len(puzzles), aug, rng)
+        if form == MATERIALIZED:
+            arrays = materialize(originals, recipe)
+        else:
+            arrays = {"originals_inputs": originals[0], "originals_labels": originals[1], **recipe}
+        total = len(recipe["puzzle_origin"])
+        splits[split] = EncodedSplit(total=total, seq_len=SEQ_LEN, group_size=1 + aug, arrays=arrays)
     return write_dataset(
-        output_dir, splits=splits, vocab_size=VOCAB_SIZE, builder=BUILDER, args=args, inputs=inputs
+        output_dir,
+        splits=splits,
+        vocab_size=VOCAB_SIZE,
+        builder=BUILDER,
+        args=args,
+        inputs=inputs,
+        form=grid_form(form),
     )
