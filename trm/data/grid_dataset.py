@@ -1,10 +1,10 @@
-"""Write a fixed-size puzzle dataset (Sudoku, Maze) in upstream's materialized layout, atomically.
+"""Write a fixed-size puzzle dataset (Sudoku, Maze), compact or in upstream's materialized layout, atomically.
 
 Every puzzle holds one example and all identifiers are the blank one (0), as upstream's Sudoku and Maze
-builders write them: `all__{inputs,labels}.npy` (uint8 [N, seq_len]), the three int32 index arrays,
-`dataset.json` (serialized exactly as upstream's `json.dump`, including its `total_puzzles`, which counts
-groups) per split, `identifiers.json = ["<blank>"]`,
-then `manifest.json` last.
+builders write them. Per split: the three int32 index arrays, `dataset.json` (serialized exactly as
+upstream's `json.dump`, including its `total_puzzles`, which counts groups) and either
+`all__{inputs,labels}.npy` (materialized, uint8 [N, seq_len]) or the recipe arrays of `grid_recipes`
+(compact); then `identifiers.json = ["<blank>"]`, and `manifest.json` last.
 """
 
 from __future__ import annotations
