@@ -9,7 +9,8 @@
 # trap. Running the same command again resumes the run.
 #
 # Exit status: the launcher's (trm/exit_codes.py, README "Exit codes"): 0 finished, 2 configuration error,
-# 74 checkpoint disk full, 75 saved after SIGTERM (retry), 79 MAX_HOURS budget spent, else a trainer failure.
+# 74 checkpoint disk full, 75 saved after SIGTERM (retry), 76 node fault found by the preflight (retry on
+# another node), 79 MAX_HOURS budget spent, else a trainer failure.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

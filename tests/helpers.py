@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,8 @@ class FakeLoader:
         self.identifiers = ["<blank>"] + [f"task{i}" for i in range(1, self.metadata.num_puzzle_identifiers)]
         self.test_puzzles: dict[str, Any] = {}
         self._pass, self._pos = 0, 0
+        # Called with the test batch's index just before it is handed out (tests stop an evaluation).
+        self.before_test_batch: Callable[[int], None] | None = None
 
     def _global_batch(self, pass_id: int, index: int) -> dict[str, torch.Tensor]:
         rng = np.random.default_rng([self.seed, pass_id, index])
@@ -128,6 +131,8 @@ class FakeLoader:
 
     def iter_test(self):
         for index in range(2):
+            if self.before_test_batch is not None:
+                self.before_test_batch(index)
             yield "all", self._local(self._global_batch(10_000, index)), self.gbs
 
     def state_dict(self) -> dict[str, int]:

@@ -8,6 +8,11 @@ CONFIG_ERROR = 2
 # and exited. Safe to retry: the same command resumes from that checkpoint. (EX_TEMPFAIL in sysexits.h.)
 # When the stop came from the cost guard the launcher itself exits BUDGET_STOPPED instead.
 SAVED_RETRY = 75
+# The preflight found a fault of this machine, not of the configuration: a GPU that computes wrong
+# results, an NCCL all-reduce across the local GPUs that fails, an nvidia-smi that does not answer.
+# Nothing was trained or saved. Retry on another node (a Kubernetes Job counts it and starts a new pod;
+# cordon the node so it does not land there again); retrying on the same machine fails the same way.
+NODE_FAULT = 76
 # A checkpoint could not be written because its filesystem is full (or over quota). The partial save was
 # removed and the previous checkpoint is intact; retrying before space is freed fails the same way.
 # (EX_IOERR in sysexits.h.)

@@ -18,7 +18,7 @@ from trm.data.encoding import dihedral
 
 
 def upstream_style_hash(pairs, tid, cmap) -> str:
-    """Content hash as TRM_SPEC §8.2 describes it: sorted per-pair sha256 over shape bytes + grid bytes."""
+    """Content hash as upstream's dataset/build_arc_dataset.py computes it: sorted per-pair sha256 over shape bytes + grid bytes."""
 
     def grid_hash(g):
         return hashlib.sha256(bytes(g.shape) + np.ascontiguousarray(g).tobytes()).hexdigest()

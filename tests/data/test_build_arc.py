@@ -207,7 +207,7 @@ def test_cli_build_then_rebuild_is_a_no_op(tmp_path):
 
 
 def test_counts_match_upstream_builds(tmp_path):
-    """ARC-1+concept at aug 10: the figures upstream's builder gives (TRM_SPEC §8.2)."""
+    """ARC-1+concept at aug 10: the figures upstream's builder gives (upstream: dataset/build_arc_dataset.py)."""
     m = build_arc_dataset(
         tmp_path / "a1", subsets=["training", "evaluation", "concept"], test_set_name="evaluation", num_aug=10
     )

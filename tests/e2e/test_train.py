@@ -203,6 +203,105 @@ def test_sigterm_saves_exits_75_and_the_same_command_resumes_bit_exactly(
     assert rows(tmp_path / "straight") == rows(run_dir)
 
 
+# `python -m trm.train` that sends itself SIGTERM during its second evaluation, after the first test batch
+# (a real signal through the trainer's handlers, at a known point of a short evaluation); under torchrun
+# only rank 0 gets it, and the other rank must stop at the same batch.
+SIGTERM_IN_SECOND_EVALUATION = (
+    "import os, signal, sys\n"
+    "import trm.evaluation.runner as r\n"
+    "original, evaluations = r.evaluate, []\n"
+    "def evaluate(*args, **kwargs):\n"
+    "    evaluations.append(kwargs['step'])\n"
+    "    asked, inner = [], kwargs['should_stop']\n"
+    "    def should_stop():\n"
+    "        asked.append(1)\n"
+    "        if len(evaluations) == 2 and len(asked) == 2 and os.environ.get('RANK', '0') == '0':\n"
+    "            os.kill(os.getpid(), signal.SIGTERM)\n"
+    "        return inner()\n"
+    "    return original(*args, **{**kwargs, 'should_stop': should_stop})\n"
+    "r.evaluate = evaluate\n"
+    "from trm.train import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+def test_sigterm_during_an_evaluation_saves_without_it_and_the_resume_evaluates_again(
+    dataset: Path, tmp_path: Path
+) -> None:
+    extra = ("epochs=3", "eval_interval=1")  # three evaluations; ARC votes pooled over them (the default)
+    straight = train(dataset, tmp_path / "straight", *extra)
+    assert straight.returncode == 0, straight.stderr
+    evaluated = sorted({row["step"] for row in rows(tmp_path / "straight") if "ARC/pass@2" in row})
+    assert len(evaluated) == 3
+
+    run_dir = tmp_path / "split"
+    cmd = train_cmd(dataset, run_dir, *extra, launcher=[sys.executable, "-c", SIGTERM_IN_SECOND_EVALUATION])
+    stopped = subprocess.run(cmd, env=env(), cwd=ROOT, capture_output=True, text=True)
+    assert stopped.returncode == exit_codes.SAVED_RETRY, stopped.stderr
+    assert f"evaluation at step {evaluated[1]} stopped after 1 batch(es)" in stopped.stderr
+    saved = final_state(run_dir)
+    assert ckpt.find_complete(run_dir)[-1].step == evaluated[1]
+    assert saved["progress"]["iteration"] == 1 and saved["progress"]["pass_done"]
+    # Nothing of the partial evaluation: no metrics, no submission, only the first evaluation's votes.
+    assert [row["step"] for row in rows(run_dir) if "ARC/pass@2" in row] == evaluated[:1]
+    assert not (run_dir / f"evaluator_ARC_step_{evaluated[1]}").exists()
+    first_only = sum(
+        int(s[0]) for i in saved["evaluators"][0]["stats"].values() for p in i.values() for s in p.values()
+    )
+    pooled = final_state(tmp_path / "straight")["evaluators"][0]["stats"]
+    assert first_only * 3 == sum(int(s[0]) for i in pooled.values() for p in i.values() for s in p.values())
+
+    resumed = train(dataset, run_dir, *extra)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from {run_dir / f'step_{evaluated[1]}'}" in resumed.stderr
+    assert_states_equal(final_state(tmp_path / "straight"), final_state(run_dir))
+    assert final_state(run_dir)["evaluators"][0]["stats"] == pooled
+    assert rows(tmp_path / "straight") == rows(run_dir)
+    last = f"evaluator_ARC_step_{evaluated[-1]}/submission.json"
+    assert (run_dir / last).read_text() == (tmp_path / "straight" / last).read_text()
+
+
+@pytest.mark.dist
+def test_sigterm_to_one_rank_during_an_evaluation_stops_every_rank_at_the_same_batch(
+    dataset: Path, tmp_path: Path
+) -> None:
+    extra = ("epochs=3", "eval_interval=1")  # batch 2: one row per rank, several test batches
+    straight = train(dataset, tmp_path / "straight", *extra)
+    assert straight.returncode == 0, straight.stderr
+    evaluated = sorted({row["step"] for row in rows(tmp_path / "straight") if "ARC/pass@2" in row})
+
+    script = tmp_path / "train_sigterm_rank0.py"
+    script.write_text(SIGTERM_IN_SECOND_EVALUATION)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    run_dir = tmp_path / "split"
+    stopped = subprocess.run(
+        train_cmd(dataset, run_dir, *extra, launcher=[*torchrun, str(script)]),
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert stopped.returncode != 0  # torchrun reports a worker's exit 75 as a failure
+    assert f"evaluation at step {evaluated[1]} stopped after 1 batch(es)" in stopped.stderr
+    saved = final_state(run_dir)
+    assert ckpt.find_complete(run_dir)[-1].step == evaluated[1] and saved["progress"]["iteration"] == 1
+    assert [row["step"] for row in rows(run_dir) if "ARC/pass@2" in row] == evaluated[:1]
+
+    resumed = subprocess.run(
+        train_cmd(dataset, run_dir, *extra, launcher=[*torchrun, "-m", "trm.train"]),
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert_states_equal(final_state(tmp_path / "straight"), final_state(run_dir), exact=False)
+    assert (
+        final_state(run_dir)["evaluators"][0]["stats"].keys()
+        == final_state(tmp_path / "straight")["evaluators"][0]["stats"].keys()
+    )
+
+
 def test_sigkill_while_saving_resumes_from_the_previous_complete_checkpoint(
     dataset: Path, tmp_path: Path
 ) -> None:

@@ -162,6 +162,28 @@ def test_evaluator_undoes_augmentations_and_survives_inference_mode_tensors(tmp_
     assert metrics["ARC/pass@1"] == metrics["ARC/this_eval/pass@1"] == 0.0
 
 
+def test_a_stopped_evaluation_pools_nothing_and_the_rerun_pools_as_if_it_never_ran(tmp_path) -> None:
+    ids = ["<blank>"]
+    batch = evaluator_batch(ids)
+    never, stopped = (ARCEvaluator(ids, PUZZLES, blank_identifier_id=0) for _ in range(2))
+    for ev in (never, stopped):
+        ev.begin_eval()
+        ev.update_batch(batch)
+        ev.result(None, DistInfo())
+    before = stopped.state_dict()
+    # A stop request mid-evaluation: part of the batches seen, then abort_eval() (the runner's call).
+    stopped.begin_eval()
+    stopped.update_batch({k: v[:2] for k, v in batch.items()})
+    stopped.abort_eval()
+    assert stopped.state_dict()["stats"] == before["stats"]
+    # The resumed run's evaluation starts again (begin_eval must not fold the dropped votes in).
+    for ev in (never, stopped):
+        ev.begin_eval()
+        ev.update_batch(batch)
+    assert stopped.result(tmp_path, DistInfo()) == never.result(None, DistInfo())
+    assert stopped.state_dict()["stats"] == never.state_dict()["stats"]
+
+
 def _row(task: str, grid_in, pred, ids: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
     """An unaugmented row: the test input and a predicted grid (None: an empty prediction)."""
     ids.append(task)

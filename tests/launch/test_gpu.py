@@ -10,7 +10,7 @@ import pytest
 
 from trm.bench.model import peak_flops
 from trm.launch.gpu_checks import allreduce_check, matmul_check
-from trm.launch.hardware import select_plan
+from trm.launch.hardware import select_layout
 from trm.launch.nvidia_smi import query_gpus, query_memory_used
 
 
@@ -52,7 +52,7 @@ def test_nccl_allreduce_and_matmul_on_every_gpu():
 @pytest.mark.gpu
 def test_this_host_has_a_tier_and_memory_is_readable():
     gpus = query_gpus()
-    plan = select_plan(gpus)
+    plan = select_layout(gpus)
     assert plan.micro_batch_size * plan.grad_accumulation * plan.world_size == 768
     assert set(query_memory_used()) == {g.index for g in gpus}
     # nvidia-smi's memory (the slice's under MIG) agrees with what CUDA gives this process.

@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import FIXTURES, SHAPES, install_fake_smi
 from trm.errors import TRMError
-from trm.launch.hardware import load_table, select_plan
+from trm.launch.hardware import load_table, select_layout
 from trm.launch.nvidia_smi import parse_plain_header, parse_query_csv, query_gpus
 
 # (shape) -> (tier, micro-batch, accumulation): what the table must choose for each recorded host.
@@ -43,7 +43,7 @@ def gpus_of(shape: str):
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_every_recorded_host_keeps_the_global_batch(shape):
-    plan = select_plan(gpus_of(shape))
+    plan = select_layout(gpus_of(shape))
     count = int(shape.rsplit("x", 1)[1])
     assert plan.world_size == count
     assert plan.global_batch_size == 768
@@ -55,19 +55,19 @@ def test_every_recorded_host_keeps_the_global_batch(shape):
 
 
 def test_a100_40g_and_80g_are_told_apart_by_vram():
-    assert select_plan(gpus_of("a100-40gx4")).tier == "a100-40g"
-    assert select_plan(gpus_of("a100-80gx4")).tier == "a100-80g"
+    assert select_layout(gpus_of("a100-40gx4")).tier == "a100-40g"
+    assert select_layout(gpus_of("a100-80gx4")).tier == "a100-80g"
 
 
 def test_unknown_gpu_falls_back_by_vram():
-    plan = select_plan(gpus_of("unknown-96gx2"))
+    plan = select_layout(gpus_of("unknown-96gx2"))
     assert plan.matched_by == "vram"
     assert plan.tier == "h100-80g"  # 95.6 GiB reaches the 75 GiB tiers but not the 130 GiB one
     assert any("not in the table" in n for n in plan.notes)
 
 
 def test_mixed_host_is_sized_for_the_weakest_gpu():
-    plan = select_plan(gpus_of("mixed-h100-a100"))
+    plan = select_layout(gpus_of("mixed-h100-a100"))
     assert plan.world_size == 2
     assert any("mixed GPU models" in n for n in plan.notes)
 
@@ -75,18 +75,18 @@ def test_mixed_host_is_sized_for_the_weakest_gpu():
 def test_too_small_gpu_is_an_error_naming_the_fix():
     gpus = parse_query_csv("Tesla P4, 7680, 6.1, 535.1, GPU-x\n")
     with pytest.raises(TRMError, match="smaller than every tier"):
-        select_plan(gpus)
+        select_layout(gpus)
 
 
 def test_cpu_tier_when_no_gpus():
-    plan = select_plan([], cpu_procs=2, global_batch_size=8)
+    plan = select_layout([], cpu_procs=2, global_batch_size=8)
     assert plan.device == "cpu" and plan.tier == "cpu" and plan.compile is False
     assert plan.world_size == 2 and plan.local_batch_size == 4
     assert "device=cpu" in plan.overrides()
 
 
 def test_num_gpus_subset_and_overrides():
-    plan = select_plan(gpus_of("h100x8"), num_gpus=4, micro_batch_size=64)
+    plan = select_layout(gpus_of("h100x8"), num_gpus=4, micro_batch_size=64)
     assert plan.world_size == 4 and plan.grad_accumulation == 3
     assert plan.overrides() == ["global_batch_size=768", "micro_batch_size=64", "compile=true", "device=cuda"]
 
@@ -101,11 +101,11 @@ def test_num_gpus_subset_and_overrides():
 )
 def test_bad_requests_name_the_fix(kwargs, message):
     with pytest.raises(TRMError, match=message):
-        select_plan(gpus_of("h100x8"), **kwargs)
+        select_layout(gpus_of("h100x8"), **kwargs)
 
 
 def test_multi_node_world_size():
-    plan = select_plan(gpus_of("h100x4"), nnodes=2)
+    plan = select_layout(gpus_of("h100x4"), nnodes=2)
     assert plan.world_size == 8 and plan.local_batch_size == 96
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.helpers import FIXTURES, install_fake_smi
 from trm.errors import TRMError
-from trm.launch.hardware import select_plan
+from trm.launch.hardware import select_layout
 from trm.launch.nvidia_smi import (
     GpuInfo,
     mig_memory_mib,
@@ -24,7 +24,7 @@ def test_a_mig_slice_is_sized_from_the_slice_not_the_parent_gpu(monkeypatch, tmp
     gpu = gpus[0]
     assert gpu.name == "NVIDIA H100 80GB HBM3 MIG 3g.40gb" and gpu.mig_profile == "3g.40gb"
     assert gpu.memory_mib == 40 * 1024 and gpu.uuid.startswith("MIG-") and gpu.sm == 90
-    plan = select_plan(gpus)
+    plan = select_layout(gpus)
     # The parent's 80 GB would pick the H100 tier (192 rows); the 40 GB slice gets the 40 GB tier.
     assert plan.tier == "a100-40g" and plan.micro_batch_size == 64 and plan.matched_by == "vram"
     assert any("MIG slice 3g.40gb" in n for n in plan.notes)
@@ -34,7 +34,7 @@ def test_whole_gpus_are_unchanged_by_the_listing(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "h100x4")
     gpus = query_gpus()
     assert [g.mig_profile for g in gpus] == [None] * 4 and gpus[0].memory_mib == 81559
-    assert select_plan(gpus).tier == "h100-80g"
+    assert select_layout(gpus).tier == "h100-80g"
 
 
 def test_mig_listing_parsing_and_mixed_hosts():
@@ -57,8 +57,8 @@ def test_mig_listing_parsing_and_mixed_hosts():
         (2, 81920, None),
     ]
     with pytest.raises(TRMError, match="NUM_GPUS=1"):
-        select_plan(out)
-    assert select_plan(out, num_gpus=1).micro_batch_size == 64
+        select_layout(out)
+    assert select_layout(out, num_gpus=1).micro_batch_size == 64
     with pytest.raises(TRMError, match="MIG profile 'weird'"):
         mig_memory_mib("weird")
 
@@ -68,13 +68,13 @@ def test_a_10gb_slice_is_refused_with_the_fix(monkeypatch, tmp_path):
         0, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", mig_memory_mib("1g.10gb"), "9.0", "550", "MIG-x", "1g.10gb"
     )
     with pytest.raises(TRMError, match="smaller than every tier"):
-        select_plan([gpu])
+        select_layout([gpu])
 
 
 def test_not_available_compute_capability_is_a_clear_error(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "h100x1-na-compute-cap")
     gpus = query_gpus()  # listing and sizing do not need it
-    assert gpus[0].compute_cap == "[N/A]" and select_plan(gpus).tier == "h100-80g"
+    assert gpus[0].compute_cap == "[N/A]" and select_layout(gpus).tier == "h100-80g"
     with pytest.raises(TRMError, match=r"compute capability '\[N/A\]' for GPU 0 .*update the NVIDIA driver"):
         _ = gpus[0].sm
 

@@ -8,7 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import install_fake_smi
+from trm import exit_codes
+from trm.errors import TRMError
 from trm.images import compat
+from trm.launch import preflight
 from trm.launch.gpu_checks import allreduce_check, matmul_check
 from trm.launch.nvidia_smi import system_runner
 from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight
@@ -171,6 +174,48 @@ def test_failed_allreduce_and_bad_or_slow_gpu(monkeypatch, tmp_path):
     assert checks["nccl all-reduce"].status == "fail" and "NCCL_DEBUG=INFO" in checks["nccl all-reduce"].fix
     assert checks["matmul gpu1"].status == "fail" and "CUDA_VISIBLE_DEVICES" in checks["matmul gpu1"].fix
     assert checks["gpu speed"].status == "warn" and "[2]" in checks["gpu speed"].found
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # A node's hardware: another node may pass, so the Job retries elsewhere (exit 76).
+        ({"allreduce": lambda n: (False, "ranks [2] did not answer")}, exit_codes.NODE_FAULT),
+        ({"matmul": lambda i: (i != 1, "max rel error 3e-01", 700.0)}, exit_codes.NODE_FAULT),
+        # The configuration fails the same way on any node (exit 2): the Job must stop.
+        ({"fs_size": lambda p: 64 * 1024**2}, exit_codes.CONFIG_ERROR),
+        ({"torch_cuda": lambda: (None, 0), "image_cuda": None}, exit_codes.CONFIG_ERROR),
+        # Both: the configuration must be fixed first, wherever the run goes.
+        (
+            {"fs_size": lambda p: 64 * 1024**2, "allreduce": lambda n: (False, "hang")},
+            exit_codes.CONFIG_ERROR,
+        ),
+        ({}, exit_codes.OK),
+    ],
+)
+def test_hardware_faults_and_configuration_errors_have_their_own_exit_codes(
+    monkeypatch, tmp_path, overrides, expected
+):
+    install_fake_smi(monkeypatch, tmp_path, "h100x4")
+    report = run_preflight(gpu_context(**overrides))
+    assert report.exit_code == expected
+    assert report.to_dict()["exit_code"] == expected
+    lines: list[str] = []
+    print_report(report, lines.append)
+    if expected == exit_codes.NODE_FAULT:
+        assert "a fault of this node (exit 76)" in lines[-1]
+
+
+def test_an_nvidia_smi_that_does_not_answer_is_a_node_fault(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x1")
+
+    def lost(_smi):
+        raise TRMError("nvidia-smi failed: Unable to determine the device handle for GPU 0000:1B:00.0")
+
+    monkeypatch.setattr(preflight, "query_gpus", lost)
+    report = run_preflight(gpu_context(), mode="gpu")
+    assert by_name(report)["nvidia-smi"].status == "fail"
+    assert report.exit_code == exit_codes.NODE_FAULT
 
 
 def test_disk_space_check(tmp_path):

@@ -161,6 +161,18 @@ def test_crash_fails_without_restart(tmp_path, restore_signals):
     assert "restart" not in out.getvalue()
 
 
+@pytest.mark.parametrize(("preflight_code", "expected"), [(76, exit_codes.NODE_FAULT), (2, 2), (1, 2)])
+def test_a_node_fault_found_by_the_preflight_is_the_launchers_exit_code(
+    tmp_path, restore_signals, preflight_code, expected
+):
+    """A Job retries exit 76 on a new pod; every other preflight failure stays a configuration error."""
+    launch, out = make_launch(tmp_path, "finish")
+    launch.plan.preflight_command = lambda: [sys.executable, "-c", f"import sys; sys.exit({preflight_code})"]  # type: ignore[method-assign]
+    assert launch.run() == expected, out.getvalue()
+    assert f"preflight failed (exit {preflight_code})" in out.getvalue()
+    assert not (launch.settings.launch_dir / "train.log").exists()
+
+
 def test_failed_verification_never_trains(tmp_path, restore_signals):
     launch, out = make_launch(tmp_path, "finish", PREFLIGHT="0")
     launch.plan.verify_command = lambda: [sys.executable, "-c", "import sys; sys.exit(2)"]  # type: ignore[method-assign]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -224,6 +225,12 @@ BREAKAGES = {
     "request GPUs": lambda o: _trainer(o)["resources"]["limits"].pop("nvidia.com/gpu"),
     "silently ignored": lambda o: _trainer(o)["env"].append({"name": "NUM_GPU", "value": "4"}),
     "never committed": lambda o: o.append({"kind": "Secret", "metadata": {"name": "trm-wandb"}}),
+    "(a fault of the node found by the preflight) must be a Count rule": lambda o: _job(o)["spec"][
+        "podFailurePolicy"
+    ]["rules"].pop(4),
+    "not defined above it": lambda o: _trainer(o)["env"].insert(
+        0, {"name": "RUN_NAME", "value": "run-$(LATER)"}
+    ),
 }
 
 
@@ -245,6 +252,48 @@ MULTINODE_BREAKAGES = {
     "completionMode: Indexed": lambda o: _job(o)["spec"].pop("completionMode"),
     "must be headless": lambda o: next(x for x in o if x["kind"] == "Service")["spec"].pop("clusterIP"),
 }
+
+
+def _env_value(objects, name: str) -> dict:
+    return next(e for e in _trainer(objects)["env"] if e["name"] == name)
+
+
+SMOKE_BREAKAGES = {
+    # The old overlay: RUN_NAME=smoke on the persistent volume, for every smoke ever run.
+    "must contain the Job's UID": lambda o: _env_value(o, "RUN_NAME").update(value="smoke"),
+    # A patch that lists the UID variable after RUN_NAME: the kubelet would pass "smoke-$(SMOKE_JOB_UID)".
+    "not defined above it": lambda o: _trainer(o)["env"].append(
+        _trainer(o)["env"].pop(_trainer(o)["env"].index(_env_value(o, "SMOKE_JOB_UID")))
+    ),
+}
+
+
+@pytest.mark.parametrize("expected", sorted(SMOKE_BREAKAGES))
+def test_smoke_rules_catch_their_breakage(rendered, expected: str):
+    assert _broken(rendered, "jobs/overlays/smoke", lambda o: None) == []
+    problems = _broken(rendered, "jobs/overlays/smoke", SMOKE_BREAKAGES[expected])
+    assert any(expected in p for p in problems), problems
+
+
+def expand_env(container: dict, labels: dict[str, str]) -> dict[str, str]:
+    """What the kubelet gives the container: downward-API label values, $(NAME) of variables above."""
+    out: dict[str, str] = {}
+    for var in container.get("env", []):
+        field = var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath", "")
+        if field.startswith("metadata.labels['"):
+            out[var["name"]] = labels.get(field[len("metadata.labels['") : -2], "")
+        elif "value" in var:
+            out[var["name"]] = re.sub(r"\$\((\w+)\)", lambda m: out.get(m[1], m[0]), var["value"])
+    return out
+
+
+def test_every_smoke_job_runs_fresh_and_its_retries_share_the_run(rendered):
+    trainer = _trainer(rendered["jobs/overlays/smoke"])
+    first = expand_env(trainer, {"controller-uid": "4b1c-0001", "job-name": "trm-train-smoke"})
+    retry = expand_env(trainer, {"controller-uid": "4b1c-0001", "job-name": "trm-train-smoke"})
+    second = expand_env(trainer, {"controller-uid": "9e7f-0002", "job-name": "trm-train-smoke"})
+    assert first["RUN_NAME"] == retry["RUN_NAME"] == "smoke-4b1c-0001"
+    assert second["RUN_NAME"] == "smoke-9e7f-0002"  # a new Job: a new run directory, the smoke gate runs
 
 
 @pytest.mark.parametrize("expected", sorted(MULTINODE_BREAKAGES))

@@ -158,3 +158,74 @@ def test_measured_unknown_key_and_incomplete_entry(tmp_path):
 
 def test_repository_figures_are_current():
     assert measured.stale(ROOT) == []
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        # runbook 03 v5: the production container stopped with Docker's 10 s, mid-save (or mid-evaluation)
+        ('docker run -d --name r --gpus all "$IMAGE" python -m trm launch', "needs `--stop-timeout 360`"),
+        ('docker run -d --stop-timeout 300 "$IMAGE" python -m trm launch', "it has 300"),
+        ('docker run -d -e SHUTDOWN_TIMEOUT=600 --stop-timeout 360 "$IMAGE" python -m trm launch', "660"),
+        ('docker run --rm "$IMAGE" python -m trm.train data_paths=[d]', "--stop-timeout"),
+        ("docker run --rm img bash scripts/train_prod.sh", "--stop-timeout"),
+        # runbook 05 v3
+        ('docker stop -t 300 "$RUN_NAME"', "`docker stop -t 300` is shorter"),
+        # fine: long enough, not training, or no -t (the container's --stop-timeout applies)
+        ('docker run -d --stop-timeout 360 "$IMAGE" python -m trm launch', None),
+        ('docker run -d --stop-timeout=400 -e SHUTDOWN_TIMEOUT=300 "$IMAGE" python -m trm launch', None),
+        ('docker run --rm "$IMAGE" python -m trm launch --dry-run', None),
+        ('docker run --rm "$IMAGE" python -m trm handoff /c/run --out /a/run', None),
+        ('docker stop "$RUN_NAME"', None),
+        ('docker stop -t 360 "$RUN_NAME"', None),
+    ],
+)
+def test_a_trainers_docker_run_needs_a_stop_timeout_covering_the_save(code, expected):
+    problems = journey.stop_timeout_problems(code, "rb.md:1")
+    if expected is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_the_stop_timeout_check_runs_on_every_gpu_block():
+    problems = journey.journey_problems(
+        book("""
+        ```bash gpu env=docker-host
+        docker run -d --name r --gpus all img python -m trm launch
+        ```
+        """)
+    )
+    assert any("--stop-timeout" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("code", "flagged"),
+    [
+        # runbook 03 v5: "edit the overlay's job-patch.yaml and re-apply": the Job's template is immutable
+        ("kubectl apply -k jobs/overlays/prod-4xh100", True),
+        (
+            "kubectl delete job trm-train-smoke\nkubectl apply -k jobs/overlays/smoke",
+            True,
+        ),  # pods still saving
+        (
+            "kubectl apply -k jobs/overlays/smoke\nkubectl delete job a --cascade=foreground --ignore-not-found",
+            True,
+        ),
+        (
+            "kubectl delete job a --cascade=foreground --ignore-not-found\nkubectl apply -k jobs/overlays/smoke",
+            False,
+        ),
+        (
+            "kubectl delete job a --cascade foreground --ignore-not-found && kubectl apply -k jobs/overlays/x",
+            False,
+        ),
+        ("kubectl apply -k jobs/storage/rwo", False),  # a PVC, not a Job
+        ("kubectl apply --dry-run=client -k jobs/overlays/smoke", False),
+    ],
+)
+def test_applying_a_job_overlay_needs_the_job_deleted_first(code, flagged):
+    problems = journey.job_apply_problems(code, "rb.md:1")
+    assert bool(problems) is flagged, problems
+    if flagged:
+        assert "immutable" in problems[0]

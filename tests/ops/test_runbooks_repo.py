@@ -44,6 +44,7 @@ PITFALLS = {
     "registry layer limit": "10 GB layer limit",
     "checkpoints lost with the pod": "Checkpoints lost with the pod",
     "eval cadence in epochs": "epochs, not steps",
+    "a node fault found by the preflight": "exit 76: a faulty node",
 }
 
 
@@ -84,3 +85,13 @@ def test_fast_cpu_blocks_run_against_the_project(tmp_path: Path):
     assert set(timings) == {"provision", "production-run"}
     plan = (tmp_path / "workspace" / "plan-h200x8.txt").read_text()
     assert "global batch      768" in plan and "world size        8" in plan
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docker/README.md", "jobs/README.md"])
+def test_documented_docker_runs_of_the_trainer_wait_for_its_save(doc: str):
+    from trm.ops.journey import stop_timeout_problems
+
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(?:bash|sh|console)[^\n]*\n(.*?)^```", text, re.S | re.M)
+    assert blocks, doc
+    assert [p for code in blocks for p in stop_timeout_problems(code, doc)] == []

@@ -7,14 +7,14 @@ import torch
 
 from trm.errors import TRMError
 from trm.model import ACTCarry, InnerCarry
-from trm.training.accumulation import SlotPlan, cat_rows, exploration_draw, slice_rows
+from trm.training.accumulation import MicroBatchSplit, cat_rows, exploration_draw, slice_rows
 
 
 def test_plan_covers_the_global_batch_once_in_any_split() -> None:
     for world, micro in [(1, 8), (1, 2), (2, 4), (2, 1), (4, 2)]:
         slots = []
         for rank in range(world):
-            plan = SlotPlan.create(8, world, rank, micro)
+            plan = MicroBatchSplit.create(8, world, rank, micro)
             assert plan.accum_steps * plan.micro_batch_size * world == 8
             for k in range(plan.accum_steps):
                 s = plan.micro_slots(k)
@@ -24,9 +24,9 @@ def test_plan_covers_the_global_batch_once_in_any_split() -> None:
 
 def test_plan_errors_name_the_fix() -> None:
     with pytest.raises(TRMError, match="not divisible by the 3 processes"):
-        SlotPlan.create(8, 3, 0, None)
+        MicroBatchSplit.create(8, 3, 0, None)
     with pytest.raises(TRMError, match=r"valid: \[1, 2, 4\]"):
-        SlotPlan.create(8, 2, 0, 3)
+        MicroBatchSplit.create(8, 2, 0, 3)
 
 
 def test_carry_rows_round_trip() -> None:

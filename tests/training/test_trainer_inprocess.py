@@ -123,6 +123,55 @@ def test_stop_at_end_of_pass_resumes_into_the_evaluation(tmp_path: Path) -> None
     assert any("eval/all/count" in row and row["step"] == 4 for row in metric_rows(tmp_path / "b"))
 
 
+def run_stopped_in_evaluation(run_dir: Path, *extra: str, evaluation: int) -> tuple[int, Trainer]:
+    """Run; SIGTERM arrives during the `evaluation`-th evaluation, after its first of two test batches."""
+    trainer = make_trainer(run_dir, *extra)
+    started: list[int] = []
+
+    def before_test_batch(index: int) -> None:
+        if index == 0:
+            started.append(trainer.progress.step)
+        elif len(started) == evaluation:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    trainer.components.test_loader.before_test_batch = before_test_batch
+    try:
+        return trainer.train(), trainer
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "evaluation", "at_step", "iteration"),
+    [
+        ((), 1, 4, 0),  # the first pass's evaluation, in the loop
+        ((), 2, 8, 1),  # the last pass's evaluation, the run's final one
+        (("max_steps=6",), 2, 6, 1),  # the final evaluation after max_steps ends the run mid-pass
+    ],
+)
+def test_stop_during_an_evaluation_saves_without_it_and_the_resume_runs_it_again(
+    tmp_path: Path, extra: tuple[str, ...], evaluation: int, at_step: int, iteration: int
+) -> None:
+    code, straight = run(tmp_path / "straight", *extra)
+    assert code == exit_codes.OK
+
+    split = tmp_path / "split"
+    code, _ = run_stopped_in_evaluation(split, *extra, evaluation=evaluation)
+    assert code == exit_codes.SAVED_RETRY
+    newest = ckpt.find_complete(split)[-1]
+    assert newest.step == at_step
+    progress = ckpt.load_torch(newest.path / ckpt.STATE)["progress"]
+    # Not counted: the pass is done, the evaluation is not, the run is not finished.
+    assert progress["iteration"] == iteration and not progress["finished"]
+    assert not any(k.startswith("eval/") for row in metric_rows(split) if row["step"] == at_step for k in row)
+
+    code, resumed = run(split, *extra)
+    assert code == exit_codes.OK and resumed.resumed_from == newest.path
+    assert_same_state(straight, resumed)
+    assert metric_rows(tmp_path / "straight") == metric_rows(split)
+    assert any("eval/all/count" in row and row["step"] == at_step for row in metric_rows(split))
+
+
 @pytest.mark.parametrize("micro", [1, 2])
 def test_micro_batches_keep_the_math(tmp_path: Path, micro: int) -> None:
     _, whole = run(tmp_path / "whole", "max_steps=5")

@@ -30,13 +30,15 @@ def run(args: argparse.Namespace) -> int:
         print_report(report)
     if args.report:
         atomic_write_json(args.report, report.to_dict())
-    return 0 if report.ok else 2
+    return report.exit_code
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Check this host before training. Each check prints what it found and, on failure, the fix. "
-        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so."
+        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so. Exit 0: passed; "
+        "2: a configuration error (the same on any machine); 76: only faults of this node's hardware "
+        "(a GPU computing wrong results, a failed NCCL all-reduce, nvidia-smi not answering): run elsewhere."
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--cpu", action="store_true", help="CPU mode: skip every GPU check")

@@ -8,13 +8,13 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trm.launch.hardware import HardwarePlan
+    from trm.launch.hardware import BatchLayout
 
 
-def plan_from_args(args: argparse.Namespace) -> HardwarePlan:
+def plan_from_args(args: argparse.Namespace) -> BatchLayout:
     """Detect GPUs (none when --cpu or when nvidia-smi is absent) and resolve the plan."""
     from trm.compile_setting import parse_compile
-    from trm.launch.hardware import select_plan
+    from trm.launch.hardware import select_layout
     from trm.launch.nvidia_smi import NvidiaSmiMissing, query_gpus
 
     gpus = []
@@ -24,7 +24,7 @@ def plan_from_args(args: argparse.Namespace) -> HardwarePlan:
         except NvidiaSmiMissing:
             if args.num_gpus:
                 raise
-    return select_plan(
+    return select_layout(
         gpus,
         num_gpus=args.num_gpus,
         nnodes=args.nnodes,

@@ -53,7 +53,7 @@ def build_arc_dataset(
     overwrite: bool = False,
     progress: bool = False,
 ) -> dict[str, Any]:
-    """Build an ARC dataset dir (TRM_SPEC §8 semantics) and return its manifest.
+    """Build an ARC dataset dir (the semantics of upstream's dataset/build_arc_dataset.py) and return its manifest.
 
     Byte-identical to upstream's builder for the same inputs and flags (every file upstream writes; the
     compact form holds the same index files and renders the same examples). Deterministic for any

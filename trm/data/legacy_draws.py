@@ -1,7 +1,7 @@
 """Upstream's random draws, reproduced from numpy's legacy seeded generator (RandomState / MT19937).
 
 Upstream's ARC builder seeds numpy's global legacy generator once and makes every random choice from it in
-one sequential pass (TRM_SPEC §8.2): a shuffle of each subset's tasks; per task, augmentation tries (a
+one sequential pass (upstream: dataset/build_arc_dataset.py): a shuffle of each subset's tasks; per task, augmentation tries (a
 dihedral id, then a permutation of colours 1..9) until enough distinct variants exist; then, split by split
 and puzzle by puzzle, an anchor example and a top-left offset for every other train-split example.
 

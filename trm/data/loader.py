@@ -1,4 +1,4 @@
-"""`PuzzleLoader`: upstream's batch sampling (TRM_SPEC §9), deterministic from (seed, epoch, position).
+"""`PuzzleLoader`: upstream's batch sampling (upstream: puzzle_dataset.py), deterministic from (seed, epoch, position).
 
 Train iteration, per data path (set) in turn: per epoch a seeded permutation of the groups; walking it,
 each group visit picks one puzzle (augmentation) of the group and takes min(#examples, space left) of

@@ -1,4 +1,4 @@
-"""The ARC evaluator (TRM_SPEC §10.2): undo augmentations, vote, pass@K, submission.json.
+"""The ARC evaluator (upstream: evaluators/arc.py): undo augmentations, vote, pass@K, submission.json.
 
 Under upstream's metric names it gives upstream's numbers for the same predictions:
 
@@ -147,6 +147,13 @@ class ARCEvaluator:
             self.pooled = Tally()
         self.vote_log.clear()
         self._folded = False
+        self._next_batch = 0
+
+    def abort_eval(self) -> None:
+        """Drop the current evaluation's votes (it was stopped part-way): they are never pooled, so the
+        state is what it was before `begin_eval()` and the evaluation can be run again from the start."""
+        self.vote_log.clear()
+        self._folded = True
         self._next_batch = 0
 
     def update_batch(self, outputs: dict[str, torch.Tensor], *, batch_index: int | None = None) -> None:

@@ -1,15 +1,20 @@
-"""The evaluation pass (TRM_SPEC §10.1): run every test batch to halting, reduce metrics, call evaluators.
+"""The evaluation pass (upstream: pretrain.py's evaluate): run every test batch to halting, reduce metrics, call evaluators.
 
 Runs under `torch.no_grad()` (not inference mode) and hands evaluators CPU copies, so nothing later
 updates an inference tensor in place — the class of crash that killed upstream runs at their first
 evaluation. Test batches are processed in chunks of the micro-batch size to bound memory, without the
 blank rows that pad the last one (no labels and the blank identifier; Sudoku and Maze examples carry the
 blank identifier too, but always labels).
+
+A long evaluation (ARC-AGI-2's is ~170k rows) can be stopped between batches: `should_stop` is asked
+before each batch (every rank asks it as often, so it may all-reduce), and when it says so the evaluators
+drop this round's partial votes and `EvaluationStopped` is raised: nothing is written, nothing pooled.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,15 @@ LOSS_HEAD_METRICS = (
 OPTIONAL_METRICS = frozenset({"q_continue_loss"})
 
 
+class EvaluationStopped(Exception):
+    """`should_stop` asked for a stop before the evaluation finished; its partial results were dropped."""
+
+    def __init__(self, step: int, batches_done: int) -> None:
+        super().__init__(f"evaluation at step {step} stopped after {batches_done} batch(es)")
+        self.step = step
+        self.batches_done = batches_done
+
+
 def evaluate(
     loss_head: torch.nn.Module,
     test_loader: Any,
@@ -37,8 +51,13 @@ def evaluate(
     step: int,
     save_outputs: tuple[str, ...] = (),
     show_progress: bool = True,
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, float]:
-    """Evaluate; returns `eval/<set>/<metric>` and evaluator metrics on rank 0 ({} elsewhere)."""
+    """Evaluate; returns `eval/<set>/<metric>` and evaluator metrics on rank 0 ({} elsewhere).
+
+    Raises `EvaluationStopped` (after `abort_eval()` on every evaluator) when `should_stop()` is true
+    before a batch; it must give the same answer on every rank.
+    """
     was_training = loss_head.training
     blank_id = int(test_loader.metadata.blank_identifier_id)
     loss_head.eval()
@@ -55,6 +74,10 @@ def evaluate(
             # The batch index is the same on every rank for the same global batch: the evaluators order
             # votes by it (then rank, then row), which makes tie-breaking independent of the world size.
             for batch_index, (set_name, batch, _n) in enumerate(test_loader.iter_test()):
+                if should_stop is not None and should_stop():
+                    for ev in evaluators:
+                        ev.abort_eval()
+                    raise EvaluationStopped(step, batch_index)
                 rows = _real_rows(batch["puzzle_identifiers"], batch["labels"], blank_id)
                 batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
                 for start in range(0, rows, chunk_size):

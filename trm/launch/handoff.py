@@ -202,6 +202,7 @@ def status_of(exit_code: object) -> str:
         0: "finished",
         75: "stopped after saving a checkpoint (run the resume command to continue)",
         74: "stopped: a checkpoint save found the disk full (free space, then run the resume command)",
+        76: "stopped before training: the preflight found a fault of this node (run on another node)",
         79: "stopped by the MAX_HOURS budget after saving (run the resume command to continue)",
         2: "failed: configuration or preflight error (exit 2)",
     }.get(exit_code, f"failed (exit {exit_code})")  # type: ignore[call-overload]

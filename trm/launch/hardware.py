@@ -41,7 +41,7 @@ class HardwareTable:
 
 
 @dataclass(frozen=True, kw_only=True)
-class HardwarePlan:
+class BatchLayout:
     """The resolved batch layout for this host; `overrides()` are the trainer's Hydra overrides."""
 
     tier: str
@@ -153,7 +153,7 @@ def match_tier(gpu: GpuInfo, table: HardwareTable) -> tuple[Tier, str]:
     return max(by_vram, key=lambda t: t.min_vram_gib), "vram"
 
 
-def select_plan(
+def select_layout(
     gpus: list[GpuInfo],
     *,
     num_gpus: int | None = None,
@@ -164,7 +164,7 @@ def select_plan(
     cpu_procs: int = 1,
     expected_global_batch_size: int | None = None,
     table: HardwareTable | None = None,
-) -> HardwarePlan:
+) -> BatchLayout:
     """Resolve the batch layout for `num_gpus` of `gpus` (all when None; CPU when there are none)."""
     table = table or load_table()
     gbs = global_batch_size or table.global_batch_size
@@ -177,7 +177,7 @@ def select_plan(
     expected = expected_global_batch_size or table.global_batch_size
     if gbs != expected:
         notes.append(f"global_batch_size {gbs} differs from the run's {expected}: the training math changes")
-    return HardwarePlan(
+    return BatchLayout(
         tier=device.tier.name,
         tier_source=device.tier.source,
         matched_by=device.matched_by,

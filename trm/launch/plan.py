@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from trm.launch.hardware import HardwarePlan, select_plan
+from trm.launch.hardware import BatchLayout, select_layout
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
 from trm.training.recipes import Recipe, get_recipe
@@ -82,7 +82,7 @@ class LaunchPlan:
 
     settings: LaunchSettings
     recipe: Recipe
-    hardware: HardwarePlan
+    hardware: BatchLayout
     gpus: list[GpuInfo]
     dataset_dir: Path
     overrides: list[str]
@@ -360,7 +360,7 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
 def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
     """Resolve the hardware tier and every trainer override for this launch."""
     recipe = get_recipe(settings.recipe)
-    hardware = select_plan(
+    hardware = select_layout(
         gpus,
         num_gpus=settings.num_gpus,
         nnodes=settings.nnodes,

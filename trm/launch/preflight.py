@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from trm import exit_codes
 from trm.errors import TRMError
 from trm.images import catalog as image_catalog
 from trm.images import compat
@@ -31,14 +32,21 @@ SHM_FIX = (
 )
 
 
+# What a failed check says about the cause: the configuration (the image, the container's or pod's
+# settings, the volume: the same failure on any machine) or this node's hardware (another node may pass).
+CONFIG = "config"
+NODE = "node"
+
+
 @dataclass
 class CheckResult:
-    """Outcome of one check: status is ok, warn, fail or skip."""
+    """Outcome of one check: status is ok, warn, fail or skip; `cause` says what a failure is (CONFIG or NODE)."""
 
     name: str
     status: str
     found: str
     fix: str = ""
+    cause: str = CONFIG
 
     def line(self) -> str:
         """One report line, with the fix (or note) underneath."""
@@ -97,10 +105,22 @@ class PreflightReport:
         """True when no check failed (warnings allowed)."""
         return all(c.status != "fail" for c in self.checks)
 
+    @property
+    def exit_code(self) -> int:
+        """OK; NODE_FAULT when only hardware checks failed (retry on another node); else CONFIG_ERROR
+        (a configuration failure must be fixed first, wherever the run goes)."""
+        failed = [c for c in self.checks if c.status == "fail"]
+        if not failed:
+            return exit_codes.OK
+        if all(c.cause == NODE for c in failed):
+            return exit_codes.NODE_FAULT
+        return exit_codes.CONFIG_ERROR
+
     def to_dict(self) -> dict[str, object]:
         """The report as JSON-ready data (written to launch/preflight.json)."""
         return {
             "ok": self.ok,
+            "exit_code": self.exit_code,
             "mode": self.mode,
             "checks": [asdict(c) for c in self.checks],
             **self.environment,
@@ -256,7 +276,8 @@ def run_preflight(
                     CheckResult("nvidia-smi", "skip", "not found on PATH: CPU mode, GPU checks skipped")
                 )
         except TRMError as err:
-            checks.append(CheckResult("nvidia-smi", "fail", "did not answer", str(err)))
+            # The tool is there but the driver or a GPU does not answer: a fault of this machine.
+            checks.append(CheckResult("nvidia-smi", "fail", "did not answer", str(err), cause=NODE))
     if mode == "cpu" and not checks:
         checks.append(CheckResult("nvidia-smi", "skip", "CPU mode requested (--cpu): GPU checks skipped"))
     if gpus:
@@ -476,6 +497,8 @@ def check_allreduce(n: int, allreduce: Callable[[int], tuple[bool, str]]) -> Che
         detail,
         "rerun with NCCL_DEBUG=INFO; a hang often means /dev/shm is too small or P2P is broken on this "
         "host (try NCCL_P2P_DISABLE=1, and report the host to the provider)",
+        # /dev/shm and memlock have their own checks (configuration) before this one.
+        cause=NODE,
     )
 
 
@@ -493,6 +516,7 @@ def check_matmuls(gpus: list[GpuInfo], matmul: Callable[[int], tuple[bool, str, 
                 f"{detail}, {tflops:.0f} TFLOP/s bf16 ({gpu.uuid})",
                 f"GPU {gpu.index} ({gpu.uuid}) computes wrong results: exclude it (CUDA_VISIBLE_DEVICES) or "
                 "move to another host, and report the UUID to the provider",
+                cause=NODE,
             )
         )
     if len(speeds) > 1:
@@ -517,4 +541,14 @@ def print_report(report: PreflightReport, write: Callable[[str], None] = print) 
     for check in report.checks:
         write(check.line())
     failed = [c.name for c in report.checks if c.status == "fail"]
-    write("preflight passed" if not failed else f"preflight FAILED: {', '.join(failed)}")
+    if not failed:
+        write("preflight passed")
+    elif report.exit_code == exit_codes.NODE_FAULT:
+        write(
+            f"preflight FAILED: {', '.join(failed)}: a fault of this node (exit {exit_codes.NODE_FAULT}); "
+            "run on another node and report this one"
+        )
+    else:
+        write(
+            f"preflight FAILED: {', '.join(failed)} (exit {exit_codes.CONFIG_ERROR}: fix the configuration)"
+        )

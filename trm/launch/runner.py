@@ -64,14 +64,17 @@ class Launch:
         self.exit_code = 1
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _check(self, cmd: list[str], label: str, failure: str) -> None:
+    def _check(self, cmd: list[str], label: str, failure: str, passed_on: tuple[int, ...] = ()) -> None:
+        """Run a step's command; a failure stops the launch with CONFIG_ERROR, or with the command's own
+        exit code when it is one of `passed_on`."""
         result = self.supervisor.run(
             cmd, env=self.child_env, logs=[self.settings.launch_dir / "launch.log"], label=label
         )
         if self.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, f"stopped during {label} ({self.supervisor.stop_reason})")
         if result.returncode != 0:
-            raise LaunchFailed(exit_codes.CONFIG_ERROR, failure.format(code=result.returncode))
+            code = result.returncode if result.returncode in passed_on else exit_codes.CONFIG_ERROR
+            raise LaunchFailed(code, failure.format(code=result.returncode))
 
     def torchrun(self, cmd: list[str], log: Path, label: str, stream: IO[str] | None = None) -> AttemptResult:
         """Run one torchrun command line under supervision, its output teed into `log`."""
@@ -116,6 +119,8 @@ class Launch:
             command,
             "preflight",
             "preflight failed (exit {code}); the fix for each failed check is printed above",
+            # A fault of this node (bad GPU, NCCL) keeps its own code: orchestrators retry it elsewhere.
+            passed_on=(exit_codes.NODE_FAULT,),
         )
 
     def data(self, step: Step) -> None:
@@ -290,7 +295,7 @@ class Launch:
         self.step_action(step)(step)
 
     def run(self) -> int:
-        """Every step of the plan in order; returns the launcher exit code (0, 2, 74, 75, 79 or the trainer's)."""
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 74, 75, 76, 79 or the trainer's)."""
         s = self.settings
         self.session_start = time.time()
         self.supervisor.install_signal_handlers()

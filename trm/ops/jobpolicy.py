@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, SAVED_RETRY
+from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, NODE_FAULT, SAVED_RETRY
 from trm.ops.imagelock import LockedImage
 from trm.ops.shellrefs import RefChecker
 
@@ -47,17 +47,67 @@ def is_launcher(container: dict) -> bool:
     return words[: len(LAUNCH_COMMAND)] == LAUNCH_COMMAND
 
 
+_REFERENCE = re.compile(r"(?<!\$)\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+# Pod labels that are the same for every pod of one Job and new for each Job created (the first is set
+# by every Kubernetes version; the second from 1.27).
+JOB_UID_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid")
+
+
+def _downward_field(var: dict) -> str | None:
+    return var.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+
+
 def check_launcher_env(where: str, container: dict) -> list[str]:
-    """A launcher container may only set variables the launcher documents, or runtime/library ones."""
+    """A launcher container may only set variables the launcher documents, or runtime/library ones, or a
+    downward-API value that another variable uses as `$(NAME)`."""
     if not is_launcher(container):
         return []
     known = launcher_env_names()
+    env = container.get("env", [])
+    referenced = {ref for var in env for ref in _REFERENCE.findall(var.get("value") or "")}
     return [
         f"{where}: env {var['name']} is neither a launcher setting (`python -m trm launch --help-env`) "
         "nor a runtime variable; a typo here is silently ignored"
-        for var in container.get("env", [])
-        if var["name"] not in known and not _RUNTIME_ENV.match(var["name"])
+        for var in env
+        if var["name"] not in known
+        and not _RUNTIME_ENV.match(var["name"])
+        and not (_downward_field(var) and var["name"] in referenced)
     ]
+
+
+def check_env_references(where: str, container: dict) -> list[str]:
+    """`$(NAME)` in an env value must name a variable defined above it: Kubernetes leaves it verbatim
+    otherwise (a run named `smoke-$(SMOKE_JOB_UID)`)."""
+    problems, seen = [], set()
+    for var in container.get("env", []):
+        for ref in _REFERENCE.findall(var.get("value") or ""):
+            if ref not in seen:
+                problems.append(
+                    f"{where}: env {var['name']} uses $({ref}), which is not defined above it in the "
+                    "container's env: Kubernetes passes the text unexpanded"
+                )
+        seen.add(var["name"])
+    return problems
+
+
+def check_smoke_is_fresh(name: str, trainer: dict) -> list[str]:
+    """A smoke Job's RUN_NAME is unique per Job, so no smoke resumes an earlier smoke's run."""
+    env = trainer.get("env", [])
+    values = {var["name"]: var.get("value") for var in env}
+    if not str(values.get("TASK") or "").endswith("-smoke"):
+        return []
+    uid_vars = {
+        var["name"]
+        for var in env
+        if _downward_field(var) in {f"metadata.labels['{label}']" for label in JOB_UID_LABELS}
+    }
+    if not uid_vars & set(_REFERENCE.findall(values.get("RUN_NAME") or "")):
+        return [
+            f"{name}: a smoke Job's RUN_NAME must contain the Job's UID (an env from fieldRef "
+            f"metadata.labels['{JOB_UID_LABELS[0]}'], used as $(NAME)): with a fixed name a second smoke "
+            "on the same volume resumes the finished first one, skips the smoke gate and passes untested"
+        ]
+    return []
 
 
 def _rules(job: dict) -> list[dict]:
@@ -99,6 +149,12 @@ def check_failure_policy(name: str, job: dict) -> list[str]:
         problems.append(f"{name}: exit {DISK_FULL} (checkpoint volume full) must FailJob, not be retried")
     if _exit_rule(job, SAVED_RETRY) not in ("Ignore", "Count"):
         problems.append(f"{name}: exit {SAVED_RETRY} (saved, safe to retry) must be retried (Ignore/Count)")
+    if _exit_rule(job, NODE_FAULT) != "Count":
+        problems.append(
+            f"{name}: exit {NODE_FAULT} (a fault of the node found by the preflight) must be a Count rule: "
+            "retried on a new pod, bounded by backoffLimit (FailJob ends the run on one bad GPU; Ignore "
+            "retries a cluster-wide fault until the deadline)"
+        )
     if _disruption_rule(job) != "Ignore":
         problems.append(f"{name}: a DisruptionTarget pod condition (preemption, drain) must be Ignore'd")
     for rule in _rules(job):
@@ -133,10 +189,12 @@ def check_pod(name: str, pod: dict, image: LockedImage | None, refs: RefChecker 
         problems += _check_mounts(where, container, volumes)
         problems += _check_env(where, container)
         problems += check_launcher_env(where, container)
+        problems += check_env_references(where, container)
         if refs is not None:
             words = [*container.get("command", []), *container.get("args", [])]
             problems += [f"{where}: {p}" for p in refs.check_code(shlex.join(words))] if words else []
     trainer = trainers[0]
+    problems += check_smoke_is_fresh(name, trainer)
     limits = trainer.get("resources", {}).get("limits", {})
     if "nvidia.com/gpu" not in limits:
         problems.append(f"{name}: the trainer must request GPUs (resources.limits nvidia.com/gpu)")

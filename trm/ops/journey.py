@@ -10,7 +10,14 @@
    by a command that sets it for the shell: `NAME=…` alone, `export`, `read`, `for NAME in`. An inline
    `NAME=… command` sets it for that command only. Variables the shell or the environment provides
    are allowed, and a runbook may declare more with `<!-- env-provides ENV: NAME … -->`.
-3. **Measured figures.** Durations and sizes come from `runbooks/measured.toml` (see
+3. **Stop timeouts.** A `docker run` of the trainer or launcher must pass `--stop-timeout` of at least its
+   SHUTDOWN_TIMEOUT plus the handoff margin (what a Job's grace period covers), and a `docker stop -t` must
+   wait as long: Docker's default 10 s SIGKILLs a trainer that is still saving.
+4. **Re-applied Jobs.** A Job's pod template is immutable: `kubectl apply` of an edited overlay (new image,
+   settings, run name) over an existing Job fails, and over a finished one changes nothing. A block that
+   applies a Job overlay first deletes the Job with `--cascade=foreground` (kubectl waits until its pods
+   saved and exited; the volume stays) and `--ignore-not-found` (the first time there is none).
+5. **Measured figures.** Durations and sizes come from `runbooks/measured.toml` (see
    `trm.ops.measured`); a prose estimate such as "takes 15 minutes" outside a measured marker is flagged.
 """
 
@@ -223,8 +230,93 @@ def prose_figure_problems(book: Runbook) -> list[str]:
     return problems
 
 
+_TRAINING_COMMANDS = (("trm", "launch"), ("trm.train",), ("scripts/train_prod.sh",), ("train_prod.sh",))
+
+
+def _runs_training(words: list[str]) -> bool:
+    """The words start the launcher or the trainer (not a `--dry-run`/`--help` of it)."""
+    if any(w in ("--dry-run", "--help", "-h", "--help-env") for w in words):
+        return False
+    return any(tuple(words[i : i + len(cmd)]) == cmd for cmd in _TRAINING_COMMANDS for i in range(len(words)))
+
+
+def _option(words: list[str], *names: str) -> str | None:
+    """The value of the first `--name value` / `--name=value` / `-t value` option among `words`."""
+    for i, word in enumerate(words):
+        for name in names:
+            if word == name and i + 1 < len(words):
+                return words[i + 1]
+            if word.startswith(name + "="):
+                return word[len(name) + 1 :]
+    return None
+
+
+def _shutdown_timeout(words: list[str]) -> int:
+    """The SHUTDOWN_TIMEOUT a `docker run` passes with `-e`, else the launcher's default."""
+    from trm.launch.settings import ALL_VARS
+
+    shutdown = int(next(v.default for v in ALL_VARS if v.name == "SHUTDOWN_TIMEOUT"))
+    for i, word in enumerate(words[:-1]):
+        if word in ("-e", "--env") and words[i + 1].startswith("SHUTDOWN_TIMEOUT="):
+            value = words[i + 1].split("=", 1)[1]
+            shutdown = int(value) if value.isdigit() else shutdown
+    return shutdown
+
+
+def stop_timeout_problems(code: str, where: str) -> list[str]:
+    """`docker run` of the trainer/launcher without a long enough `--stop-timeout`; a short `docker stop -t`."""
+    from trm.ops.jobpolicy import GRACE_MARGIN_S
+
+    problems = []
+    for words in simple_commands(code):
+        words = strip_prefix(words)
+        if words[:2] == ["docker", "run"] and _runs_training(words):
+            shutdown = _shutdown_timeout(words)
+            need, given = shutdown + GRACE_MARGIN_S, _option(words, "--stop-timeout")
+            if given is None or not given.isdigit() or int(given) < need:
+                problems.append(
+                    f"{where}: `docker run` of the trainer needs `--stop-timeout {need}` or more "
+                    f"(SHUTDOWN_TIMEOUT {shutdown} s to save + {GRACE_MARGIN_S} s for the handoff); "
+                    f"{'it has ' + given if given else 'without it Docker SIGKILLs it 10 s after SIGTERM'}"
+                )
+        elif words[:2] == ["docker", "stop"]:
+            given = _option(words, "-t", "--time", "--timeout")
+            need = _shutdown_timeout([]) + GRACE_MARGIN_S
+            if given is not None and (not given.isdigit() or int(given) < need):
+                problems.append(
+                    f"{where}: `docker stop -t {given}` is shorter than the launcher's SHUTDOWN_TIMEOUT + "
+                    f"handoff margin ({need} s): the trainer is killed while saving; use -t {need} or leave "
+                    "-t out (the container's --stop-timeout applies)"
+                )
+    return problems
+
+
+def job_apply_problems(code: str, where: str) -> list[str]:
+    """`kubectl apply` of a Job overlay without deleting the Job first (foreground) in the same block."""
+    problems, deleted = [], False
+    for words in simple_commands(code):
+        words = strip_prefix(words)
+        if words[:3] == ["kubectl", "delete", "job"]:
+            foreground = _option(words, "--cascade") == "foreground"
+            deleted = deleted or (foreground and "--ignore-not-found" in words)
+        elif words[:2] == ["kubectl", "apply"] and any("jobs/overlays/" in w for w in words):
+            if "--dry-run" in " ".join(words) or deleted:
+                continue
+            overlay = next(w for w in words if "jobs/overlays/" in w)
+            problems.append(
+                f"{where}: `kubectl apply` of {overlay} without `kubectl delete job NAME --cascade=foreground "
+                "--ignore-not-found` before it in the block: a Job's pod template is immutable, so re-applying "
+                "an edited overlay fails (and a finished Job is not run again); delete it first (its pods save "
+                "and exit, the volume stays)"
+            )
+    return problems
+
+
 def journey_problems(book: Runbook) -> list[str]:
     problems = []
     for block in book.blocks:
         problems += environment_problems(block)
+        if block.tier is not None:
+            problems += stop_timeout_problems(block.code, block.where)
+            problems += job_apply_problems(block.code, block.where)
     return problems + variable_problems(book) + prose_figure_problems(book)

@@ -20,7 +20,7 @@ from trm.errors import TRMError
 
 
 @dataclass(frozen=True)
-class SlotPlan:
+class MicroBatchSplit:
     """How this rank's share of the global batch is split into micro-batches."""
 
     global_batch_size: int
@@ -29,7 +29,7 @@ class SlotPlan:
     micro_batch_size: int
 
     @classmethod
-    def create(cls, global_batch_size: int, world_size: int, rank: int, micro: int | None) -> SlotPlan:
+    def create(cls, global_batch_size: int, world_size: int, rank: int, micro: int | None) -> MicroBatchSplit:
         """Check divisibility (the errors name the keys to change) and build the plan."""
         if global_batch_size % world_size:
             raise TRMError(

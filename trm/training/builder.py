@@ -14,7 +14,7 @@ from torch import nn
 
 from trm.distributed import DistInfo
 from trm.errors import TRMError
-from trm.training.accumulation import SlotPlan
+from trm.training.accumulation import MicroBatchSplit
 from trm.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class Components:
     optimizers: list[Optim]
     ema: Any | None
     evaluators: list[Any]
-    plan: SlotPlan
+    plan: MicroBatchSplit
 
 
 def forward_dtype(cfg: TrainConfig, device: torch.device) -> str:
@@ -71,7 +71,9 @@ def build_loaders(cfg: TrainConfig, info: DistInfo) -> tuple[Any, Any | None]:
     return train, test
 
 
-def build_model(cfg: TrainConfig, metadata: Any, plan: SlotPlan, device: torch.device) -> tuple[Any, Any]:
+def build_model(
+    cfg: TrainConfig, metadata: Any, plan: MicroBatchSplit, device: torch.device
+) -> tuple[Any, Any]:
     """TinyRecursiveModel + ACTLossHead on `device`, sized from the dataset metadata."""
     from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
 
@@ -121,7 +123,7 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
     from trm.evaluation.arc import build_evaluators
     from trm.optim import EMA
 
-    plan = SlotPlan.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
+    plan = MicroBatchSplit.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
     train_loader, test_loader = loaders if loaders is not None else build_loaders(cfg, info)
     torch.manual_seed(cfg.seed + info.rank)
     model, loss_head = build_model(cfg, train_loader.metadata, plan, info.device)

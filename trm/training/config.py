@@ -62,7 +62,7 @@ class LossConfig:
 
 @dataclass
 class ArchConfig:
-    """`arch.*`: the TRM architecture (TRM_SPEC §2.3); batch/vocab/seq sizes come from the dataset."""
+    """`arch.*`: the TRM architecture (upstream: config/arch/trm.yaml); batch/vocab/seq sizes come from the dataset."""
 
     name: str = "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1"
     """Model id; only TRM is implemented (`arch=trm`)."""

@@ -2,8 +2,10 @@
 
 One loader pass covers `eval_interval` epochs (upstream's iteration). After each pass: evaluate (EMA
 weights when ema=True), then save a checkpoint. SIGTERM/SIGINT finish the current step, save and return
-SAVED_RETRY (75); SIGUSR1 saves and continues. Starting again with the same checkpoint_path resumes from
-the newest complete checkpoint, bit-exactly.
+SAVED_RETRY (75); SIGUSR1 saves and continues. A stop during an evaluation ends it at the next test batch
+(all ranks agree) and saves the training state as it was before that evaluation: its partial metrics and
+votes are dropped and the checkpoint does not count it, so the resumed run evaluates again. Starting again
+with the same checkpoint_path resumes from the newest complete checkpoint, bit-exactly.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from trm.training.state import (
     read_carries,
     read_main_state,
     read_rng,
+    rng_state,
     set_rng_state,
     write_main_state,
     write_rank_shard,
@@ -241,8 +244,8 @@ class Trainer:
                 p.pass_done = True
             if p.step >= self.step_limit:
                 break
-            if p.iteration >= (self.cfg.min_eval_interval or 0):
-                self._evaluate_and_log()
+            if p.iteration >= (self.cfg.min_eval_interval or 0) and not self._evaluate_and_log(requests):
+                return self._stopped_in_evaluation(requests)
             p.iteration += 1
             p.pass_done = False
             if p.iteration >= self.total_iters:
@@ -252,9 +255,9 @@ class Trainer:
             if dist_utils.any_rank([requests.stop], self.info)[0]:
                 self.save_checkpoint()
                 return self._stopped(requests)
+        if self._evaluated_step != p.step and not self._evaluate_and_log(requests):
+            return self._stopped_in_evaluation(requests)
         p.finished = True
-        if self._evaluated_step != p.step:
-            self._evaluate_and_log()
         self.save_checkpoint(replace=True)
         return exit_codes.OK
 
@@ -268,6 +271,11 @@ class Trainer:
                 exit_codes.SAVED_RETRY,
             )
         return exit_codes.SAVED_RETRY
+
+    def _stopped_in_evaluation(self, requests: StopRequests) -> int:
+        """Save the state of before the stopped evaluation (the pass is done, the evaluation is not)."""
+        self.save_checkpoint()
+        return self._stopped(requests)
 
     # ---------------------------------------------------------------- one optimizer step
     def _train_step(self, batch: dict[str, torch.Tensor], bar: tqdm) -> None:
@@ -342,24 +350,38 @@ class Trainer:
         bar.set_postfix(postfix, refresh=False)
 
     # ---------------------------------------------------------------- evaluation
-    def _evaluate_and_log(self) -> None:
-        from trm.evaluation.runner import evaluate
+    def _evaluate_and_log(self, requests: StopRequests | None = None) -> bool:
+        """Evaluate and log; False when a stop request ended the evaluation early (nothing logged, no
+        votes pooled, the RNG as it was before it)."""
+        from trm.evaluation.runner import EvaluationStopped, evaluate
 
         if self.components.test_loader is None:
-            return
+            return True
+
+        def should_stop() -> bool:
+            return requests is not None and dist_utils.any_rank([requests.stop], self.info)[0]
+
         start = time.perf_counter()
+        rng_before = rng_state()
+        try:
+            with self._eval_weights():
+                metrics = evaluate(
+                    self.components.loss_head,
+                    self.components.test_loader,
+                    self.components.evaluators,
+                    self.info,
+                    chunk_size=self.components.plan.micro_batch_size,
+                    save_dir=self.run_dir,
+                    step=self.progress.step,
+                    save_outputs=tuple(self.cfg.eval_save_outputs),
+                    should_stop=should_stop,
+                )
+        except EvaluationStopped as stopped:
+            set_rng_state(rng_before)
+            if self.info.is_main:
+                log.warning("%s; it runs again when the run resumes", stopped)
+            return False
         self._evaluated_step = self.progress.step
-        with self._eval_weights():
-            metrics = evaluate(
-                self.components.loss_head,
-                self.components.test_loader,
-                self.components.evaluators,
-                self.info,
-                chunk_size=self.components.plan.micro_batch_size,
-                save_dir=self.run_dir,
-                step=self.progress.step,
-                save_outputs=tuple(self.cfg.eval_save_outputs),
-            )
         if self.info.is_main and self.metrics is not None:
             metrics["eval/seconds"] = time.perf_counter() - start
             self.metrics.log(self.progress.step, metrics)
@@ -367,6 +389,7 @@ class Trainer:
                 k: round(v, 4) for k, v in metrics.items() if "pass@" in k or k.endswith("exact_accuracy")
             }
             log.info("eval at step %d: %s", self.progress.step, json.dumps(shown))
+        return True
 
     @contextlib.contextmanager
     def _eval_weights(self) -> Iterator[None]:

@@ -1,8 +1,9 @@
 """Stop and save requests from signals: SIGTERM/SIGINT ask for save-and-exit, SIGUSR1 for a save only.
 
-The handlers only set flags; the training loop checks them between optimizer steps, so the current step
-always finishes. Under torchrun every rank gets the signal, but maybe at different steps, so the loop
-agrees on the flags with one all-reduce per step (`distributed.any_rank`).
+The handlers only set flags; the training loop checks them between optimizer steps (so the current step
+always finishes) and, during an evaluation, between test batches (the evaluation is then dropped and run
+again on resume). Under torchrun every rank gets the signal, but maybe at different steps, so the loop
+agrees on the flags with one all-reduce per step or test batch (`distributed.any_rank`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from trm.distributed import DistInfo, initialize
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.training import config as config_mod
-from trm.training.accumulation import SlotPlan
+from trm.training.accumulation import MicroBatchSplit
 from trm.training.builder import build_model, load_initial_weights
 from trm.training.checkpoint import STATE, check_folder, load_torch
 from trm.training.config import TrainConfig
@@ -71,7 +71,7 @@ def evaluate_checkpoint(
     cfg, step, ours = resolve_config(checkpoint, overrides)
     out = output_dir or checkpoint.parent
     with initialize(cfg.device) as info:
-        plan = SlotPlan.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
+        plan = MicroBatchSplit.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
         test = PuzzleLoader(
             cfg.data_paths_test or cfg.data_paths,
             "test",

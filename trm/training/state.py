@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trm.training.accumulation import SlotPlan, cat_rows, slice_rows, tree_map
+from trm.training.accumulation import MicroBatchSplit, cat_rows, slice_rows, tree_map
 from trm.training.checkpoint import STATE, load_torch, rank_file, save_torch
 
 
@@ -45,7 +45,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def write_rank_shard(folder: Path, rank: int, plan: SlotPlan, carries: list[Any] | None) -> None:
+def write_rank_shard(folder: Path, rank: int, plan: MicroBatchSplit, carries: list[Any] | None) -> None:
     """This rank's ACT carry (all its micro-batches, as global slot rows) and RNG states."""
     carry = None if carries is None else tree_map(lambda t: t.detach().cpu(), cat_rows(carries))
     save_torch(
@@ -60,7 +60,7 @@ def write_rank_shard(folder: Path, rank: int, plan: SlotPlan, carries: list[Any]
 
 
 def read_carries(
-    folder: Path, world_size_saved: int, plan: SlotPlan, device: torch.device
+    folder: Path, world_size_saved: int, plan: MicroBatchSplit, device: torch.device
 ) -> list[Any] | None:
     """This rank's micro-batch carries rebuilt from the saved shards (any saved world size / micro split)."""
     shards = [load_torch(folder / rank_file(r)) for r in range(world_size_saved)]
