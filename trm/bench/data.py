@@ -1,8 +1,14 @@
-"""Data benchmark: ARC dataset builds (compact and materialized) and loader throughput, optionally vs upstream.
+"""Data benchmark: dataset builds (ARC compact and materialized; Sudoku, Maze) and loader throughput,
+optionally vs upstream.
 
     nox -s bench -- data [--num-aug 1000] [--forms compact materialized] [--keep DIR]
     TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=/venv/with/argdantic/bin/python] \
         nox -s bench -- data
+    nox -s bench -- data --dataset sudoku --source-dir DIR [--subsample-size 1000 --num-aug 1000]
+    nox -s bench -- data --dataset maze --source-dir DIR [--aug]
+
+Sudoku and Maze read the hub's train.csv/test.csv from --source-dir (no download during a benchmark) and
+are built with --seed 0 on both sides (upstream's global numpy RNG seeded alike).
 
 Each build runs in its own process so wall time, CPU time and peak RSS are that build's alone. Targets
 (2-core machine, ARC-AGI-2 + ConceptARC, 1000 augmentations): compact ≤ 10 s, ≤ 1 GB RSS, ≤ 100 MB on
@@ -79,7 +85,17 @@ def loader_throughput(path: Path, batch_size: int, batches: int) -> tuple[float,
     started = time.perf_counter()
     loader = PuzzleLoader([path], "train", global_batch_size=batch_size, seed=0)
     opened = time.perf_counter() - started
-    stream = loader.iter_train()
+
+    def endless():  # one call of iter_train is one epoch: a 1k-group Sudoku/Maze set gives 1 batch of 768
+        while True:
+            produced = False
+            for item in loader.iter_train():
+                produced = True
+                yield item
+            if not produced:
+                return
+
+    stream = endless()
     next(stream)  # warm-up: permutation and first batch
     started, cpu_started = time.perf_counter(), time.process_time()
     count = 0
@@ -97,8 +113,39 @@ def build_args(args: argparse.Namespace) -> list[str]:
     return flags
 
 
+def grid_args(args: argparse.Namespace) -> list[str]:
+    """Sudoku/Maze builder flags, in upstream's spelling (ours accept them unchanged)."""
+    flags = []
+    if args.subsample_size is not None:
+        flags += ["--subsample-size", str(args.subsample_size)]
+    if args.dataset == "sudoku":
+        flags += ["--num-aug", str(args.num_aug)]
+    elif args.aug:
+        flags += ["--aug"]
+    return flags
+
+
+# Runs upstream's Sudoku/Maze builder on local CSVs: its `hf_hub_download` returns the file, numpy is seeded.
+_UPSTREAM_GRID = """
+import sys
+import numpy as np
+checkout, kind, source, output, *options = sys.argv[1:]
+sys.path.insert(0, checkout + "/dataset")
+module = __import__(f"build_{kind}_dataset")
+module.hf_hub_download = lambda repo, filename, repo_type=None: f"{source}/{filename}"
+np.random.seed(0)
+config = module.DataProcessConfig(output_dir=output, **dict(o.split("=") for o in options))
+for split in ("train", "test"):
+    module.convert_subset(split, config)
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="nox -s bench -- data", description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", choices=["arc", "sudoku", "maze"], default="arc")
+    parser.add_argument("--source-dir", default=None, help="sudoku/maze: directory with train.csv, test.csv")
+    parser.add_argument("--subsample-size", type=int, default=None, help="sudoku/maze (sudoku default 1000)")
+    parser.add_argument("--aug", action="store_true", help="maze: the 8 dihedral transforms")
     parser.add_argument("--input-file-prefix", default=str(DEFAULT_PREFIX))
     parser.add_argument("--subsets", nargs="+", default=["training2", "evaluation2", "concept"])
     parser.add_argument("--test-set-name", default="evaluation2")
@@ -123,12 +170,23 @@ def main(argv: list[str] | None = None) -> int:
         help="build into this dir and keep the datasets (default: a temp dir, removed)",
     )
     args = parser.parse_args(argv)
+    if args.dataset != "arc":
+        if not args.source_dir:
+            parser.error(
+                f"--dataset {args.dataset} needs --source-dir DIR (the hub's train.csv and test.csv)"
+            )
+        if args.dataset == "sudoku" and args.subsample_size is None:
+            args.subsample_size = 1000
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="trm-bench-data-"))
     work.mkdir(parents=True, exist_ok=True)
-    print(
-        f"ARC build benchmark: subsets {' '.join(args.subsets)}, test set {args.test_set_name}, num_aug {args.num_aug}"
-    )
+    if args.dataset == "arc":
+        print(
+            f"ARC build benchmark: subsets {' '.join(args.subsets)}, test set {args.test_set_name}, "
+            f"num_aug {args.num_aug}"
+        )
+    else:
+        print(f"{args.dataset} build benchmark: {args.source_dir}, flags {' '.join(grid_args(args))}")
     print(f"cpu cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}, work dir: {work}")
     runs: dict[str, Run] = {}
     throughput: dict[str, tuple[float, float, float]] = {}
@@ -136,14 +194,28 @@ def main(argv: list[str] | None = None) -> int:
         for form in args.forms:
             out = work / form
             shutil.rmtree(out, ignore_errors=True)
-            cmd = [sys.executable, "-m", "trm", "data", "build-arc", "--output-dir", str(out), "--form", form]
-            cmd += [*build_args(args), "--quiet", "--workers", str(args.workers)]
+            if args.dataset == "arc":
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "trm",
+                    "data",
+                    "build-arc",
+                    "--output-dir",
+                    str(out),
+                    "--form",
+                    form,
+                ]
+                cmd += [*build_args(args), "--quiet", "--workers", str(args.workers)]
+            else:
+                cmd = [sys.executable, "-m", "trm", "data", f"build-{args.dataset}", "--output-dir", str(out)]
+                cmd += ["--source-dir", args.source_dir, "--seed", "0", "--form", form, *grid_args(args)]
             runs[form] = measure(f"trm {form}", cmd, out)
             if runs[form].ok:
                 throughput[form] = loader_throughput(out, args.batch_size, args.loader_batches)
         if args.upstream:
             runs["upstream"] = run_upstream(Path(args.upstream), args, work)
-            if runs["upstream"].ok:
+            if runs["upstream"].ok and args.dataset == "arc":  # upstream's augmented Sudoku arrays are int64
                 throughput["upstream"] = import_and_load(work / "upstream", args)
         report(runs, throughput, args)
     finally:
@@ -153,12 +225,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_upstream(checkout: Path, args: argparse.Namespace, work: Path) -> Run:
-    """upstream's `python -m dataset.build_arc_dataset` with the same flags, in its checkout."""
+    """upstream's `python -m dataset.build_arc_dataset` with the same flags, in its checkout (or its Sudoku/Maze
+    builder on the same CSVs)."""
     out = work / "upstream"
     shutil.rmtree(out, ignore_errors=True)
     if not (checkout / "dataset" / "build_arc_dataset.py").is_file():
         return Run("upstream", 0, 0, 0, 0, False, f"{checkout}: not a TinyRecursiveModels checkout")
     python = os.environ.get("TRM_UPSTREAM_PYTHON", sys.executable)  # an env with upstream's deps
+    if args.dataset != "arc":
+        harness = work / "upstream_grid_harness.py"
+        harness.write_text(_UPSTREAM_GRID)
+        options = [f"subsample_size={args.subsample_size}"] if args.subsample_size is not None else []
+        options += [f"num_aug={args.num_aug}"] if args.dataset == "sudoku" else ([f"aug={args.aug}"])
+        cmd = [python, str(harness), str(checkout), args.dataset, args.source_dir, str(out), *options]
+        return measure("upstream", cmd, out)
     cmd = [python, "-m", "dataset.build_arc_dataset", "--output-dir", str(out), *build_args(args)]
     path = os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")]))
     return measure("upstream", cmd, out, cwd=checkout, env={**os.environ, "PYTHONPATH": path})

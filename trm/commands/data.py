@@ -1,4 +1,4 @@
-"""`python -m trm data …`: build, verify and import ARC datasets."""
+"""`python -m trm data …`: build, verify and import ARC, Sudoku and Maze datasets."""
 
 from __future__ import annotations
 
@@ -38,6 +38,86 @@ def _build_arc(args: argparse.Namespace) -> int:
     else:
         print(f"done in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _build_grid(args: argparse.Namespace) -> int:
+    from trm.data.manifest import MANIFEST
+
+    started, wall_started = time.perf_counter(), time.time()
+    common = {
+        "source_repo": args.source_repo,
+        "source_dir": args.source_dir,
+        "revision": args.revision,
+        "subsample_size": args.subsample_size,
+        "seed": args.seed,
+        "form": args.form,
+        "overwrite": args.overwrite,
+    }
+    if args.data_command == "build-sudoku":
+        from trm.data.sudoku import build_sudoku_dataset
+
+        manifest = build_sudoku_dataset(
+            args.output_dir, min_difficulty=args.min_difficulty, num_aug=args.num_aug, **common
+        )
+    else:
+        from trm.data.maze import build_maze_dataset
+
+        manifest = build_maze_dataset(args.output_dir, aug=args.aug, **common)
+    _summary(args.output_dir, manifest)
+    if (Path(args.output_dir) / MANIFEST).stat().st_mtime < wall_started:
+        print(
+            "already built with these arguments and inputs: nothing to do (files checked against manifest.json)"
+        )
+    else:
+        print(f"done in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def _grid_parser(commands, name: str, what: str, repo: str, output_dir: str) -> argparse.ArgumentParser:
+    """The flags build-sudoku and build-maze share (upstream's names and defaults, plus --seed/--source-dir)."""
+    parser = commands.add_parser(
+        name,
+        help=f"build a {what} dataset (upstream's build_{name[6:]}_dataset flags)",
+        description=f"Build a {what} dataset dir (atomically; manifest.json written last) from the hub "
+        "dataset's train.csv/test.csv: compact (originals + per-puzzle recipes) or upstream's materialized layout.",
+    )
+    parser.add_argument(
+        "--form",
+        choices=formats.FORMS,
+        default=formats.COMPACT,
+        help="compact (default, small) or materialized (upstream's layout); the loader reads the same rows",
+    )
+    parser.add_argument(
+        "--output-dir", default=output_dir, help=f"dataset directory to create (default {output_dir})"
+    )
+    parser.add_argument(
+        "--source-repo",
+        default=repo,
+        help=f"Hugging Face hub dataset to download the CSVs from (default {repo}; needs trm-stack[hub]), "
+        "or a local directory holding train.csv and test.csv",
+    )
+    parser.add_argument(
+        "--source-dir", default=None, help="read train.csv/test.csv from this directory instead of the hub"
+    )
+    parser.add_argument("--revision", default=None, help="hub revision (commit, tag or branch) to download")
+    parser.add_argument(
+        "--subsample-size",
+        type=int,
+        default=None,
+        help="keep a random N of the train puzzles (seeded by --seed)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of numpy's RandomState for the subsample and augmentations (upstream leaves it unseeded; "
+        "the same seed in upstream's np.random.seed gives the same arrays)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing different dataset at --output-dir"
+    )
+    parser.set_defaults(func=_build_grid)
+    return parser
 
 
 def _summary(path: str, manifest: dict) -> None:
@@ -128,6 +208,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     build.add_argument("--quiet", action="store_true", help="no progress bars")
     build.set_defaults(func=_build_arc)
+
+    sudoku = _grid_parser(
+        commands, "build-sudoku", "Sudoku-Extreme", "sapientinc/sudoku-extreme", "data/sudoku-extreme-full"
+    )
+    sudoku.add_argument(
+        "--min-difficulty", type=int, default=None, help="keep only puzzles whose rating is at least this"
+    )
+    sudoku.add_argument(
+        "--num-aug",
+        type=int,
+        default=0,
+        help="shuffled copies per train puzzle (default 0; upstream's README: 1000)",
+    )
+    maze = _grid_parser(
+        commands, "build-maze", "Maze-Hard 30x30", "sapientinc/maze-30x30-hard-1k", "data/maze-30x30-hard-1k"
+    )
+    maze.add_argument(
+        "--aug",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="add the 8 dihedral transforms of every train maze (default off, as upstream)",
+    )
 
     verify = commands.add_parser("verify", help="re-hash every file of a dataset against its manifest")
     verify.add_argument("dataset_dir")

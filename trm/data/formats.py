@@ -18,6 +18,8 @@ import numpy as np
 
 from trm.errors import TRMError
 
+from .grid_recipes import FORM as GRID_COMPACT
+from .grid_recipes import GridRecipes
 from .metadata import DatasetMetadata
 from .render import grid_store, render_rows
 
@@ -159,6 +161,8 @@ class SplitData:
         if form == MATERIALIZED:
             self._inputs = RowReader(array_path(self.root, split, "inputs"))
             self._labels = RowReader(array_path(self.root, split, "labels"))
+        elif form == GRID_COMPACT:  # Sudoku / Maze: originals + per-puzzle recipes (trm/data/grid_recipes.py)
+            self._grid = GridRecipes(self.root, split)
         elif form == COMPACT:
             arrays = {name: _load(array_path(self.root, split, name)) for name in COMPACT_FIELDS}
             self._tids = arrays["puzzle_dihedral"]
@@ -180,6 +184,8 @@ class SplitData:
         example_ids = np.asarray(example_ids, dtype=np.int64)
         if self.form == MATERIALIZED:
             return self._inputs.rows(example_ids), self._labels.rows(example_ids)
+        if self.form == GRID_COMPACT:
+            return self._grid.examples(example_ids)
         if puzzle_ids is None:
             puzzle_ids = np.searchsorted(self.puzzle_indices, example_ids, side="right") - 1
         puzzle_ids = np.asarray(puzzle_ids, dtype=np.int64)

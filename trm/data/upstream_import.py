@@ -39,6 +39,11 @@ def check_split(root: Path, split: str, num_identifiers: int | None) -> dict[str
     problems = []
     if inputs.shape != labels.shape or inputs.ndim != 2 or inputs.shape[1] != meta.seq_len:
         problems.append(f"inputs {inputs.shape} / labels {labels.shape} are not [N, seq_len={meta.seq_len}]")
+    elif inputs.dtype != np.uint8 or labels.dtype != np.uint8:
+        problems.append(
+            f"inputs/labels are {inputs.dtype}/{labels.dtype}, the loader reads uint8 (upstream's Sudoku builder "
+            "writes int64 when it augments: build the same set with `python -m trm data build-sudoku`)"
+        )
     if len(puzzle_indices) == 0 or puzzle_indices[0] != 0 or np.any(np.diff(puzzle_indices) < 0):
         problems.append("puzzle_indices must start at 0 and never decrease")
     elif puzzle_indices[-1] != len(inputs):
@@ -47,7 +52,11 @@ def check_split(root: Path, split: str, num_identifiers: int | None) -> dict[str
         problems.append("group_indices must start at 0 and never decrease")
     elif group_indices[-1] != len(identifiers) or len(identifiers) != len(puzzle_indices) - 1:
         problems.append("group_indices, puzzle_identifiers and puzzle_indices disagree on the puzzle count")
-    if len(group_indices) - 1 != meta.total_groups or len(identifiers) != meta.total_puzzles:
+    # upstream's Sudoku and Maze builders write the group count as total_puzzles
+    if len(group_indices) - 1 != meta.total_groups or meta.total_puzzles not in (
+        len(identifiers),
+        meta.total_groups,
+    ):
         problems.append("dataset.json total_groups/total_puzzles do not match the arrays")
     limit = num_identifiers if num_identifiers is not None else meta.num_puzzle_identifiers
     if len(identifiers) and (identifiers.min() < 0 or identifiers.max() >= limit):

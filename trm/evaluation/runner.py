@@ -3,7 +3,8 @@
 Runs under `torch.no_grad()` (not inference mode) and hands evaluators CPU copies, so nothing later
 updates an inference tensor in place — the class of crash that killed upstream runs at their first
 evaluation. Test batches are processed in chunks of the micro-batch size to bound memory, without the
-blank rows that pad the last one.
+blank rows that pad the last one (no labels and the blank identifier; Sudoku and Maze examples carry the
+blank identifier too, but always labels).
 
 A long evaluation (ARC-AGI-2's is ~170k rows) can be stopped between batches: `should_stop` is asked
 before each batch (every rank asks it as often, so it may all-reduce), and when it says so the evaluators
@@ -21,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from trm.distributed import DistInfo, all_reduce_sum_
+from trm.model.losses import IGNORE_LABEL_ID
 
 # What ACTLossHead reports (sums over the batch); q_continue_loss only with no_ACT_continue=False.
 LOSS_HEAD_METRICS = (
@@ -76,7 +78,7 @@ def evaluate(
                     for ev in evaluators:
                         ev.abort_eval()
                     raise EvaluationStopped(step, batch_index)
-                rows = _real_rows(batch["puzzle_identifiers"], blank_id)
+                rows = _real_rows(batch["puzzle_identifiers"], batch["labels"], blank_id)
                 batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
                 for start in range(0, rows, chunk_size):
                     chunk = {k: v[start : start + chunk_size] for k, v in batch.items()}
@@ -108,11 +110,12 @@ def evaluate(
     return result if info.is_main else {}
 
 
-def _real_rows(identifiers: torch.Tensor, blank_id: int) -> int:
-    """Rows up to the last non-blank one: the loader pads the last chunk with blank rows, which carry no
-    labels and are dropped by the evaluators, so they are not computed (their q_halt loss would otherwise
-    depend on the padding, i.e. on the world size)."""
-    real = torch.nonzero(identifiers != blank_id)
+def _real_rows(identifiers: torch.Tensor, labels: torch.Tensor, blank_id: int) -> int:
+    """Rows up to the last real one: the loader pads the last chunk with blank rows (blank identifier, every
+    label ignored), which are dropped by the evaluators, so they are not computed (their q_halt loss would
+    otherwise depend on the padding, i.e. on the world size). Datasets whose puzzles all use the blank
+    identifier (Sudoku, Maze) are told apart from padding by their labels."""
+    real = torch.nonzero((identifiers != blank_id) | (labels != IGNORE_LABEL_ID).any(dim=-1))
     return int(real.max()) + 1 if real.numel() else 0
 
 

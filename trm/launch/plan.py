@@ -162,13 +162,13 @@ class LaunchPlan:
         ]
 
     def build_command(self) -> list[str]:
-        """`python -m trm data build-arc …` for the recipe's dataset."""
+        """`python -m trm data build-arc …` (or the recipe's other builder) for the recipe's dataset."""
         return [
             self.settings.python,
             "-m",
             "trm",
             "data",
-            "build-arc",
+            self.recipe.builder,
             "--output-dir",
             str(self.dataset_dir),
             *self.recipe.build_args,

@@ -13,6 +13,8 @@ Recipes:
   EMA, evaluation), on 4 puzzles: CPU rehearsals of the launcher, the smoke and the tests.
 - `bench-tiny`: the CPU benchmark model (hidden 64, 4 heads, 1 layer, H 1, L 1, no puzzle embedding,
   fp32, batch 32), the configuration of the reference CPU measurements of upstream's trainer.
+- `sudoku-mlp` / `sudoku-att` / `maze`: upstream README's Sudoku-Extreme (MLP-mixer or attention) and
+  Maze-Hard runs, evaluated by exact accuracy only (`evaluators=[]`).
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ class Recipe:
     dataset: str
     """Dataset directory name (under DATA_DIR for the launcher)."""
     build_args: tuple[str, ...]
-    """`python -m trm data build-arc` selection flags that build `dataset`."""
+    """`python -m trm data <builder>` selection flags that build `dataset`."""
+    builder: str = "build-arc"
+    """The `python -m trm data` subcommand that builds `dataset`: build-arc, build-sudoku or build-maze."""
     checkpoint_bytes: int
     """Expected size of one checkpoint before the first exists (weights + EMA + optimizer + puzzle table)."""
 
@@ -130,6 +134,22 @@ def _hydra_value(value: Any) -> str:
     text = str(value)
     return text if _PLAIN_VALUE.fullmatch(text) else "'" + text.replace("'", "\\'") + "'"
 
+
+# Upstream README's Sudoku-Extreme and Maze-Hard runs: 50k epochs, exact accuracy only (no ARC evaluator).
+_GRID_RUN = dict(
+    evaluators=[],
+    epochs=50000,
+    eval_interval=5000,
+    lr=1e-4,
+    puzzle_emb_lr=1e-4,
+    weight_decay=1.0,
+    puzzle_emb_weight_decay=1.0,
+    ema=True,
+    checkpoint_every_eval=True,
+)
+_SUDOKU_BUILD = ("--subsample-size", "1000", "--num-aug", "1000")
+# One shared puzzle-embedding row: the 5-7 M-parameter core, its EMA and two Adam moments.
+_GRID_CHECKPOINT = 256 * 1024**2
 
 _ARC2_SUBSETS = ("--subsets", "training2", "evaluation2", "concept", "--test-set-name", "evaluation2")
 _ARC_RUN = dict(ema=True, epochs=100000, eval_interval=800, checkpoint_every_eval=True)
@@ -219,6 +239,36 @@ RECIPES: dict[str, Recipe] = {
                 "16",
             ),
             checkpoint_bytes=64 * 1024**2,
+        ),
+        Recipe(
+            name="sudoku-mlp",
+            summary="Sudoku-Extreme, 1k puzzles x 1000 shuffles, MLP-mixer (the paper's 87%)",
+            config=TrainConfig(
+                arch=ArchConfig(mlp_t=True, pos_encodings="none", L_layers=2, H_cycles=3, L_cycles=6),
+                **_GRID_RUN,
+            ),
+            dataset="sudoku-extreme-1k-aug-1000",
+            builder="build-sudoku",
+            build_args=_SUDOKU_BUILD,
+            checkpoint_bytes=_GRID_CHECKPOINT,
+        ),
+        Recipe(
+            name="sudoku-att",
+            summary="Sudoku-Extreme, 1k puzzles x 1000 shuffles, attention",
+            config=TrainConfig(arch=ArchConfig(L_layers=2, H_cycles=3, L_cycles=6), **_GRID_RUN),
+            dataset="sudoku-extreme-1k-aug-1000",
+            builder="build-sudoku",
+            build_args=_SUDOKU_BUILD,
+            checkpoint_bytes=_GRID_CHECKPOINT,
+        ),
+        Recipe(
+            name="maze",
+            summary="Maze-Hard 30x30, 1k mazes (upstream README's build: no augmentation), attention",
+            config=TrainConfig(arch=dataclasses.replace(ARC_ARCH), **_GRID_RUN),
+            dataset="maze-30x30-hard-1k",
+            builder="build-maze",
+            build_args=(),
+            checkpoint_bytes=_GRID_CHECKPOINT,
         ),
     )
 }

@@ -1,0 +1,170 @@
+"""Write a fixed-size puzzle dataset (Sudoku, Maze), compact or in upstream's materialized layout, atomically.
+
+Every puzzle holds one example and all identifiers are the blank one (0), as upstream's Sudoku and Maze
+builders write them. Per split: the three int32 index arrays, `dataset.json` (serialized exactly as
+upstream's `json.dump`, including its `total_puzzles`, which counts groups) and either
+`all__{inputs,labels}.npy` (materialized, uint8 [N, seq_len]) or the recipe arrays of `grid_recipes`
+(compact); then `identifiers.json = ["<blank>"]`, and `manifest.json` last.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trm.errors import TRMError
+from trm.io import atomic_directory, atomic_write_bytes
+
+from . import formats
+from .grid_recipes import FORM as GRID_COMPACT
+from .manifest import MANIFEST, read_manifest, read_verified_manifest, write_manifest
+from .metadata import DatasetMetadata
+
+IDENTIFIERS = ["<blank>"]
+COMPACT, MATERIALIZED = formats.COMPACT, formats.MATERIALIZED
+
+
+def check_form(form: str) -> None:
+    if form not in (COMPACT, MATERIALIZED):
+        raise TRMError(f"--form {form!r}: choose compact or materialized")
+
+
+def grid_form(form: str) -> str:
+    """The manifest's form: upstream's materialized layout, or the Sudoku/Maze compact form."""
+    return formats.MATERIALIZED if form == MATERIALIZED else GRID_COMPACT
+
+
+@dataclass(frozen=True)
+class EncodedSplit:
+    """One split: `group_size` consecutive puzzles (the original, then its augmentations) per group, one example
+    each, stored as `arrays`: `inputs`/`labels` (materialized) or the recipe arrays of `grid_recipes`."""
+
+    total: int
+    seq_len: int
+    group_size: int
+    arrays: dict[str, np.ndarray]
+
+    def index_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "group_indices": np.arange(0, self.total + 1, self.group_size, dtype=np.int32),
+            "puzzle_indices": np.arange(self.total + 1, dtype=np.int32),
+            "puzzle_identifiers": np.zeros(self.total, dtype=np.int32),
+        }
+
+
+def existing_dataset(
+    output_dir: Path, args: dict[str, Any], inputs: dict[str, str], *, overwrite: bool
+) -> dict[str, Any] | None:
+    """The manifest of a complete dataset already at `output_dir` built from the same args and inputs, else None.
+
+    Raises when `output_dir` holds something else and `overwrite` is not set.
+    """
+    if not output_dir.exists():
+        return None
+    manifest = None
+    if (output_dir / MANIFEST).is_file():
+        try:
+            manifest = read_manifest(output_dir)
+        except TRMError:
+            manifest = None
+    if manifest is not None and manifest["args"] == args and manifest.get("inputs") == inputs:
+        return read_verified_manifest(output_dir)
+    if not overwrite:
+        raise TRMError(
+            f"{output_dir}: already exists and holds a different or incomplete dataset; "
+            "pass --overwrite to replace it, or choose another --output-dir"
+        )
+    return None
+
+
+def write_dataset(
+    output_dir: Path,
+    *,
+    splits: dict[str, EncodedSplit],
+    vocab_size: int,
+    builder: str,
+    args: dict[str, Any],
+    inputs: dict[str, str],
+    form: str,
+) -> dict[str, Any]:
+    """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
+    counts: dict[str, dict[str, int]] = {}
+    with atomic_directory(output_dir, overwrite=True) as tmp:
+        for split, data in splits.items():
+            (tmp / split).mkdir()
+            total = data.total
+            metadata = DatasetMetadata(
+                pad_id=0,
+                ignore_label_id=0,
+                blank_identifier_id=0,
+                vocab_size=vocab_size,
+                seq_len=data.seq_len,
+                num_puzzle_identifiers=len(IDENTIFIERS),
+                total_groups=total // data.group_size,
+                mean_puzzle_examples=1.0,
+                # upstream counts groups here (len(group_indices) - 1), not puzzles; kept for identical bytes
+                total_puzzles=total // data.group_size,
+                sets=[formats.SET],
+            )
+            atomic_write_bytes(tmp / split / "dataset.json", json.dumps(metadata.to_dict()).encode())
+            for name, array in {**data.arrays, **data.index_arrays()}.items():
+                np.save(formats.array_path(tmp, split, name), np.ascontiguousarray(array), allow_pickle=False)
+            counts[split] = {"groups": metadata.total_groups, "puzzles": total, "examples": total}
+        atomic_write_bytes(tmp / "identifiers.json", json.dumps(IDENTIFIERS).encode())
+        counts["identifiers"] = {"total": len(IDENTIFIERS)}
+        tmp.chmod(0o755)
+        for path in tmp.rglob("*"):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        manifest = write_manifest(tmp, form=form, builder=builder, args=args, inputs=inputs, counts=counts)
+        (tmp / MANIFEST).chmod(0o644)
+    return manifest
+
+
+def subsample(rng: np.random.RandomState, items: int, size: int | None) -> np.ndarray | None:
+    """Indices of a random subset of `size` rows (upstream's draw: without replacement), None to keep all."""
+    if size is None or size >= items:
+        return None
+    return rng.choice(items, size=size, replace=False)
+
+
+def check_sizes(subsample_size: int | None) -> None:
+    if subsample_size is not None and subsample_size < 1:
+        raise TRMError(
+            f"--subsample-size {subsample_size}: must be at least 1 (or left out to keep every row)"
+        )
+
+
+def bad_row(rows_bad: np.ndarray) -> int | None:
+    """The first True index of a boolean row mask, or None."""
+    hits = np.flatnonzero(rows_bad)
+    return int(hits[0]) if len(hits) else None
+
+
+def encode_fixed(strings: list[str], length: int, what: str, where) -> np.ndarray:
+    """uint8 [n, length] of the ASCII codes of equally long strings; the first wrong one raises with its row."""
+    for i, s in enumerate(strings):
+        if len(s) != length:
+            raise TRMError(
+                f"{where(i)}: {what} has {len(s)} characters, expected {length}; fix or remove the row"
+            )
+    joined = "".join(strings).encode("utf-8")
+    if len(joined) != length * len(strings):  # a non-ASCII character somewhere
+        for i, s in enumerate(strings):
+            if not s.isascii():
+                raise TRMError(f"{where(i)}: {what} holds non-ASCII characters; fix or remove the row")
+    return np.frombuffer(joined, dtype=np.uint8).reshape(len(strings), length)
+
+
+def chars_outside(codes: np.ndarray, allowed: str) -> np.ndarray:
+    """Per row: whether any code is not one of `allowed`."""
+    ok = np.zeros(256, dtype=bool)
+    ok[np.frombuffer(allowed.encode(), dtype=np.uint8)] = True
+    return ~ok[codes].all(axis=1)
+
+
+def first_char_outside(s: str, allowed: str) -> str:
+    return next(c for c in s if c not in allowed)
