@@ -29,7 +29,6 @@ from trm.errors import TRMError
 from trm.model.schema import TRMArch
 from trm.training.config import TrainConfig, as_dict
 
-
 GIB = 1024**3
 
 # The published ARC model: 2 layers, H 3, L 4 (the schema's defaults are upstream's: L 6).
