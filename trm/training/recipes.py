@@ -243,7 +243,7 @@ RECIPES: dict[str, Recipe] = {
             name="sudoku-mlp",
             summary="Sudoku-Extreme, 1k puzzles x 1000 shuffles, MLP-mixer (the paper's 87%)",
             config=TrainConfig(
-                arch=ArchConfig(mlp_t=True, pos_encodings="none", L_layers=2, H_cycles=3, L_cycles=6),
+                arch=TRMArch(mlp_t=True, pos_encodings="none", L_layers=2, H_cycles=3, L_cycles=6),
                 **_GRID_RUN,
             ),
             dataset="sudoku-extreme-1k-aug-1000",
@@ -254,7 +254,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe(
             name="sudoku-att",
             summary="Sudoku-Extreme, 1k puzzles x 1000 shuffles, attention",
-            config=TrainConfig(arch=ArchConfig(L_layers=2, H_cycles=3, L_cycles=6), **_GRID_RUN),
+            config=TrainConfig(arch=TRMArch(L_layers=2, H_cycles=3, L_cycles=6), **_GRID_RUN),
             dataset="sudoku-extreme-1k-aug-1000",
             builder="build-sudoku",
             build_args=_SUDOKU_BUILD,
