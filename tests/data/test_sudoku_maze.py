@@ -371,7 +371,7 @@ def test_same_files_as_upstream_golden(golden_sources, tmp_path, name):
     )
     golden = json.loads(upstream_grid_builds.GOLDEN.read_text())[name]
     ours = upstream_grid_builds.digests(tmp_path / "ours")
-    assert {k: v["sha256"] for k, v in ours.items()} == {k: v["sha256"] for k, v in golden.items()}
+    assert {k: v["digest"] for k, v in ours.items()} == {k: v["digest"] for k, v in golden.items()}
     widened = {k for k, v in golden.items() if "upstream_dtype" in v}
     assert widened == (
         {"train/all__inputs.npy", "train/all__labels.npy"} if options.get("num_aug") else set()
@@ -397,5 +397,5 @@ def test_same_files_as_upstream_live(golden_sources, tmp_path, name):
         form="materialized",
     )
     assert upstream_grid_builds.digests(tmp_path / "ours") == {
-        k: {"sha256": v["sha256"]} for k, v in theirs.items()
+        k: {"digest": v["digest"]} for k, v in theirs.items()
     }

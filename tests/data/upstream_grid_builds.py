@@ -68,7 +68,7 @@ def run_upstream(upstream: str, kind: str, source: Path, output: Path, options: 
 
 
 def digests(root: Path) -> dict[str, dict[str, str]]:
-    """{relative path: {sha256[, upstream_dtype]}} of every file but the manifest (see the module docstring)."""
+    """{relative path: {digest (`sha256:<hex>`)[, upstream_dtype]}} of every file but the manifest (see the module docstring)."""
     out = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.name != "manifest.json"):
         rel = path.relative_to(root).as_posix()
@@ -81,7 +81,7 @@ def digests(root: Path) -> dict[str, dict[str, str]]:
                 buffer = io.BytesIO()
                 np.save(buffer, array.astype(np.uint8), allow_pickle=False)
                 data = buffer.getvalue()
-        entry["sha256"] = hashlib.sha256(data).hexdigest()
+        entry["digest"] = f"sha256:{hashlib.sha256(data).hexdigest()}"
         out[rel] = entry
     return out
 
