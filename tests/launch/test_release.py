@@ -4,7 +4,10 @@ the token never reaches a log or a file of the run."""
 from __future__ import annotations
 
 import http.server
+import io
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -257,3 +260,53 @@ def test_settings_carry_the_policy_and_the_resume_command_no_secret():
     resume = plan.resume_command(env)
     assert "ON_END=stop" in resume and "SYNC_TO=store:bucket/runs" in resume
     assert VAST_KEY not in resume and TOKEN not in resume
+
+
+@pytest.mark.skipif(
+    shutil.which("rclone") is None, reason="rclone is not installed (apt-get install -y rclone)"
+)
+def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monkeypatch):
+    """A whole launch (trainer stubbed) with SYNC_TO and ON_END=destroy on a Vast.ai instance: the at-exit
+    order is handoff -> final sync -> release, the remote holds the run and the bundle, no file holds a secret."""
+    from trm.launch.runner import Launch
+    from trm.launch.supervisor import AttemptResult, Console
+
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
+    ws, bucket = tmp_path / "ws", tmp_path / "bucket"
+    environ = {
+        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS")},
+        **vast_env(tmp_path, ON_END="destroy", SYNC_TO=f"store:{bucket}", SYNC_EVERY_MINUTES="60"),
+        "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(ws), "PYTHON": sys.executable,
+        "SMOKE_STEPS": "0", "PREFLIGHT": "0", "PRIME_API_KEY": TOKEN,
+    }  # fmt: skip
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.dataset_dir.mkdir(parents=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", io.StringIO()))
+
+    def trained(*args: object, **kwargs: object) -> AttemptResult:
+        (settings.run_dir / "step_5").mkdir()
+        (settings.run_dir / "step_5" / "model.pt").write_bytes(b"weights")
+        (settings.run_dir / "step_5" / "COMPLETE").write_text("5\n")
+        (settings.run_dir / ".step_6.partial").mkdir()
+        return AttemptResult(0)
+
+    launch.torchrun = trained  # type: ignore[method-assign]
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    log = (settings.launch_dir / "launch.log").read_text()
+    order = [log.index(s) for s in ("handoff bundle:", "final sync to store:", "release: vastai destroy")]
+    assert order == sorted(order), log
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"destroy instance 4242 --api-key {VAST_KEY}"
+    ]
+    remote = bucket / "trm-debug-tiny"
+    assert (remote / "step_5" / "COMPLETE").is_file() and not (remote / ".step_6.partial").exists()
+    assert (remote / "handoff" / "handoff.json").is_file() and (remote / "launch" / "launch.log").is_file()
+    text = _all_text(settings.run_dir, settings.artifacts_run_dir, bucket)
+    assert VAST_KEY not in text and TOKEN not in text
