@@ -148,3 +148,22 @@ def test_background_syncer_uploads_while_training_and_retries_with_backoff(tmp_p
         and "giving up" in text
         and "final sync to nosuchremote:bucket: FAILED" in text
     )
+
+
+def test_a_launch_without_rclone_stops_before_training_with_the_fix(tmp_path, monkeypatch):
+    import io
+
+    from trm import exit_codes
+    from trm.launch.plan import LaunchFailed, build_plan
+    from trm.launch.runner import Launch
+    from trm.launch.settings import LaunchSettings
+    from trm.launch.supervisor import Console
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "rclone" else "/bin/true")
+    env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "SYNC_TO": "s3:bucket/runs"}
+    settings = LaunchSettings.from_env(env)
+    plan = build_plan(settings, [], env)
+    launch = Launch(plan, env, Console(None, io.StringIO()))
+    with pytest.raises(LaunchFailed, match="apt-get install -y rclone") as err:
+        launch.sync(plan.sync_step())
+    assert err.value.code == exit_codes.CONFIG_ERROR

@@ -17,7 +17,7 @@ from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
 from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
-from trm.launch.sync import Syncer
+from trm.launch.sync import Syncer, SyncError
 from trm.launch.workspace import ensure_writable
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
@@ -187,7 +187,10 @@ class Launch:
             self.console.log(step.what)
             return
         self.syncer = make_syncer(self.settings, self.console.log)
-        self.syncer.start()
+        try:
+            self.syncer.start()
+        except SyncError as err:
+            raise LaunchFailed(exit_codes.CONFIG_ERROR, f"SYNC_TO={self.settings.sync_to}: {err}") from None
         self.console.log(f"sync: the run is copied to {self.settings.sync_remote} in the background")
 
     def probe(self, step: Step) -> None:
