@@ -310,3 +310,28 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
     assert (remote / "handoff" / "handoff.json").is_file() and (remote / "launch" / "launch.log").is_file()
     text = _all_text(settings.run_dir, settings.artifacts_run_dir, bucket)
     assert VAST_KEY not in text and TOKEN not in text
+
+
+def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path):
+    from trm.launch.release import readiness_problem
+
+    env = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": VAST_KEY, "ON_BUDGET": "stop", "PATH": str(tmp_path)}
+    problem = readiness_problem(policy_from_env(env, sync_to=""), env)
+    assert problem is not None and "pip install vastai" in problem
+    ready = vast_env(tmp_path, ON_BUDGET="stop")
+    assert readiness_problem(policy_from_env(ready, sync_to=""), ready) is None
+    host = {"ON_END": "stop", "RELEASE_VIA": "host", "PATH": str(tmp_path)}
+    assert "not on PATH" in (readiness_problem(policy_from_env(host, sync_to=""), host) or "")
+    from trm.launch.runner import Launch
+    from trm.launch.supervisor import Console
+
+    launch_env = {**env, "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path / "ws")}
+    settings = LaunchSettings.from_env(launch_env)
+    launch = Launch(build_plan(settings, [], launch_env), launch_env, Console(None, io.StringIO()))
+    launch.data = lambda step: pytest.fail("trained although the release could not work")  # type: ignore[method-assign]
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == exit_codes.CONFIG_ERROR
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

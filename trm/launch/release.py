@@ -17,6 +17,7 @@ never logged or written anywhere.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import urllib.error
 import urllib.request
@@ -115,6 +116,36 @@ def resolve_provider(policy: ReleasePolicy, env: Mapping[str, str]) -> str:
             "`shutdown -h now` on this machine, or set the platform's variables, or use keep"
         )
     return provider
+
+
+def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | None:
+    """Checked when the launch starts, so a release that cannot work is found before hours of training, not
+    after: the tool or the ids it will need. None when ready (or nothing to release)."""
+    if not policy.releases:
+        return None
+    try:
+        provider = resolve_provider(policy, env)
+    except TRMError as err:
+        return str(err)
+    if provider == "vast":
+        tool = env.get("VASTAI", "").strip() or "vastai"
+        if shutil.which(tool, path=env.get("PATH")) is None:
+            return (
+                f"ON_END={policy.on_end} ON_BUDGET={policy.on_budget} on Vast.ai needs the official CLI: "
+                "`pip install vastai` into the environment that runs the launch (or set VASTAI to its path), "
+                "or set ON_END=keep ON_BUDGET=keep"
+            )
+        if not env.get("CONTAINER_ID", "").strip().isdigit():
+            return "CONTAINER_ID (the Vast.ai instance id, set by Vast.ai) is missing from the launch's environment"
+    if provider == "primeintellect" and not env.get("PRIME_API_KEY"):
+        path = env.get("PRIME_API_KEY_FILE", "").strip()
+        if not path or not Path(path).is_file():
+            return f"PRIME_API_KEY_FILE={path or '(unset)'} is not a file and PRIME_API_KEY is unset"
+    if provider == "host":
+        tool = env.get("SHUTDOWN", "").strip() or "shutdown"
+        if shutil.which(tool, path=env.get("PATH")) is None:
+            return f"RELEASE_VIA=host needs `{tool}`, which is not on PATH here (a container cannot shut its host down)"
+    return None
 
 
 class ReleaseError(Exception):

@@ -300,6 +300,14 @@ class Launch:
 
         release(self.settings.release, self.exit_code, self.environ, self.console.log, synced=self.synced)
 
+    def _check_release_ready(self) -> None:
+        """ON_END / ON_BUDGET must be able to act at the end: find out now, before any training."""
+        from trm.launch.release import readiness_problem
+
+        problem = readiness_problem(self.settings.release, self.environ)
+        if problem:
+            raise LaunchFailed(exit_codes.CONFIG_ERROR, f"release not possible: {problem}")
+
     def _stop_code(self) -> int:
         """75 for a stop asked from outside (SIGTERM: retry), BUDGET_STOPPED for the cost guard's."""
         if self.supervisor.budget_stop:
@@ -339,6 +347,7 @@ class Launch:
         steps = list(enumerate(self.plan.steps(), 1))
         try:
             self.console.log(f"run {s.run_name}: {s.run_dir}")
+            self._check_release_ready()
             for number, step in steps:
                 if not step.at_exit:
                     self._execute(number, step)
