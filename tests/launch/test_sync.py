@@ -167,3 +167,12 @@ def test_a_launch_without_rclone_stops_before_training_with_the_fix(tmp_path, mo
     with pytest.raises(LaunchFailed, match="apt-get install -y rclone") as err:
         launch.sync(plan.sync_step())
     assert err.value.code == exit_codes.CONFIG_ERROR
+
+
+@needs_rclone
+def test_restoring_a_run_that_was_never_copied(tmp_path, store):
+    from trm.launch.sync import SyncError
+
+    with pytest.raises(SyncError):
+        sync_down(store, tmp_path / "run", print)  # a typo in the remote is an error...
+    assert sync_down(store, tmp_path / "run", print, missing_ok=True) is None  # ...unless asked for

@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
             )
         remote = check_remote(args.from_remote, "--from")
         try:
-            step = sync_down(remote, Path(args.run_dir), print)
+            step = sync_down(remote, Path(args.run_dir), print, missing_ok=args.missing_ok)
         except SyncError as err:
             raise TRMError(
                 f"restore from {remote} failed: {err}; rerun the same command (it continues)"
@@ -54,6 +54,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory ($CHECKPOINT_DIR/$RUN_NAME)")
     parser.add_argument("remote", metavar="REMOTE", nargs="?", help="rclone remote:path for the run")
     parser.add_argument("--from", dest="from_remote", metavar="REMOTE", help="restore RUN_DIR from REMOTE")
+    parser.add_argument(
+        "--missing-ok",
+        action="store_true",
+        help="with --from: a REMOTE that does not exist yet restores nothing (the first session of a run)",
+    )
     parser.add_argument(
         "--handoff",
         metavar="DIR",

@@ -40,8 +40,15 @@ SECRET_HINTS = ("key", "secret", "password", "token", "pass=")
 Log = Callable[[str], None]
 
 
+RCLONE_DIR_NOT_FOUND = 3  # rclone's exit status for "directory not found"
+
+
 class SyncError(Exception):
     """An rclone call failed (after its own retries)."""
+
+    def __init__(self, message: str, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
 
 
 def check_remote(remote: str, name: str = "SYNC_TO") -> str:
@@ -86,7 +93,9 @@ def _run(args: list[str], log: Log, *, timeout: float | None = None) -> str:
         raise SyncError(f"rclone {args[0]} timed out after {timeout:g} s") from None
     if result.returncode != 0:
         tail = result.stderr.strip().splitlines()[-3:]
-        raise SyncError(f"rclone {args[0]} failed (exit {result.returncode}): {' | '.join(tail)}")
+        raise SyncError(
+            f"rclone {args[0]} failed (exit {result.returncode}): {' | '.join(tail)}", result.returncode
+        )
     return result.stdout
 
 
@@ -139,12 +148,19 @@ def remote_complete_steps(remote: str, log: Log) -> list[str]:
     return [name for _, name in sorted(steps)]
 
 
-def sync_down(remote: str, run_dir: Path, log: Log) -> str | None:
+def sync_down(remote: str, run_dir: Path, log: Log, *, missing_ok: bool = False) -> str | None:
     """Bring a run back from `remote` into `run_dir`: its records and its newest complete checkpoint.
 
     Returns the checkpoint restored (None when the remote has none). Checkpoint files go in before their
-    COMPLETE marker, so an interrupted restore leaves no folder the trainer would resume from."""
-    steps = remote_complete_steps(remote, log)
+    COMPLETE marker, so an interrupted restore leaves no folder the trainer would resume from. With
+    `missing_ok`, a remote that does not exist yet (the first session of a run) restores nothing."""
+    try:
+        steps = remote_complete_steps(remote, log)
+    except SyncError as err:
+        if missing_ok and err.returncode == RCLONE_DIR_NOT_FOUND:
+            log(f"{remote} does not exist yet: nothing to restore (a new run)")
+            return None
+        raise
     newest = steps[-1] if steps else None
     run_dir.mkdir(parents=True, exist_ok=True)
     others = ["--exclude", f"/{HANDOFF_SUBDIR}/**", "--exclude", "/step_*/**", "--exclude", "/.*/**"]
