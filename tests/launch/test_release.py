@@ -197,10 +197,11 @@ def test_a_plain_host_is_shut_down_only_when_asked(tmp_path):
     with pytest.raises(TRMError, match="RELEASE_VIA=host"):
         policy_from_env({"ON_END": "stop"}, sync_to="")
     record = tmp_path / "shutdown.calls"
-    fake = tmp_path / "shutdown"
+    fake = tmp_path / "bin" / "shutdown"
+    fake.parent.mkdir()
     fake.write_text(f'#!/bin/sh\necho "$*" >> {record}\n')
     fake.chmod(0o755)
-    env = {"ON_END": "stop", "RELEASE_VIA": "host", "SHUTDOWN": str(fake), "PATH": os.environ["PATH"]}
+    env = {"ON_END": "stop", "RELEASE_VIA": "host", "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
     assert release(policy_from_env(env, sync_to=""), exit_codes.OK, env, print) == "stop"
     assert record.read_text().strip() == "-h now"
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -128,11 +129,10 @@ def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | No
     except TRMError as err:
         return str(err)
     if provider == "vast":
-        tool = env.get("VASTAI", "").strip() or "vastai"
-        if shutil.which(tool, path=env.get("PATH")) is None:
+        if shutil.which("vastai", path=env.get("PATH")) is None:
             return (
                 f"ON_END={policy.on_end} ON_BUDGET={policy.on_budget} on Vast.ai needs the official CLI: "
-                "`pip install vastai` into the environment that runs the launch (or set VASTAI to its path), "
+                "`pip install vastai` into the environment that runs the launch, "
                 "or set ON_END=keep ON_BUDGET=keep"
             )
         if not env.get("CONTAINER_ID", "").strip().isdigit():
@@ -141,10 +141,8 @@ def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | No
         path = env.get("PRIME_API_KEY_FILE", "").strip()
         if not path or not Path(path).is_file():
             return f"PRIME_API_KEY_FILE={path or '(unset)'} is not a file and PRIME_API_KEY is unset"
-    if provider == "host":
-        tool = env.get("SHUTDOWN", "").strip() or "shutdown"
-        if shutil.which(tool, path=env.get("PATH")) is None:
-            return f"RELEASE_VIA=host needs `{tool}`, which is not on PATH here (a container cannot shut its host down)"
+    if provider == "host" and shutil.which("shutdown", path=env.get("PATH")) is None:
+        return "RELEASE_VIA=host needs `shutdown`, which is not on PATH here (a container cannot shut its host down)"
     return None
 
 
@@ -189,7 +187,7 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
             "into the environment of the launch (e.g. `export CONTAINER_ID` in the on-start script)"
         )
     key = env.get("VAST_API_KEY", "").strip() or env.get("CONTAINER_API_KEY", "").strip()
-    cmd = [env.get("VASTAI", "").strip() or "vastai", action, "instance", instance]
+    cmd = ["vastai", action, "instance", instance]
     if key:
         cmd += ["--api-key", key]
     shown = _redact(" ".join(cmd), [key])
@@ -216,7 +214,7 @@ def release_prime(env: Mapping[str, str], log: Log) -> None:
         raise ReleaseError("no Prime Intellect pod id: set PRIME_POD_ID (shown by `prime pods list`)")
     token = read_prime_token(env)
     base = (env.get("PRIME_API_URL", "").strip() or PRIME_API_URL).rstrip("/")
-    url = f"{base}/api/v1/pods/{urllib.request.quote(pod, safe='')}"
+    url = f"{base}/api/v1/pods/{urllib.parse.quote(pod, safe='')}"
     log(f"release: DELETE {url} (terminates the pod)")
     request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {token}"})
     try:
@@ -232,7 +230,7 @@ def release_prime(env: Mapping[str, str], log: Log) -> None:
 
 
 def release_host(log: Log, env: Mapping[str, str]) -> None:
-    cmd = [env.get("SHUTDOWN", "").strip() or "shutdown", "-h", "now"]
+    cmd = ["shutdown", "-h", "now"]
     log(f"release: {' '.join(cmd)}")
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, env=dict(env))
