@@ -54,6 +54,7 @@ def make_run(root: Path) -> Path:
     (run_dir / "metrics.csv").write_text("step,wall_time,name,value\n2,1.0,loss,0.5\n")
     (run_dir / "launch").mkdir()
     (run_dir / "launch" / "launch.log").write_text("hello\n")
+    checkpoint(run_dir / "launch" / "smoke", 2)  # the smoke gate's scratch run: never uploaded
     (run_dir / ".metrics.csv.abc.tmp").write_text("temp")
     return run_dir
 
@@ -79,6 +80,7 @@ def test_upload_skips_partial_and_torn_checkpoints_and_is_incremental(tmp_path, 
     assert not (dest / "step_4").exists() and not (dest / ".step_6.partial").exists()
     assert not (dest / ".metrics.csv.abc.tmp").exists()
     assert (dest / "metrics.csv").is_file() and (dest / "launch" / "launch.log").is_file()
+    assert not (dest / "launch" / "smoke").exists()
     assert (dest / "handoff" / "handoff.json").is_file()
     # incremental: an unchanged file is not copied again; a new checkpoint is; nothing is deleted remotely
     copied = dest / "metrics.csv"

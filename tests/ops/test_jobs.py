@@ -109,6 +109,8 @@ def test_copy_out_pod_reads_the_volume_read_only_and_copies_like_trm_sync(render
     from trm.launch.sync import HANDOFF_SUBDIR
 
     assert '--exclude "/.step_*/**"' in script and '--exclude "/step_*/COMPLETE"' in script
+    for pattern in ("/launch/smoke/**", "/launch/probe/**", "/launch/onstart.pid", ".*.tmp"):
+        assert f'--exclude "{pattern}"' in script, pattern
     assert script.index('--exclude "/step_*/COMPLETE"') < script.index('--include "/step_*/COMPLETE"')
     assert f'"$dest/{HANDOFF_SUBDIR}"' in script and "python -m trm sync --from" in script
 

@@ -31,8 +31,12 @@ from trm.errors import TRMError
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 HANDOFF_SUBDIR = "handoff"
-# Paths never uploaded: in-progress and superseded checkpoint folders, atomic-write temp files.
-EXCLUDES = ("/.step_*.partial/**", "/.step_*.old/**", "/.*.partial/**", "/.*.old-*/**", ".*.tmp")
+# Paths never uploaded: in-progress and superseded checkpoint folders, atomic-write temp files, the
+# launcher's scratch runs (smoke gate, probe: full-size checkpoints nobody resumes from) and its pid file.
+EXCLUDES = (
+    "/.step_*.partial/**", "/.step_*.old/**", "/.*.partial/**", "/.*.old-*/**", ".*.tmp",
+    "/launch/smoke/**", "/launch/probe/**", "/launch/onstart.pid",
+)  # fmt: skip
 # rclone's own retries stay low: Syncer retries the whole pass with backoff.
 RCLONE_FLAGS = ("--retries", "2", "--low-level-retries", "5", "--stats", "0")
 SECRET_HINTS = ("key", "secret", "password", "token", "pass=")
