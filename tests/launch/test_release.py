@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import io
+import json
 import os
 import shutil
 import signal
@@ -311,6 +312,12 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
     assert (remote / "handoff" / "handoff.json").is_file() and (remote / "launch" / "launch.log").is_file()
     text = _all_text(settings.run_dir, settings.artifacts_run_dir, bucket)
     assert VAST_KEY not in text and TOKEN not in text
+    bundle = json.loads((settings.artifacts_run_dir / "handoff.json").read_text())
+    run_dir = settings.run_dir
+    assert bundle["restore_command"] == f"python -m trm sync --from store:{bucket}/trm-debug-tiny {run_dir}"
+    assert (
+        "restore from:   python -m trm sync --from" in (settings.artifacts_run_dir / "run.info").read_text()
+    )
 
 
 def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path):

@@ -4,6 +4,7 @@ cost guard -> (probe) -> (smoke gate) -> supervised torchrun -> handoff at exit)
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -102,6 +103,7 @@ class Launch:
                 "trainer_env": plan.env,
                 "resume_command": plan.resume_command(self.environ),
                 "resume_where": resume_where(self.environ),
+                "restore_command": restore_command(s),
                 "gpu_hourly_usd": s.gpu_hourly_usd,
                 "max_hours": s.max_hours,
                 "image_digest": self.environ.get("TRM_IMAGE_DIGEST") or None,
@@ -378,6 +380,13 @@ def hand_off(settings: LaunchSettings) -> Path | None:
     if not settings.run_dir.is_dir():
         return None
     return build_bundle(settings.run_dir, settings.artifacts_run_dir)
+
+
+def restore_command(settings: LaunchSettings) -> str | None:
+    """With SYNC_TO: the command that brings this run to a new machine (before its resume command)."""
+    if not settings.sync_to:
+        return None
+    return shlex.join(["python", "-m", "trm", "sync", "--from", settings.sync_remote, str(settings.run_dir)])
 
 
 def make_syncer(settings: LaunchSettings, log: Callable[[str], None]) -> Syncer:
