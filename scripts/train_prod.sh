@@ -34,8 +34,15 @@ if [[ "${USE_TMUX:-0}" == 1 && -z "${TMUX:-}" ]]; then
   exec "$PYTHON" -m trm launch --tmux "${BASH_SOURCE[0]}" "$@"
 fi
 
-# The handoff bundle is written at exit, whatever the outcome.
-trap '"$PYTHON" -m trm launch --handoff || echo "train_prod.sh: handoff failed; rerun: $PYTHON -m trm launch --handoff" >&2' EXIT
+# At exit, whatever the outcome: the handoff bundle, then the final copy to SYNC_TO, then ON_END/ON_BUDGET.
+# shellcheck disable=SC2317  # invoked by the EXIT trap
+on_exit() {
+  local status=$?
+  "$PYTHON" -m trm launch --handoff --exit-code="$status" \
+    || echo "train_prod.sh: handoff failed; rerun: $PYTHON -m trm launch --handoff --exit-code=$status" >&2
+  exit "$status"
+}
+trap on_exit EXIT
 
 # The launcher runs in the background so that SIGTERM to this shell (docker stop, pod deletion) reaches it:
 # it forwards the request to the trainer, which saves and exits 75.

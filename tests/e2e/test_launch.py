@@ -6,8 +6,10 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -135,3 +137,47 @@ def test_sigterm_to_the_script_saves_and_the_same_command_resumes(tmp_path):
         f"step {saved_step}"
         in (run_dir / "launch" / "train.log").read_text().split("===== train attempt")[-1]
     )
+
+
+@pytest.mark.slow
+@pytest.mark.launch
+@pytest.mark.dist
+@pytest.mark.skipif(
+    shutil.which("rclone") is None, reason="rclone is not installed (apt-get install -y rclone)"
+)
+def test_train_prod_syncs_releases_and_a_new_machine_resumes_from_the_copy(tmp_path):
+    """SYNC_TO + ON_END=stop on a (faked) Vast.ai instance through train_prod.sh's exit trap; then a second
+    machine restores the run from the remote and the same command resumes from the restored checkpoint."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "vastai.calls"
+    (bin_dir / "vastai").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    (bin_dir / "vastai").chmod(0o755)
+    scoped = "vast-e2e-key-91c2"  # CONTAINER_API_KEY as Vast.ai sets it
+    settings = dict(
+        TASK="debug-tiny", NUM_GPUS="0", CPU_PROCS="1", SMOKE_STEPS="0", PREFLIGHT="0",
+        TRAIN_OVERRIDES="epochs=4 eval_interval=2", SYNC_TO=f"store:{tmp_path / 'bucket'}",
+        SYNC_EVERY_MINUTES="0.01", ON_END="stop", CONTAINER_ID="4242", CONTAINER_API_KEY=scoped,
+        RCLONE_CONFIG_STORE_TYPE="local",
+    )  # fmt: skip
+    env = script_env(tmp_path, None, **settings)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    first = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=500)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    assert calls.read_text().splitlines() == [f"stop instance 4242 --api-key {scoped}"]
+    remote = tmp_path / "bucket" / "trm-debug-tiny"
+    saved = sorted(int(p.name[5:]) for p in remote.glob("step_*") if (p / "COMPLETE").exists())
+    assert saved and (remote / "handoff" / "handoff.json").is_file() and (remote / "metrics.csv").is_file()
+    for path in [*remote.rglob("*"), *(tmp_path / "ws").rglob("*")]:
+        if path.is_file():
+            assert scoped.encode() not in path.read_bytes(), path
+    # A new machine: an empty workspace, the run restored from the remote, the same command resumes it.
+    env2 = {**env, "WORKSPACE": str(tmp_path / "ws2")}
+    run_dir2 = tmp_path / "ws2" / "checkpoints" / "trm-debug-tiny"
+    subprocess.run(
+        [sys.executable, "-m", "trm", "sync", "--from", f"store:{remote}", str(run_dir2)],
+        env=env2, check=True, capture_output=True,
+    )  # fmt: skip
+    second = subprocess.run(["bash", str(SCRIPT)], env=env2, capture_output=True, text=True, timeout=500)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    assert f"resumed from {run_dir2 / f'step_{saved[-1]}'}" in (run_dir2 / "launch" / "train.log").read_text()

@@ -98,8 +98,9 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
     out = proc.stdout
     steps = [line for line in out.splitlines() if line.startswith("step ")]
     assert [s.split(": ", 1)[1] for s in steps] == [
-        "preflight", "data", "hardware", "cost guard", "smoke gate", "train", "handoff"
+        "preflight", "data", "hardware", "cost guard", "smoke gate", "train", "handoff", "release"
     ]  # fmt: skip
+    assert "keep the machine (ON_END=keep, ON_BUDGET=keep)" in out
     assert f"tier              {tier}" in out
     assert f"per-rank batch    {768 // nproc} = {accum} accumulation step(s) x micro-batch {micro}" in out
     assert f"global_batch_size=768 micro_batch_size={micro} compile=true device=cuda" in out
@@ -187,6 +188,7 @@ def test_readme_documents_the_same_variables_and_defaults():
 
 def test_every_variable_is_read_by_from_env():
     source = (ROOT / "trm" / "launch" / "settings.py").read_text().split("def from_env", 1)[1]
+    source += (ROOT / "trm" / "launch" / "release.py").read_text()  # ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*
     for var in ENV_VARS:
         if var.name != "WORKSPACE":
             assert f'"{var.name}"' in source, var.name
@@ -235,3 +237,23 @@ def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("TASK='sudoku' is not a recipe") == 1 and "Traceback" not in proc.stderr
     assert "handoff skipped" in proc.stdout
+
+
+def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
+    proc = dry_run(
+        tmp_path, "h100x4", SYNC_TO="store:bucket/runs", ON_BUDGET="destroy", MAX_HOURS="10",
+        CONTAINER_ID="4242", CONTAINER_API_KEY="scoped-key-never-printed",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    steps = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("step ")]
+    assert steps == [
+        "preflight", "data", "hardware", "cost guard", "sync", "smoke gate", "train", "handoff", "final sync",
+        "release",
+    ]  # fmt: skip
+    assert (
+        "store:bucket/runs/trm-arc2" in out and "python -m trm sync --from store:bucket/runs/trm-arc2" in out
+    )
+    assert "exit 0 -> keep, exit 79 (MAX_HOURS) -> destroy" in out and "via vast" in out
+    assert "train_prod.sh's exit trap" in out
+    assert "scoped-key-never-printed" not in out

@@ -241,14 +241,17 @@ def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals
     )  # fmt: skip
     printed = _step_lines(launch.plan.render(launch.environ))
     assert [line.split(": ", 1)[1] for line in printed] == [
-        "preflight", "data", "hardware", "cost guard", "probe", "smoke gate", "train", "handoff"
+        "preflight", "data", "hardware", "cost guard", "probe", "smoke gate", "train", "handoff", "release"
     ]  # fmt: skip
     assert launch.run() == 0, out.getvalue()
     assert _step_lines((launch.settings.launch_dir / "launch.log").read_text()) == printed
     assert "handoff bundle:" in out.getvalue()
     events = read_events(launch.settings.launch_dir / "events.jsonl")
-    assert [e["name"] for e in events if e["event"] == "step"] == [p.split(": ", 1)[1] for p in printed[:-1]]
-    assert json.loads((launch.settings.launch_dir / "plan.json").read_text())["steps"][-1] == "handoff"
+    assert [e["name"] for e in events if e["event"] == "step"] == [p.split(": ", 1)[1] for p in printed[:-2]]
+    assert json.loads((launch.settings.launch_dir / "plan.json").read_text())["steps"][-2:] == [
+        "handoff",
+        "release",
+    ]
     # the commands the dry run prints are the ones the run started (torchrun banners in the logs)
     train_log = (launch.settings.launch_dir / "train.log").read_text()
     assert "===== train attempt 1 started" in train_log and " ".join(launch.plan.train_command()) in train_log

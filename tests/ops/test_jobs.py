@@ -74,6 +74,7 @@ def test_every_overlay_is_there_and_validates_offline(rendered):
         "jobs/overlays/multinode-2x8xh200",
         "jobs/storage/rwo",
         "jobs/storage/rwx",
+        "jobs/tools/copy-out",
     }
     for name, objects in rendered.items():
         assert objects, name
@@ -89,6 +90,30 @@ def test_strict_schema_rejects_typos_and_wrong_types(rendered):
     job["spec"]["activeDeadlineSeconds"] = "1800"
     problems = k8s.validate([job])
     assert len(problems) == 1 and "activeDeadlineSeconds" in problems[0]
+
+
+def test_copy_out_pod_reads_the_volume_read_only_and_copies_like_trm_sync(rendered):
+    (pod,) = rendered["jobs/tools/copy-out"]
+    assert pod["kind"] == "Pod" and pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["activeDeadlineSeconds"] > 0
+    (volume,) = pod["spec"]["volumes"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "trm-workspace", "readOnly": True}
+    (container,) = pod["spec"]["containers"]
+    assert all(m["readOnly"] for m in container["volumeMounts"])
+    assert {m["subPath"] for m in container["volumeMounts"]} == {"checkpoints", "artifacts"}
+    # configuration and credentials come from objects made at apply time, never from the manifest
+    assert container["envFrom"] == [
+        {"configMapRef": {"name": "trm-copy-out"}},
+        {"secretRef": {"name": "trm-rclone"}},
+    ]
+    script = container["args"][0]
+    from trm.launch.sync import HANDOFF_SUBDIR
+
+    assert '--exclude "/.step_*/**"' in script and '--exclude "/step_*/COMPLETE"' in script
+    for pattern in ("/launch/smoke/**", "/launch/probe/**", "/launch/onstart.pid", ".*.tmp"):
+        assert f'--exclude "{pattern}"' in script, pattern
+    assert script.index('--exclude "/step_*/COMPLETE"') < script.index('--include "/step_*/COMPLETE"')
+    assert f'"$dest/{HANDOFF_SUBDIR}"' in script and "python -m trm sync --from" in script
 
 
 def test_storage_variants(rendered):

@@ -57,6 +57,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "select-config", "pick micro-batch / accumulation / compile for this host from the hardware table"
     ),
+    Command(
+        "sync",
+        "copy a run directory to an rclone remote (incremental, complete checkpoints only) or restore it (--from)",
+    ),
     Command("version", "print versions of trm-stack, Python and torch"),
 )
 NAMES = tuple(c.name for c in COMMANDS)

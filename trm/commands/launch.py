@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
             if bundle
             else f"no run directory {settings.run_dir} yet: nothing to hand off"
         )
+        if args.exit_code is not None:
+            from trm.launch.runner import finish_outside
+
+            finish_outside(settings, environ, args.exit_code)
         return 0
     if args.tmux:
         from trm.launch.tmux import start_in_tmux
@@ -72,6 +76,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--onstart-script",
         action="store_true",
         help="print an on-start script (Vast.ai) that starts this launch at every instance start; it resumes",
+    )
+    parser.add_argument(
+        "--exit-code",
+        type=int,
+        metavar="RC",
+        help="with --handoff (train_prod.sh's exit trap): the launch ended with RC; after the bundle, copy "
+        "the run to SYNC_TO and apply ON_END / ON_BUDGET",
     )
     parser.add_argument(
         "--checkout",

@@ -255,6 +255,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "resume_where": plan.get("resume_where") or (
             "the trm-stack checkout and venv that ran it" if resume else None
         ),
+        "restore_command": plan.get("restore_command"),
     }  # fmt: skip
 
 
@@ -285,6 +286,8 @@ def render_info(data: dict[str, Any]) -> str:
         f"submission:     {data['submission'] or 'none yet'}",
         f"resume:         {data['resume_command'] or 'unknown'}",
         f"resume in:      {data['resume_where'] or 'unknown'}",
+        *([f"restore from:   {data['restore_command']}  (on a new machine, before the resume command)"]
+          if data.get("restore_command") else []),
         "",
         f"metrics (last logged step {data['metrics_summary']['last_step']}):",
     ]  # fmt: skip

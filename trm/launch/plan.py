@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trm.launch.hardware import BatchLayout, select_layout
@@ -88,8 +88,11 @@ class LaunchPlan:
     overrides: list[str]
     env: dict[str, str]
     handoff_by_launcher: bool = True
-    """False under train_prod.sh (TRM_LAUNCH_HANDOFF=0): its exit trap runs the handoff command."""
+    """False under train_prod.sh (TRM_LAUNCH_HANDOFF=0): its exit trap runs the handoff command (and the
+    final sync and the release after it)."""
     trainer_module: str = "trm.train"
+    environ: dict[str, str] = field(default_factory=dict)
+    """The launch's environment (where the release step detects its platform)."""
 
     @property
     def checkpoint_bytes(self) -> int:
@@ -227,11 +230,16 @@ class LaunchPlan:
         """The ordered steps of the launch: what --dry-run prints and what `Launch.run()` executes."""
         s = self.settings
         steps = [self.preflight_step(), self.data_step(), self.hardware_step(), self.cost_guard_step()]
+        if s.sync_to:
+            steps.append(self.sync_step())
         if s.probe:
             steps.append(self.probe_step())
         if s.smoke_steps > 0:
             steps.append(self.smoke_step())
-        return [*steps, self.train_step(), self.handoff_step()]
+        steps += [self.train_step(), self.handoff_step()]
+        if s.sync_to:
+            steps.append(self.final_sync_step())
+        return [*steps, self.release_step()]
 
     def preflight_step(self) -> Step:
         """Host checks; any failure stops the launch."""
@@ -304,6 +312,37 @@ class LaunchPlan:
             return Step("handoff", what, at_exit=True)
         what = f"at exit, success or failure: train_prod.sh's exit trap bundles the run into {where}"
         return Step("handoff", what, (self.handoff_command,), at_exit=True)
+
+    def sync_step(self) -> Step:
+        """SYNC_TO: background uploads of the run while it trains."""
+        s = self.settings
+        what = (
+            f"every {s.sync_every_minutes:g} min in the background (training never waits): rclone copies "
+            f"{s.run_dir} to {s.sync_remote} (complete checkpoints only, COMPLETE markers last; never .partial "
+            "folders), retried with backoff"
+        )
+        if s.node_rank != 0:
+            what = f"node {s.node_rank}: nothing (node 0 uploads the run)"
+        return Step("sync", what)
+
+    def final_sync_step(self) -> Step:
+        """SYNC_TO: the last upload, after the handoff bundle."""
+        s = self.settings
+        who = "the launcher" if self.handoff_by_launcher else "train_prod.sh's exit trap"
+        what = (
+            f"at exit, after the handoff: {who} copies the run and the bundle to {s.sync_remote} (bundle in "
+            f"handoff/); restore elsewhere: python -m trm sync --from {s.sync_remote} {s.run_dir}"
+        )
+        return Step("final sync", what, at_exit=True)
+
+    def release_step(self) -> Step:
+        """ON_END / ON_BUDGET: release the machine once everything is written and synced."""
+        from trm.launch.release import describe
+
+        what = describe(self.settings.release, self.environ)
+        if not self.handoff_by_launcher and self.settings.release.releases:
+            what += " (run by train_prod.sh's exit trap, after its handoff)"
+        return Step("release", what, at_exit=True)
 
     def render(self, environ: dict[str, str]) -> str:
         """The --dry-run text."""
@@ -393,4 +432,5 @@ def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str,
         overrides=overrides,
         env=trainer_env(settings, environ),
         handoff_by_launcher=environ.get(HANDOFF_VAR, "1") != "0",
+        environ=dict(environ),
     )

@@ -4,6 +4,7 @@ cost guard -> (probe) -> (smoke gate) -> supervised torchrun -> handoff at exit)
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
 from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
+from trm.launch.sync import Syncer, SyncError
 from trm.launch.workspace import ensure_writable
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
@@ -61,6 +63,8 @@ class Launch:
         self.child_env = {**environ, **plan.env}
         self.session_start = time.time()
         self.guard: CostGuard | None = None
+        self.syncer: Syncer | None = None
+        self.synced = True
         self.exit_code = 1
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -102,6 +106,7 @@ class Launch:
                 "trainer_env": plan.env,
                 "resume_command": plan.resume_command(self.environ),
                 "resume_where": resume_where(self.environ),
+                "restore_command": restore_command(s),
                 "gpu_hourly_usd": s.gpu_hourly_usd,
                 "max_hours": s.max_hours,
                 "image_digest": self.environ.get("TRM_IMAGE_DIGEST") or None,
@@ -182,6 +187,18 @@ class Launch:
             log_every_s=s.cost_log_minutes * 60,
         )
         self.guard.start()
+
+    def sync(self, step: Step) -> None:
+        """SYNC_TO: start the background uploads (node 0; the other nodes hold no run directory of their own)."""
+        if self.settings.node_rank != 0:
+            self.console.log(step.what)
+            return
+        self.syncer = make_syncer(self.settings, self.console.log)
+        try:
+            self.syncer.start()
+        except SyncError as err:
+            raise LaunchFailed(exit_codes.CONFIG_ERROR, f"SYNC_TO={self.settings.sync_to}: {err}") from None
+        self.console.log(f"sync: the run is copied to {self.settings.sync_remote} in the background")
 
     def probe(self, step: Step) -> None:
         """Measure the micro-batch on the real GPUs and train with what fits."""
@@ -270,6 +287,34 @@ class Launch:
             return
         self.console.log(f"handoff bundle: {bundle}" if bundle else "handoff: no run directory yet")
 
+    def final_sync(self, step: Step) -> None:
+        """The last upload, after the handoff bundle (left to train_prod.sh's trap when it hands off)."""
+        if not self.plan.handoff_by_launcher:
+            self.console.log("final sync: left to train_prod.sh's exit trap (after its handoff)")
+            return
+        if self.settings.node_rank != 0:
+            return
+        syncer = self.syncer or make_syncer(self.settings, self.console.log)
+        self.synced = syncer.final()
+
+    def release(self, step: Step) -> None:
+        """ON_END / ON_BUDGET, once the bundle is written and synced (train_prod.sh's trap does it there)."""
+        if not self.plan.handoff_by_launcher:
+            if self.settings.release.releases:
+                self.console.log("release: left to train_prod.sh's exit trap (after its handoff)")
+            return
+        from trm.launch.release import release
+
+        release(self.settings.release, self.exit_code, self.environ, self.console.log, synced=self.synced)
+
+    def _check_release_ready(self) -> None:
+        """ON_END / ON_BUDGET must be able to act at the end: find out now, before any training."""
+        from trm.launch.release import readiness_problem
+
+        problem = readiness_problem(self.settings.release, self.environ)
+        if problem:
+            raise LaunchFailed(exit_codes.CONFIG_ERROR, f"release not possible: {problem}")
+
     def _stop_code(self) -> int:
         """75 for a stop asked from outside (SIGTERM: retry), BUDGET_STOPPED for the cost guard's."""
         if self.supervisor.budget_stop:
@@ -309,6 +354,7 @@ class Launch:
         steps = list(enumerate(self.plan.steps(), 1))
         try:
             self.console.log(f"run {s.run_name}: {s.run_dir}")
+            self._check_release_ready()
             for number, step in steps:
                 if not step.at_exit:
                     self._execute(number, step)
@@ -339,6 +385,37 @@ def hand_off(settings: LaunchSettings) -> Path | None:
     if not settings.run_dir.is_dir():
         return None
     return build_bundle(settings.run_dir, settings.artifacts_run_dir)
+
+
+def restore_command(settings: LaunchSettings) -> str | None:
+    """With SYNC_TO: the command that brings this run to a new machine (before its resume command)."""
+    if not settings.sync_to:
+        return None
+    return shlex.join(["python", "-m", "trm", "sync", "--from", settings.sync_remote, str(settings.run_dir)])
+
+
+def make_syncer(settings: LaunchSettings, log: Callable[[str], None]) -> Syncer:
+    """The uploader of this run to SYNC_TO/RUN_NAME (the handoff bundle into its handoff/)."""
+    return Syncer(
+        settings.run_dir,
+        settings.sync_remote,
+        log,
+        every_s=settings.sync_every_minutes * 60,
+        handoff_dir=settings.artifacts_run_dir,
+    )
+
+
+def finish_outside(settings: LaunchSettings, environ: dict[str, str], exit_code: int) -> None:
+    """train_prod.sh's exit trap, after its handoff: the final sync, then ON_END / ON_BUDGET.
+
+    The launcher's own at-exit steps do the same when it writes the handoff itself."""
+    from trm.launch.release import release
+
+    log = Console(settings.launch_dir / "launch.log" if settings.run_dir.is_dir() else None).log
+    synced = True
+    if settings.sync_to and settings.node_rank == 0 and settings.run_dir.is_dir():
+        synced = make_syncer(settings, log).final()
+    release(settings.release, exit_code, environ, log, synced=synced)
 
 
 def probe_configured_launch(environ: dict[str, str], stream: IO[str]) -> tuple[int, Path]:

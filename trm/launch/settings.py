@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trm.compile_setting import parse_compile
 from trm.errors import TRMError
+from trm.launch.release import ReleasePolicy, policy_from_env
+from trm.launch.sync import check_remote
 from trm.training.recipes import RECIPES
 
 
@@ -123,6 +125,45 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "cost",
     ),
     EnvVar("COST_LOG_MINUTES", "30", "how often the cost estimate is logged", "cost"),
+    EnvVar(
+        "ON_END",
+        "keep",
+        "when the run finished (exit 0): keep, stop or destroy the machine, after the handoff bundle and the "
+        "final sync; destroy needs SYNC_TO (the disk goes with it)",
+        "release",
+    ),
+    EnvVar(
+        "ON_BUDGET",
+        "$ON_END",
+        "when MAX_HOURS stopped the run (exit 79): keep, stop or destroy; any other exit keeps the machine",
+        "release",
+    ),
+    EnvVar(
+        "RELEASE_VIA",
+        "auto",
+        "how to release: vast (vastai stop|destroy instance $CONTAINER_ID; Vast.ai sets CONTAINER_ID and "
+        "CONTAINER_API_KEY), primeintellect (DELETE of pod PRIME_POD_ID), kubernetes (the exit code ends the "
+        "Job), host (shutdown -h now; never chosen by auto); auto detects the first three",
+        "release",
+    ),
+    EnvVar("PRIME_POD_ID", "(empty)", "Prime Intellect pod to terminate (`prime pods list`)", "release"),
+    EnvVar(
+        "PRIME_API_KEY_FILE",
+        "(empty)",
+        "file holding the Prime Intellect API key, or PRIME_API_KEY in the environment (never logged or "
+        "recorded)",
+        "release",
+    ),
+    EnvVar("PRIME_API_URL", "https://api.primeintellect.ai", "Prime Intellect API base URL", "release"),
+    EnvVar(
+        "SYNC_TO",
+        "(empty: off)",
+        "rclone remote:path; the run (complete checkpoints, metrics, logs, handoff bundle) is copied to "
+        "$SYNC_TO/$RUN_NAME during the run and at the end; credentials belong in rclone's config or "
+        "RCLONE_CONFIG_* variables",
+        "sync",
+    ),
+    EnvVar("SYNC_EVERY_MINUTES", "15", "how often the run is copied to SYNC_TO while it trains", "sync"),
     EnvVar(
         "WANDB",
         "off",
@@ -262,6 +303,10 @@ class LaunchSettings:
     wandb_project: str
     use_tmux: bool
     python: str
+    sync_to: str = ""
+    """SYNC_TO: the rclone remote:path the run directory is copied under (empty: off)."""
+    sync_every_minutes: float = 15.0
+    release: ReleasePolicy = field(default_factory=ReleasePolicy)
     cli_overrides: tuple[str, ...] = ()
     """Overrides given as script arguments (also part of train_overrides; kept for the resume command)."""
 
@@ -279,6 +324,11 @@ class LaunchSettings:
     def artifacts_run_dir(self) -> Path:
         """ARTIFACTS_DIR/RUN_NAME: the handoff bundle."""
         return self.artifacts_dir / self.run_name
+
+    @property
+    def sync_remote(self) -> str:
+        """SYNC_TO/RUN_NAME: where this run is copied (empty when SYNC_TO is unset)."""
+        return f"{self.sync_to.rstrip('/')}/{self.run_name}" if self.sync_to else ""
 
     @classmethod
     def from_env(
@@ -315,6 +365,7 @@ class LaunchSettings:
             overrides = tuple(shlex.split(env.get("TRAIN_OVERRIDES", ""))) + tuple(extra_overrides)
         except ValueError as err:
             raise TRMError(f"TRAIN_OVERRIDES cannot be split into words ({err}); check its quoting") from None
+        sync_to = check_remote(env.get("SYNC_TO", ""))
         return cls(
             recipe=recipe,
             run_name=env.get("RUN_NAME", "").strip() or f"trm-{recipe}",
@@ -347,4 +398,7 @@ class LaunchSettings:
             use_tmux=_flag(env, "USE_TMUX", False),
             python=env.get("PYTHON", "").strip() or "python",
             cli_overrides=tuple(extra_overrides),
+            sync_to=sync_to,
+            sync_every_minutes=_float(env, "SYNC_EVERY_MINUTES") or 15.0,
+            release=policy_from_env(env, sync_to=sync_to),
         )

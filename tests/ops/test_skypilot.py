@@ -1,0 +1,86 @@
+"""jobs/skypilot/: the managed-job tasks load with SkyPilot's own parser and keep our exit-code contract."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trm import exit_codes
+from trm.launch.settings import ENV_VARS, LaunchSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = sorted((ROOT / "jobs" / "skypilot").glob("*.yaml"))
+LAUNCH_VARS = {v.name for v in ENV_VARS}
+needs_skypilot = pytest.mark.skipif(
+    importlib.util.find_spec("sky") is None,
+    reason="skypilot is not installed: pip install -e '.[skypilot]' (the pinned optional dependency; .ci/run "
+    "installs it)",
+)
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def test_there_is_a_production_and_a_smoke_task():
+    assert [p.name for p in TASKS] == ["smoke.yaml", "train.yaml"]
+
+
+@pytest.mark.parametrize("path", TASKS, ids=lambda p: p.name)
+def test_exit_codes_recovery_and_the_launcher(path):
+    task = _load(path)
+    recovery = task["resources"]["job_recovery"]
+    # 75 (saved, safe to retry) recovers; 2, 74 and 79 must end the job, so no blanket restarts on errors.
+    assert recovery["recover_on_exit_codes"] == [exit_codes.SAVED_RETRY]
+    assert recovery["max_restarts_on_errors"] == 0
+    assert task["resources"]["image_id"] == "docker:trm-stack"  # replaced by --image-id at launch
+    # The run restores from the bucket, then runs the production launcher from the synced checkout.
+    run = task["run"]
+    assert task["workdir"] == "." and run.strip().splitlines()[-1] == "bash scripts/train_prod.sh"
+    assert '-m trm sync --from "$SYNC_TO/$RUN_NAME" "$WORKSPACE/checkpoints/$RUN_NAME" --missing-ok' in run
+    assert task["file_mounts"]["/sync"] == {"name": "${CHECKPOINT_BUCKET}", "mode": "MOUNT_CACHED"}
+    # Every env is a launcher setting (or the bucket), and together they are valid launch settings.
+    envs = {k: v for k, v in task["envs"].items() if k != "CHECKPOINT_BUCKET"}
+    assert set(envs) <= LAUNCH_VARS, set(envs) - LAUNCH_VARS
+    settings = LaunchSettings.from_env({k: str(v) for k, v in envs.items()})
+    assert settings.sync_remote == f"/sync/{envs['RUN_NAME']}"
+    assert settings.max_hours is not None
+
+
+def test_the_restore_command_of_the_tasks_exists():
+    from trm.commands import build_parser
+
+    parser = build_parser(["sync"])
+    args = parser.parse_args(["sync", "--from", "/sync/r", "/workspace/checkpoints/r", "--missing-ok"])
+    assert args.missing_ok and args.from_remote == "/sync/r"
+
+
+@needs_skypilot
+@pytest.mark.parametrize("path", TASKS, ids=lambda p: p.name)
+def test_skypilot_loads_the_task(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # SkyPilot may create ~/.sky; keep it out of the real home
+    import sky
+
+    config = _load(path)
+    task = sky.Task.from_yaml_config(copy.deepcopy(config), env_overrides=[("CHECKPOINT_BUCKET", "trm-runs")])
+    (resources,) = task.resources
+    assert resources.job_recovery == config["resources"]["job_recovery"]
+    gpu, count = config["resources"]["accelerators"].split(":")
+    assert resources.accelerators == {gpu: int(count)}
+    assert set(task.storage_mounts) == {"/sync"}
+    # the bucket name is required at launch (--env CHECKPOINT_BUCKET=…)
+    with pytest.raises(ValueError, match="CHECKPOINT_BUCKET"):
+        sky.Task.from_yaml_config(copy.deepcopy(config))
+    # SkyPilot's schema checks these fields: the loader really validates the files
+    broken = copy.deepcopy(config)
+    broken["resources"]["job_recovery"]["recover_on_exit_codes"] = [exit_codes.SAVED_RETRY, 300]
+    with pytest.raises(ValueError, match="greater than the maximum of 255"):
+        sky.Task.from_yaml_config(broken, env_overrides=[("CHECKPOINT_BUCKET", "trm-runs")])
+    broken = copy.deepcopy(config)
+    broken["file_mount"] = broken.pop("file_mounts")
+    with pytest.raises(ValueError, match="Invalid task YAML"):
+        sky.Task.from_yaml_config(broken, env_overrides=[("CHECKPOINT_BUCKET", "trm-runs")])
