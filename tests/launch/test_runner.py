@@ -157,7 +157,9 @@ def test_crash_fails_without_restart(tmp_path, restore_signals):
     launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0", PREFLIGHT="0")
     code = launch.run()
     assert code == 1
-    assert "training failed" in out.getvalue() and "rank exit codes {0: 1" in out.getvalue()
+    # Every rank crashes at step 2; whichever exits first, torchrun stops the other (it may leave no code).
+    assert "training failed" in out.getvalue(), out.getvalue()
+    assert re.search(r"rank exit codes \{[^}]*\b[01]: 1\b", out.getvalue()), out.getvalue()
     assert "restart" not in out.getvalue()
 
 
