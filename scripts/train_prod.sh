@@ -35,7 +35,7 @@ if [[ "${USE_TMUX:-0}" == 1 && -z "${TMUX:-}" ]]; then
 fi
 
 # At exit, whatever the outcome: the handoff bundle, then the final copy to SYNC_TO, then ON_END/ON_BUDGET.
-# shellcheck disable=SC2317  # invoked by the EXIT trap
+# shellcheck disable=SC2317,SC2329  # invoked by the EXIT trap
 on_exit() {
   local status=$?
   "$PYTHON" -m trm launch --handoff --exit-code="$status" \
