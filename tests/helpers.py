@@ -304,3 +304,15 @@ def make_batch(config: TRMConfig, seed: int = 0) -> dict[str, torch.Tensor]:
             0, config.num_puzzle_identifiers, (b,), generator=g, dtype=torch.int32
         ),
     }
+
+
+# --- Reference checkouts (TRM_UPSTREAM, TRM_URM) ---------------------------------------------------------
+
+
+def require_modules(*names: str) -> None:
+    """Fail (never skip) when a reference checkout was asked for but its imports are missing."""
+    import importlib.util
+
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.fail(f"the reference code needs {', '.join(missing)}: pip install -e '.[upstream]'")

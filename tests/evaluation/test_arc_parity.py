@@ -9,7 +9,6 @@ rounds, and two ranks. With TRM_UPSTREAM set: live, against upstream's own evalu
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import os
 
@@ -28,6 +27,7 @@ from tests.evaluation.arc_parity import (
     run_live,
     run_ours,
 )
+from tests.helpers import require_modules
 
 UPSTREAM = os.environ.get("TRM_UPSTREAM")
 EXPECTED = json.loads(GOLDEN.read_text())
@@ -89,9 +89,7 @@ def test_upstream_depends_on_the_world_size_only_where_ties_are_broken() -> None
 @pytest.mark.dist
 @pytest.mark.skipif(not UPSTREAM, reason="set TRM_UPSTREAM to a TinyRecursiveModels checkout")
 def test_live_against_upstreams_evaluator(tmp_path) -> None:
-    missing = [name for name in ("numba", "argdantic") if importlib.util.find_spec(name) is None]
-    if missing:  # TRM_UPSTREAM asks for this test: a missing import is a failure, never a skip
-        pytest.fail(f"upstream's evaluator needs {', '.join(missing)}: pip install -e '.[upstream]'")
+    require_modules("numba", "argdantic")  # TRM_UPSTREAM asks for this test: never a silent skip
     live = {world: run_live(world, tmp_path / f"world{world}") for world in WORLD_SIZES}
     for name in SCENARIOS:
         for mode in VOTING:

@@ -12,7 +12,7 @@ import os
 import pytest
 import torch
 
-from tests.helpers import make_batch, small_config
+from tests.helpers import make_batch, require_modules, small_config
 from trm.model import ACTLossHead, HaltExploration, TinyRecursiveModel
 from trm.model.registry import get_spec
 from trm.model.upstream import convert_upstream_state_dict, detect_arch
@@ -22,8 +22,7 @@ pytestmark = pytest.mark.skipif(not UPSTREAM, reason="set TRM_UPSTREAM to a Tiny
 
 
 def _upstream_head(config, loss_type, arch="trm"):
-    pytest.importorskip("pydantic")
-    pytest.importorskip("einops")
+    require_modules("pydantic", "einops")
     from trm.bench.model import build_upstream
 
     return build_upstream(config, torch.device("cpu"), UPSTREAM, loss_type, get_spec(arch).model_id)

@@ -13,9 +13,10 @@ import sys
 import types
 from typing import Any
 
-import pytest
 import torch
 import torch.nn.functional as F
+
+from tests.helpers import require_modules
 
 
 def _flash_attn_func(q, k, v, causal=False, **_):
@@ -27,8 +28,7 @@ def _flash_attn_func(q, k, v, causal=False, **_):
 
 def import_reference(path: str) -> tuple[type, type]:
     """(URM model class, its ACTLossHead class) from the checkout at `path`."""
-    pytest.importorskip("pydantic")
-    pytest.importorskip("einops")
+    require_modules("pydantic", "einops")
     saved = {name: mod for name, mod in sys.modules.items() if name == "models" or name.startswith("models.")}
     for name in saved:
         del sys.modules[name]
