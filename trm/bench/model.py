@@ -72,9 +72,14 @@ def paper_config(arch: str = "trm") -> Any:
         return recipe.model_config(
             batch_size=recipe.global_batch_size // 4, seq_len=900, vocab_size=12, num_puzzle_identifiers=1000
         )
-    spec = get_spec(arch)
-    sizes = dict(batch_size=PAPER_BATCH, seq_len=900, vocab_size=12, num_puzzle_identifiers=1000)
-    return spec.config(**sizes, forward_dtype="bfloat16")
+    from trm.model.registry import model_config
+
+    schema = get_spec(arch).schema()
+    schema = dataclasses.replace(schema, puzzle_emb_ndim=schema.hidden_size)  # the schema's `${.hidden_size}`
+    return model_config(
+        schema, batch_size=PAPER_BATCH, seq_len=900, vocab_size=12, num_puzzle_identifiers=1000,
+        forward_dtype="bfloat16",
+    )  # fmt: skip
 
 
 CONFIGS = {"tiny": tiny_config, "paper": paper_config}
