@@ -60,7 +60,11 @@ def runbooks(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module trm.bench.<name> (e.g. `data`)."""
-    helpers = {"__init__", "upstream_trainer"}  # modules of trm/bench that are not benchmarks
+    helpers = {
+        "__init__",
+        "upstream_trainer",
+        "urm_reference",
+    }  # modules of trm/bench that are not benchmarks
     available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem not in helpers)
     if not session.posargs or session.posargs[0] not in available:
         session.error(f"name a benchmark: nox -s bench -- <{'|'.join(available)}> [args]")

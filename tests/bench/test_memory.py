@@ -44,3 +44,26 @@ def test_every_gpu_tier_keeps_its_micro_batch_activations_within_its_vram():
     for tier in load_table().tiers:
         need = tier.max_micro_batch * per_row + fixed + STATE_BYTES_PER_PARAM * params
         assert need <= ACTIVATION_SHARE * tier.min_vram_gib * GIB, (tier.name, need / GIB)
+
+
+@pytest.mark.parametrize("arch", ["urm", "hrm", "transformers_baseline"])
+def test_command_line_measures_any_architecture(arch, monkeypatch, capsys):
+    from trm.bench.memory import main
+
+    monkeypatch.delenv("TRM_UPSTREAM", raising=False)
+    monkeypatch.delenv("TRM_URM", raising=False)
+    assert main(["--arch", arch, "--config", "tiny"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"arch={arch} config=tiny ")
+    ours = next(line for line in out.splitlines() if line.startswith("ours "))
+    assert float(ours.split()[1]) > 0  # MB per row
+    assert "upstream" not in out
+
+
+def test_command_line_names_the_urm_variable_for_a_bad_reference(tmp_path, monkeypatch, capsys):
+    from trm.bench.memory import main
+
+    monkeypatch.delenv("TRM_UPSTREAM", raising=False)
+    monkeypatch.setenv("TRM_URM", str(tmp_path))
+    assert main(["--arch", "urm", "--config", "tiny"]) == 2
+    assert f"TRM_URM={tmp_path} is not a URM checkout" in capsys.readouterr().err

@@ -1,11 +1,13 @@
-"""The model benchmark's plumbing (timings themselves are never asserted)."""
+"""The model benchmark's plumbing (timings themselves are never asserted; no reference checkout needed)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.helpers import small_config
-from trm.bench.model import Runner, build_ours, main, step_flops, time_interleaved
+from trm.bench.model import Runner, build_ours, main, step_flops, time_interleaved, tiny_config
+from trm.model.registry import ARCHS, get_spec
 
 
 def test_bad_upstream_path_exits_2_with_message(tmp_path, capsys):
@@ -43,3 +45,56 @@ def test_attention_split_counts_every_block_application_and_bounds_the_ratio(cap
     assert "60% of ours" in out
     assert "ours 200.0 ms, upstream 400.0 ms (2.00x)" in out
     assert "cannot exceed 2.33x" in out
+
+
+def _no_references(monkeypatch):
+    monkeypatch.delenv("TRM_UPSTREAM", raising=False)
+    monkeypatch.delenv("TRM_URM", raising=False)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_every_architecture_has_a_tiny_cpu_model_that_steps(arch, monkeypatch, capsys):
+    _no_references(monkeypatch)
+    config = tiny_config(arch)
+    assert type(config) is get_spec(arch).config
+    assert (config.hidden_size, config.puzzle_emb_ndim, config.forward_dtype) == (64, 0, "float32")
+    head = build_ours(config, torch.device("cpu"))
+    assert type(head.model) is get_spec(arch).model
+    argv = [
+        "--arch",
+        arch,
+        "--device",
+        "cpu",
+        "--no-compile",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--batch-size",
+        "2",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"arch={arch} " in out and "batch=2 " in out
+    assert "ours/eager" in out and "upstream/eager" not in out and "reference/eager" not in out
+
+
+def test_reference_checkout_comes_from_the_architectures_variable(tmp_path, monkeypatch, capsys):
+    _no_references(monkeypatch)
+    monkeypatch.setenv("TRM_URM", str(tmp_path))  # URM's reference is the URM checkout
+    assert main(["--arch", "urm", "--steps", "1", "--no-compile", "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"TRM_URM={tmp_path} is not a URM checkout" in err
+    monkeypatch.delenv("TRM_URM")
+    monkeypatch.setenv("TRM_UPSTREAM", str(tmp_path))  # upstream TRM's checkout is not URM's reference
+    assert main(["--arch", "urm", "--steps", "1", "--warmup", "0", "--no-compile", "--batch-size", "2"]) == 0
+    assert "reference/eager" not in capsys.readouterr().out
+    assert main(["--arch", "hrm", "--steps", "1", "--no-compile", "--batch-size", "2"]) == 2
+    assert "not a TinyRecursiveModels checkout" in capsys.readouterr().err
+
+
+def test_unknown_architecture_is_refused_by_the_command_line(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--arch", "gpt"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'gpt'" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """Benchmark: activation memory of one training step per batch row (the saved tensors autograd keeps).
 
-    python -m trm.bench.memory                        # paper config, bf16, on CPU: no GPU needed
-    TRM_UPSTREAM=<checkout> python -m trm.bench.memory   # upstream's model beside ours
+    python -m trm.bench.memory                        # TRM's paper config, bf16, on CPU: no GPU needed
+    python -m trm.bench.memory --arch urm             # any registered architecture (its paper config)
+    TRM_UPSTREAM=<checkout> python -m trm.bench.memory   # upstream's model beside ours (urm: TRM_URM)
 
 What a micro-batch costs in GPU memory is mostly what the forward keeps for the backward. That is the
 same tensors on any device in eager mode (PyTorch's CPU and CUDA flash-attention kernels both keep q, k,
@@ -22,9 +23,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from trm.bench.model import CONFIGS, UpstreamCall, build_ours, build_upstream, make_batch
+from trm.bench.model import CONFIGS, build_ours, build_reference, depth_keys, make_batch, reference_env
 from trm.errors import TRMError
 from trm.model import TRMConfig
+from trm.model.registry import ARCHS
 
 
 def saved_bytes(head: nn.Module, config: TRMConfig) -> int:
@@ -58,17 +60,23 @@ def per_row_bytes(build: Callable[[TRMConfig], nn.Module], config: TRMConfig) ->
 def main(argv: list[str] | None = None) -> int:
     """Print MB per row and fixed MB for ours (and upstream with TRM_UPSTREAM)."""
     parser = argparse.ArgumentParser(prog="python -m trm.bench.memory", description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", choices=sorted(ARCHS), default="trm", help="architecture (default: trm)")
     parser.add_argument("--config", choices=sorted(CONFIGS), default="paper")
-    parser.add_argument("--upstream", default=os.environ.get("TRM_UPSTREAM"), help="[$TRM_UPSTREAM]")
+    parser.add_argument(
+        "--upstream", default=None, help="reference checkout [$TRM_UPSTREAM; for --arch urm $TRM_URM]"
+    )
     args = parser.parse_args(argv)
-    config = CONFIGS[args.config]()
+    arch = args.arch
+    reference = args.upstream or os.environ.get(reference_env(arch))
+    config = CONFIGS[args.config](arch)
     cpu = torch.device("cpu")
     builders: list[tuple[str, Callable[[TRMConfig], nn.Module]]] = [("ours", lambda c: build_ours(c, cpu))]
-    if args.upstream:
-        builders.append(("upstream", lambda c: UpstreamCall(build_upstream(c, cpu, args.upstream))))
+    if reference:
+        builders.append(("upstream", lambda c: build_reference(arch, c, cpu, reference)))
+    layers = depth_keys(arch, config)
     print(
-        f"config={args.config} seq={config.total_seq_len} hidden={config.hidden_size} H={config.H_cycles} "
-        f"L={config.L_cycles} layers={config.L_layers} dtype={config.forward_dtype} (eager, saved tensors)"
+        f"arch={arch} config={args.config} seq={config.total_seq_len} hidden={config.hidden_size} {layers} "
+        f"dtype={config.forward_dtype} (eager, saved tensors)"
     )
     try:
         results = {name: per_row_bytes(build, config) for name, build in builders}

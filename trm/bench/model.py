@@ -1,10 +1,13 @@
-"""Benchmark: one training step (ACT forward, backward, AdamATan2 step) of TRM, ours vs upstream.
+"""Benchmark: one training step (ACT forward, backward, AdamATan2 step) of an architecture, ours vs its reference.
 
-    python -m trm.bench.model                      # tiny CPU config, eager and compiled
-    TRM_UPSTREAM=<checkout> python -m trm.bench.model   # also time upstream's model in the same run
+    python -m trm.bench.model                      # TRM, tiny CPU config, eager and compiled
+    python -m trm.bench.model --arch urm           # any registered architecture (see --help)
+    TRM_UPSTREAM=<checkout> python -m trm.bench.model --arch hrm   # also time upstream's model in the same run
+    TRM_URM=<checkout> python -m trm.bench.model --arch urm        # URM: the reference is the URM checkout
 
-Upstream is imported from its checkout; it needs `pydantic` and `einops` importable. Both models are
-stepped with our AdamATan2 (upstream's optimizer is a CUDA-only extension), so the ratio compares models.
+The references are imported from their checkouts; they need `pydantic` and `einops` importable (URM's
+FlashAttention call is served by torch's SDPA, see trm.bench.urm_reference). Both models are stepped with
+our AdamATan2 (the references' optimizer is a CUDA-only extension), so the ratio compares models.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch import nn
 from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
 from trm.model.layers import swiglu_intermediate
+from trm.model.registry import ARCHS, get_spec
 from trm.optim import AdamATan2
 from trm.training.recipes import get_recipe
 
@@ -34,24 +38,53 @@ from trm.training.recipes import get_recipe
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
 
 
-def tiny_config() -> TRMConfig:
-    """The bench-tiny recipe's model at its batch of 32 (the reference CPU measurements; upstream: 1.6 steps/s
-    eager)."""
-    recipe = get_recipe("bench-tiny")
-    return recipe.model_config(
-        batch_size=recipe.global_batch_size, seq_len=900, vocab_size=12, num_puzzle_identifiers=1
-    )
+# The tiny CPU model of each architecture besides TRM (whose tiny model is the bench-tiny recipe's): hidden
+# 64, 4 heads, no puzzle embedding, fp32, the fewest layers and cycles that still run every code path.
+TINY_ARCHS: dict[str, dict[str, Any]] = {
+    "trm_singlez": dict(L_layers=1, H_cycles=2, L_cycles=1, puzzle_emb_len=0),
+    "trm_hier6": dict(L_layers=1, H_cycles=2, L_cycles=1, puzzle_emb_len=0),
+    "hrm": dict(H_layers=1, L_layers=1, H_cycles=2, L_cycles=1),
+    "transformers_baseline": dict(H_layers=2, H_cycles=1),
+    "urm": dict(num_layers=2, loops=4, H_cycles=2, L_cycles=1, conv_dtype="float32"),
+}
+TINY_COMMON = dict(hidden_size=64, num_heads=4, puzzle_emb_ndim=0, forward_dtype="float32")
+TINY_BATCH = 32
+PAPER_BATCH = 192  # the arc2 recipe's global batch of 768 on 4 ranks
 
 
-def paper_config() -> TRMConfig:
-    """The arc2 recipe's model at one rank's share of its global batch on 4 ranks (192), bf16."""
-    recipe = get_recipe("arc2").with_changes(arch={"forward_dtype": "bfloat16"})
-    return recipe.model_config(
-        batch_size=recipe.global_batch_size // 4, seq_len=900, vocab_size=12, num_puzzle_identifiers=1000
-    )
+def tiny_config(arch: str = "trm") -> Any:
+    """The tiny CPU model of `arch` at a batch of 32. TRM: the bench-tiny recipe (the reference CPU
+    measurements; upstream: 1.6 steps/s eager)."""
+    if arch == "trm":
+        recipe = get_recipe("bench-tiny")
+        return recipe.model_config(
+            batch_size=recipe.global_batch_size, seq_len=900, vocab_size=12, num_puzzle_identifiers=1
+        )
+    sizes = dict(batch_size=TINY_BATCH, seq_len=900, vocab_size=12, num_puzzle_identifiers=1)
+    return get_spec(arch).config(**sizes, **TINY_COMMON, **TINY_ARCHS[arch])
+
+
+def paper_config(arch: str = "trm") -> Any:
+    """One rank's share (192) of a 4-rank ARC run, bf16. TRM: the arc2 recipe's model; the others: their
+    schema's defaults, which are the reference's config/arch file."""
+    if arch == "trm":
+        recipe = get_recipe("arc2").with_changes(arch={"forward_dtype": "bfloat16"})
+        return recipe.model_config(
+            batch_size=recipe.global_batch_size // 4, seq_len=900, vocab_size=12, num_puzzle_identifiers=1000
+        )
+    from trm.model.registry import model_config
+
+    schema = get_spec(arch).schema()
+    schema = dataclasses.replace(schema, puzzle_emb_ndim=schema.hidden_size)  # the schema's `${.hidden_size}`
+    return model_config(
+        schema, batch_size=PAPER_BATCH, seq_len=900, vocab_size=12, num_puzzle_identifiers=1000,
+        forward_dtype="bfloat16",
+    )  # fmt: skip
 
 
 CONFIGS = {"tiny": tiny_config, "paper": paper_config}
+# The depth keys printed in the header line, where an architecture has them.
+LAYER_KEYS = ("loops", "H_cycles", "L_cycles", "H_layers", "L_layers", "num_layers")
 
 
 def step_flops(config: TRMConfig) -> float:
@@ -82,9 +115,34 @@ def make_batch(config: TRMConfig, device: torch.device) -> dict[str, torch.Tenso
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def build_ours(config: TRMConfig, device: torch.device) -> nn.Module:
-    """Our loss head around our model."""
-    return ACTLossHead(TinyRecursiveModel(config)).to(device)
+def build_ours(config: Any, device: torch.device) -> nn.Module:
+    """Our loss head around our model of the config's architecture."""
+    if type(config) is TRMConfig:
+        return ACTLossHead(TinyRecursiveModel(config)).to(device)
+    from trm.model.registry import build_model
+
+    return ACTLossHead(build_model(config)).to(device)
+
+
+def depth_keys(arch: str, config: Any) -> str:
+    """`key=value` of the depth keys (LAYER_KEYS) that `arch`'s schema has, for the header line."""
+    keys = {f.name for f in dataclasses.fields(get_spec(arch).schema)}
+    return " ".join(f"{k}={getattr(config, k)}" for k in LAYER_KEYS if k in keys)
+
+
+def build_reference(arch: str, config: Any, device: torch.device, path: str) -> nn.Module:
+    """The reference's loss head for `arch` (URM: the URM checkout; the others: upstream's), called like ours."""
+    if arch == "urm":
+        from trm.bench.urm_reference import reference_head
+
+        with torch.device(device):
+            return UpstreamCall(reference_head(config, path).to(device))
+    return UpstreamCall(build_upstream(config, device, path, model_id=get_spec(arch).model_id))
+
+
+def reference_env(arch: str) -> str:
+    """The environment variable naming the reference checkout of `arch`."""
+    return "TRM_URM" if arch == "urm" else "TRM_UPSTREAM"
 
 
 def build_upstream(
@@ -262,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     """Run the benchmark and print one line per variant plus the ours/upstream ratios."""
     parser = argparse.ArgumentParser(prog="python -m trm.bench.model", description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", choices=sorted(ARCHS), default="trm", help="architecture (default: trm)")
     parser.add_argument("--config", choices=sorted(CONFIGS), default=None, help="tiny (CPU) or paper (GPU)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant")
@@ -272,23 +331,31 @@ def _run(argv: list[str] | None) -> int:
         "--no-attention-split", action="store_true", help="skip timing SDPA alone (attention's share)"
     )
     parser.add_argument(
-        "--upstream", default=os.environ.get("TRM_UPSTREAM"), help="upstream checkout [$TRM_UPSTREAM]"
+        "--upstream",
+        default=None,
+        help="reference checkout [$TRM_UPSTREAM; for --arch urm $TRM_URM, a URM checkout]",
     )
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
-    config = CONFIGS[args.config or ("paper" if device.type == "cuda" else "tiny")]()
+    arch = args.arch
+    reference = args.upstream or os.environ.get(reference_env(arch))
+    ref_name = "reference" if arch == "urm" else "upstream"
+    config = CONFIGS[args.config or ("paper" if device.type == "cuda" else "tiny")](arch)
     if args.batch_size is not None:
         config = dataclasses.replace(config, batch_size=args.batch_size)
     modes = [False] if args.no_compile else [False, True]
     builders: list[tuple[str, Callable[[], nn.Module]]] = [("ours", lambda: build_ours(config, device))]
-    if args.upstream:
-        builders.append(("upstream", lambda: UpstreamCall(build_upstream(config, device, args.upstream))))
-    flops, peak = step_flops(config), peak_flops(device)
+    if reference:
+        builders.append((ref_name, lambda: build_reference(arch, config, device, reference)))
+    trm_shaped = arch == "trm"  # the FLOP count and the attention split follow TRM's block schedule
+    flops, peak = (step_flops(config), peak_flops(device)) if trm_shaped else (0.0, None)
+    layers = depth_keys(arch, config)
     print(
-        f"config={args.config or config.forward_dtype} device={device} threads={torch.get_num_threads()} "
-        f"batch={config.batch_size} seq={config.total_seq_len} hidden={config.hidden_size} "
-        f"H={config.H_cycles} L={config.L_cycles} layers={config.L_layers} dtype={config.forward_dtype}"
+        f"arch={arch} config={args.config or config.forward_dtype} device={device} "
+        f"threads={torch.get_num_threads()} batch={config.batch_size} seq={config.total_seq_len} "
+        f"hidden={config.hidden_size} {layers} "
+        f"dtype={config.forward_dtype}"
     )
     runners = []
     for compiled in modes:
@@ -308,14 +375,14 @@ def _run(argv: list[str] | None) -> int:
             f"(first step {timing.first_step_s:.1f} s){mfu}"
         )
     for compiled in modes:
-        if ("upstream", compiled) in results:
-            ratio = results[("upstream", compiled)].median_s / results[("ours", compiled)].median_s
-            print(f"speedup {'compiled' if compiled else 'eager'}: {ratio:.2f}x vs upstream")
-    if not config.mlp_t and not args.no_attention_split:
+        if (ref_name, compiled) in results:
+            ratio = results[(ref_name, compiled)].median_s / results[("ours", compiled)].median_s
+            print(f"speedup {'compiled' if compiled else 'eager'}: {ratio:.2f}x vs {ref_name}")
+    if trm_shaped and not config.mlp_t and not args.no_attention_split:
         print_attention_split(results, time_attention(config, device))
-    if ("upstream", False) in results and True in modes:
-        ratio = results[("upstream", False)].median_s / results[("ours", True)].median_s
-        print(f"speedup ours compiled vs upstream eager: {ratio:.2f}x")
+    if (ref_name, False) in results and True in modes:
+        ratio = results[(ref_name, False)].median_s / results[("ours", True)].median_s
+        print(f"speedup ours compiled vs {ref_name} eager: {ratio:.2f}x")
     return 0
 
 

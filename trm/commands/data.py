@@ -236,7 +236,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     verify.set_defaults(func=_verify)
 
     imp = commands.add_parser(
-        "import-upstream", help="check an upstream-built dataset and write its manifest"
+        "import-upstream",
+        help="check a dataset built by upstream TinyRecursiveModels or URM and write its manifest "
+        "(a URM build's dataset.json gains total_puzzles, derived from group_indices)",
     )
     imp.add_argument("dataset_dir")
     imp.set_defaults(func=_import_upstream)

@@ -1,4 +1,11 @@
-"""Accept a dataset dir built by upstream TinyRecursiveModels: check its structure, then write a manifest."""
+"""Accept a dataset dir built by upstream TinyRecursiveModels or by URM: check its structure, then write a manifest.
+
+URM's builders write upstream's output layout (`<split>/all__<name>.npy`, `<split>/dataset.json`,
+`identifiers.json`, `test_puzzles.json`); only the task files they read are named differently
+(`<prefix>_<subset>-challenges.json` instead of `_challenges.json`). Their `dataset.json` has no
+`total_puzzles`: the import derives it as upstream's ARC builder defines it, the number of puzzles
+(`group_indices[-1]`, one per entry of `puzzle_identifiers`), and writes it into that split's `dataset.json`.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +16,36 @@ from typing import Any
 import numpy as np
 
 from trm.errors import TRMError
+from trm.io import atomic_write_json
 
 from . import formats
 from .manifest import MANIFEST, identifiers_provenance, write_manifest
 from .metadata import DatasetMetadata
 
 UPSTREAM_BUILDER = "upstream TinyRecursiveModels (imported by trm-stack)"
+URM_BUILDER = "URM (imported by trm-stack; total_puzzles derived from group_indices)"
+
+
+def read_split_metadata(root: Path, split: str) -> tuple[dict[str, Any], bool]:
+    """The split's raw `dataset.json` and whether it lacks `total_puzzles` (URM's builders omit it)."""
+    path = root / split / "dataset.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise TRMError(
+            f"{path}: missing or unreadable ({err}); the build did not finish, rebuild it"
+        ) from None
+    if not isinstance(raw, dict):
+        raise TRMError(f"{path}: expected a JSON object of dataset metadata; rebuild the dataset")
+    return raw, "total_puzzles" not in raw
 
 
 def check_split(root: Path, split: str, num_identifiers: int | None) -> dict[str, int]:
-    """Validate one materialized split's arrays against its dataset.json; returns its counts."""
-    meta = DatasetMetadata.read(root / split / "dataset.json")
+    """Validate one materialized split's arrays against its dataset.json; returns its counts.
+
+    A `dataset.json` without `total_puzzles` (URM's) is checked with the puzzle count derived from
+    `group_indices`; `import_upstream` writes that value back once every split passed."""
+    raw, derive = read_split_metadata(root, split)
     where = root / split
 
     def load(name: str, mmap: bool = False) -> np.ndarray:
@@ -35,6 +61,9 @@ def check_split(root: Path, split: str, num_identifiers: int | None) -> dict[str
 
     puzzle_indices, group_indices = load("puzzle_indices"), load("group_indices")
     identifiers = load("puzzle_identifiers")
+    if derive:
+        raw = {**raw, "total_puzzles": int(group_indices[-1]) if len(group_indices) else 0}
+    meta = DatasetMetadata.from_dict(raw, str(root / split / "dataset.json"))
     inputs, labels = load("inputs", mmap=True), load("labels", mmap=True)
     problems = []
     if inputs.shape != labels.shape or inputs.ndim != 2 or inputs.shape[1] != meta.seq_len:
@@ -66,8 +95,16 @@ def check_split(root: Path, split: str, num_identifiers: int | None) -> dict[str
     return {"groups": meta.total_groups, "puzzles": meta.total_puzzles, "examples": len(inputs)}
 
 
+def add_total_puzzles(root: Path, split: str, puzzles: int) -> None:
+    """Write the derived `total_puzzles` into a URM-built split's `dataset.json` (keys otherwise unchanged)."""
+    raw, _ = read_split_metadata(root, split)
+    atomic_write_json(root / split / "dataset.json", {**raw, "total_puzzles": puzzles}, indent=None)
+
+
 def import_upstream(dataset_dir: str | Path, *, progress: bool = False) -> dict[str, Any]:
-    """Check an upstream-built dir (materialized layout) and write `manifest.json` for it."""
+    """Check an upstream- or URM-built dir (materialized layout) and write `manifest.json` for it.
+
+    Nothing is written unless both splits pass; a URM build's `dataset.json` files gain `total_puzzles`."""
     root = Path(dataset_dir)
     if (root / MANIFEST).exists():
         raise TRMError(
@@ -82,14 +119,22 @@ def import_upstream(dataset_dir: str | Path, *, progress: bool = False) -> dict[
         ) from None
     if not isinstance(identifiers, list):
         raise TRMError(f"{ids_path}: expected a JSON list of identifier strings; rebuild the dataset")
-    counts = {split: check_split(root, split, len(identifiers)) for split in ("train", "test")}
+    splits = ("train", "test")
+    counts = {split: check_split(root, split, len(identifiers)) for split in splits}
+    derived = [split for split in splits if read_split_metadata(root, split)[1]]
+    for split in derived:
+        add_total_puzzles(root, split, counts[split]["puzzles"])
     counts["identifiers"] = {"total": len(identifiers)}
+    args: dict[str, Any] = {"imported": True}
+    if derived:
+        args["derived_total_puzzles"] = derived
     return write_manifest(
         root,
         form=formats.MATERIALIZED,
-        builder=UPSTREAM_BUILDER,
-        args={"imported": True},
+        builder=URM_BUILDER if derived else UPSTREAM_BUILDER,
+        args=args,
         inputs={},
         counts=counts,
-        identifiers=identifiers_provenance(upstream_identical=True),  # upstream's own output
+        # upstream's own output; URM's ARC builder assigns identifiers exactly as upstream's does
+        identifiers=identifiers_provenance(upstream_identical=True),
     )
