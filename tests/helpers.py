@@ -292,7 +292,8 @@ def small_config(**overrides) -> TRMConfig:
     return TRMConfig(**values)
 
 
-def make_batch(config: TRMConfig, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_batch(config: Any, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A random batch for any model config with batch_size, seq_len, vocab_size, num_puzzle_identifiers."""
     g = torch.Generator().manual_seed(seed)
     b, s = config.batch_size, config.seq_len
     labels = torch.randint(0, config.vocab_size, (b, s), generator=g, dtype=torch.int32)

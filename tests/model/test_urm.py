@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.helpers import make_batch
 from trm.errors import TRMError
 from trm.model import ACTLossHead, UniversalReasoningModel, URMConfig
 from trm.model.layers import swiglu_intermediate
@@ -39,20 +40,6 @@ def small_config(**overrides) -> URMConfig:
     )
     values.update(overrides)
     return URMConfig(**values)
-
-
-def make_batch(config: URMConfig, seed: int = 0) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    b, s = config.batch_size, config.seq_len
-    labels = torch.randint(0, config.vocab_size, (b, s), generator=g, dtype=torch.int32)
-    labels[:, -2:] = -100
-    return {
-        "inputs": torch.randint(0, config.vocab_size, (b, s), generator=g, dtype=torch.int32),
-        "labels": labels,
-        "puzzle_identifiers": torch.randint(
-            0, config.num_puzzle_identifiers, (b,), generator=g, dtype=torch.int32
-        ),
-    }
 
 
 def expected_params(c: URMConfig) -> int:
