@@ -190,7 +190,7 @@ def test_resume_refuses_another_architecture(tmp_path: Path) -> None:
 
 
 def test_checkpoints_are_pruned_to_keep(tmp_path: Path) -> None:
-    run(tmp_path / "k", "checkpoint_keep=1", "epochs=6")
+    run(tmp_path / "k", "checkpoint_keep=1", "checkpoint_keep_best=0", "epochs=6")
     assert [c.step for c in ckpt.find_complete(tmp_path / "k")] == [12]
 
 

@@ -6,6 +6,11 @@ Layout of `<checkpoint_path>/step_N/`:
   manifest.json    compatibility facts + sha256 of every file above
   COMPLETE         written last, inside the temp dir, before the rename that publishes the folder
 A folder without COMPLETE, or whose files do not match the manifest, is torn and is skipped with a warning.
+
+Kinds (manifest `kind`): `eval` checkpoints are written right after an evaluation and carry its metrics
+(`eval_metrics`); every other save (rolling by time or steps, a signal, a stop) is `rolling`. Retention
+(`prune`) keeps the newest `keep` rolling ones, the newest `keep` evaluation ones plus the best `keep_best`
+by one metric (higher is better), and always the newest complete checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ COMPLETE = "COMPLETE"
 MANIFEST = "manifest.json"
 STATE = "state.pt"
 STEP_RE = re.compile(r"^step_(\d+)$")
+ROLLING = "rolling"
+EVAL = "eval"
 
 
 def rank_file(rank: int) -> str:
@@ -117,6 +124,12 @@ class CheckpointDiskFull(TRMError):
     """The filesystem under checkpoint_path filled up during a save; the partial folder was removed."""
 
     exit_code = exit_codes.DISK_FULL
+
+
+class CheckpointWriteFailed(TRMError):
+    """Another rank's checkpoint writer failed (its log has the error); this rank stops with it."""
+
+    exit_code = 1  # what the failing rank exits with for an error other than a full disk
 
 
 def disk_full_cause(err: BaseException) -> OSError | None:
@@ -206,15 +219,46 @@ def find_complete(root: Path, *, verify_hashes: bool = False, warn: bool = True)
     return sorted(found, key=lambda c: c.step)
 
 
-def prune(root: Path, keep: int) -> list[Path]:
-    """Delete all but the newest `keep` complete checkpoints (keep=0: keep all) and stale temp folders."""
+def kind_of(info: CheckpointInfo) -> str:
+    """`eval` or `rolling` (checkpoints written before kinds existed count as rolling)."""
+    return EVAL if info.manifest.get("kind") == EVAL else ROLLING
+
+
+def metric_value(info: CheckpointInfo, metric: str) -> float | None:
+    """The value of `metric` in the evaluation this checkpoint was written after (None: not recorded)."""
+    value = (info.manifest.get("eval_metrics") or {}).get(metric)
+    return None if value is None or value != value else float(value)  # NaN counts as missing
+
+
+def best_of(complete: list[CheckpointInfo], metric: str, k: int = 1) -> list[CheckpointInfo]:
+    """The `k` checkpoints with the highest `metric` (ties: the earlier step first), best first."""
+    scored = [(v, info) for info in complete if (v := metric_value(info, metric)) is not None]
+    scored.sort(key=lambda pair: (-pair[0], pair[1].step))
+    return [info for _, info in scored[:k]]
+
+
+def retained(complete: list[CheckpointInfo], keep: int, keep_best: int, metric: str | None) -> set[int]:
+    """Steps that retention keeps (keep=0: all): newest `keep` of each kind, best `keep_best`, the newest."""
+    if keep <= 0 or not complete:
+        return {info.step for info in complete}
+    rolling = [i for i in complete if kind_of(i) == ROLLING]
+    evals = [i for i in complete if kind_of(i) == EVAL]
+    kept = {i.step for i in rolling[-keep:]} | {i.step for i in evals[-keep:]} | {complete[-1].step}
+    if metric and keep_best > 0:
+        kept |= {i.step for i in best_of(evals, metric, keep_best)}
+    return kept
+
+
+def prune(root: Path, keep: int, keep_best: int = 0, metric: str | None = None) -> list[Path]:
+    """Delete complete checkpoints that retention (`retained`) does not keep, and stale temp folders."""
     removed: list[Path] = []
     for stale in [*root.glob(".step_*.partial"), *root.glob(".step_*.old")]:
         shutil.rmtree(stale, ignore_errors=True)
         removed.append(stale)
     complete = find_complete(root, warn=False)
-    if keep > 0:
-        for info in complete[:-keep]:
+    kept = retained(complete, keep, keep_best, metric)
+    for info in complete:
+        if info.step not in kept:
             shutil.rmtree(info.path, ignore_errors=True)
             removed.append(info.path)
     return removed

@@ -42,6 +42,11 @@ RUN_ONLY_KEYS = frozenset(
         "wandb",
         "tensorboard",
         "checkpoint_every_eval",
+        "checkpoint_every_minutes",
+        "checkpoint_every_steps",
+        "checkpoint_keep_best",
+        "checkpoint_best_metric",
+        "async_checkpoint",
         "min_eval_interval",
         "evaluators",
         "data_paths_test",
@@ -106,7 +111,17 @@ class TrainConfig:
     compile: str = "auto"
     """torch.compile: auto (on CUDA unless DISABLE_COMPILE) | true | false."""
     checkpoint_keep: int = 2
-    """Keep the newest k complete checkpoints (0 keeps all)."""
+    """Keep the newest k rolling and the newest k evaluation checkpoints (0 keeps all)."""
+    checkpoint_every_minutes: float | None = 30
+    """Rolling checkpoint after this many minutes since the last checkpoint (0 or null: off)."""
+    checkpoint_every_steps: int | None = None
+    """Rolling checkpoint every k optimizer steps (null: off)."""
+    checkpoint_keep_best: int = 1
+    """Also keep the best k evaluation checkpoints by checkpoint_best_metric (higher is better)."""
+    checkpoint_best_metric: str | None = None
+    """Eval metric that ranks checkpoints; null: ARC/pass@2 with an ARC evaluator, else eval/all/exact_accuracy."""
+    async_checkpoint: bool = True
+    """Write checkpoints on a background thread (the loop only copies the state to host memory)."""
     log_interval: int = 1
     """Log train metrics every k steps."""
     device: str = "auto"
@@ -270,10 +285,14 @@ def validate(cfg: TrainConfig) -> None:
         raise TRMError(
             "data_paths is empty: pass data_paths=[DIR] (built by `python -m trm data build-arc`)."
         )
-    for key in ("global_batch_size", "epochs", "checkpoint_keep", "log_interval"):
+    for key in ("global_batch_size", "epochs", "checkpoint_keep", "log_interval", "checkpoint_keep_best"):
         value = getattr(cfg, key)
-        if value < (0 if key == "checkpoint_keep" else 1):
+        if value < (0 if key.startswith("checkpoint_keep") else 1):
             raise TRMError(f"{key}={value} must be positive.")
+    for key in ("checkpoint_every_minutes", "checkpoint_every_steps"):
+        value = getattr(cfg, key)
+        if value is not None and value < 0:
+            raise TRMError(f"{key}={value} must be ≥ 0 (0 or null turns rolling checkpoints by it off).")
     if cfg.eval_interval is not None and (cfg.eval_interval < 1 or cfg.epochs % cfg.eval_interval):
         raise TRMError(
             f"eval_interval={cfg.eval_interval} must divide epochs={cfg.epochs} "
@@ -311,6 +330,13 @@ def from_dict(d: dict[str, Any]) -> TrainConfig:
     schema = get_spec(arch.get("name", "trm")).schema
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     return TrainConfig(arch=schema(**arch), **{k: v for k, v in d.items() if k in known})
+
+
+def best_metric(cfg: TrainConfig) -> str:
+    """The eval metric that ranks checkpoints: checkpoint_best_metric, else by the evaluators run."""
+    if cfg.checkpoint_best_metric:
+        return cfg.checkpoint_best_metric
+    return "ARC/pass@2" if cfg.evaluators else "eval/all/exact_accuracy"
 
 
 def math_dict(cfg: TrainConfig) -> dict[str, Any]:

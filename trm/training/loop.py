@@ -33,13 +33,16 @@ from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.optim.placement import place_state
 from trm.training import checkpoint as ckpt
-from trm.training.accumulation import exploration_draw, slice_rows, tree_map
+from trm.training.accumulation import exploration_draw, slice_rows
+from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
-from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
+from trm.training.config import TrainConfig, as_dict, best_metric, config_hash, math_dict
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
+from trm.training.rolling import RollingSchedule
 from trm.training.signals import StopRequests, handle_signals
 from trm.training.state import (
     Progress,
+    rank_shard,
     read_carries,
     read_main_state,
     read_rng,
@@ -84,6 +87,11 @@ class Trainer:
         self.metrics: MetricsLog | None = None
         self.resumed_from: Path | None = None
         self._evaluated_step = -1
+        self._eval_metrics: dict[str, float] = {}  # of the evaluation at _evaluated_step (rank 0)
+        self.rolling = RollingSchedule(cfg.checkpoint_every_minutes, cfg.checkpoint_every_steps)
+        self.writer = CheckpointWriter(asynchronous=cfg.async_checkpoint)
+        pinned = info.device.type == "cuda"  # reused pinned host memory on CUDA; fresh copies on CPU
+        self._buffers = (HostBuffers(), HostBuffers()) if pinned else (None, None)
 
     # ---------------------------------------------------------------- setup
     @classmethod
@@ -236,8 +244,12 @@ class Trainer:
                     if p.step >= self.step_limit:
                         break
                     self._train_step(batch, bar)
-                    stop, save = dist_utils.any_rank([requests.stop, requests.take_save()], self.info)
-                    if stop or save:
+                    stop, save, rolling, *writer = dist_utils.any_rank(
+                        [requests.stop, requests.take_save(), self._rolling_due(), *self._writer_flags()],
+                        self.info,
+                    )
+                    self._raise_writer_failure(*writer)
+                    if stop or save or rolling:
                         self.save_checkpoint()
                     if stop:
                         return self._stopped(requests)
@@ -259,9 +271,11 @@ class Trainer:
             return self._stopped_in_evaluation(requests)
         p.finished = True
         self.save_checkpoint(replace=True)
+        self._settle_writer()
         return exit_codes.OK
 
     def _stopped(self, requests: StopRequests) -> int:
+        self._settle_writer()
         if self.info.is_main:
             log.warning(
                 "%s: saved step %d in %s; exiting with %d (the same command resumes)",
@@ -382,6 +396,7 @@ class Trainer:
                 log.warning("%s; it runs again when the run resumes", stopped)
             return False
         self._evaluated_step = self.progress.step
+        self._eval_metrics = metrics
         if self.info.is_main and self.metrics is not None:
             metrics["eval/seconds"] = time.perf_counter() - start
             self.metrics.log(self.progress.step, metrics)
@@ -410,14 +425,33 @@ class Trainer:
 
     # ---------------------------------------------------------------- checkpoints
     def save_checkpoint(self, *, replace: bool = False) -> None:
-        """Write step_N/ (every rank its shard, rank 0 the rest), publish atomically, prune old ones.
+        """Snapshot the state to host memory and hand it to the writer (see trm.training.async_save).
 
-        A complete step_N/ already there is kept unless `replace` (the final save marks the run finished).
+        Every rank writes its shard, rank 0 the rest, publishes atomically and prunes. A complete step_N/
+        already there is kept unless `replace` (the final save marks the run finished) or this save
+        follows an evaluation at step N and the one there does not (it gains the evaluation's metrics).
         """
+        self._settle_writer()  # at most one save in flight; an earlier failure stops every rank here
         step, info = self.progress.step, self.info
         final = self.run_dir / f"step_{step}"
-        if (final / ckpt.COMPLETE).is_file() and not replace:
+        evaluated = self._evaluated_step == step
+        upgrade = evaluated and self._kind_on_disk(final) != ckpt.EVAL
+        if (final / ckpt.COMPLETE).is_file() and not (replace or upgrade):
             return
+        self.rolling.saved()
+        shard = snapshot(rank_shard(self.components.plan, self.carries), self._buffers[0])
+        main = snapshot(self._main_payload(), self._buffers[1]) if info.is_main else None
+        facts = self._facts()
+        facts["kind"] = ckpt.EVAL if evaluated else ckpt.ROLLING
+        facts["eval_metrics"] = dict(self._eval_metrics) if evaluated else None
+        facts["best_metric"] = best_metric(self.cfg)
+        if not info.distributed:
+            self.writer.submit(lambda: self._write(step, shard, main, facts, prepare=True))
+            return
+        # Under torchrun every rank writes its shard now (from the snapshot); after each part every rank
+        # learns whether any rank ran out of space (the all-reduce is also the barrier between the parts).
+        # Only then does rank 0 hand its state, the publication and the pruning to its writer: all shards
+        # are on disk, so publishing needs no collective from the writer thread (unsafe with NCCL/gloo).
         folder = ckpt.partial_dir(self.run_dir, step)
 
         def prepare() -> None:
@@ -425,46 +459,91 @@ class Trainer:
                 ckpt.prepare_partial(self.run_dir, step)
 
         def write() -> None:
-            write_rank_shard(folder, info.rank, self.components.plan, self.carries)
-            if info.is_main:
-                write_main_state(folder, self._main_payload())
+            write_rank_shard(folder, info.rank, shard)
 
-        def publish() -> None:
-            if info.is_main:
-                ckpt.publish(self.run_dir, step, self._facts())
-
-        # After each part every rank learns whether any rank ran out of space (the all-reduce is also
-        # the barrier between the parts), so all of them stop together.
-        for part in (prepare, write, publish):
+        for part in (prepare, write):
             cause = _disk_full(part)
             if dist_utils.any_rank([cause is not None], info)[0]:
                 self._disk_full(step, folder, cause)
         if info.is_main:
-            ckpt.prune(self.run_dir, self.cfg.checkpoint_keep)
-        dist_utils.barrier(info)
+            self.writer.submit(lambda: self._write(step, None, main, facts, prepare=False))
+
+    def _write(self, step: int, shard: Any, main: Any, facts: dict[str, Any], *, prepare: bool) -> None:
+        """The writer's part: files, manifest, COMPLETE, rename, prune (rank 0); on failure the partial
+        folder is removed and the error says what is intact (disk full: CheckpointDiskFull)."""
+        folder = ckpt.partial_dir(self.run_dir, step)
+        try:
+            if prepare:
+                ckpt.prepare_partial(self.run_dir, step)
+            if shard is not None:
+                write_rank_shard(folder, self.info.rank, shard)
+            if main is not None:
+                write_main_state(folder, main)
+                ckpt.publish(self.run_dir, step, facts)
+                ckpt.prune(
+                    self.run_dir,
+                    self.cfg.checkpoint_keep,
+                    self.cfg.checkpoint_keep_best,
+                    facts["best_metric"],
+                )
+        except (OSError, RuntimeError) as err:
+            shutil.rmtree(folder, ignore_errors=True)
+            cause = ckpt.disk_full_cause(err)
+            if cause is None:
+                raise
+            needed = self._checkpoint_bytes(
+                snapshot_bytes(main) + snapshot_bytes(shard) * self.info.world_size
+            )
+            raise ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause)) from None
+
+    @staticmethod
+    def _kind_on_disk(folder: Path) -> str | None:
+        try:
+            return json.loads((folder / ckpt.MANIFEST).read_text()).get("kind")
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def _rolling_due(self) -> bool:
+        """Rank 0's clock decides; the loop shares the answer with the other ranks' stop flags."""
+        return self.info.is_main and self.rolling.due(self.progress.step)
+
+    def _writer_flags(self) -> list[bool]:
+        """[the last save failed, it failed for a full disk] without waiting (rank 0's writer publishes)."""
+        error = self.writer.error if self.writer.failed else None
+        return [error is not None, isinstance(error, ckpt.CheckpointDiskFull)]
+
+    def _raise_writer_failure(self, failed: bool, disk_full: bool) -> None:
+        """Stop every rank when a background save failed: the rank that has the error raises it."""
+        if not failed:
+            return
+        self.writer.wait()  # raises the error where it happened
+        previous = ckpt.find_complete(self.run_dir, warn=False)
+        intact = (
+            f"{previous[-1].path} is the newest complete checkpoint" if previous else "no checkpoint exists"
+        )
+        message = f"rank 0 could not write a checkpoint (its log has the error); {intact}"
+        raise (ckpt.CheckpointDiskFull if disk_full else ckpt.CheckpointWriteFailed)(message)
+
+    def _settle_writer(self) -> None:
+        """Wait for the save in flight; when it failed, every rank stops (see `_raise_writer_failure`)."""
+        self.writer.join()
+        self._raise_writer_failure(*dist_utils.any_rank(self._writer_flags(), self.info))
 
     def _disk_full(self, step: int, folder: Path, cause: OSError | None) -> None:
         """Remove the partial save and stop with one line (exit DISK_FULL); older checkpoints stay."""
-        needed = self._checkpoint_bytes()
+        needed = self._checkpoint_bytes(
+            snapshot_bytes(self._main_payload()) + snapshot_bytes(self.carries) * self.info.world_size
+        )
         if self.info.is_main:
             shutil.rmtree(folder, ignore_errors=True)
         dist_utils.barrier(self.info)
         cause = cause or OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # another rank's failure
         raise ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause)) from None
 
-    def _checkpoint_bytes(self) -> int:
-        """About how much one checkpoint takes: the newest complete one, else the tensors to be saved."""
+    def _checkpoint_bytes(self, estimate: int) -> int:
+        """About how much one checkpoint takes: the newest complete one, else `estimate`."""
         previous = ckpt.find_complete(self.run_dir, warn=False)
-        if previous:
-            return ckpt.checkpoint_bytes(previous[-1])
-
-        def nbytes(obj: Any) -> int:
-            sizes: list[int] = []
-            tree_map(lambda t: sizes.append(t.numel() * t.element_size()) or t, obj)
-            return sum(sizes)
-
-        # Every rank writes its own carry rows; rank 0 also writes the main state.
-        return nbytes(self._main_payload()) + nbytes(self.carries) * self.info.world_size
+        return ckpt.checkpoint_bytes(previous[-1]) if previous else estimate
 
     def _main_payload(self) -> dict[str, Any]:
         c = self.components
@@ -479,6 +558,9 @@ class Trainer:
         }
 
     def close(self) -> None:
-        """Close the metric sinks."""
-        if self.metrics is not None:
-            self.metrics.close()
+        """Wait for the save in flight (raising its failure), then close the metric sinks."""
+        try:
+            self.writer.wait()
+        finally:
+            if self.metrics is not None:
+                self.metrics.close()

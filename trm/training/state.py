@@ -45,18 +45,19 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def write_rank_shard(folder: Path, rank: int, plan: MicroBatchSplit, carries: list[Any] | None) -> None:
-    """This rank's ACT carry (all its micro-batches, as global slot rows) and RNG states."""
-    carry = None if carries is None else tree_map(lambda t: t.detach().cpu(), cat_rows(carries))
-    save_torch(
-        {
-            "slot_start": plan.slot_start,
-            "slot_end": plan.slot_start + plan.local_batch_size,
-            "carry": carry,
-            "rng": rng_state(),
-        },
-        folder / rank_file(rank),
-    )
+def rank_shard(plan: MicroBatchSplit, carries: list[Any] | None) -> dict[str, Any]:
+    """This rank's ACT carry (all its micro-batches, as global slot rows, on its device) and RNG states."""
+    return {
+        "slot_start": plan.slot_start,
+        "slot_end": plan.slot_start + plan.local_batch_size,
+        "carry": None if carries is None else tree_map(lambda t: t.detach(), cat_rows(carries)),
+        "rng": rng_state(),
+    }
+
+
+def write_rank_shard(folder: Path, rank: int, shard: dict[str, Any]) -> None:
+    """Write a `rank_shard` (a host snapshot of it) as this rank's file."""
+    save_torch(shard, folder / rank_file(rank))
 
 
 def read_carries(
