@@ -17,7 +17,11 @@ from trm.errors import TRMError
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="python -m trm.eval", description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", type=Path, help="a step_N/ folder of ours, or an upstream step_N file")
+    parser.add_argument(
+        "checkpoint",
+        type=Path,
+        help="a step_N/ folder of ours, or an upstream step_N file (with --best: a run directory)",
+    )
     parser.add_argument(
         "overrides",
         nargs="*",
@@ -30,6 +34,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="ema",
         help="ours: EMA weights when the checkpoint has them (default), or the live training weights",
     )
+    parser.add_argument(
+        "--best",
+        action="store_true",
+        help="CHECKPOINT is a run directory: evaluate its best checkpoint by --metric (`python -m trm best`)",
+    )
+    parser.add_argument(
+        "--metric", default=None, help="with --best: the eval metric to rank by (default: the run's own)"
+    )
     return parser
 
 
@@ -40,7 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        return evaluate_checkpoint(args.checkpoint, args.overrides, args.output_dir, args.weights == "ema")
+        checkpoint = args.checkpoint
+        if args.best:
+            from trm.training.best import best_checkpoint
+
+            best = best_checkpoint(checkpoint, args.metric)
+            checkpoint = best.info.path
+            logging.info(
+                "evaluating %s, the best checkpoint (%s = %.6g)", checkpoint, best.metric, best.value
+            )
+        return evaluate_checkpoint(checkpoint, args.overrides, args.output_dir, args.weights == "ema")
     except TRMError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

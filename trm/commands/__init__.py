@@ -35,6 +35,7 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
+    Command("best", "print a run's best complete checkpoint by an evaluation metric"),
     Command("data", "build, verify and import ARC datasets"),
     Command(
         "handoff",

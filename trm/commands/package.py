@@ -10,9 +10,18 @@ def _kaggle(args: argparse.Namespace) -> int:
 
     from trm.kaggle.package import newest_in_run_dir, package_kaggle
 
-    checkpoint = newest_in_run_dir(Path(args.checkpoint))
-    if checkpoint != Path(args.checkpoint):
-        print(f"packaging {checkpoint}, the newest complete checkpoint of run {args.checkpoint}")
+    if args.best:
+        from trm.training.best import best_checkpoint
+
+        best = best_checkpoint(Path(args.checkpoint), args.metric)
+        checkpoint = best.info.path
+        print(
+            f"packaging {checkpoint}, the best checkpoint of run {args.checkpoint} ({best.metric} = {best.value:.6g})"
+        )
+    else:
+        checkpoint = newest_in_run_dir(Path(args.checkpoint))
+        if checkpoint != Path(args.checkpoint):
+            print(f"packaging {checkpoint}, the newest complete checkpoint of run {args.checkpoint}")
     manifest = package_kaggle(
         checkpoint,
         args.out_dir,
@@ -95,6 +104,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     kaggle.add_argument(
         "--include-torch", action="store_true", help="also ship torch (Kaggle images already have it)"
+    )
+    kaggle.add_argument(
+        "--best",
+        action="store_true",
+        help="CHECKPOINT is a run directory: package its best checkpoint by --metric (`python -m trm best`)",
+    )
+    kaggle.add_argument(
+        "--metric", default=None, help="with --best: the eval metric to rank by (default: the run's own)"
     )
     kaggle.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     kaggle.add_argument("--quiet", action="store_true", help="no progress bars")
