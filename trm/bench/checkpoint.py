@@ -1,0 +1,186 @@
+"""Checkpoint benchmark: how long a save blocks the training loop, asynchronous vs synchronous.
+
+    nox -s bench -- checkpoint [--identifiers N] [--tiny] [--dir DIR] [--json]
+
+Builds the trainer's components at the paper config (the `arc2` recipe's model, hidden 512, EMA on) with
+a puzzle-embedding table of the real ARC-AGI-2 + ConceptARC aug-1000 dataset (1,191,730 identifiers,
+`python -m trm data build-arc --subsets training2 evaluation2 concept --test-set-name evaluation2`:
+1,191,730 × 512 fp32 = 2,440.7 MB) and rank 0's share of a 4-rank run (ACT carry of 192 rows), then
+times `Trainer.save_checkpoint` itself: once with `async_checkpoint=false` (snapshot, torch.save, fsync,
+sha256, manifest, COMPLETE, rename in the loop) and once asynchronously (the loop is blocked for the
+host snapshot only; the writer thread does the rest). Right after the asynchronous save returns, the
+benchmark changes every weight in place, as the next optimizer step would, and then checks that the
+files the writer wrote have the same sha256s as the synchronous save's: the snapshot is isolated from
+training. Target: blocked ≤ 10 % of the synchronous save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+ARC2_IDENTIFIERS = 1_191_730  # num_puzzle_identifiers of arc2concept-aug-1000 (our build = upstream's rule)
+RANKS = 4  # the paper's 4-GPU run: rank 0 writes its shard of the carry and the main state
+TARGET_BLOCKED_SHARE = 0.10
+
+
+class _Loader:
+    """What the trainer asks of a train loader when it saves: metadata, position, fingerprint."""
+
+    fingerprint = "bench-checkpoint"
+
+    def __init__(self, identifiers: int) -> None:
+        self.metadata = SimpleNamespace(
+            seq_len=900, vocab_size=12, num_puzzle_identifiers=identifiers, total_groups=1280,
+            mean_puzzle_examples=4.33, blank_identifier_id=0,
+        )  # fmt: skip
+
+    def state_dict(self) -> dict[str, int]:
+        return {"pass": 0, "position": 1}
+
+
+def build_trainer(run_dir: Path, identifiers: int, tiny: bool) -> Any:
+    """A Trainer at the arc2 recipe (or debug-tiny) with rank 0's carry and populated optimizer state."""
+    from trm.distributed import DistInfo
+    from trm.training.builder import build
+    from trm.training.config import compose, fill_run_defaults
+    from trm.training.loop import Trainer
+    from trm.training.recipes import get_recipe
+
+    batch = 4 if tiny else get_recipe("arc2").global_batch_size // RANKS
+    recipe = get_recipe("debug-tiny" if tiny else "arc2").with_changes(
+        global_batch_size=batch, evaluators=[], compile="false", device="cpu", ema=True, checkpoint_keep=0,
+        checkpoint_every_minutes=None,
+    )  # fmt: skip
+    cfg = compose([*recipe.overrides, f"checkpoint_path={run_dir}"])
+    fill_run_defaults(cfg)
+    trainer = Trainer(cfg, DistInfo(), build(cfg, DistInfo(), (_Loader(identifiers), None)))
+    c = trainer.components
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        if c.model.puzzle_emb is not None:
+            table = c.model.puzzle_emb.weight
+            table.copy_(torch.randn(table.shape, generator=generator))
+        inputs = torch.randint(2, 12, (batch, 900), generator=generator, dtype=torch.int32)
+        carry = c.loss_head.initial_carry(
+            {"inputs": inputs, "labels": inputs, "puzzle_identifiers": torch.zeros(batch, dtype=torch.int32)}
+        )
+        for t in (carry.inner_carry.z_H, carry.inner_carry.z_L):
+            t.copy_(torch.randn(t.shape, generator=generator))
+    trainer.carries = [carry]
+    # One optimizer step with zero gradients: AdamATan2's moments exist, as in a real checkpoint.
+    for p in c.model.parameters():
+        p.grad = torch.zeros_like(p)
+    for o in c.optimizers:
+        if o.name != "puzzle_emb":
+            o.optimizer.step()
+    c.model.zero_grad(set_to_none=True)
+    trainer.progress.step = 1
+    return trainer
+
+
+def file_hashes(run_dir: Path) -> dict[str, str]:
+    """sha256 of every file of the run's only checkpoint, from its manifest."""
+    from trm.training.checkpoint import find_complete
+
+    (info,) = find_complete(run_dir, verify_hashes=True)
+    return {name: meta["sha256"] for name, meta in info.manifest["files"].items()}
+
+
+def run_bench(work: Path, identifiers: int = ARC2_IDENTIFIERS, tiny: bool = False) -> dict[str, Any]:
+    """Time a synchronous and an asynchronous save of the same state; compare the files they wrote."""
+    run_dir = work / "run"
+    trainer = build_trainer(run_dir, identifiers, tiny)
+    try:
+        trainer.writer.asynchronous = False
+        start = time.perf_counter()
+        trainer.save_checkpoint()
+        sync_s = time.perf_counter() - start
+        sync_hashes = file_hashes(run_dir)
+        checkpoint_mb = sum((run_dir / "step_1" / n).stat().st_size for n in sync_hashes) / 1e6
+        shutil.rmtree(run_dir / "step_1")
+
+        trainer.writer.asynchronous = True
+        start = time.perf_counter()
+        trainer.save_checkpoint()
+        blocked_s = time.perf_counter() - start
+        with torch.no_grad():  # training goes on while the writer writes: every weight changes
+            for t in trainer.components.model.state_dict().values():
+                if t.is_floating_point():
+                    t.add_(1.0)
+        trainer.writer.wait()
+        async_total_s = time.perf_counter() - start
+        async_hashes = file_hashes(run_dir)
+    finally:
+        trainer.close()
+    table = trainer.components.model.puzzle_emb
+    table_mb = table.weight.numel() * table.weight.element_size() / 1e6 if table is not None else 0.0
+    return {
+        "identifiers": identifiers,
+        "puzzle_emb_ndim": table.weight.shape[1] if table is not None else 0,
+        "puzzle_table_mb": round(table_mb, 3),
+        "checkpoint_mb": round(checkpoint_mb, 3),
+        "sync_save_s": round(sync_s, 3),
+        "async_blocked_s": round(blocked_s, 3),
+        "async_total_s": round(async_total_s, 3),
+        "blocked_share": round(blocked_s / sync_s, 4),
+        "target_share": TARGET_BLOCKED_SHARE,
+        "identical": sync_hashes == async_hashes,
+        "files": async_hashes,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trm.bench.checkpoint", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--identifiers",
+        type=int,
+        default=ARC2_IDENTIFIERS,
+        help="puzzle-table rows (default: ARC-AGI-2 aug-1000)",
+    )
+    parser.add_argument("--tiny", action="store_true", help="the debug-tiny model instead of the paper's")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="where to write (default: a temp dir, removed)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    work = args.dir or Path(tempfile.mkdtemp(prefix="trm-bench-checkpoint-"))
+    print(
+        f"cpu cores: {os.cpu_count()}, load average: {os.getloadavg()[0]:.1f}, work dir: {work}",
+        file=sys.stderr,
+    )
+    try:
+        result = run_bench(work, args.identifiers, args.tiny)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(
+            f"puzzle table: {result['identifiers']:,} rows × {result['puzzle_emb_ndim']} fp32 = {result['puzzle_table_mb']:,.1f} MB"
+        )
+        print(f"checkpoint (state.pt + rank_0.pt): {result['checkpoint_mb']:,.1f} MB")
+        print(f"synchronous save:          {result['sync_save_s']:8.2f} s blocked")
+        print(f"asynchronous save:         {result['async_blocked_s']:8.2f} s blocked "
+              f"({100 * result['blocked_share']:.1f} % of synchronous; target ≤ {100 * TARGET_BLOCKED_SHARE:.0f} %), "
+              f"{result['async_total_s']:.2f} s until written")  # fmt: skip
+        print(f"same sha256s as the synchronous save: {'yes' if result['identical'] else 'NO'}")
+    ok = result["identical"] and (args.tiny or result["blocked_share"] <= TARGET_BLOCKED_SHARE)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
