@@ -91,7 +91,10 @@ def snapshot_bytes(obj: Any) -> int:
 
 
 class CheckpointWriter:
-    """One background thread that runs save jobs one at a time; `asynchronous=False` runs them inline."""
+    """One background thread that runs save jobs one at a time; `asynchronous=False` runs them inline.
+
+    Either way a job's failure is kept and raised by `wait` in the caller's thread.
+    """
 
     def __init__(self, asynchronous: bool = True) -> None:
         self.asynchronous = asynchronous
@@ -99,11 +102,8 @@ class CheckpointWriter:
         self._error: BaseException | None = None
 
     def submit(self, job: Callable[[], None], name: str = "checkpoint-writer") -> None:
-        """Run `job` (after the previous one finished; its failure is raised here first)."""
+        """Start `job` after the previous one finished (whose failure is raised here first)."""
         self.wait()
-        if not self.asynchronous:
-            job()
-            return
 
         def run() -> None:
             try:
@@ -111,6 +111,9 @@ class CheckpointWriter:
             except BaseException as err:
                 self._error = err
 
+        if not self.asynchronous:
+            run()  # inline; its failure is raised by `wait` like a background one's
+            return
         # Not a daemon: an interpreter that exits while a save is in flight finishes the save first.
         self._thread = threading.Thread(target=run, name=name, daemon=False)
         self._thread.start()

@@ -447,11 +447,17 @@ class Trainer:
         facts["best_metric"] = best_metric(self.cfg)
         if not info.distributed:
             self.writer.submit(lambda: self._write(step, shard, main, facts, prepare=True))
-            return
-        # Under torchrun every rank writes its shard now (from the snapshot); after each part every rank
-        # learns whether any rank ran out of space (the all-reduce is also the barrier between the parts).
-        # Only then does rank 0 hand its state, the publication and the pruning to its writer: all shards
-        # are on disk, so publishing needs no collective from the writer thread (unsafe with NCCL/gloo).
+        else:
+            self._write_shards_then_submit(step, shard, main, facts)
+        if not self.writer.asynchronous:
+            self._settle_writer()  # async_checkpoint=false: every rank learns the outcome now
+
+    def _write_shards_then_submit(self, step: int, shard: Any, main: Any, facts: dict[str, Any]) -> None:
+        """Under torchrun every rank writes its shard now (from the snapshot); after each part every rank
+        learns whether any rank ran out of space (the all-reduce is also the barrier between the parts).
+        Only then does rank 0 hand its state, the publication and the pruning to its writer: all shards
+        are on disk, so publishing needs no collective from the writer thread (unsafe with NCCL/gloo)."""
+        info = self.info
         folder = ckpt.partial_dir(self.run_dir, step)
 
         def prepare() -> None:
