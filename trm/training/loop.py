@@ -90,8 +90,9 @@ class Trainer:
         self._eval_metrics: dict[str, float] = {}  # of the evaluation at _evaluated_step (rank 0)
         self.rolling = RollingSchedule(cfg.checkpoint_every_minutes, cfg.checkpoint_every_steps)
         self.writer = CheckpointWriter(asynchronous=cfg.async_checkpoint)
-        pinned = info.device.type == "cuda"  # reused pinned host memory on CUDA; fresh copies on CPU
-        self._buffers = (HostBuffers(), HostBuffers()) if pinned else (None, None)
+        # Host memory for the snapshots (pinned on CUDA), kept from one save to the next: only the first
+        # save pays for allocating it (and its page faults).
+        self._buffers = (HostBuffers(), HostBuffers())
 
     # ---------------------------------------------------------------- setup
     @classmethod
