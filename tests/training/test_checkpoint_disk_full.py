@@ -238,3 +238,27 @@ def test_one_rank_out_of_space_stops_every_rank_without_a_hang(tmp_path: Path) -
     assert proc.stderr.count("No space left on device (needs about") == 2, proc.stderr[-3000:]  # both ranks
     assert "failed (exitcode: 74)" in proc.stderr  # torchrun's record of the first rank to exit
     assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []
+
+
+@pytest.mark.dist
+def test_rank_0s_background_writer_out_of_space_stops_every_rank(tmp_path: Path) -> None:
+    """Rank 0's writer thread fails on state.pt after both shards were written: every rank stops with
+    exit 74 at its next step (the failure travels in the per-step flag all-reduce), nothing published."""
+    from tests.e2e.test_train import ROOT, TINY, build_dataset, env
+
+    dataset = tmp_path / "data"
+    build_dataset(dataset, max_puzzles=2)
+    script = tmp_path / "wrapper.py"
+    script.write_text(WRAPPER)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+         *TINY, f"data_paths=[{dataset}]", f"+checkpoint_path={run_dir}", "epochs=2", "eval_interval=1",
+         "global_batch_size=4", "checkpoint_every_steps=1"],
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    assert "No space left on device (needs about" in proc.stderr, proc.stderr[-3000:]  # rank 0's cause
+    assert "rank 0 could not write a checkpoint (its log has the error); no checkpoint exists" in proc.stderr
+    assert "failed (exitcode: 74)" in proc.stderr
+    assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []
