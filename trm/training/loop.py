@@ -1,7 +1,8 @@
 """The training run, top to bottom: resume, train passes, evaluate, checkpoint, stop on signals.
 
 One loader pass covers `eval_interval` epochs (upstream's iteration). After each pass: evaluate (EMA
-weights when ema=True), then save a checkpoint. SIGTERM/SIGINT finish the current step, save and return
+weights when ema=True), then save a checkpoint; rolling checkpoints follow `trm.training.rolling`, and
+saves are written in the background (`trm.training.async_save`). SIGTERM/SIGINT finish the current step, save and return
 SAVED_RETRY (75); SIGUSR1 saves and continues. A stop during an evaluation ends it at the next test batch
 (all ranks agree) and saves the training state as it was before that evaluation: its partial metrics and
 votes are dropped and the checkpoint does not count it, so the resumed run evaluates again. Starting again
