@@ -162,6 +162,8 @@ def test_prune_rules(tmp_path: Path) -> None:
     write(tmp_path, 9, "eval", {"m": 0.0})
     ckpt.prune(tmp_path, keep=1, keep_best=1, metric="m")
     assert [c.step for c in ckpt.find_complete(tmp_path)] == [6, 7, 9]
+    write(tmp_path, 10, "eval", {"m": 0.5})  # a tie with step 6: the later step ranks first
+    assert [i.step for i in ckpt.best_of(ckpt.find_complete(tmp_path), "m", 3)] == [10, 6, 9]
 
 
 # ---------------------------------------------------------------- the background writer

@@ -2,7 +2,7 @@
 
 Evaluation checkpoints carry their evaluation's metrics in the manifest (`eval_metrics`) and the name of
 the metric the run ranks by (`best_metric`: checkpoint_best_metric, else ARC/pass@2 with an ARC
-evaluator, else eval/all/exact_accuracy). Higher is better; ties go to the earlier step.
+evaluator, else eval/all/exact_accuracy). Higher is better; ties go to the later step.
 """
 
 from __future__ import annotations

@@ -231,9 +231,9 @@ def metric_value(info: CheckpointInfo, metric: str) -> float | None:
 
 
 def best_of(complete: list[CheckpointInfo], metric: str, k: int = 1) -> list[CheckpointInfo]:
-    """The `k` checkpoints with the highest `metric` (ties: the earlier step first), best first."""
+    """The `k` checkpoints with the highest `metric` (ties: the later step first), best first."""
     scored = [(v, info) for info in complete if (v := metric_value(info, metric)) is not None]
-    scored.sort(key=lambda pair: (-pair[0], pair[1].step))
+    scored.sort(key=lambda pair: (-pair[0], -pair[1].step))
     return [info for _, info in scored[:k]]
 
 
