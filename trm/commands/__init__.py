@@ -37,6 +37,10 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("data", "build, verify and import ARC datasets"),
     Command(
+        "experiment",
+        "experiment suites (paper ablations, scaling studies): list, show, run one, or run a batch",
+    ),
+    Command(
         "handoff",
         "write the handoff bundle (handoff.json, run.info, logs, metrics, plot, submission) of a run",
     ),
