@@ -53,6 +53,8 @@ DATA_FLAGS: dict[str, tuple[str, ...]] = {
     "build-sudoku": ("subsample_size", "num_aug", "min_difficulty", "seed"),
     "build-maze": ("subsample_size", "seed"),
 }
+# Keys whose value the runner sets for each experiment (its dataset and run directory).
+RUNNER_KEYS = ("data_paths", "run_name", "checkpoint_path")
 SUITE_KEYS = ("title", "recipe", "overrides", "grid", "experiments", "dataset")
 VARIANT_KEYS = ("label", "overrides")
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -261,6 +263,8 @@ def _recipe_value(recipe: Recipe, key: str) -> Any:
         return None if raw is None else _scalar(raw)
     if key == "arch":
         return "trm"
+    if key in RUNNER_KEYS:  # set by the runner, not the recipe
+        return None
     value = _lookup(as_dict(recipe.config), key)
     if isinstance(value, str) and value.startswith("${.") and value.endswith("}"):  # a sibling key
         value = _lookup(as_dict(recipe.config), f"{key.rsplit('.', 1)[0]}.{value[3:-1]}")
@@ -329,11 +333,16 @@ def parse_suite(suite_id: str, table: Any, source: Path) -> Suite:
             overrides = _strings(item.get("overrides", []), f"{item_where} overrides")
             swept = {override_key(o): _scalar(o.split("=", 1)[1]) for o in overrides}
             variants.append((item["label"], overrides, swept))
-    # Every experiment records every swept key: the recipe's value where it sets none.
+    # Every experiment records every swept key: the suite's or the recipe's value where it sets none.
     keys = list(dict.fromkeys(k for _label, _o, swept in variants for k in swept))
     base = get_recipe(recipe)
+    suite_values = {override_key(o): _scalar(o.split("=", 1)[1]) for o in common}
+
+    def default(key: str) -> Any:
+        return suite_values[key] if key in suite_values else _recipe_value(base, key)
+
     filled = [
-        (label, overrides, {k: swept[k] if k in swept else _recipe_value(base, k) for k in keys})
+        (label, overrides, {k: swept[k] if k in swept else default(k) for k in keys})
         for label, overrides, swept in variants
     ]
     dataset = table.get("dataset")
@@ -451,7 +460,7 @@ class Catalog:
                 raise TRMError(
                     f"unknown experiment {name!r}.{hint} `python -m trm experiment list` shows them"
                 )
-        return list(dict.fromkeys(chosen))
+        return list({e.name: e for e in chosen}.values())
 
 
 def validate(
