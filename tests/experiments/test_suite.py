@@ -145,7 +145,7 @@ def test_a_malformed_suite_file_names_the_file_the_suite_and_the_fix(tmp_path, t
 
 
 def test_a_suite_id_defined_twice_is_refused(tmp_path):
-    with pytest.raises(TRMError, match="suite exp01 is defined in .*paper.toml and again in"):
+    with pytest.raises(TRMError, match=r"suite exp01 is defined in .*paper.toml and again in"):
         Catalog.load([suite_file(tmp_path, '[exp01]\nrecipe = "arc2"\ngrid = { "lr" = [1] }\n')])
 
 
@@ -154,7 +154,7 @@ def test_selection_by_name_suite_prefix_and_glob():
     assert [e.name for e in catalog.select(pattern="exp03")] == ["exp03a", "exp03b", "exp03c", "exp03d"]
     assert [e.name for e in catalog.select(pattern="exp0[89]*")] == ["exp08a", "exp08b", "exp09a", "exp09b"]
     assert [e.name for e in catalog.select(["exp08", "exp01b"])] == ["exp08a", "exp08b", "exp01b"]
-    with pytest.raises(TRMError, match="unknown experiment 'exp01e'. Did you mean exp01"):
+    with pytest.raises(TRMError, match=r"unknown experiment .exp01e.. Did you mean exp01"):
         catalog.select(["exp01e"])
     with pytest.raises(TRMError, match="no experiment matches --pattern 'nope'"):
         catalog.select(pattern="nope")
