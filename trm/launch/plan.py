@@ -412,9 +412,12 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
     return env
 
 
-def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
-    """Resolve the hardware tier and every trainer override for this launch."""
-    recipe = get_recipe(settings.recipe)
+def build_plan(
+    settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str], recipe: Recipe | None = None
+) -> LaunchPlan:
+    """Resolve the hardware tier and every trainer override for this launch (`recipe`: a variant of
+    TASK's recipe, e.g. an experiment's with its own dataset)."""
+    recipe = recipe or get_recipe(settings.recipe)
     hardware = select_layout(
         gpus,
         num_gpus=settings.num_gpus,

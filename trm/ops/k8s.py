@@ -188,10 +188,15 @@ def pin_images(root: str | Path = ".", *, check: bool = False) -> list[Path]:
 
 
 def check_jobs(
-    root: str | Path, cli: argparse.ArgumentParser, *, version: str = KUBERNETES_VERSION
+    root: str | Path,
+    cli: argparse.ArgumentParser,
+    *,
+    version: str = KUBERNETES_VERSION,
+    extra: list[tuple[Path, list[dict]]] | None = None,
 ) -> list[str]:
     """Render every overlay and report schema errors, stale image pins and policy violations (the
-    `python -m trm` commands of the pods against `cli`, the full parser of `trm.commands`)."""
+    `python -m trm` commands of the pods against `cli`, the full parser of `trm.commands`); `extra`:
+    objects rendered otherwise from an overlay (the experiment Job), checked the same way."""
     from trm.ops import jobpolicy
     from trm.ops.shellrefs import RefChecker
 
@@ -203,7 +208,7 @@ def check_jobs(
     problems = [
         f"{d}: `images:` is stale; run `python -m trm jobs pin`" for d in pin_images(root, check=True)
     ]
-    for directory, objects in rendered.items():
+    for directory, objects in [*rendered.items(), *(extra or [])]:
         rel = directory.relative_to(root)
         problems += [f"{rel}: {p}" for p in validate(objects, version)]
         variant = overlay_variant(directory)
