@@ -210,6 +210,11 @@ class Batch:
         self.gpus = list(placement.detect_gpus() if gpus is None and options.num_gpus != 0 else gpus or [])
         devices = placement.visible_devices(self.gpus, self.environ)
         if options.num_gpus is not None:
+            if options.num_gpus > len(devices):
+                raise TRMError(
+                    f"--num-gpus {options.num_gpus} but {len(devices)} GPU(s) are visible; use --num-gpus "
+                    f"{len(devices)} or fewer (0 trains on CPU)"
+                )
             devices = devices[: options.num_gpus]
         self.slots = placement.make_slots(self.gpus, devices, options.gpus_per_run)
         self.started = time.time()
