@@ -87,7 +87,7 @@ def test_a_batch_survives_a_failure_and_a_sigterm_and_its_rerun_resumes_bit_exac
     stopped_at = final_state(long_dir)["progress"]["step"]
     assert not final_state(long_dir)["progress"]["finished"]
     assert (tmp_path / "logs" / "tiny-b_stderr.log").read_text().count("error:") == 1
-    assert json.loads((long_dir / "experiment.json").read_text())["experiment"] == "tiny-c"
+    assert json.loads((long_dir / "experiment.json").read_text())["experiment"] == {"value": "tiny-c"}
 
     rerun = subprocess.run(batch_cmd(tmp_path), env=env(), cwd=ROOT, capture_output=True, text=True)
     assert rerun.returncode == exit_codes.RUNS_FAILED, rerun.stdout + rerun.stderr

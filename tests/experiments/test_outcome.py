@@ -6,6 +6,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from trm.experiments import outcome
 from trm.experiments.batch import Batch, Options, log_tail
 from trm.experiments.suite import Catalog
@@ -109,3 +111,18 @@ def test_the_log_tail_keeps_the_last_lines_and_splits_progress_redraws(tmp_path)
     log.write_text("".join(f"line {i}\n" for i in range(30)) + "step 1\rstep 2\rerror: boom\n")
     tail = log_tail(log).splitlines()
     assert len(tail) == 20 and tail[-1] == "error: boom" and tail[-2] == "step 2"
+
+
+def test_the_experiment_file_is_a_wandb_config_file_with_the_swept_values(tmp_path):
+    from trm.experiments.batch import write_experiment_file
+
+    (exp,) = Catalog.load().select(["exp03b"])
+    path = write_experiment_file(tmp_path, exp, "batch-x")
+    config_util = pytest.importorskip("wandb.sdk.lib.config_util")
+    assert config_util.dict_from_config_file(str(path)) == {
+        "experiment": "exp03b",
+        "suite": "exp03",
+        "label": "L_cycles-4",
+        "swept": {"arch.L_cycles": 4},
+        "batch": "batch-x",
+    }

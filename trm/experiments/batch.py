@@ -170,6 +170,22 @@ class Table:
             bar.close()
 
 
+def write_experiment_file(run_dir: Path, exp: Experiment, batch: str) -> Path:
+    """`<run dir>/experiment.json`: the experiment, its swept values and its batch, in the format of a W&B
+    config file (`{key: {"value": …}}`, JSON being YAML), so `WANDB_CONFIG_PATHS` puts them in the run's
+    config."""
+    path = run_dir / EXPERIMENT_FILE
+    values = {
+        "experiment": exp.name,
+        "suite": exp.suite,
+        "label": exp.label,
+        "swept": exp.swept,
+        "batch": batch,
+    }
+    atomic_write_json(path, {key: {"value": value} for key, value in values.items()})
+    return path
+
+
 def host_facts(slots: Sequence[placement.Slot], gpus: Sequence[Any]) -> dict[str, Any]:
     """Where the batch ran (batch_results.json `batch.host`)."""
     import torch
@@ -373,16 +389,7 @@ class Batch:
             self._finish(run, code, table)
             return False
         run.run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(
-            run.run_dir / EXPERIMENT_FILE,
-            {
-                "experiment": run.experiment.name,
-                "suite": run.experiment.suite,
-                "label": run.experiment.label,
-                "swept": run.experiment.swept,
-                "batch": self.id,
-            },
-        )
+        write_experiment_file(run.run_dir, run.experiment, self.id)
         run.slot = slot
         run.exit_dir = self.log_dir / f"{run.experiment.name}_exit_codes"
         name = run.experiment.name
