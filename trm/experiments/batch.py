@@ -35,6 +35,7 @@ from trm.errors import TRMError
 from trm.experiments import outcome, placement
 from trm.experiments.suite import Dataset, Experiment, validate
 from trm.io import atomic_write_json
+from trm.launch.plan import merge_overrides
 
 SCHEMA_VERSION = 1
 RESULTS = "batch_results.json"
@@ -107,7 +108,7 @@ class Run:
         rows = outcome.read_metrics(self.run_dir)
         best = outcome.best(self.run_dir)
         ended = self.ended if self.status != "running" else None
-        done = self.status not in ("finished", "skipped", "pending", "running")
+        stopped = self.status in ("failed", "interrupted")
         return {
             "name": exp.name,
             "suite": exp.suite,
@@ -128,7 +129,7 @@ class Run:
             "command": self.command,
             "stdout_log": str(log_dir / f"{exp.name}_stdout.log"),
             "stderr_log": str(log_dir / f"{exp.name}_stderr.log"),
-            "log_tail": log_tail(log_dir / f"{exp.name}_stderr.log") if done else None,
+            "log_tail": log_tail(log_dir / f"{exp.name}_stderr.log") if stopped else None,
         }
 
 
@@ -255,8 +256,6 @@ class Batch:
         """The trainer's overrides of `run` on `slot`: the experiment's, then the slot's batch layout."""
         exp = run.experiment
         base = exp.train_overrides(self.options.data_dir, self.options.checkpoint_dir, self.options.extra)
-        from trm.launch.plan import merge_overrides
-
         return merge_overrides(base, placement.hardware_overrides(slot, global_batch_size))
 
     def launch_line(
