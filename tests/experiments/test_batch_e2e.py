@@ -79,7 +79,9 @@ def test_a_batch_survives_a_failure_and_a_sigterm_and_its_rerun_resumes_bit_exac
     assert ok["swept"] == {"data_paths": None, "epochs": 2, "eval_interval": 1, "arch.L_cycles": 1}
     assert bad["swept"]["data_paths"] == "[/nonexistent/dataset]"
     assert ok["best_checkpoint"] and Path(ok["best_checkpoint"]).is_dir()
-    assert ok["final_metrics"]["step"] > 0 and "ARC/pass@2" in ok["best_metrics"]
+    assert ok["final_metrics"]["step"] > 0 and ok["best_metric"] == "ARC/pass@2"
+    assert ok["best_metrics"]["step"] == int(Path(ok["best_checkpoint"]).name.removeprefix("step_"))
+    assert bad["best_metric"] is None and bad["best_metrics"] == {} and bad["final_metrics"] == {}
     assert bad["status"] == "failed" and bad["exit_code"] == exit_codes.CONFIG_ERROR
     assert "/nonexistent/dataset" in bad["log_tail"]
     assert long["status"] == "interrupted" and long["exit_code"] == exit_codes.SAVED_RETRY
