@@ -148,6 +148,9 @@ class TransformerBaselineFields(UpstreamFields):
     """"rope" or "learned"."""
     act_enabled: bool = True
     """Training halts a slot early when q_halt > q_continue; False always runs halt_max_steps."""
+    act_inference: bool = False
+    """Evaluation halts a slot when q_halt > q_continue (upstream's semantics: a slot that halts before
+    the others restarts on its example, and the batch ends when every slot halts in the same step)."""
 
 
 @dataclass(kw_only=True)
