@@ -11,8 +11,9 @@ import pytest
 from PIL import Image
 
 from trm.evaluation.arc import COUNT
-from trm.report.build import report_batch, report_runs
+from trm.report.build import figures, report_batch, report_runs
 from trm.report.collect import count_metric, read_run_dirs
+from trm.report.plots import MAX_SCALING_KEYS
 
 from .runs import recipe_config, size_batch, write_run
 
@@ -127,6 +128,14 @@ def test_run_directories_compare_the_config_keys_that_differ(tmp_path):
     (ax,) = report.figures["scaling_runs_arch-l-cycles.png"].axes
     assert line_data(ax)["final"] == ([1.0, 2.0], [0.2, 0.2])  # not a size key: the swept value on x
     assert ax.get_xlabel() == "arch.L_cycles"
+
+
+def test_runs_that_differ_in_many_keys_get_no_scaling_plots(tmp_path):
+    arc = write_run(tmp_path / "arc", recipe_config("arc1", run_name="arc"))
+    sudoku = write_run(tmp_path / "sudoku", recipe_config("sudoku-mlp", run_name="sudoku"))
+    records = read_run_dirs([arc, sudoku])
+    assert len(records[0].swept) > MAX_SCALING_KEYS
+    assert [name for _, name, _ in figures(records)] == ["train_loss.png", "eval_metrics.png", "timing.png"]
 
 
 def test_a_real_tiny_training_run(tmp_path):

@@ -41,7 +41,8 @@ def figures(records: Sequence[RunRecord]) -> list[tuple[str, str, Any]]:
     ]
     for suite in sorted({r.suite for r in records}):
         runs = [r for r in records if r.suite == suite]
-        for key in plots.scaling_keys(runs):
+        keys = plots.scaling_keys(runs)
+        for key in keys if len(keys) <= plots.MAX_SCALING_KEYS else []:
             found.append(
                 (f"{suite}: {key}", f"scaling_{_slug(suite)}_{_slug(key)}.png", plots.scaling_figure(runs, key, suite))
             )  # fmt: skip

@@ -21,6 +21,7 @@ from tqdm import tqdm
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.training.config import RUN_ONLY_KEYS
+from trm.training.recipes import _flatten as flatten  # {"arch": {"L_cycles": 4}} -> {"arch.L_cycles": 4}
 
 BATCH_SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -343,21 +344,11 @@ def read_run_dirs(paths: Iterable[Path]) -> list[RunRecord]:
     for record in records:
         if seen[record.name] > 1 and record.run_dir is not None:
             record.name = f"{record.name} ({record.run_dir})"
-    swept = differing_keys([flatten(r.config or {}) for r in records])
-    for record, flat in zip(records, (flatten(r.config or {}) for r in records), strict=True):
+    flats = [flatten(r.config or {}) for r in records]
+    swept = differing_keys(flats)
+    for record, flat in zip(records, flats, strict=True):
         record.swept = {key: flat.get(key) for key in swept}
     return records
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"arch": {"hidden_size": 512}} -> {"arch.hidden_size": 512}."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 def differing_keys(configs: list[dict[str, Any]]) -> list[str]:

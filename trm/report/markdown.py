@@ -8,6 +8,7 @@ from typing import Any
 
 from trm.report.collect import RunRecord, count_metric
 from trm.report.paper import PUBLISHED, Published, published_recipe
+from trm.report.plots import MAX_SCALING_KEYS
 from trm.report.stats import wilson_interval
 
 
@@ -138,13 +139,15 @@ def paper_table(records: Sequence[RunRecord]) -> str:
     )
 
 
-METHOD = """\
+METHOD = f"""\
 - *final* is the metric's last logged value, *best* its highest (earliest step on a tie). Choosing the
   best of several evaluations favours it: its interval is optimistic.
 - Intervals are 95 % Wilson score intervals over the evaluated count logged beside the metric
   (`ARC/count` test tasks for `ARC/pass@2`, `eval/<set>/count` examples for exact accuracy); pass@2
   gives partial credit to tasks with several test inputs, so the interval is that of the proportion.
   The paper's intervals use its test-set sizes.
+- A suite gets a scaling plot per swept key when its runs differ in at most {MAX_SCALING_KEYS} keys
+  (for run directories: the config keys that differ between them).
 - *steps/s* is the median over consecutive training logs of steps per second of wall time, less the
   evaluations in between; *wall time* comes from the batch runner, else the launcher's sessions, else
   the span of metrics.jsonl.

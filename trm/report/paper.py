@@ -14,8 +14,9 @@ from functools import cache
 from pathlib import PurePath
 from typing import Any
 
-from trm.report.collect import flatten
 from trm.training.config import ARCH_RESUMABLE_KEYS, RUN_ONLY_KEYS, as_dict, compose
+from trm.training.recipes import _flatten as flatten
+from trm.training.recipes import get_recipe
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,6 @@ def _defining(config: dict[str, Any]) -> dict[str, Any]:
 @cache
 def _recipe_config(recipe: str) -> tuple[tuple[str, str], ...]:
     """The defining keys of a recipe's resolved config, as the trainer resolves it (hashable)."""
-    from trm.training.recipes import get_recipe
-
     resolved = as_dict(compose(list(get_recipe(recipe).overrides)))
     return tuple(sorted((k, repr(v)) for k, v in _defining(resolved).items()))
 
@@ -73,8 +72,6 @@ def published_recipe(config: dict[str, Any] | None) -> Published | None:
     defining keys, and data_paths naming the recipe's dataset directory (arc1 and arc2 differ only there)."""
     if not config:
         return None
-    from trm.training.recipes import get_recipe
-
     mine = tuple(sorted((k, repr(v)) for k, v in _defining(config).items()))
     datasets = _dataset_names(config)
     return next(

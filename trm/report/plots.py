@@ -20,6 +20,8 @@ _EVAL_PANEL = re.compile(r"^(ARC/pass@[12]|eval/[^/]+/(exact_accuracy|accuracy|l
 # Swept keys that change the model's size: their scaling plots put the parameter count on the x axis.
 SIZE_KEYS = frozenset({"hidden_size", "L_layers", "H_layers", "expansion", "num_heads", "puzzle_emb_ndim"})
 DPI = 100
+# Runs that differ in more keys than this are not a sweep (e.g. an ARC and a Sudoku run): no scaling plots.
+MAX_SCALING_KEYS = 3
 
 
 def colours(records: Sequence[RunRecord]) -> dict[str, Any]:
