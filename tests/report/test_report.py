@@ -159,6 +159,25 @@ def test_a_real_tiny_training_run(tmp_path):
         assert_png(tmp_path / "out" / name, fig)
 
 
+def test_a_launched_run_takes_status_and_wall_time_from_the_launcher_sessions(tmp_path):
+    run_dir = write_run(tmp_path / "r", recipe_config("debug-tiny"), step_limit=1000)
+    (run_dir / "launch").mkdir()
+    events = [
+        {"event": "session_start", "time": 0.0, "utc": "a", "gpus": 1},
+        {"event": "session_end", "time": 3600.0, "utc": "b", "exit_code": 0},
+        {"event": "session_start", "time": 9000.0, "utc": "c", "gpus": 1},
+        {"event": "session_end", "time": 9900.0, "utc": "d", "exit_code": 79},
+    ]
+    (run_dir / "launch" / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (record,) = read_run_dirs([run_dir])
+    assert (record.status, record.exit_code, record.wall_seconds) == ("stopped", 79, 4500.0)
+    assert record.wall_source == "launcher sessions"
+    (run_dir / "launch" / "events.jsonl").unlink()
+    (record,) = read_run_dirs([run_dir])  # no launcher: step 20 of 1000, the metrics' own span
+    assert (record.status, record.exit_code, record.wall_source) == ("incomplete", None, "metrics.jsonl span")
+    assert record.wall_seconds == 20 * 0.5 + 2 * 3.0
+
+
 def test_a_torn_last_metrics_line_is_skipped(tmp_path):
     run_dir = write_run(tmp_path / "r", recipe_config("debug-tiny"))
     with open(run_dir / "metrics.jsonl", "a") as f:

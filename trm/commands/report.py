@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Compare training runs: writes DIR/report.md (a table of runs, the paper's numbers against the "
-        "achieved ones with 95 %% Wilson intervals) and PNG plots (training loss and eval metrics vs step, "
+        "achieved ones with 95 % Wilson intervals) and PNG plots (training loss and eval metrics vs step, "
         "final/best metric vs each swept variable, steps/s and wall time). The same inputs give the same "
         "report.md. DIR is replaced as a whole."
     )

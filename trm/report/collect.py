@@ -55,6 +55,8 @@ class RunRecord:
     """(step, wall_time) of every log row with training metrics."""
     eval_spans: list[tuple[float, float]] = field(default_factory=list)
     """(wall_time, eval/seconds) of every evaluation."""
+    wall_range: tuple[float, float] | None = None
+    """The first and last wall_time of metrics.jsonl."""
     wall_seconds: float | None = None
     wall_source: str = "none"
     final_metrics: dict[str, float] = field(default_factory=dict)
@@ -169,6 +171,8 @@ def read_metrics_jsonl(path: Path, record: RunRecord) -> None:
             if value == value and abs(value) != float("inf"):
                 record.series.setdefault(name, []).append((step, value))
         if isinstance(wall, int | float):
+            first, last = record.wall_range or (wall, wall)
+            record.wall_range = (min(first, wall), max(last, wall))
             if any(k.startswith("train/") for k in values):
                 record.train_times.append((step, float(wall)))
             if EVAL_SECONDS in values:
@@ -239,9 +243,9 @@ def read_run_dir(run_dir: Path, record: RunRecord | None = None) -> RunRecord:
     if record.wall_seconds is None:
         if launcher_wall:
             record.wall_seconds, record.wall_source = launcher_wall, "launcher sessions"
-        elif len(record.train_times) + len(record.eval_spans) >= 2:
-            stamps = [t for _, t in record.train_times] + [t for t, _ in record.eval_spans]
-            record.wall_seconds, record.wall_source = max(stamps) - min(stamps), "metrics.jsonl span"
+        elif record.wall_range is not None and record.wall_range[1] > record.wall_range[0]:
+            first, last = record.wall_range
+            record.wall_seconds, record.wall_source = float(last - first), "metrics.jsonl span"
     return record
 
 
