@@ -13,6 +13,7 @@ from PIL import Image
 from trm.evaluation.arc import COUNT
 from trm.report.build import figures, report_batch, report_runs
 from trm.report.collect import count_metric, read_run_dirs
+from trm.report.markdown import evaluated_count
 from trm.report.plots import MAX_SCALING_KEYS
 
 from .runs import recipe_config, size_batch, write_run
@@ -139,21 +140,49 @@ def test_runs_that_differ_in_many_keys_get_no_scaling_plots(tmp_path):
 
 
 def test_a_real_tiny_training_run(tmp_path):
-    from tests.training.test_trainer_inprocess import run
+    """The trainer's own run directory: debug-tiny on 2 shipped ARC tasks, with the ARC evaluator."""
+    from trm.data.build_arc import build_arc_dataset
+    from trm.distributed import DistInfo
+    from trm.training.config import compose, fill_run_defaults
+    from trm.training.loop import Trainer
+    from trm.training.recipes import get_recipe
 
-    code, _trainer = run(tmp_path / "tiny")
-    assert code == 0
-    rows = [json.loads(line) for line in (tmp_path / "tiny" / "metrics.jsonl").read_text().splitlines()]
-    report = report_runs([tmp_path / "tiny"], tmp_path / "out")
+    dataset, run_dir = tmp_path / "ds", tmp_path / "run"
+    build_arc_dataset(
+        dataset, subsets=["training", "evaluation"], test_set_name="evaluation", num_aug=1, max_puzzles=2
+    )
+    overrides = [
+        *get_recipe("debug-tiny").overrides,
+        "device=cpu",
+        "compile=false",
+        f"checkpoint_path={run_dir}",
+    ]
+    cfg = compose([*overrides, f"data_paths=[{dataset}]"])
+    fill_run_defaults(cfg)
+    trainer = Trainer.create(cfg, DistInfo())
+    try:
+        assert trainer.train() == 0
+    finally:
+        trainer.close()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    report = report_runs([run_dir], tmp_path / "out")
     (record,) = report.records
-    assert record.status == "finished"
+    assert (record.status, record.headline) == ("finished", "ARC/pass@2")
     assert record.num_params == rows[0]["num_params"] > 0
+    assert evaluated_count(record, "ARC/pass@2", record.last_step) == 2  # the 2 evaluation tasks
     (loss_ax,) = report.figures["train_loss.png"].axes
     ((steps, losses),) = line_data(loss_ax).values()
     logged = [(r["step"], r["train/lm_loss"]) for r in rows if "train/lm_loss" in r]
     assert list(zip(steps, losses, strict=True)) == logged
     panels = [ax.get_title() for ax in report.figures["eval_metrics.png"].axes]
-    assert "eval/all/exact_accuracy" in panels
+    assert panels == [
+        "ARC/pass@1",
+        "ARC/pass@2",
+        "eval/all/accuracy",
+        "eval/all/exact_accuracy",
+        "eval/all/lm_loss",
+    ]
+    assert all(len(ax.get_lines()) == 1 for ax in report.figures["eval_metrics.png"].axes)
     assert record.steps_per_second is not None and record.steps_per_second > 0
     for name, fig in report.figures.items():
         assert_png(tmp_path / "out" / name, fig)
