@@ -67,6 +67,12 @@ def test_batch_report_plots_every_run_with_data_and_lists_the_failed_one(tmp_pat
         "| 35.00 % @ 20 | 40.00 % @ 10 | 2 | 5 min |" in text  # fmt: skip
     assert "| size-h64 | size | arch.hidden_size=64 | failed | 1 | — | — | — | — | — | — | 2.5 s |" in text
     assert "- size-h64: log: RuntimeError: out of memory; run directory" in text
+    # no run trained a published recipe: the paper's numbers alone, with their intervals
+    assert "No run trained a recipe with published numbers unchanged" in text
+    assert (
+        "| sudoku-att | Sudoku-Extreme | TRM-Att (7M) exact accuracy | 74.7 % [74.6, 74.8] of 423,000 puzzles |"
+        in text
+    )
     for name in report.figures:
         assert f"]({name})" in text
 
@@ -108,7 +114,7 @@ def test_paper_vs_achieved_with_wilson_intervals_from_the_logged_counts(tmp_path
         "| 40.00 % [35.3, 44.9] of 400 @ 20 | 50.00 % [45.1, 54.9] of 400 @ 10 |"
     ) in text
     assert (
-        "| maze | Maze-Hard | TRM-Att (7M) exact accuracy | 85.3 % [83.0, 87.4] of 1000 mazes | maze-run"
+        "| maze | Maze-Hard | TRM-Att (7M) exact accuracy | 85.3 % [83.0, 87.4] of 1,000 mazes | maze-run"
         in text
     )
     assert "20.00 % @ 20 (no count logged: no interval)" in text

@@ -80,7 +80,11 @@ def write_report(
 
 def report_runs(run_dirs: Sequence[Path], out: Path) -> Report:
     """The report of run directories (their differing config keys are the swept variables)."""
-    return write_report(read_run_dirs(run_dirs), out, source=f"{len(run_dirs)} run directories")
+    return write_report(
+        read_run_dirs(run_dirs),
+        out,
+        source="the run directory" if len(run_dirs) == 1 else f"{len(run_dirs)} run directories",
+    )
 
 
 def report_batch(batch_json: Path, out: Path) -> Report:

@@ -111,7 +111,7 @@ def achieved(r: RunRecord, metric: str, point: tuple[int | None, float] | None) 
 
 def paper_cell(p: Published) -> str:
     low, high = wilson_interval(p.percent / 100 * p.test_count, p.test_count)
-    return f"{p.percent:.1f} % {interval(low, high)} of {p.test_count} {p.unit}"
+    return f"{p.percent:.1f} % {interval(low, high)} of {p.test_count:,} {p.unit}"
 
 
 def paper_table(records: Sequence[RunRecord]) -> str:
@@ -165,7 +165,8 @@ def render(
     for r in records:
         statuses[r.status] = statuses.get(r.status, 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(statuses.items()))
-    lines = ["# Training report", "", f"{len(records)} runs ({summary}) from {source}."]
+    runs = f"{len(records)} run" + ("" if len(records) == 1 else "s")
+    lines = ["# Training report", "", f"{runs} ({summary}) from {source}."]
     if batch:
         lines.append("Batch: " + ", ".join(f"{k} {cell(v)}" for k, v in sorted(batch.items())) + ".")
     lines += ["", "## Runs", "", runs_table(records), "## Paper vs achieved", "", paper_table(records)]
