@@ -25,8 +25,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def percent(value: float | None) -> str | None:
-    return None if value is None else f"{100 * value:.2f} %"
+def percent(value: float) -> str:
+    return f"{100 * value:.2f} %"
 
 
 def interval(low: float, high: float) -> str:
@@ -56,7 +56,7 @@ def _at(point: tuple[int | None, float] | None) -> str | None:
     if point is None:
         return None
     step, value = point
-    return percent(value) + (f" @ {step}" if step is not None else "")  # type: ignore[operator]
+    return percent(value) + (f" @ {step}" if step is not None else "")
 
 
 def runs_table(records: Sequence[RunRecord]) -> str:

@@ -96,6 +96,11 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def value_of(point: tuple[int | None, float] | None) -> float:
+    """The value of a (step, value) point; NaN (no marker) where the run has none."""
+    return float("nan") if point is None else point[1]
+
+
 def scaling_keys(records: Sequence[RunRecord]) -> list[str]:
     """The swept keys of a suite's runs that take at least two values, sorted."""
     keys = sorted({k for r in records for k in r.swept})
@@ -129,12 +134,15 @@ def scaling_figure(records: Sequence[RunRecord], key: str, suite: str) -> Figure
     for others, runs in sorted(groups.items()):
         runs = sorted(runs, key=x_of)
         xs = [x_of(r) for r in runs]
+        finals = [value_of(r.final(metric)) for r in runs]
         suffix = f" ({others})" if others else ""
-        ax.plot(xs, [r.final(metric)[1] for r in runs], marker="o", label=f"final{suffix}")  # type: ignore[index]
-        ax.plot(xs, [r.best(metric)[1] for r in runs], marker="x", linestyle="--", label=f"best{suffix}")  # type: ignore[index]
+        ax.plot(xs, finals, marker="o", label=f"final{suffix}")
+        ax.plot(
+            xs, [value_of(r.best(metric)) for r in runs], marker="x", linestyle="--", label=f"best{suffix}"
+        )
         if by_size:
-            for x, r in zip(xs, runs, strict=True):
-                ax.annotate(f"{key.rsplit('.', 1)[-1]}={r.swept[key]}", (x, r.final(metric)[1]), fontsize=7)  # type: ignore[index]
+            for x, y, r in zip(xs, finals, runs, strict=True):
+                ax.annotate(f"{key.rsplit('.', 1)[-1]}={r.swept[key]}", (x, y), fontsize=7)
     if by_size:
         ax.set_xscale("log")
     elif not numeric:
