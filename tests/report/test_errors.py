@@ -99,3 +99,11 @@ def test_command_line(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"error: run directory {tmp_path / 'gone'} does not exist" in proc.stderr
     assert not (tmp_path / "out2").exists()
+
+
+def test_report_help_imports_neither_matplotlib_nor_torch():
+    from tests.commands.test_cli import imported_modules
+
+    modules = imported_modules("trm", "report", "--help")
+    assert "trm.commands.report" in modules
+    assert modules & {"matplotlib", "torch", "trm.report", "trm.report.build"} == set()
