@@ -231,14 +231,19 @@ def test_a_batch_whose_run_directories_are_gone_still_reports_from_its_metrics(t
     batch = size_batch(tmp_path)
     shutil.rmtree(tmp_path / "h16")
     data = json.loads(batch.read_text())
-    data["runs"][0]["final_metrics"] = {"eval/all/exact_accuracy": 0.25, "num_params": 5000}
-    data["runs"][0]["best_metrics"] = {"eval/all/exact_accuracy": 0.3}
+    # as the batch runner writes them: last values (+ the last step), the best evaluation's row
+    data["runs"][0]["final_metrics"] = {"eval/all/exact_accuracy": 0.25, "num_params": 5000, "step": 20}
+    data["runs"][0]["best_metrics"] = {
+        "metric": "eval/all/exact_accuracy",
+        "step": 10,
+        "eval/all/exact_accuracy": 0.3,
+    }
     batch.write_text(json.dumps(data))
     report = report_batch(batch, tmp_path / "out")
     assert sorted(line_data(report.figures["train_loss.png"].axes[0])) == ["size-h32"]
     scaling = line_data(report.figures["scaling_size_arch-hidden-size.png"].axes[0])
     assert scaling["final"] == ([5000.0, 20000.0], [0.25, 0.35])
     assert (
-        "| size-h16 | size | arch.hidden_size=16 | finished | 0 | — | 5.0k | eval/all/exact_accuracy | 25.00 % |"
-        in (tmp_path / "out" / "report.md").read_text()
+        "| size-h16 | size | arch.hidden_size=16 | finished | 0 | 20 | 5.0k | eval/all/exact_accuracy | 25.00 % @ 20 "
+        "| 30.00 % @ 10 |" in (tmp_path / "out" / "report.md").read_text()
     )

@@ -60,8 +60,11 @@ class RunRecord:
     wall_seconds: float | None = None
     wall_source: str = "none"
     final_metrics: dict[str, float] = field(default_factory=dict)
-    """From the batch runner, used when the run directory has no metrics."""
+    """From the batch runner (each metric's last value), used when the run directory has no metrics."""
+    final_step: int | None = None
     best_metrics: dict[str, float] = field(default_factory=dict)
+    """From the batch runner: the metrics of the best evaluation's row."""
+    best_step: int | None = None
     best_checkpoint: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -74,7 +77,7 @@ class RunRecord:
 
     @property
     def last_step(self) -> int | None:
-        return max((p[-1][0] for p in self.series.values() if p), default=None)
+        return max((p[-1][0] for p in self.series.values() if p), default=self.final_step)
 
     @property
     def headline(self) -> str | None:
@@ -85,7 +88,7 @@ class RunRecord:
         """(step, value) of the last logged value of `metric` (the batch's final_metrics as fallback)."""
         if self.series.get(metric):
             return self.series[metric][-1]
-        return (None, self.final_metrics[metric]) if metric in self.final_metrics else None
+        return (self.final_step, self.final_metrics[metric]) if metric in self.final_metrics else None
 
     def best(self, metric: str) -> tuple[int | None, float] | None:
         """(step, value) of the highest value of `metric` (the earliest step on a tie)."""
@@ -93,7 +96,7 @@ class RunRecord:
         if points:
             step, value = max(points, key=lambda p: (p[1], -p[0]))
             return step, value
-        return (None, self.best_metrics[metric]) if metric in self.best_metrics else None
+        return (self.best_step, self.best_metrics[metric]) if metric in self.best_metrics else None
 
     @property
     def steps_per_second(self) -> float | None:
@@ -260,12 +263,15 @@ def _batch_error(path: Path, where: str, problem: str) -> TRMError:
     )
 
 
-def _numbers(value: Any) -> dict[str, float]:
+def _metrics_and_step(value: Any) -> tuple[dict[str, float], int | None]:
+    """The numeric metrics of a batch entry's final_metrics/best_metrics, and its `step` (if any)."""
     if not isinstance(value, Mapping):
-        return {}
-    return {
+        return {}, None
+    numbers = {
         str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)
     }
+    step = numbers.pop("step", None)
+    return numbers, None if step is None else int(step)
 
 
 def _resolve_run_dir(value: Any, batch_path: Path) -> Path | None:
@@ -282,14 +288,18 @@ def batch_record(entry: Mapping[str, Any], batch_path: Path) -> RunRecord:
     """A RunRecord from one `runs[]` entry, with the curves of its run directory when that exists."""
     swept = entry.get("swept") if isinstance(entry.get("swept"), Mapping) else {}
     exit_code, best = entry.get("exit_code"), entry.get("best_checkpoint")
+    final_metrics, final_step = _metrics_and_step(entry.get("final_metrics"))
+    best_metrics, best_step = _metrics_and_step(entry.get("best_metrics"))
     record = RunRecord(
         name=str(entry["name"]),
         suite=str(entry.get("suite") or "batch"),
         status=str(entry["status"]),
         swept=dict(swept),
         exit_code=exit_code if isinstance(exit_code, int) else None,
-        final_metrics=_numbers(entry.get("final_metrics")),
-        best_metrics=_numbers(entry.get("best_metrics")),
+        final_metrics=final_metrics,
+        final_step=final_step,
+        best_metrics=best_metrics,
+        best_step=best_step,
         best_checkpoint=best if isinstance(best, str) else None,
     )
     tail = [line for line in str(entry.get("log_tail") or "").splitlines() if line.strip()]
