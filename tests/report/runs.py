@@ -85,7 +85,12 @@ def batch_entry(
 def write_batch(path: Path, runs: list[dict[str, Any]]) -> Path:
     data = {
         "schema_version": 1,
-        "batch": {"id": "b1", "started": "2026-11-23T10:00:00Z", "host": "test-host"},
+        "batch": {
+            "id": "b1",
+            "started": "2026-11-23T10:00:00Z",
+            "host": {"hostname": "test-host", "gpus": []},
+            "command": "python -m trm experiment batch --pattern size",
+        },
         "runs": runs,
     }
     path.write_text(json.dumps(data, indent=2))

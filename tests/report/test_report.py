@@ -63,6 +63,7 @@ def test_batch_report_plots_every_run_with_data_and_lists_the_failed_one(tmp_pat
 
     text = (tmp_path / "out" / "report.md").read_text()
     assert "3 runs (1 failed, 2 finished) from batch results batch_results.json." in text
+    assert "\nBatch: host test-host, id b1, started 2026-11-23T10:00:00Z.\n" in text
     assert "| size-h32 | size | arch.hidden_size=32 | finished | 0 | 20 | 20.0k | eval/all/exact_accuracy " \
         "| 35.00 % @ 20 | 40.00 % @ 10 | 2 | 5 min |" in text  # fmt: skip
     assert "| size-h64 | size | arch.hidden_size=64 | failed | 1 | — | — | — | — | — | — | 2.5 s |" in text

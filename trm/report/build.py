@@ -50,6 +50,16 @@ def figures(records: Sequence[RunRecord]) -> list[tuple[str, str, Any]]:
     return [(title, name, fig) for title, name, fig in found if fig is not None]
 
 
+def batch_summary(batch: dict[str, Any]) -> dict[str, Any]:
+    """The facts of the batch object that report.md prints: id, times, exit code and host name."""
+    summary = {
+        k: batch[k] for k in ("id", "started", "ended", "exit_code") if isinstance(batch.get(k), str | int)
+    }
+    host = batch.get("host")
+    host = host.get("hostname") if isinstance(host, dict) else host
+    return {**summary, "host": host} if isinstance(host, str) else summary
+
+
 def _check_out(out: Path) -> None:
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / REPORT).exists())):
         raise TRMError(
@@ -72,8 +82,7 @@ def write_report(
         for _title, name, fig in tqdm(made, desc="plotting", unit="plot", disable=None, leave=False):
             atomic_write_bytes(tmp / name, plots.png_bytes(fig))
             report.figures[name] = fig
-        scalars = {k: v for k, v in (batch or {}).items() if isinstance(v, str | int | float)}
-        text = render(records, [(title, name) for title, name, _ in made], source, scalars)
+        text = render(records, [(title, name) for title, name, _ in made], source, batch_summary(batch or {}))
         atomic_write_text(tmp / REPORT, text)
     return report
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from trm.report.collect import TRAIN_LOSS, RunRecord, headline_metric
 
@@ -147,6 +148,8 @@ def scaling_figure(records: Sequence[RunRecord], key: str, suite: str) -> Figure
         ax.set_xscale("log")
     elif not numeric:
         ax.set_xticks(range(len(values)), [v.strip("'") for v in values])
+    elif all(isinstance(r.swept.get(key), int) for r in records):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{suite}: {metric} vs {key}")
     _finish(ax, "parameters" if by_size else key, metric, True)
     fig.tight_layout()
