@@ -48,6 +48,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("package", "package a checkpoint for offline use"),
     Command("preflight", "check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run"),
+    Command("report", "compare runs: report.md with tables and plots from run directories or a batch"),
     Command("runbooks", "check, run (cpu tier) or version-stamp the runbooks", needs="trm.ops"),
     Command(
         "scan-secrets",
