@@ -21,7 +21,6 @@ import pytest
 
 import yaml
 
-from trm.errors import TRMError
 from trm.images import lockfile
 from trm.images.base import DEVEL, ensure_local_base
 from trm.images.context import git_sha, project_version
@@ -348,13 +347,7 @@ def test_make_release_pins_the_registry_digest_runbooks_and_jobs(client, built, 
     assert STAMP_MESSAGE in (repo / "runbooks" / "CHANGELOG.md").read_text()
     pinned = yaml.safe_load(kustomization.read_text())["images"]
     assert pinned == [{"name": k8s.IMAGE_NAME, "newName": f"{target}/trm", "digest": entry["digest"]}]
-    try:
-        k8s.kustomize_command()
-    except TRMError as err:  # no kustomize here: the kustomization itself was checked above
-        print(f"render skipped: {err}")
-    else:
-        images = {c["image"] for _, c in k8s.containers(k8s.render(kustomization.parent))}
-        assert images == {reference}
+    # (tests/ops/test_jobs.py renders pinned overlays with kustomize: the container image is newName@digest)
     outputs = _release_outputs(repo)
 
     # what it wrote is uncommitted: a second release refuses until it is committed
