@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 import yaml
 
 from trm.images import lockfile
@@ -28,7 +27,15 @@ from trm.images.driver import connect
 from trm.images.variants import load_config
 
 pytestmark = pytest.mark.docker
-GIT = ["git", "-c", "user.name=trm-test", "-c", "user.email=trm-test@example.com", "-c", "commit.gpgsign=false"]
+GIT = [
+    "git",
+    "-c",
+    "user.name=trm-test",
+    "-c",
+    "user.email=trm-test@example.com",
+    "-c",
+    "commit.gpgsign=false",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
@@ -312,7 +319,11 @@ def _release_outputs(repo: Path) -> str:
     """What a release changed in `repo`: the diff of tracked files and the content of new ones."""
     diff = subprocess.run(["git", "diff"], cwd=repo, check=True, capture_output=True, text=True).stdout
     new = subprocess.run(
-        ["git", "ls-files", "--others", "--exclude-standard"], cwd=repo, check=True, capture_output=True, text=True
+        ["git", "ls-files", "--others", "--exclude-standard"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     return diff + "".join(f"\n+++ {name}\n{(repo / name).read_text()}" for name in sorted(new))
 

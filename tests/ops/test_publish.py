@@ -51,7 +51,12 @@ class FakeRegistry:
         tags = [f"0.1.0-{variant.name}", f"{variant.name}-0123456789ab"]
         for tag in tags:
             self.manifests[f"{repository}:{tag}"] = digest
-        entry = {"reference": f"{repository}@{digest}", "repository": repository, "digest": digest, "tags": tags}
+        entry = {
+            "reference": f"{repository}@{digest}",
+            "repository": repository,
+            "digest": digest,
+            "tags": tags,
+        }
         return PushedImage(variant.name, repository, digest, tags, entry)
 
     def registry_digest(self, reference):
@@ -176,7 +181,7 @@ def test_outside_git_is_refused(tmp_path):
 def test_a_digest_the_registry_does_not_confirm_pins_nothing(repo):
     fake = FakeRegistry()
     fake.tampered = True
-    with pytest.raises(TRMError, match="the registry resolves .* but the push reported"):
+    with pytest.raises(TRMError, match=r"the registry resolves .* but the push reported"):
         release(repo, REGISTRY, _variants("cpu"), fake)
     assert not (repo / "docker" / "images.lock.json").exists()
     assert _git(repo, "status", "--porcelain") == ""

@@ -151,7 +151,5 @@ def release(
         print(f"re-stamped runbook {name}", file=out)
     for directory in pinned:
         print(f"pinned {directory.relative_to(root)}", file=out)
-    print(
-        f"released {len(pushed)} image(s); commit docker/images.lock.json, runbooks/ and jobs/", file=out
-    )
+    print(f"released {len(pushed)} image(s); commit docker/images.lock.json, runbooks/ and jobs/", file=out)
     return Outcome(tuple(pushed), tuple(bumped), tuple(pinned))
