@@ -116,12 +116,18 @@ def test_release_pins_the_lock_restamps_runbooks_and_pins_the_overlays(repo):
     changelog = (repo / "runbooks" / "CHANGELOG.md").read_text()
     assert changelog.count(STAMP_MESSAGE) == len(outcome.bumped) == 8
     # every overlay deploying sm90 now renders repository@digest instead of the placeholder
-    assert {d.name for d in outcome.pinned} == {"smoke", "prod-4xh100", "prod-8xh200", "multinode-2x8xh200"}
-    for directory in outcome.pinned:
+    overlays = [d for d in outcome.pinned if d.is_dir()]
+    assert {d.name for d in overlays} == {"smoke", "prod-4xh100", "prod-8xh200", "multinode-2x8xh200"}
+    for directory in overlays:
         kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
         assert kustomization["images"] == [{"name": k8s.IMAGE_NAME, "newName": REPOSITORY, "digest": sm90}]
         assert sm90 in (directory / k8s.PIN_PATCH).read_text()
     assert k8s.pin_images(repo, check=True) == []  # what `jobs check` compares: nothing stale
+    # the SkyPilot tasks (sm90) launch the pinned image without --image-id
+    for name in ("smoke.yaml", "train.yaml"):
+        task = yaml.safe_load((repo / "jobs" / "skypilot" / name).read_text())
+        assert task["resources"]["image_id"] == f"docker:{REPOSITORY}@{sm90}"
+    assert {p.name for p in outcome.pinned} >= {"smoke.yaml", "train.yaml"}
     printed = out.getvalue().splitlines()
     assert printed[:2] == [f"cpu\t{REPOSITORY}@{cpu}", f"sm90\t{REPOSITORY}@{sm90}"]
 

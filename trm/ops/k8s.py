@@ -206,8 +206,13 @@ def check_jobs(
     refs = RefChecker(root, cli)
     rendered = {d: render(d) for d in overlay_dirs(root)}
     rwx = jobpolicy.rwx_claim_names(rendered)
+    from trm.ops.skytasks import pin_tasks
+
     problems = [
         f"{d}: `images:` is stale; run `python -m trm jobs pin`" for d in pin_images(root, check=True)
+    ]
+    problems += [
+        f"{p}: `image_id` is stale; run `python -m trm jobs pin`" for p in pin_tasks(root, images, check=True)
     ]
     for directory, objects in rendered.items():
         rel = directory.relative_to(root)

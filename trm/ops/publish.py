@@ -9,8 +9,9 @@ One run, for the selected variants:
 3. writes those digests into `docker/images.lock.json` in one atomic write;
 4. re-stamps the runbooks of those variants (`runbooks stamp`: header `image`/`image_digest`, version,
    CHANGELOG entry) and pins the Kubernetes overlays deploying them (`jobs pin`: `images:` with the digest,
-   the `TRM_IMAGE_DIGEST` patch); runbooks and overlays of variants never released keep `unreleased` and
-   the placeholder;
+   the `TRM_IMAGE_DIGEST` patch) and writes the `image_id` of the SkyPilot tasks of those variants
+   (trm.ops.skytasks); runbooks, overlays and tasks of variants never released keep `unreleased` and the
+   placeholder;
 5. prints one `variant reference` line per image.
 
 Idempotent: at the same commit the build is a cache hit, the push uploads nothing new and the registry
@@ -33,7 +34,9 @@ from trm.images.driver import ImageDriver, PushedImage, parse_registry
 from trm.images.requirements import fill_wheelhouse
 from trm.images.variants import Variant
 from trm.ops import k8s
+from trm.ops.imagelock import read_lock
 from trm.ops.runbookcheck import stamp
+from trm.ops.skytasks import pin_tasks
 
 STAMP_MESSAGE = (
     "image pinned by `make release` (procedure unchanged; re-run its gpu blocks on this image to validate it)"
@@ -75,7 +78,7 @@ class Outcome:
 
     images: tuple[PushedImage, ...]
     bumped: tuple[str, ...]  # runbooks re-stamped, `name vN`
-    pinned: tuple[Path, ...]  # overlays whose kustomization changed
+    pinned: tuple[Path, ...]  # overlays whose kustomization changed, SkyPilot tasks whose image_id changed
 
 
 def uncommitted(root: Path) -> list[str]:
@@ -143,8 +146,9 @@ def release(
     lock_path = root / lockfile.LOCK_PATH
     lockfile.record_pushes(lock_path, {image.variant: image.entry for image in pushed})
     bumped = stamp(root, STAMP_MESSAGE)
-    released = set(lockfile.read_lock(lock_path)["images"])
-    pinned = k8s.pin_images(root, variants=released)
+    images = read_lock(root)
+    pinned = k8s.pin_images(root, variants=set(images))
+    pinned += pin_tasks(root, images, variants=set(images))
     for image in pushed:
         print(f"{image.variant}\t{image.reference}", file=out)
     for name in bumped:
