@@ -341,7 +341,7 @@ def test_make_release_pins_the_registry_digest_runbooks_and_jobs(client, built, 
     kustomization.write_text(kustomization.read_text().replace("image-variant: sm90", "image-variant: cpu"))
     subprocess.run([*GIT, "commit", "-q", "-am", "test: the smoke overlay deploys cpu"], cwd=repo, check=True)
     bases = (f"BUILD_BASE={DEVEL.tag}", f"RUNTIME_BASE={DEVEL.tag}")
-    target = f"{registry}/release"
+    target = f"{registry}/team"  # where test_push_pull_by_digest_and_run_again pushed: its layers are there
 
     start = time.monotonic()
     proc = make("release", f"REGISTRY={target}", "VARIANTS=cpu", *bases, cwd=repo)
