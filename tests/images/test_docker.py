@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -304,14 +305,17 @@ def test_push_pull_by_digest_and_run_again(client, built, registry, tmp_path_fac
 
 
 def _clone_at_head(dest: Path) -> Path:
-    """A clean clone of this checkout's HEAD, with the wheelhouse `built` filled hard-linked in."""
+    """A clean clone of this checkout's HEAD, with the wheelhouse `built` filled linked (or copied) in."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True)
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(ROOT), str(dest)], check=True)
     subprocess.run(["git", "checkout", "-q", "--detach", head.stdout.strip()], cwd=dest, check=True)
     wheelhouse = dest / "docker" / "wheelhouse" / "cpu"
     wheelhouse.mkdir(parents=True)
     for path in (ROOT / "docker" / "wheelhouse" / "cpu").iterdir():
-        os.link(path, wheelhouse / path.name)
+        try:
+            os.link(path, wheelhouse / path.name)
+        except OSError:  # another filesystem
+            shutil.copy2(path, wheelhouse / path.name)
     return dest
 
 
