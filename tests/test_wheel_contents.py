@@ -23,6 +23,9 @@ def test_the_wheel_leaves_repository_tooling_out(wheel):
     packages = {name.rsplit("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
     assert {"trm", "trm/commands", "trm/launch", "trm/kaggle", "trm/training", "trm/images"} <= packages
     assert not any(p.startswith(("trm/ops", "trm/bench")) for p in packages)
+    assert {"trm/experiments/suites/paper.toml", "trm/experiments/suites/smoke.toml"} <= set(
+        zipfile.ZipFile(wheel).namelist()
+    )
 
 
 def test_the_installed_wheel_lists_every_command_and_refuses_tooling_clearly(wheel, tmp_path):

@@ -21,3 +21,7 @@ DISK_FULL = 74
 # Orchestrators must NOT retry it (a Kubernetes Job would otherwise restart the spend forever); a person
 # starts the next session with the same command, which resumes.
 BUDGET_STOPPED = 79
+# `python -m trm experiment batch`: at least one run of the batch failed (each run's own exit code and the
+# tail of its log are in batch_results.json). Without --continue-on-failure the batch stopped at the first
+# failure, after asking the other running trainers to save. Rerunning the same batch skips finished runs.
+RUNS_FAILED = 3

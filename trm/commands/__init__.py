@@ -38,6 +38,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("best", "print a run's best complete checkpoint by an evaluation metric"),
     Command("data", "build, verify and import ARC datasets"),
     Command(
+        "experiment",
+        "experiment suites (paper ablations, scaling studies): list, show, run one, or run a batch",
+    ),
+    Command(
         "handoff",
         "write the handoff bundle (handoff.json, run.info, logs, metrics, plot, submission) of a run",
     ),
@@ -48,7 +52,13 @@ COMMANDS: tuple[Command, ...] = (
         "launch", "run the production launch (what scripts/train_prod.sh calls); configured by environment"
     ),
     Command("package", "package a checkpoint for offline use"),
+    Command(
+        "publish",
+        "release images: build, push, pin the lock by registry digest, re-stamp runbooks and jobs (make release)",
+        needs="trm.ops",
+    ),
     Command("preflight", "check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run"),
+    Command("report", "compare runs: report.md with tables and plots from run directories or a batch"),
     Command("runbooks", "check, run (cpu tier) or version-stamp the runbooks", needs="trm.ops"),
     Command(
         "scan-secrets",

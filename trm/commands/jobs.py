@@ -8,11 +8,22 @@ from pathlib import Path
 
 import yaml
 
+# The overlay an experiment Job is made from unless another is named (its GPUs, deadline, image, volumes).
+DEFAULT_OVERLAY = Path("jobs/overlays/prod-4xh100")
+
 
 def _render(args: argparse.Namespace) -> int:
+    from trm.errors import TRMError
     from trm.ops import k8s
 
-    objects = k8s.render(args.directory)
+    if args.experiments is not None:
+        from trm.ops.experiment_jobs import experiments_job
+
+        objects = experiments_job(args.experiments, args.directory or DEFAULT_OVERLAY, args.parallelism)
+    elif args.directory is None:
+        raise TRMError("name a kustomization directory (e.g. jobs/overlays/prod-8xh200), or --experiments P")
+    else:
+        objects = k8s.render(args.directory)
     yaml.safe_dump_all(objects, sys.stdout, sort_keys=False, default_flow_style=False, width=200)
     return 0
 
@@ -20,8 +31,11 @@ def _render(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from trm.commands import build_parser
     from trm.ops import k8s
+    from trm.ops.experiment_jobs import experiments_job
 
-    problems = k8s.check_jobs(args.root, build_parser(), version=args.kubernetes_version)
+    overlay = args.root / DEFAULT_OVERLAY
+    extra = [(overlay, experiments_job(args.experiments, overlay))]
+    problems = k8s.check_jobs(args.root, build_parser(), version=args.kubernetes_version, extra=extra)
     for problem in problems:
         print(problem)
     print(f"jobs: {len(problems)} problem(s) (Kubernetes {args.kubernetes_version} schemas, strict)")
@@ -29,15 +43,20 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
-    from trm.ops import k8s
+    from trm.ops import k8s, skytasks
+    from trm.ops.imagelock import read_lock
 
     changed = k8s.pin_images(args.root, check=args.check)
     for directory in changed:
         print(f"{'stale' if args.check else 'pinned'}: {directory}/kustomization.yaml")
+    tasks = skytasks.pin_tasks(args.root, read_lock(args.root), check=args.check)
+    for path in tasks:
+        print(f"{'stale' if args.check else 'pinned'}: {path} (image_id)")
+    changed += tasks
     if args.check and changed:
         print("run `python -m trm jobs pin` to write the digests from docker/images.lock.json")
         return 1
-    print(f"jobs: {len(changed)} overlay(s) {'stale' if args.check else 'updated'}")
+    print(f"jobs: {len(changed)} overlay(s) and task(s) {'stale' if args.check else 'updated'}")
     return 0
 
 
@@ -46,14 +65,41 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     sub = parser.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
     render = sub.add_parser("render", help="print the objects a kustomization directory renders to")
-    render.add_argument("directory", type=Path, help="e.g. jobs/overlays/prod-8xh200")
+    render.add_argument(
+        "directory",
+        type=Path,
+        nargs="?",
+        help="e.g. jobs/overlays/prod-8xh200; with --experiments the overlay the Job is made from "
+        f"(default {DEFAULT_OVERLAY})",
+    )
+    render.add_argument(
+        "--experiments",
+        metavar="P",
+        help="render one Indexed Job running the experiments that P selects (a glob or a prefix of names, "
+        "`python -m trm experiment list`): pod i runs experiment i through the launcher",
+    )
+    render.add_argument(
+        "--parallelism",
+        type=int,
+        help="with --experiments: pods at a time (default: all experiments at once)",
+    )
     render.set_defaults(func=_render)
     check = sub.add_parser("check", help="schema-validate every overlay offline and check the job rules")
     check.add_argument(
         "--kubernetes-version", default=KUBERNETES_VERSION, help="schema version (default %(default)s)"
     )
+    check.add_argument(
+        "--experiments",
+        metavar="P",
+        default="exp",
+        help="also check the Indexed Job of these experiments, made from "
+        f"{DEFAULT_OVERLAY} (default %(default)s: the paper's suites)",
+    )
     check.set_defaults(func=_check)
-    pin = sub.add_parser("pin", help="write each overlay's image digest from docker/images.lock.json")
+    pin = sub.add_parser(
+        "pin",
+        help="write each overlay's image digest and each SkyPilot task's image_id from docker/images.lock.json",
+    )
     pin.add_argument("--check", action="store_true", help="only report stale overlays (exit 1)")
     pin.set_defaults(func=_pin)
     for p in (check, pin):

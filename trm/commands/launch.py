@@ -18,6 +18,17 @@ def run(args: argparse.Namespace) -> int:
         print(markdown_table())
         return 0
     environ = dict(os.environ)
+    recipe = None
+    if args.experiments:
+        from trm.experiments import indexed
+
+        names = indexed.parse_names(args.experiments)
+        experiment = indexed.selected(names, environ)
+        environ = indexed.launch_environment(experiment, names, environ)
+        recipe = indexed.recipe_of(experiment)
+        print(
+            f"experiment {experiment.name} ({environ[indexed.INDEX_VAR]} of {len(names)}): {experiment.run_name}"
+        )
     try:
         settings = LaunchSettings.from_env(environ, tuple(args.overrides))
     except TRMError:
@@ -53,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     from trm.launch.supervisor import Console
     from trm.launch.workspace import ensure_writable
 
-    plan = resolve(settings, environ)
+    plan = resolve(settings, environ, recipe=recipe)
     if args.dry_run:
         print(plan.render(environ))
         return 0
@@ -89,6 +100,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="with --onstart-script: run scripts/train_prod.sh in this trm-stack checkout (bootstrapped host) "
         "instead of the image's python -m trm launch",
+    )
+    parser.add_argument(
+        "--experiments",
+        metavar="NAMES",
+        help="a Kubernetes Indexed Job's pod: run experiment NAMES[JOB_COMPLETION_INDEX] of this comma-separated "
+        "list (trm/experiments/suites): its recipe as TASK, its run name as RUN_NAME, its overrides and dataset",
     )
     parser.add_argument("overrides", nargs="*", help="extra trainer overrides (key=value)")
     parser.set_defaults(func=run)

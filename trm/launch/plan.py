@@ -50,6 +50,29 @@ def merge_overrides(base: list[str] | tuple[str, ...], extra: list[str] | tuple[
     return out
 
 
+def torchrun_command(
+    python: str,
+    overrides: list[str],
+    *,
+    exit_dir: Path,
+    nproc_per_node: int,
+    shutdown_timeout: int,
+    trainer_module: str = "trm.train",
+    rendezvous: list[str] | None = None,
+) -> list[str]:
+    """torchrun (`--standalone` without `rendezvous` flags) of `nproc_per_node` ranks, each running the
+    trainer under `trm.launch.worker`, which records its exit code in `exit_dir`."""
+    return [
+        *(python, "-m", "torch.distributed.run"),
+        *(rendezvous or ["--standalone"]),
+        f"--nproc-per-node={nproc_per_node}",
+        f"--shutdown-timeout={shutdown_timeout}",
+        *("-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--"),
+        *(python, "-m", trainer_module),
+        *overrides,
+    ]
+
+
 @dataclass(frozen=True)
 class Step:
     """One step of the launch: --dry-run prints it, `Launch.run()` executes it, in the order of
@@ -126,29 +149,22 @@ class LaunchPlan:
     def torchrun(self, overrides: list[str], *, exit_dir: Path) -> list[str]:
         """The torchrun command line: each rank runs the trainer under the exit-code recorder."""
         s = self.settings
-        cmd = [s.python, "-m", "torch.distributed.run"]
-        if s.nnodes == 1:
-            cmd += ["--standalone"]
-        else:
-            cmd += [
+        return torchrun_command(
+            s.python,
+            overrides,
+            exit_dir=exit_dir,
+            nproc_per_node=self.hardware.gpus_per_node,
+            shutdown_timeout=s.shutdown_timeout,
+            trainer_module=self.trainer_module,
+            rendezvous=[]
+            if s.nnodes == 1
+            else [
                 f"--nnodes={s.nnodes}",
                 f"--node-rank={s.node_rank}",
                 f"--master-addr={s.master_addr}",
                 f"--master-port={s.master_port}",
-            ]
-        cmd += [
-            f"--nproc-per-node={self.hardware.gpus_per_node}",
-            f"--shutdown-timeout={s.shutdown_timeout}",
-            "-m",
-            "trm.launch.worker",
-            f"--exit-dir={exit_dir}",
-            "--",
-            s.python,
-            "-m",
-            self.trainer_module,
-            *overrides,
-        ]
-        return cmd
+            ],
+        )
 
     def preflight_command(self) -> list[str]:
         """`python -m trm preflight …` for this plan (GPU or CPU mode, disk need, report file)."""
@@ -396,9 +412,12 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
     return env
 
 
-def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
-    """Resolve the hardware tier and every trainer override for this launch."""
-    recipe = get_recipe(settings.recipe)
+def build_plan(
+    settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str], recipe: Recipe | None = None
+) -> LaunchPlan:
+    """Resolve the hardware tier and every trainer override for this launch (`recipe`: a variant of
+    TASK's recipe, e.g. an experiment's with its own dataset)."""
+    recipe = recipe or get_recipe(settings.recipe)
     hardware = select_layout(
         gpus,
         num_gpus=settings.num_gpus,

@@ -20,6 +20,7 @@ from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.launch.sync import Syncer, SyncError
 from trm.launch.workspace import ensure_writable
+from trm.training.recipes import Recipe
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
 PRODUCTION_RECIPES = ("arc1", "arc2")
@@ -45,9 +46,14 @@ def has_complete_checkpoint(run_dir: Path) -> bool:
     return any((d / "COMPLETE").exists() for d in run_dir.glob("step_*") if d.is_dir())
 
 
-def resolve(settings: LaunchSettings, environ: dict[str, str], runner: Runner | None = None) -> LaunchPlan:
+def resolve(
+    settings: LaunchSettings,
+    environ: dict[str, str],
+    runner: Runner | None = None,
+    recipe: Recipe | None = None,
+) -> LaunchPlan:
     """Detect hardware and build the plan (used by the dry run and the real launch)."""
-    return build_plan(settings, detect_gpus(settings, runner), environ)
+    return build_plan(settings, detect_gpus(settings, runner), environ, recipe)
 
 
 class Launch:
@@ -402,6 +408,7 @@ def make_syncer(settings: LaunchSettings, log: Callable[[str], None]) -> Syncer:
         log,
         every_s=settings.sync_every_minutes * 60,
         handoff_dir=settings.artifacts_run_dir,
+        prune=settings.sync_prune,
     )
 
 

@@ -24,6 +24,8 @@ _RUNTIME_ENV = re.compile(
     r"WANDB_API_KEY|TRM_PREFLIGHT|TRM_PREFLIGHT_ARGS|(NCCL|TORCH_NCCL|CUDA|NVIDIA)_[A-Z0-9_]+)$"
 )
 LAUNCH_COMMAND = ["python", "-m", "trm", "launch"]
+# `python -m trm launch --experiments a,b,c`: pod i of an Indexed Job runs experiment i (trm.experiments.indexed).
+EXPERIMENTS_FLAG = "--experiments"
 # The values GPU feature discovery puts in nvidia.com/gpu.product (the driver's product name with dashes)
 # seen for the same GPU on different clusters and drivers. A pod must accept every spelling of its GPU.
 GPU_PRODUCT_VALUES = {
@@ -319,7 +321,7 @@ def _check_env(where: str, container: dict) -> list[str]:
 def check_multinode(name: str, job: dict, objects: list[dict], rwx_claims: set[str]) -> list[str]:
     """An Indexed multi-pod Job needs a matching headless Service, a rendezvous address and RWX storage."""
     spec = job["spec"]
-    if (spec.get("parallelism") or 1) <= 1:
+    if (spec.get("parallelism") or 1) <= 1 or experiment_names(job) is not None:
         return []
     pod = spec["template"]["spec"]
     problems = []
@@ -353,6 +355,40 @@ def check_multinode(name: str, job: dict, objects: list[dict], rwx_claims: set[s
     return problems
 
 
+def experiment_names(job: dict) -> list[str] | None:
+    """The experiments an Indexed experiment Job runs (None for any other Job)."""
+    for container in job["spec"]["template"]["spec"].get("containers", []):
+        args = container.get("args", [])
+        if EXPERIMENTS_FLAG in args and args.index(EXPERIMENTS_FLAG) + 1 < len(args):
+            return args[args.index(EXPERIMENTS_FLAG) + 1].split(",")
+    return None
+
+
+def check_experiments_job(name: str, job: dict) -> list[str]:
+    """An experiment Job: Indexed, one completion per listed experiment, every name a shipped experiment."""
+    names = experiment_names(job)
+    if names is None:
+        return []
+    spec = job["spec"]
+    problems = []
+    if spec.get("completionMode") != "Indexed" or spec.get("completions") != len(names):
+        problems.append(
+            f"{name}: an experiment Job needs completionMode: Indexed and completions = {len(names)} "
+            "(one per listed experiment; JOB_COMPLETION_INDEX selects it)"
+        )
+    if not 1 <= (spec.get("parallelism") or 1) <= len(names):
+        problems.append(f"{name}: parallelism must be between 1 and the {len(names)} experiments")
+    from trm.experiments.suite import Catalog
+
+    known = Catalog.load().experiments
+    problems += [
+        f"{name}: {n!r} is not a shipped experiment (python -m trm experiment list)"
+        for n in names
+        if n not in known
+    ]
+    return problems
+
+
 def check_objects(
     objects: list[dict], image: LockedImage | None, refs: RefChecker | None, rwx_claims: set[str]
 ) -> list[str]:
@@ -364,6 +400,7 @@ def check_objects(
             problems += check_failure_policy(name, obj)
             problems += check_pod(name, obj["spec"]["template"]["spec"], image, refs)
             problems += check_multinode(name, obj, objects, rwx_claims)
+            problems += check_experiments_job(name, obj)
         elif obj["kind"] == "Secret":
             problems.append(f"{name}: Secrets are created by hand on the cluster, never committed")
     return problems
