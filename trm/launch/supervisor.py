@@ -94,11 +94,14 @@ class AttemptResult:
 
     @property
     def outcome(self) -> str:
-        """ok, saved or failed.
+        """ok, saved, hung or failed.
 
         saved: some rank exited 75 and no rank failed otherwise. The trainer exits 75 only after the
         collective save completed, and once one rank has exited torchrun SIGTERMs the others; a rank
         that was already shutting down then dies of that SIGTERM (-15 / 143), which is not a failure.
+        hung: some rank's watchdog exited 77 and no rank failed otherwise; besides the codes above, a rank
+        SIGKILLed by torchrun (-9 / 137) counts too: a hung rank ignores torchrun's SIGTERM, so torchrun
+        escalates to SIGKILL.
         """
         if self.returncode == 0:
             return "ok"
@@ -106,6 +109,9 @@ class AttemptResult:
         benign = {0, exit_codes.SAVED_RETRY, -signal.SIGTERM, 128 + signal.SIGTERM}
         if exit_codes.SAVED_RETRY in codes and codes <= benign:
             return "saved"
+        killed = {exit_codes.HUNG, -signal.SIGKILL, 128 + signal.SIGKILL}
+        if exit_codes.HUNG in codes and codes <= benign | killed:
+            return "hung"
         return "failed"
 
 
