@@ -179,14 +179,19 @@ def test_a_hang_restarts_from_the_newest_checkpoint(tmp_path, restore_signals):
     assert "trainer hung and its watchdog exited 77" in log
     assert "restart 1/3 from the newest complete checkpoint" in log and "training finished" in log
     run_dir = launch.settings.run_dir
-    for rank in (0, 1):
+    events = read_events(launch.settings.launch_dir / "events.jsonl")
+    first = next(e for e in events if e["event"] == "process_end" and e["label"] == "train attempt 1")
+    # Whichever rank's watchdog fired first, torchrun then stopped the other one (it may not have hung yet).
+    hung = [int(rank) for rank, code in first["rank_codes"].items() if code == exit_codes.HUNG]
+    assert first["outcome"] == "hung" and hung, first
+    for rank in hung:
         stacks = (run_dir / f"hang_rank{rank}.txt").read_text()
         assert f"rank {rank}" in stacks and "after step 3" in stacks
         assert "block_forever_in_fake_loader" in stacks
     train_log = (launch.settings.launch_dir / "train.log").read_text()
     assert train_log.count("===== train attempt") == 2 and "start at step 3" in train_log
     assert (run_dir / "step_6" / "COMPLETE").exists()
-    restarts = [e for e in read_events(launch.settings.launch_dir / "events.jsonl") if e["event"] == "restart"]
+    restarts = [e for e in events if e["event"] == "restart"]
     assert [e["outcome"] for e in restarts] == ["hung"]
 
 

@@ -255,7 +255,9 @@ BREAKAGES = {
     "(a fault of the node found by the preflight) must be a Count rule": lambda o: _job(o)["spec"][
         "podFailurePolicy"
     ]["rules"].pop(4),
-    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(5),
+    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"][
+        "rules"
+    ].pop(5),
     "(non-finite loss or gradients) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"][1][
         "onExitCodes"
     ].update(values=[74, 79]),
@@ -293,7 +295,9 @@ SMOKE_BREAKAGES = {
     # The old overlay: RUN_NAME=smoke on the persistent volume, for every smoke ever run.
     "must contain the Job's UID": lambda o: _env_value(o, "RUN_NAME").update(value="smoke"),
     # A patch that lists the UID variable after RUN_NAME: the kubelet would pass "smoke-$(SMOKE_JOB_UID)".
-    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"].pop(5),
+    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"][
+        "rules"
+    ].pop(5),
     "(non-finite loss or gradients) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"][1][
         "onExitCodes"
     ].update(values=[74, 79]),

@@ -252,7 +252,9 @@ class Launch:
                 )
                 code = exit_codes.SAVED_RETRY if result.outcome == "saved" else exit_codes.HUNG
                 if self.supervisor.stop_reason:
-                    self.console.log(f"{what}; stop requested ({self.supervisor.stop_reason}): the same command resumes")
+                    self.console.log(
+                        f"{what}; stop requested ({self.supervisor.stop_reason}): the same command resumes"
+                    )
                     self.exit_code = self._stop_code() if result.outcome == "saved" else code
                     return
                 if restarts < s.max_restarts:

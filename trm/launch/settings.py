@@ -96,7 +96,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "3",
         "steps of the real config on the real GPUs before the long run (0 skips; skipped when resuming)",
     ),
-    EnvVar("MAX_RESTARTS", "3", "restarts after the trainer saved and exited 75, or hung (exit 77), without being asked to stop"),
+    EnvVar(
+        "MAX_RESTARTS",
+        "3",
+        "restarts after the trainer saved and exited 75, or hung (exit 77), without being asked to stop",
+    ),
     EnvVar("SHUTDOWN_TIMEOUT", "300", "seconds workers get to save after SIGTERM before torchrun kills them"),
     EnvVar(
         "TRAIN_OVERRIDES",

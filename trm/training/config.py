@@ -292,7 +292,9 @@ def validate(cfg: TrainConfig) -> None:
         )
     for key in ("hang_timeout_minutes", "hang_first_step_minutes", "hang_eval_minutes"):
         if getattr(cfg, key) < 0:
-            raise TRMError(f"{key}={getattr(cfg, key)} must be ≥ 0 (hang_timeout_minutes=0 turns the watchdog off).")
+            raise TRMError(
+                f"{key}={getattr(cfg, key)} must be ≥ 0 (hang_timeout_minutes=0 turns the watchdog off)."
+            )
     if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
         raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:

@@ -33,7 +33,12 @@ class EvalShare:
     """Accumulates evaluation time against wall time; see the module docstring."""
 
     def __init__(
-        self, eval_interval: int | None, epochs: int, *, warn: bool, clock: Callable[[], float] = time.perf_counter
+        self,
+        eval_interval: int | None,
+        epochs: int,
+        *,
+        warn: bool,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.eval_interval = eval_interval or epochs
         self.epochs = epochs

@@ -33,9 +33,9 @@ from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.optim.placement import place_state
 from trm.training import checkpoint as ckpt
+from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows, tree_map
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
-from trm.training import watchdog as hang_watchdog
 from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
 from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
@@ -88,7 +88,9 @@ class Trainer:
         self.resumed_from: Path | None = None
         self._evaluated_step = -1
         self.watchdog = hang_watchdog.for_run(cfg, self.run_dir, info.rank)
-        self.nonfinite = NonFiniteGuard(self.run_dir, info, lambda: comps.train_loader.identifiers, as_dict(cfg))
+        self.nonfinite = NonFiniteGuard(
+            self.run_dir, info, lambda: comps.train_loader.identifiers, as_dict(cfg)
+        )
         self.eval_share = EvalShare(cfg.eval_interval, cfg.epochs, warn=self.step_limit >= self.total_steps)
 
     # ---------------------------------------------------------------- setup

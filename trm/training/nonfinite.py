@@ -47,16 +47,20 @@ def repro_path(run_dir: Path, step: int, rank: int) -> Path:
     return run_dir / f"nonfinite_step{step}_rank{rank}.pt"
 
 
-def step_flags(totals: dict[str, torch.Tensor], grads: list[torch.Tensor], clip: float | None) -> torch.Tensor:
-    """int32 device tensor [losses not finite, gradients not finite]; clips `grads` in place to `clip`.
+def step_flags(
+    totals: dict[str, torch.Tensor], params: Iterable[torch.nn.Parameter], clip: float | None
+) -> torch.Tensor:
+    """int32 device tensor [losses not finite, gradients not finite]; clips the gradients to `clip`.
 
-    `totals` are the step's summed metrics (the `*loss` ones are checked); `grads` the all-reduced
-    gradients. No host sync: everything stays on the device."""
+    `totals` are the step's summed metrics (the `*loss` ones are checked); the parameters' `.grad` the
+    all-reduced gradients, clipped in place to global L2 norm `clip` (torch's clip_grad_norm_ rule).
+    No host sync: everything stays on the device."""
+    with_grad = [p for p in params if p.grad is not None]
     losses = [v for k, v in totals.items() if k.endswith("loss")]
     loss_sum = torch.stack([v.float().sum() for v in losses]).sum() if losses else torch.zeros(())
-    norm = torch.nn.utils.get_total_norm(grads)
-    if clip is not None and grads:
-        torch.nn.utils.clip_grads_with_norm_(grads, clip, norm)
+    norm = torch.nn.utils.get_total_norm([p.grad for p in with_grad])
+    if clip is not None and with_grad:
+        torch.nn.utils.clip_grads_with_norm_(with_grad, clip, norm)
     return torch.stack([~torch.isfinite(loss_sum.to(norm.device)), ~torch.isfinite(norm)]).to(torch.int32)
 
 
@@ -84,9 +88,11 @@ class NonFiniteGuard:
         self._rng = rng_state()
         self.flags = None
 
-    def observe(self, totals: dict[str, torch.Tensor], params: Iterable[torch.nn.Parameter], clip: float | None) -> None:
+    def observe(
+        self, totals: dict[str, torch.Tensor], params: Iterable[torch.nn.Parameter], clip: float | None
+    ) -> None:
         """After the gradient all-reduce: the step's flags (see `step_flags`), clipping when `clip`."""
-        self.flags = step_flags(totals, [p.grad for p in params if p.grad is not None], clip)
+        self.flags = step_flags(totals, params, clip)
 
     def check_weights(self, tensors: Iterable[torch.Tensor], step: int) -> None:
         """Before a save: raise NonFiniteError (after the repro) when any rank holds a NaN/Inf weight."""
@@ -97,7 +103,9 @@ class NonFiniteGuard:
 
     def fail(self, step: int, why: str | None = None) -> NoReturn:
         """Log, write this rank's repro and raise NonFiniteError (every rank calls it at the same step)."""
-        loss_bad, grads_bad = (bool(v) for v in self.flags.tolist()) if self.flags is not None else (False, False)
+        loss_bad, grads_bad = (
+            (bool(v) for v in self.flags.tolist()) if self.flags is not None else (False, False)
+        )
         if why is None:
             parts = [name for name, bad in (("loss", loss_bad), ("gradients", grads_bad)) if bad]
             why = (
@@ -110,7 +118,9 @@ class NonFiniteGuard:
         self._write_repro(path, step, why, names, loss_bad, grads_bad)
         newest = ckpt.find_complete(self.run_dir, warn=False)
         kept = f"the newest checkpoint {newest[-1].path} is intact" if newest else "no checkpoint exists yet"
-        shown = ", ".join(names[:SHOWN_PUZZLES]) + (f" (+{len(names) - SHOWN_PUZZLES} more)" if len(names) > SHOWN_PUZZLES else "")
+        shown = ", ".join(names[:SHOWN_PUZZLES]) + (
+            f" (+{len(names) - SHOWN_PUZZLES} more)" if len(names) > SHOWN_PUZZLES else ""
+        )
         message = (
             f"rank {self.info.rank}: {why}; nothing was saved and {kept}. Puzzles in this rank's batch: "
             f"{shown or 'none'}. Repro (batch, RNG state, step): {path}. Resuming replays the same data: "

@@ -105,6 +105,10 @@ def dump_flight_recorder(path: Path) -> bool:
     return True
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
 def _say(message: str) -> None:
     """One line to stderr without `logging`: a hung main thread may hold the logging lock."""
     os.write(2, f"trm watchdog: {message}\n".encode())
@@ -182,10 +186,11 @@ class Watchdog:
         """Dump the stacks (and the NCCL flight recorder), then end the process with HUNG."""
         where = "before the first step" if last is None else f"after step {last}"
         header = (
-            f"trm watchdog: rank {self.rank} (pid {os.getpid()}) made no progress for {waited / 60:.1f} min "
+            f"trm watchdog: rank {self.rank} (pid {os.getpid()}) made no progress for {_duration(waited)} "
             f"{where}, waiting for {phase} (allowance {allowance / 60:g} min); "
-            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}. Thread stacks, most recent call first "
-            "(the training thread is the one not named trm-watchdog; its top frames are where it waits):\n\n"
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}. Thread stacks, most recent call first; "
+            "'Current thread' is the watchdog itself, the training thread is 'Thread <id>' whose top frames "
+            "show where it waits:\n\n"
         )
         path = stack_dump_path(self.run_dir, self.rank)
         written = [str(path)]
@@ -196,10 +201,10 @@ class Watchdog:
         try:
             if dump_flight_recorder(flight_recorder_path(self.run_dir, self.rank)):
                 written.append(str(flight_recorder_path(self.run_dir, self.rank)))
-        except Exception as err:  # noqa: BLE001 - a failed optional dump must not stop the exit
+        except Exception as err:  # a failed optional dump must not stop the exit
             written.append(f"(NCCL flight recorder not written: {err})")
         _say(
-            f"rank {self.rank}: no progress for {waited / 60:.1f} min {where} (waiting for {phase}, allowance "
+            f"rank {self.rank}: no progress for {_duration(waited)} {where} (waiting for {phase}, allowance "
             f"{allowance / 60:g} min); dumps: {', '.join(written)}; exiting {exit_codes.HUNG} (the launcher "
             "restarts from the newest complete checkpoint)"
         )
@@ -214,7 +219,6 @@ class Watchdog:
         while not self._stopped.wait(self.poll_s):
             if self.check():
                 return
-
 
 
 def for_run(cfg: Any, run_dir: Path, rank: int) -> Watchdog:
