@@ -38,12 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         if "--cfg" in args:
             print(config.to_yaml(cfg))
             return exit_codes.OK
-        from trm.distributed import initialize, resolve_device
+        from trm.distributed import initialize
         from trm.training.loop import Trainer
         from trm.training.watchdog import enable_flight_recorder
 
         if cfg.hang_timeout_minutes:  # before the process group exists: its hang dump needs the recorder
-            enable_flight_recorder(resolve_device(cfg.device).type)
+            enable_flight_recorder()
         with initialize(cfg.device) as info:
             if not info.is_main:
                 logging.getLogger().setLevel(logging.WARNING)

@@ -63,11 +63,14 @@ def test_attempt_outcomes():
     assert AttemptResult(1, {0: 75, 1: 1}).outcome == "failed"
     assert AttemptResult(1, {0: -9}).outcome == "failed"
     assert AttemptResult(1, {}).outcome == "failed"
-    # The hang watchdog's 77: a rank that ignored torchrun's SIGTERM and was SIGKILLed is part of the hang.
+    # The hang watchdog's 77: a rank that failed in a collective its hung peer left, or that ignored
+    # torchrun's SIGTERM and was SIGKILLed, is part of the hang; a code that forbids a retry is not.
     assert AttemptResult(1, {0: 77, 1: 77}).outcome == "hung"
     assert AttemptResult(1, {0: 77, 1: -9}).outcome == "hung"
     assert AttemptResult(1, {0: 77, 1: -15, 2: 0}).outcome == "hung"
-    assert AttemptResult(1, {0: 77, 1: 1}).outcome == "failed"
+    assert AttemptResult(1, {0: 1, 1: 77}).outcome == "hung"
+    for final in (2, 74, 78):
+        assert AttemptResult(1, {0: 77, 1: final}).outcome == "failed"
     assert AttemptResult(1, {0: -9}).outcome == "failed"
     assert AttemptResult(1, {0: 78, 1: -15}).outcome == "failed"
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
@@ -14,9 +14,16 @@ import pytest
 
 from trm import exit_codes
 from trm.errors import TRMError
+from trm.launch.supervisor import AttemptResult, read_rank_codes
 from trm.training import checkpoint as ckpt
 from trm.training.config import compose, config_hash, math_dict
-from trm.training.watchdog import Allowances, Watchdog, enable_flight_recorder, stack_dump_path
+from trm.training.watchdog import (
+    Allowances,
+    Watchdog,
+    enable_flight_recorder,
+    flight_recorder_path,
+    stack_dump_path,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -137,50 +144,24 @@ def test_allowances_from_the_config_and_checks():
     assert not {k for k in math_dict(changed) if k.startswith("hang_")}
 
 
-def test_flight_recorder_is_sized_on_cuda_only():
+def test_flight_recorder_is_sized_unless_the_user_did():
     env: dict[str, str] = {}
-    enable_flight_recorder("cpu", env)
-    assert env == {}
-    enable_flight_recorder("cuda", env)
-    assert env == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
-    env = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}
-    enable_flight_recorder("cuda", env)
-    assert env == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}
-    env = {"TORCH_FR_BUFFER_SIZE": "10"}
-    enable_flight_recorder("cuda", env)
-    assert env == {"TORCH_FR_BUFFER_SIZE": "10"}
+    enable_flight_recorder(env)
+    assert env == {"TORCH_FR_BUFFER_SIZE": "2000"}
+    for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
+        env = {name: "50"}
+        enable_flight_recorder(env)
+        assert env == {name: "50"}
 
 
-# A trainer (the in-process tests' tiny config and fake loader) whose loader never delivers batch 6:
-# `python -m trm.train`'s exit path, in a subprocess because the watchdog ends the process.
-HANGING_TRAINER = textwrap.dedent(
-    """
-    import sys, threading
-    from pathlib import Path
-    import tests.training.test_trainer_inprocess as inproc
-    from tests.helpers import FakeLoader
-
-    def wait_for_a_batch_that_never_comes():
-        threading.Event().wait()
-
-    class BlockingLoader(FakeLoader):
-        def iter_train(self):
-            for n, item in enumerate(super().iter_train()):
-                if self._pass == 1 and n == 1:
-                    wait_for_a_batch_that_never_comes()
-                yield item
-
-    inproc.FakeLoader = BlockingLoader
-    trainer = inproc.make_trainer(Path(sys.argv[1]), *sys.argv[2:])
-    sys.exit(trainer.train())
-    """
-)
+HANGING_TRAINER = ROOT / "tests" / "fixtures" / "hanging_trainer.py"
 
 
 def test_a_trainer_whose_loader_blocks_exits_77_with_the_stacks(tmp_path):
+    """`python -m trm.train`'s exit path, in a subprocess because the watchdog ends the process."""
     run_dir = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-c", HANGING_TRAINER, str(run_dir), "hang_timeout_minutes=0.05",
+        [sys.executable, str(HANGING_TRAINER), str(run_dir), "0", "hang_timeout_minutes=0.05",
          "hang_first_step_minutes=1"],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -190,4 +171,35 @@ def test_a_trainer_whose_loader_blocks_exits_77_with_the_stacks(tmp_path):
     assert "rank 0" in dump and "after step 5, waiting for an optimizer step (allowance 0.05 min)" in dump
     assert "wait_for_a_batch_that_never_comes" in dump and "iter_train" in dump
     assert f"dumps: {stack_dump_path(run_dir, 0)}; exiting 77" in proc.stderr
+    assert not flight_recorder_path(run_dir, 0).parent.exists()  # one process: no process group
     assert [c.step for c in ckpt.find_complete(run_dir)] == [4]
+
+
+@pytest.mark.dist
+def test_two_ranks_one_blocked_loader_dump_stacks_and_flight_recorder(tmp_path):
+    """Rank 1's loader blocks; rank 0 waits for it in the gradient all-reduce. Each rank whose watchdog
+    fired first wrote where it waited and its recent collectives; the attempt counts as hung."""
+    run_dir, exit_dir = tmp_path / "run", tmp_path / "codes"
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+        "-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--",
+        sys.executable, str(HANGING_TRAINER), str(run_dir), "1", "hang_timeout_minutes=0.05",
+        "hang_first_step_minutes=1",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env.pop("TORCH_FR_BUFFER_SIZE", None)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    codes = read_rank_codes(exit_dir)
+    assert AttemptResult(proc.returncode, codes).outcome == "hung", (codes, proc.stderr[-3000:])
+    where = {0: "all_reduce", 1: "wait_for_a_batch_that_never_comes"}
+    fired = [rank for rank, code in codes.items() if code == exit_codes.HUNG]
+    assert fired, codes
+    last_seq = {}
+    for rank in fired:
+        dump = stack_dump_path(run_dir, rank).read_text()
+        assert f"rank {rank}" in dump and "after step 5" in dump and where[rank] in dump, dump
+        entries = pickle.loads(flight_recorder_path(run_dir, rank).read_bytes())["entries"]
+        assert entries[-1]["profiling_name"] == "gloo:all_reduce", entries[-1]
+        last_seq[rank] = entries[-1]["collective_seq_id"]
+    if len(last_seq) == 2:  # the waiting rank entered one collective more than the blocked one
+        assert last_seq[0] == last_seq[1] + 1, last_seq

@@ -99,9 +99,11 @@ class AttemptResult:
         saved: some rank exited 75 and no rank failed otherwise. The trainer exits 75 only after the
         collective save completed, and once one rank has exited torchrun SIGTERMs the others; a rank
         that was already shutting down then dies of that SIGTERM (-15 / 143), which is not a failure.
-        hung: some rank's watchdog exited 77 and no rank failed otherwise; besides the codes above, a rank
-        SIGKILLed by torchrun (-9 / 137) counts too: a hung rank ignores torchrun's SIGTERM, so torchrun
-        escalates to SIGKILL.
+        hung: some rank's watchdog exited 77 and no rank exited with a code that forbids a retry (2, 74,
+        78). Other failures are the hang's consequences: the watchdog fires only after minutes without
+        progress, so anything that failed first would have ended the attempt before it; and a rank whose
+        peer exited mid-collective fails there (gloo: connection closed, NCCL: abort), or is SIGKILLed by
+        torchrun when it ignores the SIGTERM.
         """
         if self.returncode == 0:
             return "ok"
@@ -109,8 +111,8 @@ class AttemptResult:
         benign = {0, exit_codes.SAVED_RETRY, -signal.SIGTERM, 128 + signal.SIGTERM}
         if exit_codes.SAVED_RETRY in codes and codes <= benign:
             return "saved"
-        killed = {exit_codes.HUNG, -signal.SIGKILL, 128 + signal.SIGKILL}
-        if exit_codes.HUNG in codes and codes <= benign | killed:
+        final = {exit_codes.CONFIG_ERROR, exit_codes.DISK_FULL, exit_codes.NONFINITE}
+        if exit_codes.HUNG in codes and not codes & final:
             return "hung"
         return "failed"
 

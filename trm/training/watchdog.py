@@ -4,9 +4,9 @@ The training thread pets the watchdog after every optimizer step and every evalu
 comes within the allowance of the current phase (`hang_first_step_minutes` until the process's first
 step: torch.compile and the loader's warm-up; `hang_eval_minutes` between two evaluation batches;
 `hang_timeout_minutes` otherwise), the thread writes every Python thread's stack into
-`<run_dir>/hang_rank<r>.txt` and, on an NCCL process group, the flight recorder's record of the recent
-collectives into `<run_dir>/hang_nccl/nccl_trace_rank<r>`, then ends the process with exit code HUNG
-(77). Every rank runs its own watchdog: a rank stuck in its loader and the ranks waiting for it in a
+`<run_dir>/hang_rank<r>.txt` and, when a process group exists, torch's flight recorder of its recent
+collectives (NCCL on GPUs, gloo on CPUs) into `<run_dir>/hang_flight_recorder/trace_rank<r>`, then ends
+the process with exit code HUNG (77). Every rank runs its own watchdog: a rank stuck in its loader and the ranks waiting for it in a
 collective all stop petting, so all of them dump and exit. The launcher restarts the trainer, which
 resumes from the newest complete checkpoint.
 """
@@ -28,9 +28,10 @@ from trm import exit_codes
 from trm.io import atomic_write_bytes
 
 FIRST_STEP, STEP, EVALUATION = "the first step", "an optimizer step", "an evaluation batch"
-# Entries the NCCL flight recorder keeps when the user did not size it (PyTorch's documented default
-# for debugging; each entry is a few hundred bytes).
+# Collectives torch's flight recorder keeps when the user did not size it (the size PyTorch's debugging
+# docs use; an entry is a few hundred bytes). Off (0) by default in torch.
 FLIGHT_RECORDER_ENTRIES = "2000"
+FLIGHT_RECORDER_SIZES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # new name, old name
 
 
 @dataclass(frozen=True)
@@ -59,15 +60,12 @@ class Allowances:
         )
 
 
-def enable_flight_recorder(device_type: str, environ: dict[str, str] | Any = os.environ) -> None:
-    """Size the NCCL flight recorder (off by default in torch) so a hang dump has collectives in it.
+def enable_flight_recorder(environ: dict[str, str] | Any = os.environ) -> None:
+    """Size torch's flight recorder so a hang dump has the recent collectives in it.
 
-    Must run before the process group is created; an explicit TORCH_NCCL_TRACE_BUFFER_SIZE or
-    TORCH_FR_BUFFER_SIZE wins. Only CUDA runs use NCCL."""
-    if device_type != "cuda":
-        return
-    if "TORCH_FR_BUFFER_SIZE" not in environ:
-        environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", FLIGHT_RECORDER_ENTRIES)
+    Must run before the process group is created; a size the user set (either name) wins."""
+    if not any(name in environ for name in FLIGHT_RECORDER_SIZES):
+        environ[FLIGHT_RECORDER_SIZES[0]] = FLIGHT_RECORDER_ENTRIES
 
 
 def stack_dump_path(run_dir: Path, rank: int) -> Path:
@@ -76,8 +74,8 @@ def stack_dump_path(run_dir: Path, rank: int) -> Path:
 
 
 def flight_recorder_path(run_dir: Path, rank: int) -> Path:
-    """Where rank `rank` writes the NCCL flight recorder (named as torch's fr_trace reader expects)."""
-    return run_dir / "hang_nccl" / f"nccl_trace_rank{rank}"
+    """Where rank `rank` writes the flight recorder (`<prefix><rank>`, as torch's fr_trace reader expects)."""
+    return run_dir / "hang_flight_recorder" / f"trace_rank{rank}"
 
 
 def dump_stacks(path: Path, header: str) -> None:
@@ -90,15 +88,19 @@ def dump_stacks(path: Path, header: str) -> None:
 
 
 def dump_flight_recorder(path: Path) -> bool:
-    """The NCCL flight recorder's pickled trace of this rank's collectives; False without NCCL."""
+    """The flight recorder's pickled trace of this rank's collectives; False without a process group.
+
+    It reads the recorder's ring buffer under its own lock, so it works while the training thread
+    waits inside a collective."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() != "nccl":
+    if not (dist.is_available() and dist.is_initialized()):
         return False
     import torch._C._distributed_c10d as c10d
 
-    # CUDA builds of torch 2.13 have both names; _dump_fr_trace is the backend-neutral successor.
-    dump = getattr(c10d, "_dump_nccl_trace", None) or getattr(c10d, "_dump_fr_trace", None)
+    # The NCCL recorder has its own dump in CUDA builds; _dump_fr_trace dumps the gloo (CPU) one.
+    name = "_dump_nccl_trace" if dist.get_backend() == "nccl" else "_dump_fr_trace"
+    dump = getattr(c10d, name, None)
     if dump is None:
         return False
     atomic_write_bytes(path, dump())
@@ -183,14 +185,14 @@ class Watchdog:
         return True
 
     def fire(self, phase: str, waited: float, allowance: float, last: int | None) -> None:
-        """Dump the stacks (and the NCCL flight recorder), then end the process with HUNG."""
+        """Dump the stacks (and the flight recorder), then end the process with HUNG."""
         where = "before the first step" if last is None else f"after step {last}"
         header = (
             f"trm watchdog: rank {self.rank} (pid {os.getpid()}) made no progress for {_duration(waited)} "
             f"{where}, waiting for {phase} (allowance {allowance / 60:g} min); "
             f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}. Thread stacks, most recent call first; "
-            "'Current thread' is the watchdog itself, the training thread is 'Thread <id>' whose top frames "
-            "show where it waits:\n\n"
+            "'Current thread' is the watchdog itself; the training thread is the one that runs train/_run, "
+            "and its top frames show where it waits:\n\n"
         )
         path = stack_dump_path(self.run_dir, self.rank)
         written = [str(path)]
@@ -202,7 +204,7 @@ class Watchdog:
             if dump_flight_recorder(flight_recorder_path(self.run_dir, self.rank)):
                 written.append(str(flight_recorder_path(self.run_dir, self.rank)))
         except Exception as err:  # a failed optional dump must not stop the exit
-            written.append(f"(NCCL flight recorder not written: {err})")
+            written.append(f"(flight recorder not written: {err})")
         _say(
             f"rank {self.rank}: no progress for {_duration(waited)} {where} (waiting for {phase}, allowance "
             f"{allowance / 60:g} min); dumps: {', '.join(written)}; exiting {exit_codes.HUNG} (the launcher "
