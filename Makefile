@@ -44,6 +44,7 @@ runbooks: venv ## runbook/jobs checks, secret scan, and every `bash cpu` runbook
 
 # ---- container images (docker/images.toml; docker/README.md) ------------------------------------------
 # make image push REGISTRY=127.0.0.1:5000 VARIANTS=cpu   (VARIANTS: space-separated, default all)
+# make release REGISTRY=ghcr.io/my-org VARIANTS="cpu sm90"   (all of it, from a clean checkout; docker/README.md)
 VARIANTS ?=
 REGISTRY ?=
 BUILD_BASE ?=
@@ -52,7 +53,7 @@ IMAGES_LOCK ?= docker/images.lock.json
 IMAGE_SELECT = $(if $(strip $(VARIANTS)),--variants $(VARIANTS))
 IMAGE_BASES = $(if $(BUILD_BASE),--build-base '$(BUILD_BASE)') $(if $(RUNTIME_BASE),--runtime-base '$(RUNTIME_BASE)')
 
-.PHONY: lock wheelhouse image push image-test
+.PHONY: lock wheelhouse image push release image-test
 
 lock: venv ## re-resolve the hash-locked image requirements in docker/requirements/ (needs the index)
 	$(PY) -m trm image lock $(IMAGE_SELECT)
@@ -65,6 +66,9 @@ image: wheelhouse ## build images for VARIANTS (default all); BUILD_BASE/RUNTIME
 
 push: venv ## push the built VARIANTS to REGISTRY=host[:port][/path]; digests go to docker/images.lock.json
 	$(PY) -m trm image push --registry '$(REGISTRY)' --lock-file '$(IMAGES_LOCK)' $(IMAGE_SELECT) $(IMAGE_BASES)
+
+release: venv ## clean checkout -> build, push, pin docker/images.lock.json by registry digest, re-stamp runbooks + jobs/
+	$(PY) -m trm publish --registry '$(REGISTRY)' $(IMAGE_SELECT) $(IMAGE_BASES)
 
 image-test: venv ## real image test: engine, local base, build cpu, smoke, local registry, push, pull by digest
 	$(NOX) -s docker

@@ -147,6 +147,7 @@ def test_evaluator_undoes_augmentations_and_survives_inference_mode_tensors(tmp_
     ev.update_batch(inference_batch)
     metrics = ev.result(tmp_path, DistInfo())
     assert metrics["ARC/pass@1"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert metrics["ARC/count"] == 3  # the tasks pass@K averages over: reports' confidence intervals
     sub = json.loads((tmp_path / "submission.json").read_text())
     assert sub["a"][0]["attempt_1"] == A_OUT
     assert sub["b"][1]["attempt_1"] == [[1, 1]]

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trm.images import lockfile
 from trm.images.base import DEVEL, ensure_local_base
@@ -26,6 +28,15 @@ from trm.images.driver import connect
 from trm.images.variants import load_config
 
 pytestmark = pytest.mark.docker
+GIT = [
+    "git",
+    "-c",
+    "user.name=trm-test",
+    "-c",
+    "user.email=trm-test@example.com",
+    "-c",
+    "commit.gpgsign=false",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = Path(sys.executable).parent.parent
@@ -38,11 +49,13 @@ def smoke_command() -> list[str]:
     return shlex.split(override) if override else list(load_config(ROOT / "docker/images.toml").smoke_command)
 
 
-def make(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = ["make", "--no-print-directory", f"VENV={VENV}", *args]
+def make(*args: str, check: bool = True, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    # `-o`: the venv is the one running these tests; a checkout with a newer pyproject.toml (a fresh clone)
+    # must not make `venv` reinstall it from there
+    cmd = ["make", "--no-print-directory", f"VENV={VENV}", "-o", f"{VENV}/.installed", *args]
     print("+", " ".join(cmd), flush=True)
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     print(
         proc.stdout[-4000:], proc.stderr[-4000:], f"({time.monotonic() - start:.0f} s)", sep="\n", flush=True
     )
@@ -289,3 +302,76 @@ def test_push_pull_by_digest_and_run_again(client, built, registry, tmp_path_fac
     logs = run_smoke(client, reference, ["python", "-m", "trm", "version", "--json"])
     assert "trm image cpu" in logs.splitlines()[0]
     assert '"torch": "2.13.0+cpu"' in logs
+
+
+def _clone_at_head(dest: Path) -> Path:
+    """A clean clone of this checkout's HEAD, with the wheelhouse `built` filled linked (or copied) in."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True, capture_output=True, text=True)
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(ROOT), str(dest)], check=True)
+    subprocess.run(["git", "checkout", "-q", "--detach", head.stdout.strip()], cwd=dest, check=True)
+    wheelhouse = dest / "docker" / "wheelhouse" / "cpu"
+    wheelhouse.mkdir(parents=True)
+    for path in (ROOT / "docker" / "wheelhouse" / "cpu").iterdir():
+        try:
+            os.link(path, wheelhouse / path.name)
+        except OSError:  # another filesystem
+            shutil.copy2(path, wheelhouse / path.name)
+    return dest
+
+
+def _release_outputs(repo: Path) -> str:
+    """What a release changed in `repo`: the diff of tracked files and the content of new ones."""
+    diff = subprocess.run(["git", "diff"], cwd=repo, check=True, capture_output=True, text=True).stdout
+    new = subprocess.run(
+        ["git", "ls-files", "--others", "--exclude-standard"],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return diff + "".join(f"\n+++ {name}\n{(repo / name).read_text()}" for name in sorted(new))
+
+
+def test_make_release_pins_the_registry_digest_runbooks_and_jobs(client, built, registry, tmp_path):
+    """`make release` in a clean clone: build (layer cache of `built`), push, read back, one lock write,
+    the cpu runbook re-stamped and an overlay deploying cpu pinned; refused when dirty; idempotent."""
+    from trm.ops import k8s
+    from trm.ops.publish import STAMP_MESSAGE
+    from trm.ops.runbook import load_runbook
+
+    repo = _clone_at_head(tmp_path / "repo")
+    # the shipped overlays deploy sm90, which this machine cannot build: let the smoke overlay deploy cpu
+    kustomization = repo / "jobs" / "overlays" / "smoke" / "kustomization.yaml"
+    kustomization.write_text(kustomization.read_text().replace("image-variant: sm90", "image-variant: cpu"))
+    subprocess.run([*GIT, "commit", "-q", "-am", "test: the smoke overlay deploys cpu"], cwd=repo, check=True)
+    bases = (f"BUILD_BASE={DEVEL.tag}", f"RUNTIME_BASE={DEVEL.tag}")
+    target = f"{registry}/team"  # where test_push_pull_by_digest_and_run_again pushed: its layers are there
+
+    start = time.monotonic()
+    proc = make("release", f"REGISTRY={target}", "VARIANTS=cpu", *bases, cwd=repo)
+    print(f"\nRELEASED in {time.monotonic() - start:.0f} s")
+    entry = json.loads((repo / "docker" / "images.lock.json").read_text())["images"]["cpu"]
+    reference = f"{target}/trm@{entry['digest']}"
+    assert entry["reference"] == reference
+    assert f"cpu\t{reference}" in proc.stdout.splitlines()
+    # the pinned digest is the registry's, for every pushed tag
+    for tag in entry["tags"]:
+        assert client.images.get_registry_data(f"{target}/trm:{tag}").id == entry["digest"]
+    header = load_runbook(repo / "runbooks" / "v1" / "07-kaggle.md").header
+    assert (header["image"], header["image_digest"]) == (f"{target}/trm:{entry['tags'][0]}", entry["digest"])
+    assert STAMP_MESSAGE in (repo / "runbooks" / "CHANGELOG.md").read_text()
+    pinned = yaml.safe_load(kustomization.read_text())["images"]
+    assert pinned == [{"name": k8s.IMAGE_NAME, "newName": f"{target}/trm", "digest": entry["digest"]}]
+    # (tests/ops/test_jobs.py renders pinned overlays with kustomize: the container image is newName@digest)
+    outputs = _release_outputs(repo)
+
+    # what it wrote is uncommitted: a second release refuses until it is committed
+    again = make("release", f"REGISTRY={target}", "VARIANTS=cpu", *bases, cwd=repo, check=False)
+    assert again.returncode == 2 and "uncommitted change(s)" in again.stderr
+
+    # the same commit released again: same digest, byte-identical outputs
+    subprocess.run(["git", "stash", "-q", "-u"], cwd=repo, check=True)
+    start = time.monotonic()
+    make("release", f"REGISTRY={target}", "VARIANTS=cpu", *bases, cwd=repo)
+    print(f"RELEASED again in {time.monotonic() - start:.0f} s")
+    assert _release_outputs(repo) == outputs

@@ -66,6 +66,13 @@ class FakeAPI:
 class FakeImages:
     def __init__(self, api: FakeAPI) -> None:
         self.api = api
+        self.registry: dict[str, object] = {}  # reference -> digest (or an exception to raise)
+
+    def get_registry_data(self, reference: str):
+        answer = self.registry[reference]
+        if isinstance(answer, Exception):
+            raise answer
+        return type("RegistryData", (), {"id": answer})()
 
     def get(self, name: str) -> FakeImage:
         if name in self.api.tags.values():
@@ -169,8 +176,21 @@ def test_push_records_the_digest_atomically(checkout, tmp_path):
     data = json.loads(lock_path.read_text())
     assert set(data["images"]) == {"cpu", "sm90"}  # other variants are kept
     assert data["images"]["cpu"]["digest"] == DIGEST and data["images"]["cpu"]["sm_list"] == []
+    assert data["images"]["cpu"] == pushed.entry  # what a release pins is what a push records
     assert lockfile.image_reference("cpu", lock_path) == f"127.0.0.1:5000/trm@{DIGEST}"
     assert not list(tmp_path.glob(".images.lock.json.*"))  # no temp file left behind
+
+
+def test_registry_digest_is_the_registrys_answer(checkout):
+    driver, client, _ = make_driver(checkout)
+    client.images.registry["127.0.0.1:5000/trm:0.1.0-cpu"] = DIGEST
+    assert driver.registry_digest("127.0.0.1:5000/trm:0.1.0-cpu") == DIGEST
+    client.images.registry["r.example.com/trm:x"] = "not-a-digest"
+    with pytest.raises(TRMError, match="not a sha256 digest"):
+        driver.registry_digest("r.example.com/trm:x")
+    client.images.registry["r.example.com/trm:y"] = docker.errors.APIError("401 Client Error: unauthorized")
+    with pytest.raises(TRMError, match=r"docker login r\.example\.com"):
+        driver.registry_digest("r.example.com/trm:y")
 
 
 def test_push_without_a_build_says_to_build_first(checkout, tmp_path):

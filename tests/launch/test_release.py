@@ -19,7 +19,7 @@ import pytest
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.launch.plan import build_plan
-from trm.launch.release import ReleasePolicy, policy_from_env, release
+from trm.launch.release import VASTAI_CLI, ReleasePolicy, policy_from_env, release
 from trm.launch.settings import LaunchSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -325,7 +325,7 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
 
     env = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": VAST_KEY, "ON_BUDGET": "stop", "PATH": str(tmp_path)}
     problem = readiness_problem(policy_from_env(env, sync_to=""), env)
-    assert problem is not None and "pip install vastai" in problem
+    assert problem is not None and f"pip install --quiet {VASTAI_CLI}" in problem
     ready = vast_env(tmp_path, ON_BUDGET="stop")
     assert readiness_problem(policy_from_env(ready, sync_to=""), ready) is None
     host = {"ON_END": "stop", "RELEASE_VIA": "host", "PATH": str(tmp_path)}
@@ -343,3 +343,12 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
+    from trm.launch.release import VASTAI_INSTALL
+
+    text = (Path(__file__).resolve().parents[2] / "runbooks" / "v1" / "03-production-run.md").read_text()
+    assert f"pip install --quiet {VASTAI_CLI}" in text and "/opt/vastai-cli" in text
+    assert "pip install --quiet vastai\n" not in text  # unpinned, into the image's venv: the old way
+    assert VASTAI_INSTALL.startswith("python -m venv /opt/vastai-cli ")

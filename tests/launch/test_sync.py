@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.launch.sync import Syncer, check_remote, remote_complete_steps, sync_down, sync_up
+from trm.launch.sync import Syncer, check_remote, prunable, remote_complete_steps, sync_down, sync_up
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_rclone = pytest.mark.skipif(
@@ -178,3 +178,89 @@ def test_restoring_a_run_that_was_never_copied(tmp_path, store):
     with pytest.raises(SyncError):
         sync_down(store, tmp_path / "run", print)  # a typo in the remote is an error...
     assert sync_down(store, tmp_path / "run", print, missing_ok=True) is None  # ...unless asked for
+
+
+def test_prunable_keeps_the_newest_and_everything_still_local():
+    remote = ["step_2", "step_4", "step_6", "step_8"]
+    assert prunable(remote, {"step_6", "step_8"}) == ["step_2", "step_4"]
+    assert prunable(remote, set()) == ["step_2", "step_4", "step_6"]  # the newest stays, even gone locally
+    assert prunable(remote, {"step_2", "step_4", "step_6", "step_8"}) == []
+    assert prunable(["step_8"], set()) == [] and prunable([], {"step_2"}) == []
+
+
+@needs_rclone
+def test_the_remote_follows_local_pruning_but_keeps_its_newest_checkpoint(tmp_path, store):
+    run_dir = tmp_path / "checkpoints" / "r1"
+    for step in (2, 4, 6):
+        checkpoint(run_dir, step)
+    assert sync_up(run_dir, store, print, prune=True) == []
+    dest = remote_path(store)
+    torn = dest / "step_3"  # an upload of step_3 cut off before the trainer pruned it: not complete there
+    torn.mkdir()
+    (torn / "model.pt").write_bytes(b"half")
+
+    # the trainer saved step_8 and pruned step_2 and step_4 (CHECKPOINT_KEEP=2); step_10 is being saved
+    shutil.rmtree(run_dir / "step_2")
+    shutil.rmtree(run_dir / "step_4")
+    checkpoint(run_dir, 8)
+    checkpoint(run_dir, 10, complete=False)
+    lines: list[str] = []
+    assert sync_up(run_dir, store, lines.append, prune=True) == ["step_2", "step_4"]
+    assert sorted(p.name for p in dest.iterdir() if p.name.startswith("step_")) == [
+        "step_3",
+        "step_6",
+        "step_8",
+    ]
+    assert remote_complete_steps(store, print) == ["step_6", "step_8"]
+    assert any("pruned step_2" in line for line in lines)
+
+    # every local checkpoint gone (a new machine before its restore, a wiped disk): the newest copy stays
+    for step in (6, 8, 10):
+        shutil.rmtree(run_dir / f"step_{step}")
+    assert sync_up(run_dir, store, print, prune=True) == ["step_6"]
+    assert remote_complete_steps(store, print) == ["step_8"]
+    restored = tmp_path / "new-machine" / "r1"
+    assert sync_down(store, restored, print) == "step_8"
+    assert (restored / "step_8" / "COMPLETE").is_file()
+
+
+@needs_rclone
+def test_without_prune_the_remote_keeps_every_checkpoint(tmp_path, store):
+    run_dir = tmp_path / "checkpoints" / "r1"
+    checkpoint(run_dir, 2)
+    checkpoint(run_dir, 4)
+    sync_up(run_dir, store, print)
+    shutil.rmtree(run_dir / "step_2")
+    checkpoint(run_dir, 6)
+    syncer = Syncer(run_dir, store, print, prune=False)
+    assert syncer.sync_with_retries()
+    assert remote_complete_steps(store, print) == ["step_2", "step_4", "step_6"]
+    syncer.prune = True
+    assert syncer.sync_with_retries()
+    assert remote_complete_steps(store, print) == ["step_4", "step_6"]
+
+
+def test_sync_prune_is_on_by_default_and_reaches_the_syncer(tmp_path):
+    from trm.launch.runner import make_syncer
+    from trm.launch.settings import LaunchSettings
+
+    env = {"WORKSPACE": str(tmp_path), "SYNC_TO": "store:bucket"}
+    assert make_syncer(LaunchSettings.from_env(env), print).prune is True
+    assert make_syncer(LaunchSettings.from_env({**env, "SYNC_PRUNE": "off"}), print).prune is False
+
+
+@needs_rclone
+def test_the_sync_command_prunes_only_when_asked(tmp_path, store, capsys):
+    from trm.commands import main
+
+    run_dir = tmp_path / "checkpoints" / "r1"
+    checkpoint(run_dir, 2)
+    checkpoint(run_dir, 4)
+    assert main(["sync", str(run_dir), store]) == 0
+    shutil.rmtree(run_dir / "step_2")
+    checkpoint(run_dir, 6)
+    assert main(["sync", str(run_dir), store]) == 0
+    assert remote_complete_steps(store, print) == ["step_2", "step_4", "step_6"]
+    assert main(["sync", str(run_dir), store, "--prune"]) == 0
+    assert remote_complete_steps(store, print) == ["step_4", "step_6"]
+    assert "pruned step_2" in capsys.readouterr().out

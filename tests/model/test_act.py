@@ -200,3 +200,47 @@ def test_halt_exploration_draw_is_seeded_and_in_range():
     assert torch.equal(first.explore, again.explore) and torch.equal(first.min_steps, again.min_steps)
     assert 350 < int(first.explore.sum()) < 650
     assert int(first.min_steps.min()) == 2 and int(first.min_steps.max()) == 5
+
+
+def _baseline(**overrides):
+    import dataclasses
+
+    from trm.model.registry import get_spec
+
+    spec = get_spec("transformers_baseline")
+    values = {**dataclasses.asdict(small_config(halt_max_steps=16)), "puzzle_emb_len": 0, "H_layers": 1}
+    return spec.model(spec.config(**{**values, **overrides}))
+
+
+@pytest.mark.parametrize(("act_inference", "calls"), [(False, 16), (True, 1)])
+def test_baseline_act_inference_halts_evaluation_on_the_q_head(act_inference, calls):
+    torch.manual_seed(0)
+    head = ACTLossHead(_baseline(act_inference=act_inference)).eval()
+    set_q_bias(head.model, halt=5.0, cont=-5.0)  # q_halt > q_continue in every slot
+    batch = make_batch(head.model.config)
+    carry, n = head.initial_carry(batch), 0
+    with torch.inference_mode():
+        while True:
+            carry, _, metrics, _, all_halted = head(carry, batch)
+            n += 1
+            if all_halted:
+                break
+    assert n == calls and metrics["steps"].item() == 3 * calls
+
+
+def test_baseline_act_inference_restarts_a_slot_that_halts_alone():
+    """Upstream's semantics: a halted slot reloads its example on the next step (steps back to 1)."""
+    torch.manual_seed(0)
+    model = _baseline(act_inference=True).eval()
+    set_q_bias(model, halt=-5.0, cont=5.0)  # nobody halts on the Q head...
+    batch = make_batch(model.config)
+    with torch.no_grad():
+        carry, _ = model(model.initial_carry(batch), batch)
+        carry.halted = torch.tensor([True, False, False])  # ...except slot 0, as if its q_halt won
+        after, _ = model(carry, batch)
+    assert after.steps.tolist() == [1, 2, 2] and not after.halted.any()
+
+
+def test_baseline_act_inference_and_eval_early_halt_are_exclusive():
+    with pytest.raises(TRMError, match=r"act_inference and arch\.eval_early_halt"):
+        _baseline(act_inference=True, eval_early_halt=True)

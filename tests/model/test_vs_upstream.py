@@ -125,3 +125,38 @@ def test_other_upstream_models_give_upstream_outputs_and_gradients(arch, variant
         torch.testing.assert_close(param.grad, grads_u[name], rtol=1e-3, atol=1e-5)
         worst = max(worst, (param.grad - grads_u[name]).abs().max().item())
     print(f"{arch} {variant}: max |Δ| over logits and gradients {worst:.3g}, parameters {n_params}")
+
+
+def test_baseline_act_inference_evaluates_as_upstream():
+    """arch.act_inference=True: evaluation halts on the Q head, and a slot halting alone restarts."""
+    spec = get_spec("transformers_baseline")
+    values = dataclasses.asdict(small_config(halt_exploration_prob=0.0, halt_max_steps=8))
+    config = spec.config(**{**values, **EXTRA["transformers_baseline"], "act_inference": True})
+    torch.manual_seed(0)
+    upstream = _upstream_head(config, "stablemax_cross_entropy", "transformers_baseline").eval()
+    with torch.no_grad():
+        upstream.model.inner.puzzle_emb.weights.normal_()
+        upstream.model.inner.q_head.weight.normal_(0.0, 0.5)  # slots halt at different steps
+        upstream.model.inner.q_head.bias.zero_()
+    ours = ACTLossHead(spec.model(config)).eval()
+    ours.model.load_state_dict(
+        convert_upstream_state_dict(dict(upstream.state_dict()), "transformers_baseline"), strict=True
+    )
+    batch = make_batch(config)
+    carry_u, carry_o = upstream.initial_carry(batch), ours.initial_carry(batch)
+    halted_early = False
+    with torch.inference_mode():
+        for _ in range(3 * config.halt_max_steps):
+            carry_u, _, metrics_u, out_u, done_u = upstream(
+                carry=carry_u, batch=batch, return_keys=["logits"]
+            )
+            carry_o, _, metrics_o, out_o, done_o = ours(carry_o, batch, return_keys=("logits",))
+            torch.testing.assert_close(out_o["logits"], out_u["logits"], rtol=1e-4, atol=1e-4)
+            assert torch.equal(carry_o.halted, carry_u.halted) and done_o == done_u
+            assert torch.equal(carry_o.steps, carry_u.steps)
+            for key in ("count", "exact_accuracy", "steps"):
+                torch.testing.assert_close(metrics_o[key].double(), metrics_u[key].double())
+            halted_early |= bool((carry_o.halted & (carry_o.steps < config.halt_max_steps)).any())
+            if done_o:
+                break
+    assert halted_early, "the test's Q head never halted a slot before halt_max_steps"

@@ -18,6 +18,7 @@ from trm.errors import TRMError
 from trm.ops import jobpolicy, k8s
 from trm.ops.imagelock import LockedImage, read_lock
 from trm.ops.shellrefs import RefChecker
+from trm.ops.skytasks import pin_tasks
 
 pytestmark = pytest.mark.kube
 
@@ -49,6 +50,7 @@ def tree(tmp_path: Path) -> Path:
     (tmp_path / "docker").mkdir()
     (tmp_path / "docker" / "images.lock.json").write_text(json.dumps(LOCK))
     k8s.pin_images(tmp_path)
+    pin_tasks(tmp_path, read_lock(tmp_path))
     return tmp_path
 
 
@@ -404,4 +406,5 @@ def test_cli_check_and_pin(tree: Path, kustomize):
     (tree / "docker" / "images.lock.json").write_text(json.dumps(lock))
     stale = cli("pin", "--check")
     assert stale.returncode == 1 and "stale: " in stale.stdout
+    assert "skypilot/train.yaml (image_id)" in stale.stdout  # the SkyPilot tasks follow the lock too
     assert cli("pin").returncode == 0 and cli("pin", "--check").returncode == 0

@@ -38,7 +38,7 @@ def test_exit_codes_recovery_and_the_launcher(path):
     # restarts on errors.
     assert recovery["recover_on_exit_codes"] == [exit_codes.SAVED_RETRY, exit_codes.HUNG]
     assert recovery["max_restarts_on_errors"] == 0
-    assert task["resources"]["image_id"] == "docker:trm-stack"  # replaced by --image-id at launch
+    assert task["resources"]["image_id"] == "docker:trm-stack"  # until released; --image-id overrides it
     # The run restores from the bucket, then runs the production launcher from the synced checkout.
     run = task["run"]
     assert task["workdir"] == "." and run.strip().splitlines()[-1] == "bash scripts/train_prod.sh"
@@ -85,3 +85,41 @@ def test_skypilot_loads_the_task(path, tmp_path, monkeypatch):
     broken["file_mount"] = broken.pop("file_mounts")
     with pytest.raises(ValueError, match="Invalid task YAML"):
         sky.Task.from_yaml_config(broken, env_overrides=[("CHECKPOINT_BUCKET", "trm-runs")])
+
+
+def test_every_task_names_its_image_variant_and_is_unreleased_here():
+    from trm.ops.skytasks import PLACEHOLDER, task_variant
+
+    for path in TASKS:
+        assert task_variant(path.read_text()) == "sm90", path.name
+        assert _load(path)["resources"]["image_id"] == PLACEHOLDER
+
+
+def test_pinning_rewrites_only_the_image_id_value(tmp_path):
+    import shutil
+
+    from trm.ops.imagelock import LockedImage
+    from trm.ops.skytasks import pin_tasks
+
+    shutil.copytree(ROOT / "jobs" / "skypilot", tmp_path / "jobs" / "skypilot")
+    digest = "sha256:" + "ab" * 32
+    images = {"sm90": LockedImage("sm90", "ghcr.io/team/trm", "0.1.0-cu130-sm90", digest)}
+    before = {p.name: p.read_text() for p in (tmp_path / "jobs" / "skypilot").glob("*.yaml")}
+    assert pin_tasks(tmp_path, {}, check=True) == []  # nothing released: the placeholder is right
+    assert pin_tasks(tmp_path, images, variants={"cpu"}) == []  # another variant released: untouched
+    assert [p.name for p in pin_tasks(tmp_path, images, check=True)] == ["smoke.yaml", "train.yaml"]
+    assert [p.name for p in pin_tasks(tmp_path, images)] == ["smoke.yaml", "train.yaml"]
+    assert pin_tasks(tmp_path, images) == []  # idempotent
+    for path in (tmp_path / "jobs" / "skypilot").glob("*.yaml"):
+        text = path.read_text()
+        assert _load(path)["resources"]["image_id"] == f"docker:ghcr.io/team/trm@{digest}"
+        # one line changed, its comment kept
+        changed = [
+            (a, b) for a, b in zip(before[path.name].splitlines(), text.splitlines(), strict=True) if a != b
+        ]
+        assert changed == [
+            (
+                "  image_id: docker:trm-stack  # trm-stack/image-variant: sm90",
+                f"  image_id: docker:ghcr.io/team/trm@{digest}  # trm-stack/image-variant: sm90",
+            )
+        ]

@@ -47,7 +47,13 @@ COMMANDS: tuple[Command, ...] = (
         "launch", "run the production launch (what scripts/train_prod.sh calls); configured by environment"
     ),
     Command("package", "package a checkpoint for offline use"),
+    Command(
+        "publish",
+        "release images: build, push, pin the lock by registry digest, re-stamp runbooks and jobs (make release)",
+        needs="trm.ops",
+    ),
     Command("preflight", "check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run"),
+    Command("report", "compare runs: report.md with tables and plots from run directories or a batch"),
     Command("runbooks", "check, run (cpu tier) or version-stamp the runbooks", needs="trm.ops"),
     Command(
         "scan-secrets",

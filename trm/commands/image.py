@@ -9,14 +9,37 @@ from pathlib import Path
 from trm.errors import TRMError
 
 
-def _variants(args: argparse.Namespace) -> list[str]:
+def add_variant_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--variants", nargs="*", metavar="NAME", help="variants (space or comma separated; default: all)"
+    )
+
+
+def add_base_args(p: argparse.ArgumentParser) -> None:
+    env = os.environ
+    p.add_argument(
+        "--build-base",
+        default=env.get("TRM_IMAGE_BUILD_BASE") or None,
+        help="override the build stage base image (tests: a local debootstrap image)",
+    )
+    p.add_argument(
+        "--runtime-base",
+        default=env.get("TRM_IMAGE_RUNTIME_BASE") or None,
+        help="override the runtime stage base image",
+    )
+    p.add_argument(
+        "--max-jobs", type=int, default=int(env.get("MAX_JOBS", "1")), help="nvcc jobs (~3 GB each)"
+    )
+
+
+def variant_names(args: argparse.Namespace) -> list[str]:
     names: list[str] = []
     for item in args.variants or []:
         names += item.replace(",", " ").split()
     return names
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, str | int | None]:
+def overrides(args: argparse.Namespace) -> dict[str, str | int | None]:
     return {"build_base": args.build_base, "runtime_base": args.runtime_base, "max_jobs": args.max_jobs}
 
 
@@ -27,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     root = Path(args.root).resolve()
     config = load_config(root / args.config)
-    variants = config.select(_variants(args)) if hasattr(args, "variants") else []
+    variants = config.select(variant_names(args)) if hasattr(args, "variants") else []
 
     if args.action == "lock":
         for path in requirements.compile_locks(config, variants, root):
@@ -56,10 +79,10 @@ def run(args: argparse.Namespace) -> int:
         driver = ImageDriver(connect(), config, root)
         for variant in variants:
             if args.action == "build":
-                driver.build(variant, nocache=args.no_cache, target=args.target, **_overrides(args))
+                driver.build(variant, nocache=args.no_cache, target=args.target, **overrides(args))
             else:
                 lock_path = root / args.lock_file
-                driver.push(variant, args.registry, lock_path=lock_path, **_overrides(args))
+                driver.push(variant, args.registry, lock_path=lock_path, **overrides(args))
     else:  # pragma: no cover - argparse restricts the choices
         raise TRMError(f"unknown image action {args.action}")
     return 0
@@ -70,34 +93,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", default="docker/images.toml", help="variants file, relative to --root")
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
 
-    def with_variants(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--variants", nargs="*", metavar="NAME", help="variants (space or comma separated; default: all)"
-        )
-
-    def with_bases(p: argparse.ArgumentParser) -> None:
-        env = os.environ
-        p.add_argument(
-            "--build-base",
-            default=env.get("TRM_IMAGE_BUILD_BASE") or None,
-            help="override the build stage base image (tests: a local debootstrap image)",
-        )
-        p.add_argument(
-            "--runtime-base",
-            default=env.get("TRM_IMAGE_RUNTIME_BASE") or None,
-            help="override the runtime stage base image",
-        )
-        p.add_argument(
-            "--max-jobs", type=int, default=int(env.get("MAX_JOBS", "1")), help="nvcc jobs (~3 GB each)"
-        )
-
     p = actions.add_parser("lock", help="re-resolve docker/requirements/*.txt with uv (needs the index)")
-    with_variants(p)
+    add_variant_args(p)
     p = actions.add_parser("wheelhouse", help="download the locked packages into docker/wheelhouse/<lock>/")
-    with_variants(p)
+    add_variant_args(p)
     p = actions.add_parser("build", help="build the variants (docker SDK, no network inside the build)")
-    with_variants(p)
-    with_bases(p)
+    add_variant_args(p)
+    add_base_args(p)
     p.add_argument("--no-cache", action="store_true", help="ignore the engine's layer cache")
     p.add_argument(
         "--target",
@@ -105,8 +107,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="last Dockerfile stage to build (e.g. adam-atan2; default runtime)",
     )
     p = actions.add_parser("push", help="push the built variants and record digests in the lock file")
-    with_variants(p)
-    with_bases(p)
+    add_variant_args(p)
+    add_base_args(p)
     p.add_argument(
         "--registry",
         default=os.environ.get("REGISTRY", ""),

@@ -29,15 +29,20 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _pin(args: argparse.Namespace) -> int:
-    from trm.ops import k8s
+    from trm.ops import k8s, skytasks
+    from trm.ops.imagelock import read_lock
 
     changed = k8s.pin_images(args.root, check=args.check)
     for directory in changed:
         print(f"{'stale' if args.check else 'pinned'}: {directory}/kustomization.yaml")
+    tasks = skytasks.pin_tasks(args.root, read_lock(args.root), check=args.check)
+    for path in tasks:
+        print(f"{'stale' if args.check else 'pinned'}: {path} (image_id)")
+    changed += tasks
     if args.check and changed:
         print("run `python -m trm jobs pin` to write the digests from docker/images.lock.json")
         return 1
-    print(f"jobs: {len(changed)} overlay(s) {'stale' if args.check else 'updated'}")
+    print(f"jobs: {len(changed)} overlay(s) and task(s) {'stale' if args.check else 'updated'}")
     return 0
 
 
@@ -53,7 +58,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--kubernetes-version", default=KUBERNETES_VERSION, help="schema version (default %(default)s)"
     )
     check.set_defaults(func=_check)
-    pin = sub.add_parser("pin", help="write each overlay's image digest from docker/images.lock.json")
+    pin = sub.add_parser(
+        "pin",
+        help="write each overlay's image digest and each SkyPilot task's image_id from docker/images.lock.json",
+    )
     pin.add_argument("--check", action="store_true", help="only report stale overlays (exit 1)")
     pin.set_defaults(func=_pin)
     for p in (check, pin):

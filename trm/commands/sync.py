@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     handoff = Path(args.handoff) if args.handoff else None
     try:
-        sync_up(run_dir, remote, print, handoff_dir=handoff)
+        sync_up(run_dir, remote, print, handoff_dir=handoff, prune=args.prune)
     except SyncError as err:
         raise TRMError(
             f"copy to {remote} failed: {err}; rerun the same command (it is incremental)"
@@ -63,5 +63,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--handoff",
         metavar="DIR",
         help="also copy this handoff bundle ($ARTIFACTS_DIR/$RUN_NAME) into REMOTE/handoff/",
+    )
+    parser.add_argument(
+        "--prune",
+        action="store_true",
+        help="after the copy, delete from REMOTE the checkpoints RUN_DIR no longer has, except the newest "
+        "complete one there (what the launcher does with SYNC_PRUNE=on; off here: check REMOTE first)",
     )
     parser.set_defaults(func=run)

@@ -22,6 +22,7 @@ which ranks exactly as the full list of votes would; it is part of the trainer's
 
 Beside `ARC/pass@K`, `ARC/this_eval/pass@K` scores only the current evaluation's votes, i.e. the
 checkpoint being evaluated on its own (the two are equal with `aggregated_voting=False`).
+`ARC/count` is the number of tasks pass@K averages over (for confidence intervals in reports).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from trm.evaluation.voting import (
     grid_key,
     pass_at_k,
     record_predictions,
+    scored_tasks,
     validate_submission,
 )
 from trm.io import atomic_write_text
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 
 SUBMISSION = "submission.json"
 THIS_EVAL = "ARC/this_eval"
+COUNT = "ARC/count"  # the number of tasks pass@K is averaged over
 
 # (task id, key of the original test input, key of the predicted grid, confidence)
 Vote = tuple[str, str, str, float]
@@ -210,6 +213,7 @@ class ARCEvaluator:
         metrics = {f"ARC/pass@{k}": v for k, v in pass_at_k(self.test_puzzles, votes, self.pass_Ks).items()}
         this_eval = pass_at_k(self.test_puzzles, current, self.pass_Ks)
         metrics.update({f"{THIS_EVAL}/pass@{k}": v for k, v in this_eval.items()})
+        metrics[COUNT] = float(len(scored_tasks(self.test_puzzles)))  # pass@K's denominator (reports)
         return metrics
 
     def state_dict(self) -> dict[str, Any]:

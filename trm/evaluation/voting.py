@@ -147,6 +147,11 @@ def _has_solutions(task: dict[str, Any]) -> bool:
     return all("output" in pair for pair in task.get("test", []))
 
 
+def scored_tasks(test_puzzles: dict[str, Any]) -> dict[str, Any]:
+    """The tasks pass@K is averaged over (the denominator of `pass_at_k`): those with test outputs."""
+    return {tid: task for tid, task in test_puzzles.items() if _has_solutions(task) and task.get("test")}
+
+
 def pass_at_k(
     test_puzzles: dict[str, Any], table: VoteTable | Tally, ks: tuple[int, ...] = PASS_KS
 ) -> dict[int, float]:
@@ -158,7 +163,7 @@ def pass_at_k(
     Tasks with no test pair, or without outputs (Kaggle's challenges file), are left out; upstream
     cannot score either (it divides by zero or fails on the missing key).
     """
-    scored = {tid: task for tid, task in test_puzzles.items() if _has_solutions(task) and task.get("test")}
+    scored = scored_tasks(test_puzzles)
     totals = dict.fromkeys(ks, 0.0)
     for task_id, task in scored.items():
         hits = dict.fromkeys(ks, 0)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 import sys
 import tempfile
@@ -63,6 +62,8 @@ class PushedImage:
     repository: str
     digest: str
     tags: list[str]
+    entry: dict[str, Any] = field(default_factory=dict)
+    """The variant's `docker/images.lock.json` entry (trm.images.lockfile)."""
 
     @property
     def reference(self) -> str:
@@ -283,24 +284,37 @@ class ImageDriver:
                 raise _registry_error(registry, str(err)) from None
         if not digest:
             raise TRMError(f"push of {repository} reported no digest; check the registry's logs")
-        pushed = PushedImage(variant.name, repository, digest, tags)
+        entry = {
+            "reference": f"{repository}@{digest}",
+            "repository": repository,
+            "digest": digest,
+            "tags": tags,
+            "content_hash": context.content_hash(variant, self.root, args),
+            "git_sha": args["GIT_SHA"],
+            "torch": self.config.torch,
+            "cuda": variant.cuda,
+            "sm_list": list(variant.sm_list),
+            "runtime_base": args["RUNTIME_BASE"],
+            # the image's own creation time: the same image pushed again records the same entry
+            "created": image.attrs.get("Created", ""),
+        }
+        pushed = PushedImage(variant.name, repository, digest, tags, entry)
         if lock_path is not None:
-            lockfile.record_push(
-                lock_path,
-                variant.name,
-                {
-                    "reference": pushed.reference,
-                    "repository": repository,
-                    "digest": digest,
-                    "tags": tags,
-                    "content_hash": context.content_hash(variant, self.root, args),
-                    "git_sha": args["GIT_SHA"],
-                    "torch": self.config.torch,
-                    "cuda": variant.cuda,
-                    "sm_list": list(variant.sm_list),
-                    "runtime_base": args["RUNTIME_BASE"],
-                    "pushed_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                },
-            )
+            lockfile.record_push(lock_path, variant.name, entry)
         print(f"pushed {pushed.reference}", file=self.out)
         return pushed
+
+    def registry_digest(self, reference: str) -> str:
+        """The digest the registry itself reports for `reference` (`repo:tag`), read through the engine
+        (its credentials and registry settings): what a host pulling that tag gets, not a local id."""
+        import docker
+
+        registry = reference.rsplit(":", 1)[0].rsplit("/", 1)[0]
+        try:
+            data = self.client.images.get_registry_data(reference)
+        except docker.errors.APIError as err:
+            raise _registry_error(registry, f"reading back {reference}: {err}") from None
+        digest = str(data.id)
+        if not lockfile.is_digest(digest):
+            raise TRMError(f"registry {registry} answered {digest!r} for {reference}, not a sha256 digest")
+        return digest

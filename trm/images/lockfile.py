@@ -2,7 +2,7 @@
 
 Format (schema 1): `{"schema": 1, "images": {"<variant>": {"reference": "<registry>/<repo>@sha256:…",
 "repository": …, "digest": …, "tags": [...], "content_hash": …, "git_sha": …, "torch": …, "cuda": …,
-"sm_list": [...], "pushed_at": …}}}`. Launch by `reference` (immutable), never by tag.
+"sm_list": [...], "runtime_base": …, "created": …}}}`. Launch by `reference` (immutable), never by tag.
 """
 
 from __future__ import annotations
@@ -36,17 +36,28 @@ def read_lock(path: str | Path = LOCK_PATH) -> dict[str, Any]:
     return data
 
 
-def record_push(path: str | Path, variant: str, entry: dict[str, Any]) -> dict[str, Any]:
-    """Add or replace one variant's entry, keeping the others; the write is atomic."""
-    if not _DIGEST.match(str(entry.get("digest", ""))):
-        raise TRMError(
-            f"refusing to record {variant!r} without a sha256 digest (got {entry.get('digest')!r})"
-        )
+def is_digest(value: str) -> bool:
+    """`sha256:<64 hex>`, the only digest form recorded."""
+    return bool(_DIGEST.match(value))
+
+
+def record_pushes(path: str | Path, entries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Add or replace the entries of some variants, keeping the others, in one atomic write."""
+    for variant, entry in entries.items():
+        if not is_digest(str(entry.get("digest", ""))):
+            raise TRMError(
+                f"refusing to record {variant!r} without a sha256 digest (got {entry.get('digest')!r})"
+            )
     data = read_lock(path)
-    data["images"][variant] = entry
+    data["images"].update(entries)
     data["images"] = dict(sorted(data["images"].items()))
     atomic_write_json(path, data)
     return data
+
+
+def record_push(path: str | Path, variant: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """Add or replace one variant's entry, keeping the others; the write is atomic."""
+    return record_pushes(path, {variant: entry})
 
 
 def image_reference(variant: str, path: str | Path = LOCK_PATH) -> str:

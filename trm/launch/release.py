@@ -119,6 +119,16 @@ def resolve_provider(policy: ReleasePolicy, env: Mapping[str, str]) -> str:
     return provider
 
 
+# The official Vast.ai CLI, pinned, installed in a venv of its own and never into the image or the training
+# venv: vastai 1.9.1 requires borb (a 12 MB PDF library for invoices, licensed AGPL-3.0 or commercial) and
+# exact pins (pillow==12.2.0, cryptography==49.0.0) that would downgrade the training venv's pillow.
+VASTAI_CLI = "vastai==1.9.1"
+VASTAI_INSTALL = (
+    f"python -m venv /opt/vastai-cli && /opt/vastai-cli/bin/pip install --quiet {VASTAI_CLI} "
+    "&& ln -sf /opt/vastai-cli/bin/vastai /usr/local/bin/vastai"
+)
+
+
 def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | None:
     """Checked when the launch starts, so a release that cannot work is found before hours of training, not
     after: the tool or the ids it will need. None when ready (or nothing to release)."""
@@ -131,8 +141,8 @@ def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | No
     if provider == "vast":
         if shutil.which("vastai", path=env.get("PATH")) is None:
             return (
-                f"ON_END={policy.on_end} ON_BUDGET={policy.on_budget} on Vast.ai needs the official CLI: "
-                "`pip install vastai` into the environment that runs the launch, "
+                f"ON_END={policy.on_end} ON_BUDGET={policy.on_budget} on Vast.ai needs the official CLI "
+                f"on the launch's PATH: `{VASTAI_INSTALL}` (as root; its own venv), "
                 "or set ON_END=keep ON_BUDGET=keep"
             )
         if not env.get("CONTAINER_ID", "").strip().isdigit():
@@ -196,7 +206,7 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False, env=dict(env))
     except FileNotFoundError:
         raise ReleaseError(
-            f"{cmd[0]} is not installed: `pip install vastai` (the official Vast.ai CLI), then "
+            f"{cmd[0]} is not installed: `{VASTAI_INSTALL}` (the official Vast.ai CLI), then "
             f"`{shown}` by hand"
         ) from None
     except subprocess.TimeoutExpired:

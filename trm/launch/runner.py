@@ -411,6 +411,7 @@ def make_syncer(settings: LaunchSettings, log: Callable[[str], None]) -> Syncer:
         log,
         every_s=settings.sync_every_minutes * 60,
         handoff_dir=settings.artifacts_run_dir,
+        prune=settings.sync_prune,
     )
 
 

@@ -169,6 +169,13 @@ ENV_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar("SYNC_EVERY_MINUTES", "15", "how often the run is copied to SYNC_TO while it trains", "sync"),
     EnvVar(
+        "SYNC_PRUNE",
+        "on",
+        "on: after each copy, delete from SYNC_TO the checkpoints this run pruned locally (CHECKPOINT_KEEP), "
+        "never the newest complete one there; off: the remote keeps every checkpoint",
+        "sync",
+    ),
+    EnvVar(
         "WANDB",
         "off",
         "Weights & Biases: off, online (needs WANDB_API_KEY in the environment) or offline",
@@ -310,6 +317,8 @@ class LaunchSettings:
     sync_to: str = ""
     """SYNC_TO: the rclone remote:path the run directory is copied under (empty: off)."""
     sync_every_minutes: float = 15.0
+    sync_prune: bool = True
+    """SYNC_PRUNE: delete remote checkpoints that the run directory no longer has (trm.launch.sync)."""
     release: ReleasePolicy = field(default_factory=ReleasePolicy)
     cli_overrides: tuple[str, ...] = ()
     """Overrides given as script arguments (also part of train_overrides; kept for the resume command)."""
@@ -404,5 +413,6 @@ class LaunchSettings:
             cli_overrides=tuple(extra_overrides),
             sync_to=sync_to,
             sync_every_minutes=_float(env, "SYNC_EVERY_MINUTES") or 15.0,
+            sync_prune=_flag(env, "SYNC_PRUNE", True),
             release=policy_from_env(env, sync_to=sync_to),
         )

@@ -1,6 +1,6 @@
 """Copy a run directory to object storage with rclone, and bring it back on a new machine (SYNC_TO).
 
-Upload (`sync_up`), incremental (rclone copies only what changed and never deletes on the remote):
+Upload (`sync_up`), incremental (rclone copies only what changed; `copy` never deletes on the remote):
   pass 1  every file of the run directory except the checkpoints' COMPLETE markers; never a `.partial`
           or `.old` directory (the trainer's in-progress saves), never a `step_N/` without COMPLETE,
           never an atomic-write temp file
@@ -8,6 +8,13 @@ Upload (`sync_up`), incremental (rclone copies only what changed and never delet
 so a checkpoint on the remote has its COMPLETE marker only once every one of its files got there: an
 upload cut off half way leaves a remote `step_N/` without COMPLETE, which the next upload finishes and a
 restore ignores. The handoff bundle goes to REMOTE/handoff/.
+
+Remote retention (`prune=True`, SYNC_PRUNE=on, the launcher's default): after the upload, a `step_N/` on
+the remote is deleted (`rclone purge`) when it is complete there, no longer present in the run directory
+(the trainer pruned it: CHECKPOINT_KEEP) and older than the newest checkpoint complete on the remote. The
+newest complete remote checkpoint is never deleted, and neither is a folder still being uploaded (it is
+present locally) or a remote folder without COMPLETE. So the remote holds what the machine holds, once the
+machine's checkpoints got there, instead of every checkpoint of the run.
 
 Restore (`sync_down`): everything but the checkpoints, plus the newest checkpoint that is complete on the
 remote, into the run directory; the same launch command then resumes from it.
@@ -128,8 +135,12 @@ def _upload_filters(run_dir: Path) -> tuple[list[str], list[str]]:
     return first, second
 
 
-def sync_up(run_dir: Path, remote: str, log: Log, *, handoff_dir: Path | None = None) -> None:
-    """Copy `run_dir` (and the handoff bundle into REMOTE/handoff/) to `remote`; raises SyncError."""
+def sync_up(
+    run_dir: Path, remote: str, log: Log, *, handoff_dir: Path | None = None, prune: bool = False
+) -> list[str]:
+    """Copy `run_dir` (and the handoff bundle into REMOTE/handoff/) to `remote`, then, with `prune`, delete
+    the remote checkpoints the run directory no longer has (`prune_remote`); returns those. Raises
+    SyncError."""
     if not run_dir.is_dir():
         raise SyncError(f"{run_dir} is not a directory")
     first, second = _upload_filters(run_dir)
@@ -138,6 +149,23 @@ def sync_up(run_dir: Path, remote: str, log: Log, *, handoff_dir: Path | None = 
         _run(["copy", str(run_dir), remote, *second], log)
     if handoff_dir is not None and handoff_dir.is_dir():
         _run(["copy", str(handoff_dir), _join(remote, HANDOFF_SUBDIR), "--exclude", ".*.tmp"], log)
+    return prune_remote(run_dir, remote, log) if prune else []
+
+
+def prunable(remote_steps: list[str], local_steps: set[str]) -> list[str]:
+    """Of the checkpoints complete on the remote (oldest first), those to delete there: gone from the run
+    directory and older than the newest complete one (which always stays)."""
+    return [name for name in remote_steps[:-1] if name not in local_steps]
+
+
+def prune_remote(run_dir: Path, remote: str, log: Log) -> list[str]:
+    """Delete from `remote` the checkpoints `prunable` names; returns them (oldest first)."""
+    local = {p.name for p in run_dir.iterdir() if STEP_RE.match(p.name) and p.is_dir()}
+    doomed = prunable(remote_complete_steps(remote, log), local)
+    for name in doomed:
+        _run(["purge", _join(remote, name)], log)
+        log(f"pruned {name} from {remote} (no longer in {run_dir}; a newer complete checkpoint is there)")
+    return doomed
 
 
 def remote_complete_steps(remote: str, log: Log) -> list[str]:
@@ -188,6 +216,7 @@ class Syncer:
     log: Log
     every_s: float = 600.0
     handoff_dir: Path | None = None
+    prune: bool = False
     retries: int = 4
     backoff_s: float = 15.0
 
@@ -205,7 +234,9 @@ class Syncer:
         for attempt in range(1, attempts + 1):
             try:
                 with self._lock:
-                    sync_up(self.run_dir, self.remote, self.log, handoff_dir=self.handoff_dir)
+                    sync_up(
+                        self.run_dir, self.remote, self.log, handoff_dir=self.handoff_dir, prune=self.prune
+                    )
             except (SyncError, OSError) as err:
                 self.last_error = str(err)
                 left = attempts - attempt

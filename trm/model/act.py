@@ -96,11 +96,17 @@ class TinyRecursiveModel(nn.Module):
             steps = steps + 1 if frozen is None else torch.where(frozen, steps, steps + 1)
             is_last = steps >= cfg.halt_max_steps
             halted = is_last
-            if self.training and cfg.halt_max_steps > 1 and getattr(cfg, "act_enabled", True):
+            # Halting on the Q head: in training (unless act_enabled=False); in evaluation only with the
+            # baseline's act_inference (else evaluation runs every step, or freezes with eval_early_halt).
+            adaptive = (
+                getattr(cfg, "act_enabled", True) if self.training else getattr(cfg, "act_inference", False)
+            )
+            if cfg.halt_max_steps > 1 and adaptive:
                 versus_continue = getattr(cfg, "halt_on_q_continue", not cfg.no_ACT_continue)
                 halted = halted | (q_halt > q_continue if versus_continue else q_halt > 0)
-                halted = halted & (steps >= self._min_halt_steps(q_halt, steps, exploration))
-                if not cfg.no_ACT_continue:
+                if self.training:
+                    halted = halted & (steps >= self._min_halt_steps(q_halt, steps, exploration))
+                if self.training and not cfg.no_ACT_continue:
                     # Bootstrapped Q-learning target from one more (gradient-free) step on the new carry.
                     _, _, next_halt, next_continue = self.inner(new_inner, data)
                     target = torch.where(is_last, next_halt, torch.maximum(next_halt, next_continue))

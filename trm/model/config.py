@@ -11,14 +11,39 @@ import torch
 from trm.errors import TRMError
 from trm.model.schema import DatasetSizes, LossConfig, TRMArch, TRMFields
 
-__all__ = ["FORWARD_DTYPES", "POS_ENCODINGS", "LossConfig", "TRMArch", "TRMConfig"]
+__all__ = ["FORWARD_DTYPES", "POS_ENCODINGS", "LossConfig", "ModelShape", "TRMArch", "TRMConfig"]
 
 POS_ENCODINGS = ("rope", "learned", "none")
 FORWARD_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
+class ModelShape:
+    """Sizes every model config derives the same way (from seq_len, prefix_len, hidden_size, num_heads)."""
+
+    seq_len: int
+    hidden_size: int
+    num_heads: int
+    forward_dtype: str
+    prefix_len: int  # each config's own rule (a property)
+
+    @property
+    def total_seq_len(self) -> int:
+        """Working sequence length: prefix plus tokens (ARC: 916 for TRM, 901 with the ceil rule)."""
+        return self.seq_len + self.prefix_len
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head width."""
+        return self.hidden_size // self.num_heads
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype of activations."""
+        return FORWARD_DTYPES[self.forward_dtype]
+
+
 @dataclass(kw_only=True)
-class TRMConfig(DatasetSizes, TRMFields):
+class TRMConfig(ModelShape, DatasetSizes, TRMFields):
     """A TRM model's full configuration: the architecture keys plus the dataset sizes."""
 
     heads_must_divide: ClassVar[bool] = True
@@ -68,18 +93,3 @@ class TRMConfig(DatasetSizes, TRMFields):
         if self.puzzle_emb_len:
             return self.puzzle_emb_len
         return math.ceil(self.puzzle_emb_ndim / self.hidden_size)
-
-    @property
-    def total_seq_len(self) -> int:
-        """Working sequence length: prefix plus tokens (ARC default 916)."""
-        return self.seq_len + self.prefix_len
-
-    @property
-    def head_dim(self) -> int:
-        """Per-head width."""
-        return self.hidden_size // self.num_heads
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The torch dtype of activations."""
-        return FORWARD_DTYPES[self.forward_dtype]

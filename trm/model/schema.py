@@ -1,9 +1,10 @@
 """The architecture schemas: each architecture's keys declared once, with the docstrings `--help` shows.
 
-For every architecture, `<Name>Fields` holds its keys with the reference's defaults; `<Name>Arch` is the
-command-line schema of `arch.*` (adds `name`, `loss` and the trainer's defaults: `auto` dtype, the puzzle
-width following hidden_size); the model config (`trm.model.config.TRMConfig`, `trm.model.urm.URMConfig`)
-adds `DatasetSizes`. This module imports no torch (the trainer's `--help` stays light).
+Keys every architecture shares live in `CoreFields` (and `UpstreamFields` for upstream's family); each
+architecture's `<Name>Fields` adds its own keys and the reference's defaults where they differ; `<Name>Arch`
+is the command-line schema of `arch.*` (`CommandLineKeys` adds `loss` and the trainer's defaults: `auto`
+dtype, the puzzle width following hidden_size; the class adds `name`); the model config
+(`trm.model.config.TRMConfig`, `trm.model.urm.URMConfig`) adds `DatasetSizes`. This module imports no torch (the trainer's `--help` stays light).
 """
 
 from __future__ import annotations
@@ -63,13 +64,46 @@ class DatasetSizes:
 
 
 @dataclass(kw_only=True)
-class TRMFields:
-    """The TRM architecture keys, declared once; defaults are upstream's `config/arch/trm.yaml`."""
+class CoreFields:
+    """Keys every architecture has; each reference config uses these defaults unless its class overrides one."""
 
+    hidden_size: int = 512
+    """Model width."""
+    num_heads: int = 8
+    """Attention heads (head_dim = hidden_size / num_heads)."""
+    expansion: float = 4.0
+    """SwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
     puzzle_emb_ndim: int = 512
-    """Width of a puzzle embedding; 0 disables the table (the prefix positions then stay zero)."""
+    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
+    rms_norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+    rope_theta: float = 10000.0
+    """RoPE base."""
+    halt_exploration_prob: float = 0.1
+    """Training: probability that a slot draws a random minimum halting step."""
+    forward_dtype: str = "bfloat16"
+    """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32."""
+    eval_early_halt: bool = False
+    """Inference only: a slot stops as soon as q_halt > 0 instead of running every ACT step."""
+
+
+@dataclass(kw_only=True)
+class UpstreamFields(CoreFields):
+    """Keys every upstream TinyRecursiveModels architecture adds (trm, its ablations, hrm, the baseline)."""
+
+    pos_encodings: str = "rope"
+    """"rope", "learned" or "none"."""
+    halt_max_steps: int = 16
+    """ACT supervision steps per example; evaluation always runs exactly this many."""
+
+
+@dataclass(kw_only=True)
+class TRMFields(UpstreamFields):
+    """The TRM architecture keys; defaults are upstream's `config/arch/trm.yaml`."""
+
     puzzle_emb_len: int = 16
-    """Prefix positions prepended to the tokens; 0 means ceil(puzzle_emb_ndim / hidden_size)."""
+    """Prefix positions prepended to the tokens; 0 means ceil(puzzle_emb_ndim / hidden_size) (set 0 with
+    puzzle_emb_ndim=0)."""
     H_cycles: int = 3
     """Outer recursion cycles per ACT step (the last one carries gradient)."""
     L_cycles: int = 6
@@ -78,43 +112,92 @@ class TRMFields:
     """Unused by TRM; kept so upstream configs load."""
     L_layers: int = 2
     """Blocks in the single reasoning network."""
-    hidden_size: int = 512
-    """Model width."""
-    expansion: float = 4.0
-    """SwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
-    num_heads: int = 8
-    """Attention heads (head_dim = hidden_size / num_heads)."""
-    pos_encodings: str = "rope"
-    """"rope", "learned" or "none"."""
-    rms_norm_eps: float = 1e-5
-    """RMSNorm epsilon."""
-    rope_theta: float = 10000.0
-    """RoPE base."""
-    halt_max_steps: int = 16
-    """ACT supervision steps per example; evaluation always runs exactly this many."""
-    halt_exploration_prob: float = 0.1
-    """Training: probability that a slot draws a random minimum halting step."""
-    forward_dtype: str = "bfloat16"
-    """Activation dtype ("bfloat16" on GPU; the trainer uses "float32" on CPU). Parameters stay fp32."""
     mlp_t: bool = False
     """Replace attention by a SwiGLU over the token axis (upstream's Sudoku "MLP" variant)."""
     no_ACT_continue: bool = True
     """Halt on sigmoid(q_halt) alone; False adds the bootstrapped Q-continue target and loss."""
-    eval_early_halt: bool = False
-    """Inference only: a slot stops as soon as q_halt > 0 instead of running all halt_max_steps."""
 
 
 @dataclass(kw_only=True)
-class TRMArch(TRMFields):
+class HRMFields(UpstreamFields):
+    """The HRM architecture keys; defaults are upstream's `config/arch/hrm.yaml`."""
+
+    H_cycles: int = 2
+    """High-level (z_H) updates per ACT step; only the last one, and the z_L update before it, carry gradient."""
+    L_cycles: int = 2
+    """Low-level (z_L) updates per high-level update."""
+    H_layers: int = 4
+    """Blocks of the high-level network."""
+    L_layers: int = 4
+    """Blocks of the low-level network."""
+    mlp_t: bool = False
+    """Replace attention by a SwiGLU over the token axis."""
+
+
+@dataclass(kw_only=True)
+class TransformerBaselineFields(UpstreamFields):
+    """The transformers_baseline keys; defaults are upstream's `config/arch/transformers_baseline.yaml`."""
+
+    H_cycles: int = 1
+    """Unused (kept so upstream's configs load): one pass of the blocks per ACT step."""
+    H_layers: int = 8
+    """Transformer blocks; each ACT step applies them once to z + x, with gradient."""
+    num_heads: int = 12
+    """Attention heads; head_dim = hidden_size // num_heads (need not divide: 512 / 12 gives 12 × 42)."""
+    pos_encodings: str = "rope"
+    """"rope" or "learned"."""
+    act_enabled: bool = True
+    """Training halts a slot early when q_halt > q_continue; False always runs halt_max_steps."""
+    act_inference: bool = False
+    """Evaluation halts a slot when q_halt > q_continue (upstream's semantics: a slot that halts before
+    the others restarts on its example, and the batch ends when every slot halts in the same step)."""
+
+
+@dataclass(kw_only=True)
+class URMFields(CoreFields):
+    """The URM architecture keys; defaults are the reference's `config/arch/urm.yaml` (RoPE always)."""
+
+    loops: int = 16
+    """ACT supervision steps per example (the reference's `loops`); evaluation runs exactly this many."""
+    H_cycles: int = 4
+    """Outer cycles per ACT step; all but the last run without gradient (truncated backpropagation)."""
+    L_cycles: int = 3
+    """Loops per outer cycle; each adds the input embedding, then applies every block."""
+    num_layers: int = 8
+    """Blocks in the stack (attention + ConvSwiGLU, post-norm)."""
+    expansion: float = 4.0
+    """ConvSwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
+    conv_kernel: int = 2
+    """Depthwise convolution width over the sequence (2: causal, the previous and current token)."""
+    conv_dtype: str = "bfloat16"
+    """dtype of the convolution's parameters and arithmetic; the reference uses bfloat16 everywhere."""
+
+    @property
+    def halt_max_steps(self) -> int:
+        """The ACT step limit under the name the shared ACT wrapper and trainer use."""
+        return self.loops
+
+
+@dataclass(kw_only=True)
+class CommandLineKeys:
+    """What `arch.*` on the command line adds to an architecture's keys: the loss and the trainer's defaults.
+
+    Listed first among an `*Arch` class's bases, so these defaults replace the reference's."""
+
+    loss: LossConfig = field(default_factory=LossConfig)
+    """The loss head."""
+    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
+    """Width of a puzzle embedding (default: hidden_size); 0 disables the table."""
+    forward_dtype: str = "auto"
+    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16. Parameters stay fp32."""
+
+
+@dataclass(kw_only=True)
+class TRMArch(CommandLineKeys, TRMFields):
     """`arch=trm`: the schema of `arch.*` on the command line (the dataset sizes are filled in later)."""
 
     name: str = "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1"
     """Model id (upstream's class path; `trm` is accepted too)."""
-    loss: LossConfig = field(default_factory=LossConfig)
-    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
-    """Width of a puzzle embedding; 0 disables the table (then set puzzle_emb_len=0 too)."""
-    forward_dtype: str = "auto"
-    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16. Parameters stay fp32."""
 
 
 @dataclass(kw_only=True)
@@ -134,156 +217,28 @@ class TRMHier6Arch(TRMArch):
 
 
 @dataclass(kw_only=True)
-class HRMFields:
-    """The HRM architecture keys; defaults are upstream's `config/arch/hrm.yaml`."""
-
-    H_cycles: int = 2
-    """High-level (z_H) updates per ACT step; only the last one, and the z_L update before it, carry gradient."""
-    L_cycles: int = 2
-    """Low-level (z_L) updates per high-level update."""
-    H_layers: int = 4
-    """Blocks of the high-level network."""
-    L_layers: int = 4
-    """Blocks of the low-level network."""
-    hidden_size: int = 512
-    """Model width."""
-    num_heads: int = 8
-    """Attention heads (head_dim = hidden_size / num_heads)."""
-    expansion: float = 4.0
-    """SwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
-    puzzle_emb_ndim: int = 512
-    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
-    pos_encodings: str = "rope"
-    """"rope", "learned" or "none"."""
-    rms_norm_eps: float = 1e-5
-    """RMSNorm epsilon."""
-    rope_theta: float = 10000.0
-    """RoPE base."""
-    halt_max_steps: int = 16
-    """ACT supervision steps per example; evaluation always runs exactly this many."""
-    halt_exploration_prob: float = 0.1
-    """Training: probability that a slot draws a random minimum halting step."""
-    forward_dtype: str = "bfloat16"
-    """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32."""
-    mlp_t: bool = False
-    """Replace attention by a SwiGLU over the token axis."""
-    eval_early_halt: bool = False
-    """Inference only: a slot stops as soon as q_halt > 0 instead of running all halt_max_steps."""
-
-
-@dataclass(kw_only=True)
-class HRMArch(HRMFields):
+class HRMArch(CommandLineKeys, HRMFields):
     """`arch=hrm`: the Hierarchical Reasoning Model (halting by Q-learning: q_halt vs q_continue)."""
 
     name: str = "recursive_reasoning.hrm@HierarchicalReasoningModel_ACTV1"
     """Model id (upstream's class path; `hrm` is accepted too)."""
-    loss: LossConfig = field(default_factory=LossConfig)
-    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
-    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
-    forward_dtype: str = "auto"
-    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16. Parameters stay fp32."""
 
 
 @dataclass(kw_only=True)
-class TransformerBaselineFields:
-    """The transformers_baseline keys; defaults are upstream's `config/arch/transformers_baseline.yaml`."""
-
-    H_cycles: int = 1
-    """Unused (kept so upstream's configs load): one pass of the blocks per ACT step."""
-    H_layers: int = 8
-    """Transformer blocks; each ACT step applies them once to z + x, with gradient."""
-    hidden_size: int = 512
-    """Model width."""
-    num_heads: int = 12
-    """Attention heads; head_dim = hidden_size // num_heads (need not divide: 512 / 12 gives 12 × 42)."""
-    expansion: float = 4.0
-    """SwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
-    puzzle_emb_ndim: int = 512
-    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
-    pos_encodings: str = "rope"
-    """"rope" or "learned"."""
-    rms_norm_eps: float = 1e-5
-    """RMSNorm epsilon."""
-    rope_theta: float = 10000.0
-    """RoPE base."""
-    halt_max_steps: int = 16
-    """ACT supervision steps per example; evaluation always runs exactly this many."""
-    halt_exploration_prob: float = 0.1
-    """Training: probability that a slot draws a random minimum halting step."""
-    act_enabled: bool = True
-    """Training halts a slot early when q_halt > q_continue; False always runs halt_max_steps."""
-    forward_dtype: str = "bfloat16"
-    """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32."""
-    eval_early_halt: bool = False
-    """Inference only: a slot stops as soon as q_halt > 0 instead of running all halt_max_steps."""
-
-
-@dataclass(kw_only=True)
-class TransformerBaselineArch(TransformerBaselineFields):
+class TransformerBaselineArch(CommandLineKeys, TransformerBaselineFields):
     """`arch=transformers_baseline`: upstream's plain-transformer ablation (no recursion inside an ACT step)."""
 
     heads_must_divide: ClassVar[bool] = False
     name: str = "recursive_reasoning.transformers_baseline@Model_ACTV2"
     """Model id (upstream's class path; `transformers_baseline` is accepted too)."""
-    loss: LossConfig = field(default_factory=LossConfig)
-    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
-    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
-    forward_dtype: str = "auto"
-    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16. Parameters stay fp32."""
 
 
 @dataclass(kw_only=True)
-class URMFields:
-    """The URM architecture keys, declared once; defaults are the reference's `config/arch/urm.yaml`."""
-
-    loops: int = 16
-    """ACT supervision steps per example (the reference's `loops`); evaluation runs exactly this many."""
-    H_cycles: int = 4
-    """Outer cycles per ACT step; all but the last run without gradient (truncated backpropagation)."""
-    L_cycles: int = 3
-    """Loops per outer cycle; each adds the input embedding, then applies every block."""
-    num_layers: int = 8
-    """Blocks in the stack (attention + ConvSwiGLU, post-norm)."""
-    hidden_size: int = 512
-    """Model width."""
-    num_heads: int = 8
-    """Attention heads (head_dim = hidden_size / num_heads)."""
-    expansion: float = 4.0
-    """ConvSwiGLU expansion; intermediate = round_up_256(round(expansion * width * 2 / 3))."""
-    conv_kernel: int = 2
-    """Depthwise convolution width over the sequence (2: causal, the previous and current token)."""
-    conv_dtype: str = "bfloat16"
-    """dtype of the convolution's parameters and arithmetic; the reference uses bfloat16 everywhere."""
-    puzzle_emb_ndim: int = 512
-    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
-    rms_norm_eps: float = 1e-5
-    """RMSNorm epsilon."""
-    rope_theta: float = 10000.0
-    """RoPE base (URM always uses rotary positions)."""
-    halt_exploration_prob: float = 0.1
-    """Training: probability that a slot draws a random minimum halting step (fixed at 0.1 in the reference)."""
-    forward_dtype: str = "bfloat16"
-    """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32 (the conv: conv_dtype)."""
-    eval_early_halt: bool = False
-    """Inference only: a slot stops as soon as q_halt > 0 instead of running all `loops` steps."""
-
-    @property
-    def halt_max_steps(self) -> int:
-        """The ACT step limit under the name the shared ACT wrapper and trainer use."""
-        return self.loops
-
-
-@dataclass(kw_only=True)
-class URMArch(URMFields):
+class URMArch(CommandLineKeys, URMFields):
     """`arch=urm`: the schema of `arch.*` on the command line (the dataset sizes are filled in later)."""
 
     name: str = "urm.urm@URM"
     """Model id (the reference's class path; `urm` is accepted too)."""
-    loss: LossConfig = field(default_factory=LossConfig)
-    puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
-    """Width of a puzzle embedding (ceil(puzzle_emb_ndim / hidden_size) prefix positions); 0 disables it."""
-    forward_dtype: str = "auto"
-    """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16."""
 
 
 def _required(spec: dataclasses.Field[Any]) -> bool:

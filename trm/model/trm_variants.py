@@ -81,9 +81,15 @@ class TransformerBaselineConfig(TRMConfig, TransformerBaselineFields):
     puzzle_emb_len: int = 0
     no_ACT_continue: bool = True
     act_enabled: bool = True
+    act_inference: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.act_inference and self.eval_early_halt:
+            raise TRMError(
+                "arch.act_inference and arch.eval_early_halt are two ways to halt early in evaluation: set "
+                "one of them (act_inference is upstream's; eval_early_halt keeps halted slots' answers)."
+            )
         if self.pos_encodings == "none" or self.H_layers < 1 or self.mlp_t:
             raise TRMError(
                 f"arch.pos_encodings={self.pos_encodings!r}, arch.H_layers={self.H_layers}: transformers_baseline "

@@ -19,7 +19,7 @@ from torch import nn
 
 from trm.errors import TRMError
 from trm.model.act import TinyRecursiveModel
-from trm.model.config import FORWARD_DTYPES
+from trm.model.config import FORWARD_DTYPES, ModelShape
 from trm.model.core import TRMCore
 from trm.model.layers import (
     Attention,
@@ -38,7 +38,7 @@ __all__ = ["ConvSwiGLU", "URMArch", "URMConfig", "URMCore", "UniversalReasoningM
 
 
 @dataclass(kw_only=True)
-class URMConfig(DatasetSizes, URMFields):
+class URMConfig(ModelShape, DatasetSizes, URMFields):
     """A URM model's full configuration: the architecture keys plus the dataset sizes."""
 
     # The shared ACT wrapper's switches with URM's fixed values: sigmoid halting, no Q-continue target.
@@ -73,21 +73,6 @@ class URMConfig(DatasetSizes, URMFields):
     def prefix_len(self) -> int:
         """Puzzle-prefix positions: ceil(puzzle_emb_ndim / hidden_size) (1 for ARC)."""
         return math.ceil(self.puzzle_emb_ndim / self.hidden_size)
-
-    @property
-    def total_seq_len(self) -> int:
-        """Working sequence length: prefix plus tokens (ARC 901)."""
-        return self.seq_len + self.prefix_len
-
-    @property
-    def head_dim(self) -> int:
-        """Per-head width."""
-        return self.hidden_size // self.num_heads
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The torch dtype of activations."""
-        return FORWARD_DTYPES[self.forward_dtype]
 
 
 class ConvSwiGLU(nn.Module):

@@ -13,6 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
@@ -154,10 +155,13 @@ def pin_patch(image: LockedImage) -> str:
     return header + yaml.safe_dump(job, sort_keys=False, default_flow_style=False)
 
 
-def pin_images(root: str | Path = ".", *, check: bool = False) -> list[Path]:
+def pin_images(
+    root: str | Path = ".", *, check: bool = False, variants: Collection[str] | None = None
+) -> list[Path]:
     """Write each overlay's `images:` (and its TRM_IMAGE_DIGEST patch) from docker/images.lock.json.
 
     Returns the overlays that changed; with `check=True` nothing is written and these are the stale ones.
+    `variants` limits it to the overlays deploying those image variants (the others are left as they are).
     """
     from trm.io import atomic_write_text
 
@@ -165,6 +169,8 @@ def pin_images(root: str | Path = ".", *, check: bool = False) -> list[Path]:
     images = read_lock(root)
     changed = []
     for directory in overlay_dirs(root):
+        if variants is not None and overlay_variant(directory) not in variants:
+            continue
         wanted = desired_images(directory, images)
         if wanted is None:
             continue
@@ -200,8 +206,13 @@ def check_jobs(
     refs = RefChecker(root, cli)
     rendered = {d: render(d) for d in overlay_dirs(root)}
     rwx = jobpolicy.rwx_claim_names(rendered)
+    from trm.ops.skytasks import pin_tasks
+
     problems = [
         f"{d}: `images:` is stale; run `python -m trm jobs pin`" for d in pin_images(root, check=True)
+    ]
+    problems += [
+        f"{p}: `image_id` is stale; run `python -m trm jobs pin`" for p in pin_tasks(root, images, check=True)
     ]
     for directory, objects in rendered.items():
         rel = directory.relative_to(root)
