@@ -251,11 +251,15 @@ class Launch:
                     f"{s.run_dir / 'hang_rank*.txt'})"
                 )
                 code = exit_codes.SAVED_RETRY if result.outcome == "saved" else exit_codes.HUNG
-                if self.supervisor.stop_reason:
+                if self.supervisor.stop_reason and result.outcome == "saved":
                     self.console.log(
-                        f"{what}; stop requested ({self.supervisor.stop_reason}): the same command resumes"
+                        f"trainer saved and stopped ({self.supervisor.stop_reason}); the same command resumes"
                     )
-                    self.exit_code = self._stop_code() if result.outcome == "saved" else code
+                    self.exit_code = self._stop_code()
+                    return
+                if self.supervisor.stop_reason:  # hung while a stop was asked: nothing saved, not restarted
+                    self.console.log(f"{what}; stop requested ({self.supervisor.stop_reason}): not restarted")
+                    self.exit_code = code
                     return
                 if restarts < s.max_restarts:
                     restarts += 1
