@@ -139,6 +139,20 @@ def test_a_nan_loss_stops_with_a_repro_and_writes_no_checkpoint(tmp_path, caplog
     assert repro["config"]["checkpoint_path"] == str(run_dir)
 
 
+def test_the_weight_check_covers_every_chunk_and_ignores_integers(tmp_path, monkeypatch):
+    from trm.training import nonfinite
+
+    monkeypatch.setattr(nonfinite, "CHECK_CHUNK", 3)
+    guard = nonfinite.NonFiniteGuard(tmp_path, DistInfo(), lambda: [], {})
+    weights = [torch.zeros(2, 5), torch.arange(4), torch.ones(7, dtype=torch.bfloat16)]
+    guard.check_weights(weights, step=3)  # all finite: no error, no repro
+    assert not repro_path(tmp_path, 3, 0).exists()
+    weights[2][-1] = math.inf  # the last element of the third chunk of the last tensor
+    with pytest.raises(NonFiniteError, match="weights about to be saved are not finite"):
+        guard.check_weights(weights, step=3)
+    assert torch.load(repro_path(tmp_path, 3, 0), weights_only=False)["batch"] == {}
+
+
 def test_the_save_path_refuses_nonfinite_weights(tmp_path):
     """Finite loss and gradients, but weights made NaN after the step (an optimizer fault): a SIGTERM save
     must not write them."""

@@ -34,6 +34,7 @@ from trm.training.state import rng_state
 
 log = logging.getLogger(__name__)
 SHOWN_PUZZLES = 10  # puzzle names in the log line and the error; the repro has all of them
+CHECK_CHUNK = 1 << 26  # elements per finiteness check of a saved tensor (a 64 MiB bool mask at most)
 
 
 class NonFiniteError(TRMError):
@@ -96,8 +97,15 @@ class NonFiniteGuard:
 
     def check_weights(self, tensors: Iterable[torch.Tensor], step: int) -> None:
         """Before a save: raise NonFiniteError (after the repro) when any rank holds a NaN/Inf weight."""
-        floats = [t.detach() for t in tensors if t.is_floating_point()]
-        bad = torch.stack([~torch.isfinite(t).all() for t in floats]).any() if floats else torch.zeros(())
+        # In chunks: the puzzle-embedding table can be GBs, and a whole-tensor isfinite mask would need
+        # a quarter of that again in device memory at every save.
+        checks = [
+            ~torch.isfinite(chunk).all()
+            for t in tensors
+            if t.is_floating_point()
+            for chunk in t.detach().reshape(-1).split(CHECK_CHUNK)
+        ]
+        bad = torch.stack(checks).any() if checks else torch.zeros((), dtype=torch.bool)
         if dist_utils.any_rank([], self.info, extra=bad.reshape(1))[0]:
             self.fail(step, why="the weights about to be saved are not finite")
 
