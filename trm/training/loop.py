@@ -33,10 +33,13 @@ from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.optim.placement import place_state
 from trm.training import checkpoint as ckpt
+from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows, tree_map
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
 from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
+from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
+from trm.training.nonfinite import NonFiniteGuard
 from trm.training.signals import StopRequests, handle_signals
 from trm.training.state import (
     Progress,
@@ -84,6 +87,11 @@ class Trainer:
         self.metrics: MetricsLog | None = None
         self.resumed_from: Path | None = None
         self._evaluated_step = -1
+        self.watchdog = hang_watchdog.for_run(cfg, self.run_dir, info.rank)
+        self.nonfinite = NonFiniteGuard(
+            self.run_dir, info, lambda: comps.train_loader.identifiers, as_dict(cfg)
+        )
+        self.eval_share = EvalShare(cfg.eval_interval, cfg.epochs, warn=self.step_limit >= self.total_steps)
 
     # ---------------------------------------------------------------- setup
     @classmethod
@@ -222,10 +230,13 @@ class Trainer:
             disable=not self.info.is_main,
             dynamic_ncols=True,
         )
+        self.eval_share.restart()
+        self.watchdog.start()
         try:
             with handle_signals() as requests:
                 return self._run(requests, bar)
         finally:
+            self.watchdog.stop()
             bar.close()
 
     def _run(self, requests: StopRequests, bar: tqdm) -> int:
@@ -236,7 +247,11 @@ class Trainer:
                     if p.step >= self.step_limit:
                         break
                     self._train_step(batch, bar)
-                    stop, save = dist_utils.any_rank([requests.stop, requests.take_save()], self.info)
+                    stop, save, *bad = dist_utils.any_rank(
+                        [requests.stop, requests.take_save()], self.info, extra=self.nonfinite.flags
+                    )
+                    if any(bad):
+                        self.nonfinite.fail(p.step)
                     if stop or save:
                         self.save_checkpoint()
                     if stop:
@@ -283,6 +298,7 @@ class Trainer:
         from trm.optim import lr_at_step
 
         c, cfg, plan, info = self.components, self.cfg, self.components.plan, self.info
+        self.nonfinite.begin_step(batch)
         batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
         if self.carries is None:
             self.carries = [
@@ -307,6 +323,7 @@ class Trainer:
             for name, value in metrics.items():
                 totals[name] = totals[name] + value.detach() if name in totals else value.detach()
         dist_utils.all_reduce_sum_([p.grad for p in c.model.parameters() if p.grad is not None], info)
+        self.nonfinite.observe(totals, c.model.parameters(), cfg.grad_clip_norm)
         step = self.progress.step + 1
         lr_scale = lr_at_step(
             step,
@@ -324,6 +341,7 @@ class Trainer:
         if c.ema is not None:
             c.ema.update(c.model)
         self.progress.step = step
+        self.watchdog.pet(step)
         bar.update()
         if step % cfg.log_interval == 0:
             self._log_train(step, totals, c.optimizers[-1].base_lr * lr_scale, bar)
@@ -358,13 +376,14 @@ class Trainer:
         if self.components.test_loader is None:
             return True
 
-        def should_stop() -> bool:
+        def should_stop() -> bool:  # asked before every test batch
+            self.watchdog.pet()
             return requests is not None and dist_utils.any_rank([requests.stop], self.info)[0]
 
         start = time.perf_counter()
         rng_before = rng_state()
         try:
-            with self._eval_weights():
+            with self._eval_weights(), self.watchdog.evaluation():
                 metrics = evaluate(
                     self.components.loss_head,
                     self.components.test_loader,
@@ -383,7 +402,7 @@ class Trainer:
             return False
         self._evaluated_step = self.progress.step
         if self.info.is_main and self.metrics is not None:
-            metrics["eval/seconds"] = time.perf_counter() - start
+            metrics.update(self.eval_share.record(time.perf_counter() - start))
             self.metrics.log(self.progress.step, metrics)
             shown = {
                 k: round(v, 4) for k, v in metrics.items() if "pass@" in k or k.endswith("exact_accuracy")
@@ -415,6 +434,7 @@ class Trainer:
         A complete step_N/ already there is kept unless `replace` (the final save marks the run finished).
         """
         step, info = self.progress.step, self.info
+        self.nonfinite.check_weights(self._saved_weights(), step)
         final = self.run_dir / f"step_{step}"
         if (final / ckpt.COMPLETE).is_file() and not replace:
             return
@@ -465,6 +485,12 @@ class Trainer:
 
         # Every rank writes its own carry rows; rank 0 also writes the main state.
         return nbytes(self._main_payload()) + nbytes(self.carries) * self.info.world_size
+
+    def _saved_weights(self) -> list[torch.Tensor]:
+        """The weights a checkpoint holds (live and EMA): never saved when not finite."""
+        c = self.components
+        ema = list(c.ema.shadow.values()) if c.ema is not None else []
+        return [*c.model.state_dict().values(), *ema]
 
     def _main_payload(self) -> dict[str, Any]:
         c = self.components
