@@ -208,6 +208,7 @@ def status_of(exit_code: object) -> str:
         "grad_clip_norm before resuming)",
         79: "stopped by the MAX_HOURS budget after saving (run the resume command to continue)",
         2: "failed: configuration or preflight error (exit 2)",
+        3: "failed: some runs of an experiment batch failed (each run's status is in batch_results.json)",
     }.get(exit_code, f"failed (exit {exit_code})")  # type: ignore[call-overload]
 
 
