@@ -88,12 +88,16 @@ def all_reduce_sum_(tensors: list[torch.Tensor], info: DistInfo) -> None:
         offset += t.numel()
 
 
-def any_rank(flags: list[bool], info: DistInfo) -> list[bool]:
-    """Element-wise OR of boolean flags over ranks."""
-    if not info.distributed:
+def any_rank(flags: list[bool], info: DistInfo, extra: torch.Tensor | None = None) -> list[bool]:
+    """Element-wise OR of boolean flags over ranks; the 0/1 values of `extra` (a tensor already on the
+    device, e.g. a step's non-finite flags) join the same all-reduce and follow `flags` in the result."""
+    if not info.distributed and extra is None:
         return flags
     t = torch.tensor([int(f) for f in flags], dtype=torch.int32, device=info.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    if extra is not None:
+        t = torch.cat([t, extra.reshape(-1).to(device=info.device, dtype=torch.int32)])
+    if info.distributed:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [bool(v) for v in t.tolist()]
 
 

@@ -17,6 +17,18 @@ NODE_FAULT = 76
 # removed and the previous checkpoint is intact; retrying before space is freed fails the same way.
 # (EX_IOERR in sysexits.h.)
 DISK_FULL = 74
+# The hang watchdog (trm.training.watchdog) saw no optimizer step (or evaluation batch) within its
+# allowance (hang_timeout_minutes; hang_first_step_minutes for a process's first step, hang_eval_minutes
+# during an evaluation): every rank wrote its Python thread stacks (hang_rank<r>.txt) and torch's flight
+# recorder of its recent collectives (hang_flight_recorder/) into the run directory, then exited. Nothing was saved; the newest
+# complete checkpoint is intact. Retryable: the launcher restarts the trainer (at most MAX_RESTARTS), a
+# Kubernetes Job counts it and starts a new pod, SkyPilot recovers on it.
+HUNG = 77
+# The loss or the gradients of a step were not finite (NaN/Inf), or a save found non-finite weights.
+# Nothing was saved (the previous checkpoint stays the newest); every rank wrote a repro
+# (nonfinite_step<N>_rank<r>.pt: its batch, RNG state, step). Orchestrators must NOT retry it: the resumed
+# run replays the same data and diverges again. Change the math (lr, grad_clip_norm) or the data first.
+NONFINITE = 78
 # The launcher's cost guard (MAX_HOURS) stopped the run: the trainer saved a complete checkpoint first.
 # Orchestrators must NOT retry it (a Kubernetes Job would otherwise restart the spend forever); a person
 # starts the next session with the same command, which resumes.

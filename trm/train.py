@@ -2,7 +2,9 @@
 
 Exit codes (trm.exit_codes): 0 finished, 2 configuration/input error, 74 a checkpoint save found the disk
 full (the previous checkpoint is intact), 75 stopped by SIGTERM/SIGINT after saving a complete checkpoint
-(run the same command again to resume).
+(run the same command again to resume), 77 the hang watchdog saw no progress (thread stacks in
+hang_rank<r>.txt; rerun to resume), 78 a non-finite loss or gradient (repro in nonfinite_step<N>_rank<r>.pt;
+not to be retried unchanged).
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ def main(argv: list[str] | None = None) -> int:
             return exit_codes.OK
         from trm.distributed import initialize
         from trm.training.loop import Trainer
+        from trm.training.watchdog import enable_flight_recorder
 
+        if cfg.hang_timeout_minutes:  # before the process group exists: its hang dump needs the recorder
+            enable_flight_recorder()
         with initialize(cfg.device) as info:
             if not info.is_main:
                 logging.getLogger().setLevel(logging.WARNING)

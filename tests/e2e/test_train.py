@@ -97,6 +97,7 @@ def rows(run_dir: Path) -> list[dict]:
         row = json.loads(line)
         row.pop("wall_time")
         row.pop("eval/seconds", None)
+        row.pop("eval/wall_share", None)
         out.append(row)
     return out
 

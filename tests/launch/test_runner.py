@@ -63,6 +63,16 @@ def test_attempt_outcomes():
     assert AttemptResult(1, {0: 75, 1: 1}).outcome == "failed"
     assert AttemptResult(1, {0: -9}).outcome == "failed"
     assert AttemptResult(1, {}).outcome == "failed"
+    # The hang watchdog's 77: a rank that failed in a collective its hung peer left, or that ignored
+    # torchrun's SIGTERM and was SIGKILLed, is part of the hang; a code that forbids a retry is not.
+    assert AttemptResult(1, {0: 77, 1: 77}).outcome == "hung"
+    assert AttemptResult(1, {0: 77, 1: -9}).outcome == "hung"
+    assert AttemptResult(1, {0: 77, 1: -15, 2: 0}).outcome == "hung"
+    assert AttemptResult(1, {0: 1, 1: 77}).outcome == "hung"
+    for final in (2, 74, 78):
+        assert AttemptResult(1, {0: 77, 1: final}).outcome == "failed"
+    assert AttemptResult(1, {0: -9}).outcome == "failed"
+    assert AttemptResult(1, {0: 78, 1: -15}).outcome == "failed"
 
 
 def test_worker_records_and_forwards(tmp_path):
@@ -161,6 +171,43 @@ def test_crash_fails_without_restart(tmp_path, restore_signals):
     assert "training failed" in out.getvalue(), out.getvalue()
     assert re.search(r"rank exit codes \{[^}]*\b[01]: 1\b", out.getvalue()), out.getvalue()
     assert "restart" not in out.getvalue()
+
+
+@pytest.mark.dist
+def test_a_hang_restarts_from_the_newest_checkpoint(tmp_path, restore_signals):
+    """Both ranks block after step 3; their watchdogs dump and exit 77; the launcher restarts, it resumes."""
+    launch, out = make_launch(tmp_path, "hang-once", SMOKE_STEPS="0", PREFLIGHT="0", FAKE_STEP_SECONDS="0.05")
+    assert launch.run() == 0, out.getvalue()
+    log = out.getvalue()
+    assert "trainer hung and its watchdog exited 77" in log
+    assert "restart 1/3 from the newest complete checkpoint" in log and "training finished" in log
+    run_dir = launch.settings.run_dir
+    events = read_events(launch.settings.launch_dir / "events.jsonl")
+    first = next(e for e in events if e["event"] == "process_end" and e["label"] == "train attempt 1")
+    # Whichever rank's watchdog fired first, torchrun then stopped the other one (it may not have hung yet).
+    hung = [int(rank) for rank, code in first["rank_codes"].items() if code == exit_codes.HUNG]
+    assert first["outcome"] == "hung" and hung, first
+    for rank in hung:
+        stacks = (run_dir / f"hang_rank{rank}.txt").read_text()
+        assert f"rank {rank}" in stacks and "after step 3" in stacks
+        assert "block_forever_in_fake_loader" in stacks
+    train_log = (launch.settings.launch_dir / "train.log").read_text()
+    assert train_log.count("===== train attempt") == 2 and "start at step 3" in train_log
+    assert (run_dir / "step_6" / "COMPLETE").exists()
+    restarts = [e for e in events if e["event"] == "restart"]
+    assert [e["outcome"] for e in restarts] == ["hung"]
+
+
+@pytest.mark.dist
+def test_hang_beyond_max_restarts_exits_77_nonfinite_exits_78(tmp_path, restore_signals):
+    launch, out = make_launch(
+        tmp_path / "hang", "hang-once", SMOKE_STEPS="0", PREFLIGHT="0", FAKE_STEP_SECONDS="0.05", MAX_RESTARTS="0",
+    )  # fmt: skip
+    assert launch.run() == exit_codes.HUNG == 77, out.getvalue()
+    assert "after 0 restarts (MAX_RESTARTS); giving up" in out.getvalue()
+    launch, out = make_launch(tmp_path / "nan", "nonfinite", SMOKE_STEPS="0", PREFLIGHT="0")
+    assert launch.run() == exit_codes.NONFINITE == 78, out.getvalue()
+    assert "training failed" in out.getvalue() and "restart 1/" not in out.getvalue()
 
 
 @pytest.mark.parametrize(("preflight_code", "expected"), [(76, exit_codes.NODE_FAULT), (2, 2), (1, 2)])

@@ -175,6 +175,8 @@ def test_budget_and_disk_full_end_the_job(rendered):
         assert jobpolicy._exit_rule(job, exit_codes.BUDGET_STOPPED) == "FailJob", name
         assert jobpolicy._exit_rule(job, exit_codes.DISK_FULL) == "FailJob", name
         assert jobpolicy._exit_rule(job, exit_codes.SAVED_RETRY) == "Ignore", name
+        assert jobpolicy._exit_rule(job, exit_codes.NONFINITE) == "FailJob", name
+        assert jobpolicy._exit_rule(job, exit_codes.HUNG) == "Count", name
 
 
 def test_wandb_key_only_from_a_secret(rendered):
@@ -255,6 +257,12 @@ BREAKAGES = {
     "(a fault of the node found by the preflight) must be a Count rule": lambda o: _job(o)["spec"][
         "podFailurePolicy"
     ]["rules"].pop(4),
+    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"][
+        "rules"
+    ].pop(5),
+    "(non-finite loss or gradients) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"][1][
+        "onExitCodes"
+    ].update(values=[74, 79]),
     "not defined above it": lambda o: _trainer(o)["env"].insert(
         0, {"name": "RUN_NAME", "value": "run-$(LATER)"}
     ),
@@ -289,6 +297,12 @@ SMOKE_BREAKAGES = {
     # The old overlay: RUN_NAME=smoke on the persistent volume, for every smoke ever run.
     "must contain the Job's UID": lambda o: _env_value(o, "RUN_NAME").update(value="smoke"),
     # A patch that lists the UID variable after RUN_NAME: the kubelet would pass "smoke-$(SMOKE_JOB_UID)".
+    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"][
+        "rules"
+    ].pop(5),
+    "(non-finite loss or gradients) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"][1][
+        "onExitCodes"
+    ].update(values=[74, 79]),
     "not defined above it": lambda o: _trainer(o)["env"].append(
         _trainer(o)["env"].pop(_trainer(o)["env"].index(_env_value(o, "SMOKE_JOB_UID")))
     ),

@@ -34,8 +34,9 @@ def test_there_is_a_production_and_a_smoke_task():
 def test_exit_codes_recovery_and_the_launcher(path):
     task = _load(path)
     recovery = task["resources"]["job_recovery"]
-    # 75 (saved, safe to retry) recovers; 2, 74 and 79 must end the job, so no blanket restarts on errors.
-    assert recovery["recover_on_exit_codes"] == [exit_codes.SAVED_RETRY]
+    # 75 (saved, safe to retry) and 77 (hung) recover; 2, 74, 78 and 79 must end the job, so no blanket
+    # restarts on errors.
+    assert recovery["recover_on_exit_codes"] == [exit_codes.SAVED_RETRY, exit_codes.HUNG]
     assert recovery["max_restarts_on_errors"] == 0
     assert task["resources"]["image_id"] == "docker:trm-stack"  # until released; --image-id overrides it
     # The run restores from the bucket, then runs the production launcher from the synced checkout.

@@ -70,6 +70,7 @@ def metric_rows(run_dir: Path) -> list[dict]:
     for row in rows:
         row.pop("wall_time")
         row.pop("eval/seconds", None)
+        row.pop("eval/wall_share", None)
     return rows
 
 

@@ -203,8 +203,12 @@ def status_of(exit_code: object) -> str:
         75: "stopped after saving a checkpoint (run the resume command to continue)",
         74: "stopped: a checkpoint save found the disk full (free space, then run the resume command)",
         76: "stopped before training: the preflight found a fault of this node (run on another node)",
+        77: "stopped: the trainer hung (thread stacks in hang_rank*.txt; run the resume command to continue)",
+        78: "failed: a non-finite loss or gradient (repro in nonfinite_step*_rank*.pt; change lr or "
+        "grad_clip_norm before resuming)",
         79: "stopped by the MAX_HOURS budget after saving (run the resume command to continue)",
         2: "failed: configuration or preflight error (exit 2)",
+        3: "failed: some runs of an experiment batch failed (each run's status is in batch_results.json)",
     }.get(exit_code, f"failed (exit {exit_code})")  # type: ignore[call-overload]
 
 

@@ -308,11 +308,11 @@ class LaunchPlan:
         return Step("smoke gate", what, (self.smoke_command,))
 
     def train_step(self) -> Step:
-        """Supervised torchrun with bounded restarts on exit 75."""
+        """Supervised torchrun with bounded restarts on exit 75 and 77."""
         s = self.settings
         what = (
             "torchrun (python -m torch.distributed.run); resumes from the newest complete checkpoint in "
-            f"{s.run_dir}; exit 75 without a stop request restarts (at most {s.max_restarts} times); log: "
+            f"{s.run_dir}; exit 75 (saved) or 77 (hung) without a stop request restarts (at most {s.max_restarts} times); log: "
             f"{s.launch_dir / 'train.log'}"
         )
         return Step("train", what, (self.train_command,))

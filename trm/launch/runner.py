@@ -236,7 +236,8 @@ class Launch:
         self.console.log("smoke gate passed")
 
     def train(self, step: Step) -> None:
-        """torchrun under supervision; exit 75 without a stop request restarts (bounded). Sets exit_code."""
+        """torchrun under supervision; exit 75 or 77 without a stop request restarts from the newest
+        complete checkpoint (at most MAX_RESTARTS restarts in all). Sets exit_code."""
         s = self.settings
         restarts = 0
         while True:
@@ -248,22 +249,33 @@ class Launch:
                 self.console.log("training finished")
                 self.exit_code = exit_codes.OK
                 return
-            if result.outcome == "saved":
-                if self.supervisor.stop_reason:
+            if result.outcome in ("saved", "hung"):
+                what = (
+                    "trainer saved and exited 75"
+                    if result.outcome == "saved"
+                    else f"trainer hung and its watchdog exited {exit_codes.HUNG} (thread stacks: "
+                    f"{s.run_dir / 'hang_rank*.txt'})"
+                )
+                code = exit_codes.SAVED_RETRY if result.outcome == "saved" else exit_codes.HUNG
+                if self.supervisor.stop_reason and result.outcome == "saved":
                     self.console.log(
                         f"trainer saved and stopped ({self.supervisor.stop_reason}); the same command resumes"
                     )
                     self.exit_code = self._stop_code()
                     return
+                if self.supervisor.stop_reason:  # hung while a stop was asked: nothing saved, not restarted
+                    self.console.log(f"{what}; stop requested ({self.supervisor.stop_reason}): not restarted")
+                    self.exit_code = code
+                    return
                 if restarts < s.max_restarts:
                     restarts += 1
-                    self.console.log(f"trainer saved and exited 75: restart {restarts}/{s.max_restarts}")
-                    self.events.write("restart", restart=restarts)
+                    self.console.log(
+                        f"{what}: restart {restarts}/{s.max_restarts} from the newest complete checkpoint"
+                    )
+                    self.events.write("restart", restart=restarts, outcome=result.outcome)
                     continue
-                self.console.log(
-                    f"trainer exited 75 again after {restarts} restarts (MAX_RESTARTS); giving up"
-                )
-                self.exit_code = exit_codes.SAVED_RETRY
+                self.console.log(f"{what} after {restarts} restarts (MAX_RESTARTS); giving up")
+                self.exit_code = code
                 return
             if self.supervisor.stop_reason and not result.rank_codes and result.returncode == -15:
                 # The stop arrived while torchrun was starting, before any trainer ran: nothing was lost.
@@ -271,9 +283,10 @@ class Launch:
                 self.exit_code = self._stop_code()
                 return
             code = result.returncode if result.returncode > 0 else 1
-            if exit_codes.DISK_FULL in result.rank_codes.values():
-                # torchrun reports 1 for any failed child; the trainer's own code says what to do.
-                code = exit_codes.DISK_FULL
+            for own in (exit_codes.DISK_FULL, exit_codes.NONFINITE):
+                if own in result.rank_codes.values():
+                    # torchrun reports 1 for any failed child; the trainer's own code says what to do.
+                    code = own
             self.console.log(
                 f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
                 f"see {s.launch_dir / 'train.log'}. Fix the cause and rerun the same command to resume."
@@ -346,7 +359,7 @@ class Launch:
         self.step_action(step)(step)
 
     def run(self) -> int:
-        """Every step of the plan in order; returns the launcher exit code (0, 2, 74, 75, 76, 79 or the trainer's)."""
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 74-79 or the trainer's)."""
         s = self.settings
         self.session_start = time.time()
         self.supervisor.install_signal_handlers()

@@ -96,7 +96,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "3",
         "steps of the real config on the real GPUs before the long run (0 skips; skipped when resuming)",
     ),
-    EnvVar("MAX_RESTARTS", "3", "restarts after the trainer saved and exited 75 without being asked to stop"),
+    EnvVar(
+        "MAX_RESTARTS",
+        "3",
+        "restarts after the trainer saved and exited 75, or hung (exit 77), without being asked to stop",
+    ),
     EnvVar("SHUTDOWN_TIMEOUT", "300", "seconds workers get to save after SIGTERM before torchrun kills them"),
     EnvVar(
         "TRAIN_OVERRIDES",
@@ -210,7 +214,7 @@ def help_text(script: str = "scripts/train_prod.sh") -> str:
         f"usage: [VAR=value …] {script} [--dry-run] [--help] [TRAINER_OVERRIDE …]",
         "",
         "From a booted GPU host to a resumable training run with a handoff bundle: preflight, dataset build +",
-        "verification, hardware tier selection, smoke gate, torchrun (auto-resume, bounded restarts on exit 75),",
+        "verification, hardware tier selection, smoke gate, torchrun (auto-resume, bounded restarts on exit 75 and 77),",
         "cost guard, and a handoff bundle in $ARTIFACTS_DIR/$RUN_NAME at exit. Running the same command again",
         "continues the run from its newest complete checkpoint.",
         "",

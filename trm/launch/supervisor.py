@@ -94,11 +94,16 @@ class AttemptResult:
 
     @property
     def outcome(self) -> str:
-        """ok, saved or failed.
+        """ok, saved, hung or failed.
 
         saved: some rank exited 75 and no rank failed otherwise. The trainer exits 75 only after the
         collective save completed, and once one rank has exited torchrun SIGTERMs the others; a rank
         that was already shutting down then dies of that SIGTERM (-15 / 143), which is not a failure.
+        hung: some rank's watchdog exited 77 and no rank exited with a code that forbids a retry (2, 74,
+        78). Other failures are the hang's consequences: the watchdog fires only after minutes without
+        progress, so anything that failed first would have ended the attempt before it; and a rank whose
+        peer exited mid-collective fails there (gloo: connection closed, NCCL: abort), or is SIGKILLed by
+        torchrun when it ignores the SIGTERM.
         """
         if self.returncode == 0:
             return "ok"
@@ -106,6 +111,9 @@ class AttemptResult:
         benign = {0, exit_codes.SAVED_RETRY, -signal.SIGTERM, 128 + signal.SIGTERM}
         if exit_codes.SAVED_RETRY in codes and codes <= benign:
             return "saved"
+        final = {exit_codes.CONFIG_ERROR, exit_codes.DISK_FULL, exit_codes.NONFINITE}
+        if exit_codes.HUNG in codes and not codes & final:
+            return "hung"
         return "failed"
 
 

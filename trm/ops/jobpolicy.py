@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, NODE_FAULT, SAVED_RETRY
+from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, HUNG, NODE_FAULT, NONFINITE, SAVED_RETRY
 from trm.ops.imagelock import LockedImage
 from trm.ops.shellrefs import RefChecker
 
@@ -149,6 +149,13 @@ def check_failure_policy(name: str, job: dict) -> list[str]:
         )
     if _exit_rule(job, DISK_FULL) != "FailJob":
         problems.append(f"{name}: exit {DISK_FULL} (checkpoint volume full) must FailJob, not be retried")
+    if _exit_rule(job, NONFINITE) != "FailJob":
+        problems.append(
+            f"{name}: exit {NONFINITE} (non-finite loss or gradients) must FailJob: a retry replays the same "
+            "data and diverges again"
+        )
+    if _exit_rule(job, HUNG) not in ("Ignore", "Count"):
+        problems.append(f"{name}: exit {HUNG} (hung, the watchdog ended it) must be retried (Count/Ignore)")
     if _exit_rule(job, SAVED_RETRY) not in ("Ignore", "Count"):
         problems.append(f"{name}: exit {SAVED_RETRY} (saved, safe to retry) must be retried (Ignore/Count)")
     if _exit_rule(job, NODE_FAULT) != "Count":

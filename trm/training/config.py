@@ -50,11 +50,14 @@ RUN_ONLY_KEYS = frozenset(
         "min_eval_interval",
         "evaluators",
         "data_paths_test",
+        "hang_timeout_minutes",
+        "hang_first_step_minutes",
+        "hang_eval_minutes",
     }
 )
 # Keys added after runs were named by their config hash: left out of the hash while at their default,
 # so existing runs keep their names.
-LATER_KEYS: dict[str, Any] = {"use_muon": False}
+LATER_KEYS: dict[str, Any] = {"use_muon": False, "grad_clip_norm": None}
 # Architecture keys that may differ on resume: numerics only, no shape or semantics change.
 ARCH_RESUMABLE_KEYS = frozenset({"forward_dtype", "name"})
 
@@ -132,6 +135,14 @@ class TrainConfig:
     """auto (on when WANDB_MODE is online/offline) | true | false. WANDB_DISABLED always wins."""
     tensorboard: bool = False
     """Also write TensorBoard events into checkpoint_path/tensorboard."""
+    hang_timeout_minutes: float = 15.0
+    """Watchdog: no optimizer step for this long -> thread stacks in hang_rank<r>.txt, exit 77; 0 is off."""
+    hang_first_step_minutes: float = 60.0
+    """Watchdog allowance for each process's first step (torch.compile, data warm-up)."""
+    hang_eval_minutes: float = 30.0
+    """Watchdog allowance between two evaluation batches (the first one compiles the evaluation)."""
+    grad_clip_norm: float | None = None
+    """Clip the all-reduced dense gradients to this global L2 norm (null: off, as upstream)."""
 
 
 def _schema_keys(cls: type, prefix: str = "") -> dict[str, str]:
@@ -298,6 +309,13 @@ def validate(cfg: TrainConfig) -> None:
             f"eval_interval={cfg.eval_interval} must divide epochs={cfg.epochs} "
             f"(e.g. eval_interval={largest_divisor_at_most(cfg.epochs, cfg.eval_interval)})."
         )
+    for key in ("hang_timeout_minutes", "hang_first_step_minutes", "hang_eval_minutes"):
+        if getattr(cfg, key) < 0:
+            raise TRMError(
+                f"{key}={getattr(cfg, key)} must be ≥ 0 (hang_timeout_minutes=0 turns the watchdog off)."
+            )
+    if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
+        raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
         raise TRMError(f"micro_batch_size={cfg.micro_batch_size} must be ≥ 1 (or null for no accumulation).")
     if cfg.max_steps is not None and cfg.max_steps < 1:

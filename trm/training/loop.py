@@ -34,11 +34,14 @@ from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.optim.placement import place_state
 from trm.training import checkpoint as ckpt
+from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
 from trm.training.config import TrainConfig, as_dict, best_metric, config_hash, math_dict
+from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
+from trm.training.nonfinite import NonFiniteGuard
 from trm.training.rolling import RollingSchedule
 from trm.training.signals import StopRequests, handle_signals
 from trm.training.state import (
@@ -94,6 +97,11 @@ class Trainer:
         # Host memory for the snapshots (pinned on CUDA), kept from one save to the next: only the first
         # save pays for allocating it (and its page faults).
         self._buffers = (HostBuffers(), HostBuffers())
+        self.watchdog = hang_watchdog.for_run(cfg, self.run_dir, info.rank)
+        self.nonfinite = NonFiniteGuard(
+            self.run_dir, info, lambda: comps.train_loader.identifiers, as_dict(cfg)
+        )
+        self.eval_share = EvalShare(cfg.eval_interval, cfg.epochs, warn=self.step_limit >= self.total_steps)
 
     # ---------------------------------------------------------------- setup
     @classmethod
@@ -232,10 +240,13 @@ class Trainer:
             disable=not self.info.is_main,
             dynamic_ncols=True,
         )
+        self.eval_share.restart()
+        self.watchdog.start()
         try:
             with handle_signals() as requests:
                 return self._run(requests, bar)
         finally:
+            self.watchdog.stop()
             bar.close()
 
     def _run(self, requests: StopRequests, bar: tqdm) -> int:
@@ -246,10 +257,14 @@ class Trainer:
                     if p.step >= self.step_limit:
                         break
                     self._train_step(batch, bar)
-                    stop, save, rolling, *writer = dist_utils.any_rank(
+                    stop, save, rolling, *flags = dist_utils.any_rank(
                         [requests.stop, requests.take_save(), self._rolling_due(), *self._writer_flags()],
                         self.info,
+                        extra=self.nonfinite.flags,
                     )
+                    writer, bad = flags[:2], flags[2:]
+                    if any(bad):
+                        self.nonfinite.fail(p.step)
                     self._raise_writer_failure(*writer)
                     if stop or save or rolling:
                         self.save_checkpoint()
@@ -299,6 +314,7 @@ class Trainer:
         from trm.optim import lr_at_step
 
         c, cfg, plan, info = self.components, self.cfg, self.components.plan, self.info
+        self.nonfinite.begin_step(batch)
         batch = {k: v.to(info.device, non_blocking=True) for k, v in batch.items()}
         if self.carries is None:
             self.carries = [
@@ -323,6 +339,7 @@ class Trainer:
             for name, value in metrics.items():
                 totals[name] = totals[name] + value.detach() if name in totals else value.detach()
         dist_utils.all_reduce_sum_([p.grad for p in c.model.parameters() if p.grad is not None], info)
+        self.nonfinite.observe(totals, c.model.parameters(), cfg.grad_clip_norm)
         step = self.progress.step + 1
         lr_scale = lr_at_step(
             step,
@@ -340,6 +357,7 @@ class Trainer:
         if c.ema is not None:
             c.ema.update(c.model)
         self.progress.step = step
+        self.watchdog.pet(step)
         bar.update()
         if step % cfg.log_interval == 0:
             self._log_train(step, totals, c.optimizers[-1].base_lr * lr_scale, bar)
@@ -374,13 +392,14 @@ class Trainer:
         if self.components.test_loader is None:
             return True
 
-        def should_stop() -> bool:
+        def should_stop() -> bool:  # asked before every test batch
+            self.watchdog.pet()
             return requests is not None and dist_utils.any_rank([requests.stop], self.info)[0]
 
         start = time.perf_counter()
         rng_before = rng_state()
         try:
-            with self._eval_weights():
+            with self._eval_weights(), self.watchdog.evaluation():
                 metrics = evaluate(
                     self.components.loss_head,
                     self.components.test_loader,
@@ -400,7 +419,7 @@ class Trainer:
         self._evaluated_step = self.progress.step
         self._eval_metrics = metrics
         if self.info.is_main and self.metrics is not None:
-            metrics["eval/seconds"] = time.perf_counter() - start
+            metrics.update(self.eval_share.record(time.perf_counter() - start))
             self.metrics.log(self.progress.step, metrics)
             shown = {
                 k: round(v, 4) for k, v in metrics.items() if "pass@" in k or k.endswith("exact_accuracy")
@@ -435,6 +454,7 @@ class Trainer:
         """
         self._settle_writer()  # at most one save in flight; an earlier failure stops every rank here
         step, info = self.progress.step, self.info
+        self.nonfinite.check_weights(self._saved_weights(), step)
         final = self.run_dir / f"step_{step}"
         evaluated = self._evaluated_step == step
         upgrade = evaluated and self._kind_on_disk(final) != ckpt.EVAL
@@ -552,6 +572,12 @@ class Trainer:
         """About how much one checkpoint takes: the newest complete one, else `estimate`."""
         previous = ckpt.find_complete(self.run_dir, warn=False)
         return ckpt.checkpoint_bytes(previous[-1]) if previous else estimate
+
+    def _saved_weights(self) -> list[torch.Tensor]:
+        """The weights a checkpoint holds (live and EMA): never saved when not finite."""
+        c = self.components
+        ema = list(c.ema.shadow.values()) if c.ema is not None else []
+        return [*c.model.state_dict().values(), *ema]
 
     def _main_payload(self) -> dict[str, Any]:
         c = self.components
