@@ -70,6 +70,8 @@ def metric_rows(run_dir: Path) -> list[dict]:
     for row in rows:
         row.pop("wall_time")
         row.pop("eval/seconds", None)
+        for timing in [k for k in row if k.startswith("perf/")]:  # host timings differ run to run
+            row.pop(timing)
     return rows
 
 
