@@ -152,7 +152,11 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
         ax_mfu = ax_speed.twinx()
         ax_mfu.plot([s for s, _ in mfu], [100 * v for _, v in mfu], color="tab:red", label="MFU %")
         ax_mfu.set_ylabel("MFU %")
-        ax_mfu.legend(fontsize=7, loc="lower right")
+        ax_mfu.set_ylim(bottom=0)
+        ax_mfu.legend(fontsize=7, loc="upper right")
+        ax_speed.legend(fontsize=7, loc="upper left")
+    ax_speed.set_ylim(bottom=0)
+    ax_wait.set_ylim(0, 1)
     fig.suptitle(title)
     fig.tight_layout()
     # No timestamp in the metadata: regenerating the bundle gives the same bytes.
