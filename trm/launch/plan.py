@@ -416,6 +416,14 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
     else:
         # WANDB_DISABLED must be empty: any value (even "false") disables W&B.
         env.update(WANDB_MODE=settings.wandb, WANDB_DISABLED="")
+        # Passed by name (the key itself stays in the environment or its file: never in plan.json).
+        for name, value in (
+            ("WANDB_ENTITY", settings.wandb_entity),
+            ("WANDB_RUN_GROUP", settings.wandb_run_group),
+            ("WANDB_API_KEY_FILE", settings.wandb_api_key_file),
+        ):
+            if value:
+                env[name] = value
     return env
 
 

@@ -319,6 +319,12 @@ class LaunchSettings:
     cost_log_minutes: float
     wandb: str
     wandb_project: str
+    wandb_entity: str = ""
+    """WANDB_ENTITY (empty: the key's default)."""
+    wandb_run_group: str = ""
+    """WANDB_RUN_GROUP (empty: none)."""
+    wandb_api_key_file: str = ""
+    """WANDB_API_KEY_FILE: the path only; the trainer reads the key."""
     use_tmux: bool
     python: str
     sync_to: str = ""
@@ -413,6 +419,9 @@ class LaunchSettings:
             cost_log_minutes=_float(env, "COST_LOG_MINUTES") or 30.0,
             wandb=wandb,
             wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{recipe}",
+            wandb_entity=env.get("WANDB_ENTITY", "").strip(),
+            wandb_run_group=env.get("WANDB_RUN_GROUP", "").strip(),
+            wandb_api_key_file=env.get("WANDB_API_KEY_FILE", "").strip(),
             use_tmux=_flag(env, "USE_TMUX", False),
             python=env.get("PYTHON", "").strip() or "python",
             cli_overrides=tuple(extra_overrides),
