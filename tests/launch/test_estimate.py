@@ -48,6 +48,24 @@ def test_paper_arc_run_on_4_h100_is_about_three_days_and_in_the_users_budget(tmp
     assert 0.2 < est.step_seconds < 0.35
 
 
+def test_paper_arc2_run_on_4_h100_is_about_three_days_too(tmp_path: Path) -> None:
+    # arc2concept-aug-1000 as `python -m trm data build-arc` writes it (the recipe's dataset, default TASK).
+    train = {**ARC1_TRAIN, "num_puzzle_identifiers": 1_191_730, "total_groups": 1280,
+             "mean_puzzle_examples": 4.332593232186176, "total_puzzles": 1_191_729}  # fmt: skip
+    test = {
+        **train,
+        "total_groups": 120,
+        "mean_puzzle_examples": 1.4346951147634845,
+        "total_puzzles": 118_766,
+    }
+    data = write_dataset(tmp_path / "arc2concept-aug-1000", train, test)
+    cfg = compose([*get_recipe("arc2").overrides, "data_paths=[x]"])
+    est = estimate_run(cfg, data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
+    assert isinstance(est, RunEstimate) and est.total_steps == 722_098 and est.evaluations == 125
+    assert 2.5 * 86400 < est.wall_seconds < 3.5 * 86400  # 70.7 h
+    assert 400 < est.cost_usd < 1000  # $707
+
+
 def test_a_measured_step_time_replaces_the_flop_estimate(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
     layout = select_layout(gpus_of("h100x4"))
