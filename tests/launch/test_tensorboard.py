@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("tensorboard")
+from trm.training.metrics_log import TensorBoardSink
 
-from trm.training.metrics_log import TensorBoardSink  # noqa: E402
+pytest.importorskip("tensorboard")
 
 ROOT = Path(__file__).resolve().parents[2]
 
