@@ -9,7 +9,8 @@ import pytest
 
 from tests.launch.test_hardware import gpus_of
 from tests.launch.test_plan import dry_run
-from trm.launch.estimate import ASSUMED_MFU, RunEstimate, estimate_run, evaluations
+from trm.errors import TRMError
+from trm.launch.estimate import ASSUMED_MFU, RunEstimate, estimate_run, evaluations, probe_step_seconds
 from trm.launch.hardware import select_layout
 from trm.launch.plan import build_plan
 from trm.launch.settings import LaunchSettings
@@ -128,3 +129,19 @@ def test_the_launch_records_the_estimate_for_the_handoff(tmp_path: Path) -> None
     assert record["total_steps"] == 518_250 and record["gpus"] == 4 and record["hourly_usd"] == 3.0
     assert record["cost_usd"] == pytest.approx(record["wall_seconds"] / 3600 * 4 * 3, abs=0.01)
     assert "expected cost" in (plan.settings.launch_dir / "launch.log").read_text()
+
+
+def test_probe_record_and_a_broken_dataset_json(tmp_path: Path) -> None:
+    launch = tmp_path / "launch"
+    launch.mkdir()
+    assert probe_step_seconds(launch) is None
+    attempts = [{"micro_batch_size": 192, "step_seconds": None, "out_of_memory": True},
+                {"micro_batch_size": 96, "step_seconds": 0.41}]  # fmt: skip
+    (launch / "probe.json").write_text(json.dumps({"chosen_micro_batch_size": 96, "attempts": attempts}))
+    assert probe_step_seconds(launch) == 0.41
+    broken = {k: v for k, v in ARC1_TRAIN.items() if k != "total_groups"}
+    data = write_dataset(tmp_path / "d", broken, ARC1_TEST)
+    with pytest.raises(
+        TRMError, match=r"train/dataset.json has no 'total_groups'; `python -m trm data verify"
+    ):
+        estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=None)

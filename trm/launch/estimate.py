@@ -103,7 +103,7 @@ def read_dataset_sizes(dataset_dir: Path) -> tuple[dict[str, Any], dict[str, Any
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise TRMError(
-                f"{path} is unreadable ({err}); rebuild the dataset (delete {dataset_dir})"
+                f"{path} is unreadable ({err}); `python -m trm data verify {dataset_dir}` says what is wrong"
             ) from None
         for key in (
             "seq_len",
@@ -113,7 +113,9 @@ def read_dataset_sizes(dataset_dir: Path) -> tuple[dict[str, Any], dict[str, Any
             "mean_puzzle_examples",
         ):
             if key not in data:
-                raise TRMError(f"{path} has no {key!r}; rebuild the dataset (delete {dataset_dir})")
+                raise TRMError(
+                    f"{path} has no {key!r}; `python -m trm data verify {dataset_dir}` says what is wrong"
+                )
         out.append(data)
     return out[0], out[1]
 
