@@ -153,6 +153,20 @@ def test_timer_counts_passes_and_loader_waits_but_not_what_runs_between_passes()
     assert timer.window() == Window(steps=1, seconds=3.5, loader_wait=0.5)
 
 
+def test_leaving_a_pass_early_closes_the_loaders_pass() -> None:
+    closed = []
+
+    def loader():
+        try:
+            yield from range(5)
+        finally:
+            closed.append(True)
+
+    for _ in StepTimer().batches(loader()):
+        break
+    assert closed == [True]
+
+
 def test_metrics_of_a_window_and_mfu_only_with_a_peak() -> None:
     window = Window(steps=4, seconds=2.0, loader_wait=0.5)
     out = throughput_metrics(

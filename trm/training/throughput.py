@@ -175,6 +175,9 @@ class StepTimer:
             if self._running_since is not None:
                 self._seconds += self._clock() - self._running_since
                 self._running_since = None
+            close = getattr(it, "close", None)
+            if close is not None:  # a loop that leaves early closes the loader's pass now, as without us
+                close()
 
     def step_done(self) -> None:
         """Count one optimizer step in the current window."""
