@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
-
-EVENTS_DIR = "tensorboard"  # under the run directory (trm.training.metrics_log.TensorBoardSink)
+from trm.training.metrics_log import TENSORBOARD_DIR
 
 
 def events_dir(run_dir: Path) -> Path:
@@ -19,7 +18,7 @@ def events_dir(run_dir: Path) -> Path:
         raise TRMError(
             f"run directory {run_dir} does not exist; pass the trainer's checkpoint_path (CHECKPOINT_DIR/RUN_NAME)"
         )
-    events = run_dir / EVENTS_DIR
+    events = run_dir / TENSORBOARD_DIR
     if not any(events.glob("events.out.tfevents.*")):
         raise TRMError(
             f"no TensorBoard events in {events}: the trainer writes them with tensorboard=true "

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 JSONL = "metrics.jsonl"
 CSV = "metrics.csv"
 CSV_HEADER = ("step", "wall_time", "name", "value")
+TENSORBOARD_DIR = "tensorboard"  # TensorBoard's event files, under the run directory
 
 
 KEY_FILE_VAR = "WANDB_API_KEY_FILE"
@@ -201,7 +202,7 @@ class TensorBoardSink:
                 "tensorboard=true needs the tensorboard package: pip install 'trm-stack[tensorboard]', "
                 "or set tensorboard=false."
             ) from None
-        self._writer = SummaryWriter(str(run_dir / "tensorboard"))
+        self._writer = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for name, value in metrics.items():
