@@ -317,3 +317,9 @@ def require_modules(*names: str) -> None:
     missing = [name for name in names if importlib.util.find_spec(name) is None]
     if missing:
         pytest.fail(f"the reference code needs {', '.join(missing)}: pip install -e '.[upstream]'")
+
+
+def without_timings(row: dict) -> dict:
+    """A metrics.jsonl row without what depends on the host's clock (wall_time, evaluation time, perf/*)."""
+    clock = ("wall_time", "eval/seconds", "eval/wall_share")
+    return {k: v for k, v in row.items() if k not in clock and not k.startswith("perf/")}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import without_timings
 from trm import exit_codes
 from trm.evaluation.voting import validate_submission
 from trm.training import checkpoint as ckpt
@@ -92,14 +93,9 @@ def assert_states_equal(a: dict, b: dict, exact: bool = True) -> None:
 
 
 def rows(run_dir: Path) -> list[dict]:
-    out = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        row.pop("wall_time")
-        row.pop("eval/seconds", None)
-        row.pop("eval/wall_share", None)
-        out.append(row)
-    return out
+    return [
+        without_timings(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def test_run_evaluates_and_writes_a_submission_for_every_test_input(dataset: Path, tmp_path: Path) -> None:

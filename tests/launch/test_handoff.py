@@ -217,3 +217,52 @@ def test_bundle_of_an_image_run_resumes_with_the_launcher_inside_that_image(tmp_
     assert data["resume_where"] == where
     info = (out / "run.info").read_text()
     assert "resume:         TASK=arc2 python -m trm launch\n" in info and f"resume in:      {where}\n" in info
+
+
+def test_throughput_summary_plan_against_actual_and_the_second_plot_row(tmp_path):
+    import struct
+
+    run = synthetic_run(tmp_path)
+    perf = []
+    for step, (seconds, mfu) in enumerate([(0.30, 0.25), (0.25, 0.31), (0.25, 0.31), (0.26, 0.30)], 1):
+        perf += [
+            f"{step},{1000 + step},perf/step_seconds,{seconds}",
+            f"{step},{1000 + step},perf/examples_per_second,{768 / seconds}",
+            f"{step},{1000 + step},perf/mfu,{mfu}",
+            f"{step},{1000 + step},perf/loader_wait_fraction,0.02",
+            f"{step},{1000 + step},perf/peak_memory_gib,{40 + step}",
+        ]
+    with open(run / "metrics.csv", "a") as f:
+        f.write("\n".join(perf) + "\n")
+    estimate = {"total_steps": 518250, "step_seconds": 0.258, "step_source": "estimate: FLOPs at MFU 0.30",
+                "evaluations": 125, "eval_seconds": 1242.0, "gpus": 4, "hourly_usd": 2.0,
+                "train_seconds": 133700.0, "wall_seconds": 4000.0, "cost_usd": 8.0}  # fmt: skip
+    (run / "launch" / "estimate.json").write_text(json.dumps(estimate))
+    out = build_bundle(run, tmp_path / "bundle")
+    data = json.loads((out / "handoff.json").read_text())
+    t = data["throughput"]
+    assert t["windows"] == 4 and t["step_seconds_median"] == pytest.approx(0.255)
+    assert t["step_seconds_mean"] == pytest.approx(0.265) and t["mfu_median"] == pytest.approx(0.305)
+    assert t["peak_memory_gib"] == 44 and t["loader_wait_fraction_mean"] == pytest.approx(0.02)
+    pva = data["plan_vs_actual"]
+    assert pva["planned"] == estimate
+    assert pva["actual"]["wall_seconds"] == 5400 and pva["actual"]["cost_usd"] == pytest.approx(12.0)
+    assert pva["wall_ratio"] == pytest.approx(1.35) and pva["cost_ratio"] == pytest.approx(1.5)
+    info = (out / "run.info").read_text()
+    assert (
+        "step 0.255 s median (mean 0.265)" in info and "MFU 30.5 %" in info and "peak GPU memory 44.0" in info
+    )
+    assert (
+        "planned:        1.11 h / $8.00 (estimate: FLOPs at MFU 0.30); actual so far 1.50 h / $12.00" in info
+    )
+    width, height = struct.unpack(">II", (out / "metrics.png").read_bytes()[16:24])
+    assert (width, height) == (1200, 900)  # two rows of panels: curves, then throughput
+
+
+def test_bundle_without_throughput_or_estimate_says_so(tmp_path):
+    out = build_bundle(synthetic_run(tmp_path), tmp_path / "bundle")
+    data = json.loads((out / "handoff.json").read_text())
+    assert data["throughput"]["windows"] == 0 and data["throughput"]["mfu_median"] is None
+    assert data["plan_vs_actual"] is None
+    info = (out / "run.info").read_text()
+    assert "throughput:     not logged" in info and "planned:        no estimate recorded" in info

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import FakeLoader
+from tests.helpers import FakeLoader, without_timings
 from trm import exit_codes
 from trm.distributed import DistInfo
 from trm.errors import TRMError
@@ -66,12 +66,9 @@ def run(run_dir: Path, *extra: str, stop_at: int | None = None) -> tuple[int, Tr
 
 
 def metric_rows(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    for row in rows:
-        row.pop("wall_time")
-        row.pop("eval/seconds", None)
-        row.pop("eval/wall_share", None)
-    return rows
+    return [
+        without_timings(json.loads(line)) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def assert_same_state(a: Trainer, b: Trainer, exact: bool = True) -> None:

@@ -72,6 +72,7 @@ COMMANDS: tuple[Command, ...] = (
         "sync",
         "copy a run directory to an rclone remote (incremental, complete checkpoints only) or restore it (--from)",
     ),
+    Command("tensorboard", "serve a run's TensorBoard events on this host, with the port-forward hint"),
     Command("version", "print versions of trm-stack, Python and torch"),
 )
 NAMES = tuple(c.name for c in COMMANDS)

@@ -1,5 +1,9 @@
 """The handoff bundle of a run: handoff.json, run.info, train.log, metrics.csv, metrics.png, submission.json.
 
+handoff.json summarises throughput (step time, examples/s, MFU, peak GPU memory, loader wait share from the
+trainer's `perf/*` metrics) and sets the launch's estimate (launch/estimate.json) against the actual wall
+time and cost. metrics.png has the loss and accuracy curves, and below them throughput and MFU.
+
 Everything is derived from the run directory (checkpoints, metrics, the launcher's `launch/` records), so
 regenerating the bundle gives the same files. The bundle is built in a temp directory and published with
 one rename: readers never see half a bundle.
@@ -22,7 +26,9 @@ from tqdm import tqdm
 from trm.errors import TRMError
 from trm.gitinfo import UNKNOWN, code_git_sha
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
+from trm.launch.estimate import ESTIMATE_FILE
 from trm.launch.supervisor import read_events
+from trm.training.throughput import summarize as summarize_throughput
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 EVAL_RE = re.compile(r"^evaluator_ARC_step_(\d+)$")
@@ -105,7 +111,8 @@ def summarize_metrics(series: dict[str, list[tuple[int, float]]]) -> dict[str, A
 
 
 def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: str) -> None:
-    """Loss curves (left) and accuracy curves (right) as a PNG."""
+    """Loss curves (left) and accuracy curves (right) above examples/s and MFU (left) and the loader wait
+    share (right), as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,8 +123,14 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
     accuracies = {
         n: p for n, p in series.items() if "accuracy" in n.lower() or n.lower().endswith(("pass@1", "pass@2"))
     }
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, group, label in ((ax_loss, losses, "loss"), (ax_acc, accuracies, "accuracy")):
+    fig, ((ax_loss, ax_acc), (ax_speed, ax_wait)) = plt.subplots(2, 2, figsize=(12, 9))
+    panels = (
+        (ax_loss, losses, "loss"),
+        (ax_acc, accuracies, "accuracy"),
+        (ax_speed, {n: p for n, p in series.items() if n == "perf/examples_per_second"}, "examples/s"),
+        (ax_wait, {n: p for n, p in series.items() if n == "perf/loader_wait_fraction"}, "loader wait share"),
+    )
+    for ax, group, label in panels:
         for name, points in sorted(group.items()):
             ax.plot(
                 [s for s, _ in points],
@@ -134,6 +147,16 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
             ax.text(
                 0.5, 0.5, f"no {label} metrics logged yet", ha="center", va="center", transform=ax.transAxes
             )
+    mfu = series.get("perf/mfu")
+    if mfu:  # GPU runs: MFU on the throughput panel's second axis
+        ax_mfu = ax_speed.twinx()
+        ax_mfu.plot([s for s, _ in mfu], [100 * v for _, v in mfu], color="tab:red", label="MFU %")
+        ax_mfu.set_ylabel("MFU %")
+        ax_mfu.set_ylim(bottom=0)
+        ax_mfu.legend(fontsize=7, loc="upper right")
+        ax_speed.legend(fontsize=7, loc="upper left")
+    ax_speed.set_ylim(bottom=0)
+    ax_wait.set_ylim(0, 1)
     fig.suptitle(title)
     fig.tight_layout()
     # No timestamp in the metadata: regenerating the bundle gives the same bytes.
@@ -212,6 +235,27 @@ def status_of(exit_code: object) -> str:
     }.get(exit_code, f"failed (exit {exit_code})")  # type: ignore[call-overload]
 
 
+def plan_vs_actual(
+    estimate: dict[str, Any], timing: dict[str, Any], throughput: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The launch's estimate next to what the run took (None when no estimate was recorded)."""
+    if not estimate:
+        return None
+    planned_cost, cost = estimate.get("cost_usd"), timing["cost_usd"]
+    return {
+        "planned": estimate,
+        "actual": {
+            "wall_seconds": timing["wall_seconds"],
+            "cost_usd": cost,
+            "step_seconds_median": throughput["step_seconds_median"],
+        },
+        "wall_ratio": round(timing["wall_seconds"] / estimate["wall_seconds"], 3)
+        if estimate.get("wall_seconds")
+        else None,
+        "cost_ratio": round(cost / planned_cost, 3) if cost is not None and planned_cost else None,
+    }
+
+
 def collect(run_dir: Path) -> dict[str, Any]:
     """The contents of handoff.json for `run_dir`."""
     launch = run_dir / "launch"
@@ -222,6 +266,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
     manifest = _read_json(Path(checkpoint["path"]) / "manifest.json") if checkpoint else {}
     timing = session_summary(read_events(launch / "events.jsonl"), plan.get("gpu_hourly_usd"))
     series = read_metrics(run_dir / "metrics.csv")
+    throughput = summarize_throughput(series)
     submission = newest_submission(run_dir)
     versions = {
         "driver": preflight.get("driver_version"),
@@ -254,6 +299,8 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "cost_estimate_usd": timing["cost_usd"],
         "last_good_checkpoint": checkpoint,
         "metrics_summary": summarize_metrics(series),
+        "throughput": throughput,
+        "plan_vs_actual": plan_vs_actual(_read_json(launch / ESTIMATE_FILE), timing, throughput),
         "submission": str(submission) if submission else None,
         "resume_command": resume,
         "resume_where": plan.get("resume_where") or (
@@ -285,6 +332,8 @@ def render_info(data: dict[str, Any]) -> str:
         f"training {timing['train_seconds'] / 3600:.2f} h",
         f"cost estimate:  ${data['cost_estimate_usd']:.2f}" if data["cost_estimate_usd"] is not None
         else "cost estimate:  unknown (set GPU_HOURLY_USD)",
+        f"throughput:     {_throughput_line(data['throughput'])}",
+        f"planned:        {_plan_line(data['plan_vs_actual'])}",
         f"checkpoint:     step {ckpt['step']} {ckpt['path']} sha256 {ckpt['sha256']}" if ckpt
         else "checkpoint:     none complete",
         f"submission:     {data['submission'] or 'none yet'}",
@@ -300,6 +349,32 @@ def render_info(data: dict[str, Any]) -> str:
             f"  {name:<36} last {m['last']:.6g} @ {m['last_step']}  min {m['min']:.6g}  max {m['max']:.6g}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _throughput_line(t: dict[str, Any]) -> str:
+    if not t["windows"]:
+        return "not logged (perf/* metrics appear at each log_interval)"
+    parts = [
+        f"step {t['step_seconds_median']:.3g} s median (mean {t['step_seconds_mean']:.3g})",
+        f"{t['examples_per_second_median']:.4g} examples/s",
+        f"MFU {100 * t['mfu_median']:.1f} %" if t["mfu_median"] is not None else "MFU n/a (CPU)",
+    ]
+    if t["peak_memory_gib"] is not None:
+        parts.append(f"peak GPU memory {t['peak_memory_gib']:.1f} GiB")
+    parts.append(f"loader wait {100 * (t['loader_wait_fraction_mean'] or 0.0):.1f} %")
+    return ", ".join(parts)
+
+
+def _plan_line(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "no estimate recorded (launch/estimate.json is written by the launcher's hardware step)"
+    planned, actual = p["planned"], p["actual"]
+    cost = f" / ${planned['cost_usd']:.2f}" if planned.get("cost_usd") is not None else ""
+    got = f" / ${actual['cost_usd']:.2f}" if actual["cost_usd"] is not None else ""
+    return (
+        f"{planned['wall_seconds'] / 3600:.2f} h{cost} ({planned['step_source']}); "
+        f"actual so far {actual['wall_seconds'] / 3600:.2f} h{got}"
+    )
 
 
 def _copy(src: Path, dst: Path) -> None:

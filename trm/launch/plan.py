@@ -5,11 +5,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
+from trm.launch.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.hardware import BatchLayout, select_layout
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
+from trm.training.config import TrainConfig, compose
 from trm.training.recipes import Recipe, get_recipe
 
 # Set to 0 by train_prod.sh, whose exit trap runs the handoff instead of the launcher.
@@ -128,6 +131,26 @@ class LaunchPlan:
         if done:
             return sum(f.stat().st_size for f in done[-1].rglob("*") if f.is_file())
         return self.recipe.checkpoint_bytes
+
+    @cached_property
+    def train_config(self) -> TrainConfig:
+        """The configuration the trainer will run (the overrides composed as `python -m trm.train` does)."""
+        return compose(self.overrides)
+
+    def estimate(self) -> RunEstimate | str:
+        """The whole run's expected time and cost, or why it is unknown yet (trm.launch.estimate)."""
+        return estimate_run(
+            self.train_config,
+            self.dataset_dir,
+            self.hardware,
+            hourly_usd=self.settings.gpu_hourly_usd,
+            measured_step_seconds=probe_step_seconds(self.settings.launch_dir),
+        )
+
+    def hardware_text(self, estimate: RunEstimate | str) -> str:
+        """The tier and batch layout, then the expected time and cost."""
+        what = estimate.describe() if isinstance(estimate, RunEstimate) else f"expected time     {estimate}"
+        return f"{self.hardware.describe()}\n{what}"
 
     def trainer_overrides(
         self,
@@ -272,8 +295,8 @@ class LaunchPlan:
         return Step("data", what, (self.build_command, self.verify_command))
 
     def hardware_step(self) -> Step:
-        """The tier and batch layout (logged)."""
-        return Step("hardware", self.hardware.describe())
+        """The tier and batch layout, and the run's expected time and cost (logged)."""
+        return Step("hardware", self.hardware_text(self.estimate()))
 
     def cost_guard_step(self) -> Step:
         """The watcher that logs time and cost and stops the trainer at MAX_HOURS."""
@@ -409,6 +432,14 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
     else:
         # WANDB_DISABLED must be empty: any value (even "false") disables W&B.
         env.update(WANDB_MODE=settings.wandb, WANDB_DISABLED="")
+        # Passed by name (the key itself stays in the environment or its file: never in plan.json).
+        for name, value in (
+            ("WANDB_ENTITY", settings.wandb_entity),
+            ("WANDB_RUN_GROUP", settings.wandb_run_group),
+            ("WANDB_API_KEY_FILE", settings.wandb_api_key_file),
+        ):
+            if value:
+                env[name] = value
     return env
 
 

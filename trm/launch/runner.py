@@ -14,6 +14,7 @@ from typing import IO
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
+from trm.launch.estimate import ESTIMATE_FILE, RunEstimate
 from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
 from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
 from trm.launch.settings import LaunchSettings
@@ -171,8 +172,12 @@ class Launch:
             time.sleep(10)
 
     def hardware(self, step: Step) -> None:
-        """Log the tier and batch layout."""
-        self.console.log(step.what)
+        """Log the tier, the batch layout and the expected time and cost (now that the dataset is built);
+        the estimate is recorded in launch/estimate.json for the handoff's planned-against-actual."""
+        estimate = self.plan.estimate()
+        self.console.log(self.plan.hardware_text(estimate))
+        if isinstance(estimate, RunEstimate):
+            atomic_write_json(self.settings.launch_dir / ESTIMATE_FILE, estimate.to_dict())
 
     def cost_guard(self, step: Step) -> None:
         """Start the watcher: cost log, heartbeats for the handoff, and the MAX_HOURS stop."""

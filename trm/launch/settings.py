@@ -15,6 +15,7 @@ from trm.compile_setting import parse_compile
 from trm.errors import TRMError
 from trm.launch.release import ReleasePolicy, policy_from_env
 from trm.launch.sync import check_remote
+from trm.training.metrics_log import wandb_api_key
 from trm.training.recipes import RECIPES
 
 
@@ -178,10 +179,27 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "WANDB",
         "off",
-        "Weights & Biases: off, online (needs WANDB_API_KEY in the environment) or offline",
+        "Weights & Biases: off, online (needs WANDB_API_KEY or WANDB_API_KEY_FILE) or offline (files under "
+        "the run directory's wandb/, `wandb sync` them later)",
         "tracking",
     ),
     EnvVar("WANDB_PROJECT", "trm-$TASK", "W&B project (the trainer's project_name)", "tracking"),
+    EnvVar(
+        "WANDB_ENTITY", "(empty: the key's default entity)", "W&B team or user the run belongs to", "tracking"
+    ),
+    EnvVar(
+        "WANDB_RUN_GROUP",
+        "(empty)",
+        "W&B group of the run (e.g. the suite or sweep it belongs to)",
+        "tracking",
+    ),
+    EnvVar(
+        "WANDB_API_KEY_FILE",
+        "(empty)",
+        "file holding the W&B API key (a mounted Kubernetes Secret), or WANDB_API_KEY in the environment; "
+        "read by the trainer, never logged or recorded",
+        "tracking",
+    ),
     EnvVar("USE_TMUX", "0", "1: run inside a detached tmux session named $RUN_NAME (attach command printed)"),
     EnvVar("PYTHON", "python", "interpreter with trm-stack installed"),
 )
@@ -312,6 +330,12 @@ class LaunchSettings:
     cost_log_minutes: float
     wandb: str
     wandb_project: str
+    wandb_entity: str = ""
+    """WANDB_ENTITY (empty: the key's default)."""
+    wandb_run_group: str = ""
+    """WANDB_RUN_GROUP (empty: none)."""
+    wandb_api_key_file: str = ""
+    """WANDB_API_KEY_FILE: the path only; the trainer reads the key."""
     use_tmux: bool
     python: str
     sync_to: str = ""
@@ -355,10 +379,10 @@ class LaunchSettings:
         wandb = (env.get("WANDB", "").strip() or "off").lower()
         if wandb not in ("off", "online", "offline"):
             raise TRMError(f"WANDB={wandb!r}: use off, online or offline")
-        if wandb == "online" and not env.get("WANDB_API_KEY"):
+        if wandb == "online" and not wandb_api_key(env):
             raise TRMError(
-                "WANDB=online needs WANDB_API_KEY in the environment (from a secret store or Kubernetes Secret; "
-                "never in a file in the repo), or set WANDB=offline / off"
+                "WANDB=online needs WANDB_API_KEY in the environment or WANDB_API_KEY_FILE naming a mounted "
+                "Secret file (never a file in the repo), or set WANDB=offline / off"
             )
         nnodes = _int(env, "NNODES", 1, minimum=1) or 1
         master_addr = env.get("MASTER_ADDR", "").strip()
@@ -408,6 +432,9 @@ class LaunchSettings:
             cost_log_minutes=_float(env, "COST_LOG_MINUTES") or 30.0,
             wandb=wandb,
             wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{recipe}",
+            wandb_entity=env.get("WANDB_ENTITY", "").strip(),
+            wandb_run_group=env.get("WANDB_RUN_GROUP", "").strip(),
+            wandb_api_key_file=env.get("WANDB_API_KEY_FILE", "").strip(),
             use_tmux=_flag(env, "USE_TMUX", False),
             python=env.get("PYTHON", "").strip() or "python",
             cli_overrides=tuple(extra_overrides),

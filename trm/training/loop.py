@@ -55,6 +55,13 @@ from trm.training.state import (
     write_main_state,
     write_rank_shard,
 )
+from trm.training.throughput import (
+    StepTimer,
+    act_step_flops,
+    peak_flops,
+    throughput_metrics,
+    total_steps,
+)
 from trm.versions import collect_versions
 
 log = logging.getLogger(__name__)
@@ -83,8 +90,8 @@ class Trainer:
         self.progress = Progress()
         self.carries: list[Any] | None = None
         meta = comps.train_loader.metadata
-        self.total_steps = int(
-            cfg.epochs * meta.total_groups * meta.mean_puzzle_examples / cfg.global_batch_size
+        self.total_steps = total_steps(
+            cfg.epochs, meta.total_groups, meta.mean_puzzle_examples, cfg.global_batch_size
         )
         self.step_limit = min(self.total_steps, cfg.max_steps or self.total_steps)
         self.total_iters = cfg.epochs // (cfg.eval_interval or cfg.epochs)
@@ -102,6 +109,7 @@ class Trainer:
             self.run_dir, info, lambda: comps.train_loader.identifiers, as_dict(cfg)
         )
         self.eval_share = EvalShare(cfg.eval_interval, cfg.epochs, warn=self.step_limit >= self.total_steps)
+        self.timer = StepTimer()
 
     # ---------------------------------------------------------------- setup
     @classmethod
@@ -253,7 +261,7 @@ class Trainer:
         p = self.progress
         while p.iteration < self.total_iters and p.step < self.step_limit:
             if not p.pass_done:
-                for _set_name, batch, _n in self.components.train_loader.iter_train():
+                for _set_name, batch, _n in self.timer.batches(self.components.train_loader.iter_train()):
                     if p.step >= self.step_limit:
                         break
                     self._train_step(batch, bar)
@@ -358,6 +366,7 @@ class Trainer:
             c.ema.update(c.model)
         self.progress.step = step
         self.watchdog.pet(step)
+        self.timer.step_done()
         bar.update()
         if step % cfg.log_interval == 0:
             self._log_train(step, totals, c.optimizers[-1].base_lr * lr_scale, bar)
@@ -368,7 +377,8 @@ class Trainer:
         dist_utils.all_reduce_sum_([flat], self.info)
         if not self.info.is_main:
             return
-        values = dict(zip(names, flat.tolist(), strict=True))
+        values = dict(zip(names, flat.tolist(), strict=True))  # waits for the GPU: the window ends here
+        perf = self._throughput()
         count = values.get("count", 0.0)
         out: dict[str, float] = {"train/count": count, "train/lr": lr}
         for name, value in values.items():
@@ -377,11 +387,31 @@ class Trainer:
             elif name != "count" and count > 0:
                 out[f"train/{name}"] = value / count
         assert self.metrics is not None
-        self.metrics.log(step, out)
+        self.metrics.log(step, {**out, **perf})
         postfix = {"loss": f"{out.get('train/lm_loss', float('nan')):.3f}"}
         if "train/accuracy" in out:
             postfix["acc"] = f"{out['train/accuracy']:.3f}"
         bar.set_postfix(postfix, refresh=False)
+
+    def _throughput(self) -> dict[str, float]:
+        """`perf/*` of the steps since the last log point (rank 0's clock; no extra device sync)."""
+        c, device = self.components, self.info.device
+        peak = peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+        try:
+            flops: float | None = act_step_flops(c.model.config).train
+        except ValueError as why:
+            flops = None
+            log.debug("no MFU: %s", why)
+        out = throughput_metrics(
+            self.timer.window(),
+            examples_per_step=self.cfg.global_batch_size,
+            tokens_per_example=c.train_loader.metadata.seq_len,
+            train_flops_per_example=flops,
+            peak_flops_total=peak * self.info.world_size if peak else None,
+        )
+        if device.type == "cuda":
+            out["perf/peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 1024**3
+        return out
 
     # ---------------------------------------------------------------- evaluation
     def _evaluate_and_log(self, requests: StopRequests | None = None) -> bool:

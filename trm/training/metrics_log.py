@@ -1,5 +1,9 @@
 """Metric sinks for rank 0: metrics.jsonl + metrics.csv (long format) in the run dir, optional W&B / TensorBoard.
 
+W&B takes its project from `project_name`, and WANDB_ENTITY / WANDB_RUN_GROUP from the environment; the API
+key only from WANDB_API_KEY or the file WANDB_API_KEY_FILE names (a mounted Secret). The key is handed to
+W&B in memory and never logged or written by us.
+
 Files are appended line by line and flushed; on resume the rows logged after the resumed checkpoint's
 step (by a run killed before its next save) are dropped, so a resumed run logs exactly what an
 uninterrupted one would.
@@ -14,6 +18,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,32 @@ log = logging.getLogger(__name__)
 JSONL = "metrics.jsonl"
 CSV = "metrics.csv"
 CSV_HEADER = ("step", "wall_time", "name", "value")
+TENSORBOARD_DIR = "tensorboard"  # TensorBoard's event files, under the run directory
+
+
+KEY_FILE_VAR = "WANDB_API_KEY_FILE"
+
+
+def wandb_api_key(env: Mapping[str, str] = os.environ) -> str | None:
+    """The W&B API key: WANDB_API_KEY, else the contents of the file WANDB_API_KEY_FILE names; None if neither.
+
+    Errors name the file, never the key."""
+    key = env.get("WANDB_API_KEY", "").strip()
+    if key:
+        return key
+    path = env.get(KEY_FILE_VAR, "").strip()
+    if not path:
+        return None
+    try:
+        key = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise TRMError(
+            f"{KEY_FILE_VAR}={path}: cannot read it ({err.strerror or err}); mount the Secret holding the "
+            f"W&B API key there, or unset {KEY_FILE_VAR}"
+        ) from None
+    if not key:
+        raise TRMError(f"{KEY_FILE_VAR}={path} is empty; put the W&B API key in it (one line)")
+    return key
 
 
 def wandb_wanted(setting: str) -> bool:
@@ -117,7 +148,8 @@ def _keep_csv(text: str, step: int) -> str:
 
 
 class WandbSink:
-    """W&B run (only built when `wandb_wanted`); the API key comes from W&B's own login/env, never from us."""
+    """W&B run (only built when `wandb_wanted`): WANDB_ENTITY and WANDB_RUN_GROUP from the environment, the
+    key from `wandb_api_key` (else W&B's own login), passed in memory only."""
 
     def __init__(self, project: str, name: str, config: dict[str, Any], run_dir: Path) -> None:
         try:
@@ -128,8 +160,17 @@ class WandbSink:
             )
             self._run = None
             return
+        key = wandb_api_key()
         self._run = wandb.init(
-            project=project, name=name, config=config, dir=str(run_dir), resume="allow", id=_wandb_id(run_dir)
+            project=project,
+            entity=os.environ.get("WANDB_ENTITY", "").strip() or None,
+            group=os.environ.get("WANDB_RUN_GROUP", "").strip() or None,
+            name=name,
+            config=config,
+            dir=str(run_dir),
+            resume="allow",
+            id=_wandb_id(run_dir),
+            settings=wandb.Settings(api_key=key) if key else None,
         )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -138,7 +179,10 @@ class WandbSink:
 
     def close(self) -> None:
         if self._run is not None:
+            import wandb
+
             self._run.finish()
+            wandb.teardown()  # waits until W&B's service has written everything (the .wandb file included)
 
 
 def _wandb_id(run_dir: Path) -> str:
@@ -158,7 +202,7 @@ class TensorBoardSink:
                 "tensorboard=true needs the tensorboard package: pip install 'trm-stack[tensorboard]', "
                 "or set tensorboard=false."
             ) from None
-        self._writer = SummaryWriter(str(run_dir / "tensorboard"))
+        self._writer = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         for name, value in metrics.items():
