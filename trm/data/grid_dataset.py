@@ -144,21 +144,6 @@ def bad_row(rows_bad: np.ndarray) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
-def encode_fixed(strings: list[str], length: int, what: str, where) -> np.ndarray:
-    """uint8 [n, length] of the ASCII codes of equally long strings; the first wrong one raises with its row."""
-    for i, s in enumerate(strings):
-        if len(s) != length:
-            raise TRMError(
-                f"{where(i)}: {what} has {len(s)} characters, expected {length}; fix or remove the row"
-            )
-    joined = "".join(strings).encode("utf-8")
-    if len(joined) != length * len(strings):  # a non-ASCII character somewhere
-        for i, s in enumerate(strings):
-            if not s.isascii():
-                raise TRMError(f"{where(i)}: {what} holds non-ASCII characters; fix or remove the row")
-    return np.frombuffer(joined, dtype=np.uint8).reshape(len(strings), length)
-
-
 def chars_outside(codes: np.ndarray, allowed: str) -> np.ndarray:
     """Per row: whether any code is not one of `allowed`."""
     ok = np.zeros(256, dtype=bool)
@@ -166,5 +151,7 @@ def chars_outside(codes: np.ndarray, allowed: str) -> np.ndarray:
     return ~ok[codes].all(axis=1)
 
 
-def first_char_outside(s: str, allowed: str) -> str:
-    return next(c for c in s if c not in allowed)
+def first_char_outside(codes: np.ndarray, allowed: str) -> str:
+    """The first character of a row of codes that is not one of `allowed` (a non-ASCII byte as \\xNN)."""
+    code = int(codes[chars_outside(codes[:, None], allowed)][0])
+    return chr(code) if code < 128 else f"\\x{code:02x}"
