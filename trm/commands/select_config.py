@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def plan_from_args(args: argparse.Namespace) -> BatchLayout:
     """Detect GPUs (none when --cpu or when nvidia-smi is absent) and resolve the plan."""
     from trm.compile_setting import parse_compile
-    from trm.launch.hardware import select_layout
+    from trm.launch.hardware import select_layout, workload_of
     from trm.launch.nvidia_smi import NvidiaSmiMissing, query_gpus
 
     gpus = []
@@ -32,6 +32,7 @@ def plan_from_args(args: argparse.Namespace) -> BatchLayout:
         micro_batch_size=args.micro_batch_size,
         compile_override=parse_compile(args.compile, source="--compile"),
         cpu_procs=args.cpu_procs,
+        workload=workload_of(args.task, args.arch) if args.task or args.arch else None,
     )
 
 
@@ -81,6 +82,17 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", default="auto", help="auto (the tier's choice), true or false")
     parser.add_argument("--cpu", action="store_true", help="plan for CPU even when GPUs are present")
     parser.add_argument("--cpu-procs", type=int, default=1, help="processes in CPU mode (default: 1)")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="size the micro-batch for this recipe's sequence (TASK=: arc2, sudoku-att, maze, ...; default: "
+        "trm on ARC, the table's reference)",
+    )
+    parser.add_argument(
+        "--arch",
+        default=None,
+        help="size for this architecture (arch=: trm, urm, hrm, ...; default: the task's)",
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trm.launch.hardware import BatchLayout, select_layout
+from trm.launch.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.nvidia_smi import GpuInfo
 from trm.launch.settings import ENV_VARS, LaunchSettings
 from trm.training.recipes import Recipe, get_recipe
@@ -396,6 +396,12 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
     return env
 
 
+def _arch_override(overrides: tuple[str, ...]) -> str | None:
+    """The `arch=<name>` among the trainer overrides (the last one wins, as in the trainer), if any."""
+    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "arch"]
+    return names[-1] if names else None
+
+
 def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str]) -> LaunchPlan:
     """Resolve the hardware tier and every trainer override for this launch."""
     recipe = get_recipe(settings.recipe)
@@ -408,6 +414,7 @@ def build_plan(settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str,
         compile_override=settings.compile,
         cpu_procs=settings.cpu_procs,
         expected_global_batch_size=recipe.global_batch_size,
+        workload=workload_of(settings.recipe, _arch_override(settings.train_overrides)),
     )
     dataset_dir = settings.data_dir / recipe.dataset
     overrides = merge_overrides(
