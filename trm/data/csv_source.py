@@ -22,8 +22,6 @@ from trm.io import sha256_file
 SPLIT_FILES = {"train": "train.csv", "test": "test.csv"}
 COLUMNS = ("source", "question", "answer", "rating")
 _SCAN_CHUNK = 1 << 23  # bytes read per step of `scan` (below glibc's mmap threshold: buffers are reused)
-_RATING_MAX = 32  # the fast path of `scan` looks this far back from a row's end for the rating's comma
-_TAKE_CHUNK = 1 << 14  # rows gathered per step of `PuzzleCsv.take`
 _INT64 = np.iinfo(np.int64)
 _NEWLINE, _RETURN, _COMMA = ord("\n"), ord("\r"), ord(",")
 
@@ -74,14 +72,12 @@ class PuzzleCsv:
     def take(self, indices: np.ndarray | None = None) -> PuzzleRows:
         """The rows at `indices` (all rows when None), in that order."""
         rows = np.arange(len(self)) if indices is None else np.asarray(indices, dtype=np.int64)
-        data, cols = self._bytes(), np.arange(self.width)
-        q_at = self.question_at[rows]
-        out = np.empty((2, len(rows), self.width), dtype=np.uint8)
-        for start in range(0, len(rows), _TAKE_CHUNK):  # bounds the [k, width] int64 index arrays
-            at = q_at[start : start + _TAKE_CHUNK, None] + cols
-            out[0, start : start + _TAKE_CHUNK] = data[at]
-            out[1, start : start + _TAKE_CHUNK] = data[at + (self.width + 1)]
-        return PuzzleRows(self.path, rows, out[0], out[1])
+        data = self._bytes()
+        if len(data) < self.width:
+            return PuzzleRows(self.path, rows, *np.zeros((2, len(rows), self.width), dtype=np.uint8))
+        fields = np.lib.stride_tricks.sliding_window_view(data, self.width)  # field starting at each byte
+        at = self.question_at[rows]
+        return PuzzleRows(self.path, rows, fields[at], fields[at + (self.width + 1)])
 
     def ratings(self) -> np.ndarray:
         """Every row's rating as int64; a rating that is not an integer raises naming its row."""
@@ -176,15 +172,16 @@ def scan(path: Path, width: int, what: str = "") -> PuzzleCsv:
                 if chunk:
                     block = carry + chunk
                     cut = block.rfind(b"\n") + 1
-                    lines, carry = block[:cut], block[cut:]
+                    carry = block[cut:]
                 else:  # the last row may lack its newline
-                    lines, carry = (carry + b"\n" if carry else b""), b""
-                if lines:
-                    if b'"' in lines:
+                    block, carry = (carry + b"\n" if carry else b""), b""
+                    cut = len(block)
+                if cut:
+                    if block.find(b'"', 0, cut) >= 0:
                         return _scan_quoted(path, width, what)
-                    parts.append(_split_rows(path, lines, base, rows, width, what))
+                    parts.append(_split_rows(path, memoryview(block)[:cut], base, rows, width, what))
                     rows += len(parts[-1][0])
-                    base += len(lines)
+                    base += cut
                 if not chunk:
                     break
     except OSError as err:
@@ -209,51 +206,44 @@ def _check_header(path: Path, header: list | None) -> None:
 
 
 def _split_rows(
-    path: Path, block: bytes, base: int, first_row: int, width: int, what: str
+    path: Path, block: memoryview, base: int, first_row: int, width: int, what: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(question offset, rating offset, rating length) of the whole lines in `block` (at file offset `base`)."""
+    """(question offset, rating offset, rating length) of the whole lines in `block` (at file offset `base`).
+
+    Fast path: the commas and newlines, in order, are exactly `,` `,` `,` `\\n` per row with question and
+    answer `width` apart (one pass finds them all); anything else goes through `_commas`, which names the
+    first row of the wrong shape."""
     buf = np.frombuffer(block, dtype=np.uint8)
-    ends = np.flatnonzero(buf == _NEWLINE)
+    is_delim = buf == _NEWLINE
+    is_delim |= buf == _COMMA
+    delims = np.flatnonzero(is_delim)
+    fields = None
+    if len(delims) % 4 == 0:
+        d = delims.reshape(-1, 4)
+        c1, c2, c3, ends = d[:, 0], d[:, 1], d[:, 2], d[:, 3]
+        if (
+            (buf[ends] == _NEWLINE).all()
+            and (buf[d[:, :3]] == _COMMA).all()
+            and (c2 - c1 == width + 1).all()
+            and (c3 - c2 == width + 1).all()
+        ):
+            fields = (c1, c3)
+    if fields is None:
+        ends = np.flatnonzero(buf == _NEWLINE)
     starts = np.empty_like(ends)
     starts[0], starts[1:] = 0, ends[:-1] + 1
     stops = ends - ((ends > starts) & (buf[ends - 1] == _RETURN))  # a CRLF row ends before its \r
-    fields = _fixed_fields(buf, starts, stops, width)
-    if fields is None:  # some row is not source,<width>,<width>,rating: find it and say how
+    if fields is None:
         fields = _commas(path, buf, starts, stops, first_row, width, what)
     c1, c3 = fields
     return base + c1 + 1, base + c3 + 1, stops - c3 - 1
 
 
-def _fixed_fields(
-    buf: np.ndarray, starts: np.ndarray, stops: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """(first comma, last comma) of every row when each row is exactly `source,<width>,<width>,rating`, else None.
-
-    The last comma is found stepping back from each row's end over the rating; the other two must then sit
-    `width + 1` and `2 * width + 2` bytes before it, and the block must hold no other comma."""
-    last = np.full(len(stops), -1, dtype=np.int64)
-    todo = np.arange(len(stops))
-    for back in range(1, _RATING_MAX + 2):
-        at = stops[todo] - back
-        hit = (at >= starts[todo]) & (buf[np.maximum(at, 0)] == _COMMA)
-        last[todo[hit]] = at[hit]
-        todo = todo[~hit & (at > starts[todo])]
-        if not len(todo):
-            break
-    if len(todo) or (last < 0).any():
-        return None
-    second, first = last - width - 1, last - 2 * width - 2
-    if (first < starts).any() or (buf[second] != _COMMA).any() or (buf[first] != _COMMA).any():
-        return None
-    if np.count_nonzero(buf == _COMMA) != 3 * len(stops):  # a comma inside a field
-        return None
-    return first, last
-
-
 def _commas(
     path: Path, buf: np.ndarray, starts: np.ndarray, stops: np.ndarray, first_row: int, width: int, what: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`_fixed_fields` from every comma of the block: raises naming the first row of the wrong shape."""
+    """(first comma, last comma) of every row from all commas of the block: raises naming the first row of the
+    wrong shape."""
     commas = np.flatnonzero(buf == _COMMA)
     first = np.searchsorted(commas, starts)
     count = np.searchsorted(commas, stops) - first

@@ -97,15 +97,23 @@ def render_sudoku(
     transpose: np.ndarray,
     tokens: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Puzzles from their recipes: transpose, then rows/columns permuted, then tokens mapped (uint8 rows)."""
-    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-    source = rows[:, _CELLS // 9] * 9 + cols[:, _CELLS % 9]
-    source = np.where(np.asarray(transpose, dtype=bool)[:, None], _TRANSPOSED[source], source)
-    tokens = np.asarray(tokens, dtype=np.int64)
+    """Puzzles from their recipes: transpose, then rows/columns permuted, then tokens mapped (uint8 rows).
+
+    Flat `take`s: each output cell reads its original's cell (index origin * 81 + source cell), then its
+    puzzle's token map (index puzzle * 11 + value)."""
+    n = len(origin)
+    source = (
+        np.asarray(rows, dtype=np.intp)[:, _CELLS // 9] * 9 + np.asarray(cols, dtype=np.intp)[:, _CELLS % 9]
+    )
+    flip = np.asarray(transpose, dtype=bool)
+    source[flip] = _TRANSPOSED[source[flip]]
+    source += np.asarray(origin, dtype=np.intp)[:, None] * 81
+    table = np.ascontiguousarray(tokens, dtype=np.uint8).ravel()
+    base = (np.arange(n, dtype=np.intp) * tokens.shape[1])[:, None]
     out = []
     for grids in (inputs, labels):
-        moved = np.take_along_axis(grids[origin], source, axis=1).astype(np.int64)
-        out.append(np.take_along_axis(tokens, moved, axis=1).astype(np.uint8))
+        moved = np.ascontiguousarray(grids, dtype=np.uint8).ravel().take(source)
+        out.append(table.take(moved + base))
     return out[0], out[1]
 
 

@@ -299,8 +299,10 @@ def build_sudoku_dataset(
             puzzles, solutions = source.parsed(split, min_difficulty)
         originals = (puzzles + 1, solutions + 1)  # tokens
         recipe = recipes(len(puzzles), aug, shuffles)
-        if form == MATERIALIZED:
-            arrays = materialize(originals, recipe)
+        if form == MATERIALIZED:  # without augmentations every recipe is the identity
+            arrays = (
+                materialize(originals, recipe) if aug else {"inputs": originals[0], "labels": originals[1]}
+            )
         else:
             arrays = {"originals_inputs": originals[0], "originals_labels": originals[1], **recipe}
         total = len(recipe["puzzle_origin"])

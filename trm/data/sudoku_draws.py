@@ -84,6 +84,17 @@ def _block_starts(stream: _CodeStream, count: int) -> np.ndarray:
     return np.array(starts, dtype=np.int64)
 
 
+def _consume(rng: np.random.RandomState, words: int) -> None:
+    """Advance `rng` past `words` words, as upstream's calls did (its bit generator skips them unconverted)."""
+    bitgen = np.random.MT19937()
+    bitgen.state = {"bit_generator": "MT19937", "state": rng.get_state(legacy=False)["state"]}
+    for start in range(0, words, _WINDOW):  # in windows: bounded memory
+        bitgen.random_raw(min(_WINDOW, words - start))
+    state = bitgen.state["state"]
+    _, _, _, has_gauss, gauss = rng.get_state()
+    rng.set_state(("MT19937", state["key"], state["pos"], has_gauss, gauss))
+
+
 def draw_shuffles(rng: np.random.RandomState, count: int) -> dict[str, np.ndarray]:
     """`count` augmentations as upstream draws them from `rng`, which is advanced past them: digit maps
     uint8 [count, 10] (blank 0 fixed), transpose flags bool [count], row and column permutations [count, 9]."""
@@ -110,7 +121,7 @@ def draw_shuffles(rng: np.random.RandomState, count: int) -> dict[str, np.ndarra
                         at = codes[p]
                 values[d, step, : len(p)] = at & mask if d != _COIN_DRAW else at >> 4
                 p += 1
-        rng.bytes(4 * int(starts[-1]))  # consume the words used, as upstream's calls did
+        _consume(rng, int(starts[-1]))
     drawn = values.transpose(0, 2, 1).reshape(len(_SCHEDULE), blocks * _BLOCK)[:, :count]
     return _permutations(drawn, count)
 
