@@ -192,9 +192,7 @@ def test_an_arch_without_a_measurement_is_a_clear_error():
     from trm.launch.hardware import Workload
 
     table = load_table()
-    with pytest.raises(
-        TRMError, match=r"arch 'mystery' has no \[sizing.mb_per_row\] entry.*bench -- memory"
-    ):
+    with pytest.raises(TRMError, match=r"arch 'mystery' has no \[sizing.mb_per_row\] entry.*bench -- memory"):
         table.sizing.rows(table.tiers[0], Workload(arch="mystery"))
 
 

@@ -7,8 +7,9 @@ probability 1/2, band and row-within-band permutation, stack and column-within-s
 
 Random draws come from `numpy.random.RandomState(seed)` in upstream's order (train subsample, then per
 augmentation: digits, transpose, bands and their rows, stacks and their columns), so a build equals
-upstream's when upstream's global numpy RNG is seeded with the same value. The compact form stores the
-originals and each puzzle's shuffle (`grid_recipes`); materializing renders them, vectorized.
+upstream's when upstream's global numpy RNG is seeded with the same value (`sudoku_draws` makes them in
+bulk). The CSVs are scanned once (`csv_source.scan`) and only the rows used are parsed. The compact form
+stores the originals and each puzzle's shuffle (`grid_recipes`); materializing renders them, vectorized.
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ BUILDER = f"trm-stack {trm.__version__} build-sudoku"
 SEQ_LEN = 81
 VOCAB_SIZE = 11  # PAD + values 0 (blank) .. 9
 _CHUNK = 1 << 16  # puzzles rendered per vectorized block (bounds the index arrays' memory)
-_CELLS = np.arange(SEQ_LEN)
-_TRANSPOSED = (_CELLS % 9) * 9 + _CELLS // 9  # cell k of x.T is cell _TRANSPOSED[k] of x
 
 
 def _lookup(allowed: dict[str, int]) -> np.ndarray:
