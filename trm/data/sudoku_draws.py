@@ -52,7 +52,8 @@ _FULL = _pattern(_BLOCK)
 
 
 class _CodeStream:
-    """The generator's words as codes, read from a copy of its state (`bytes` gives the words little-endian)."""
+    """The generator's words as codes, read from a copy of its state (`randint` over all 32-bit values gives
+    the words themselves, one each)."""
 
     def __init__(self, rng: np.random.RandomState) -> None:
         self._copy = np.random.RandomState()
@@ -61,8 +62,9 @@ class _CodeStream:
 
     def extend(self, words: int) -> None:
         """Read `words` more words (at most `_WINDOW` at a time)."""
-        fresh = np.frombuffer(self._copy.bytes(4 * min(words, _WINDOW)), dtype="<u4")
-        self.codes += ((fresh & 15) | ((fresh >> 27) & 16)).astype(np.uint8).tobytes()
+        fresh = self._copy.randint(0, 1 << 32, size=min(words, _WINDOW), dtype=np.uint32)
+        octets = fresh.astype("<u4", copy=False).view(np.uint8).reshape(-1, 4)  # little-endian bytes
+        self.codes += ((octets[:, 0] & 15) | ((octets[:, 3] >> 7) << 4)).tobytes()
 
 
 def _block_starts(stream: _CodeStream, count: int) -> np.ndarray:
