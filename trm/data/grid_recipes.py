@@ -26,8 +26,6 @@ FORM = "grid-compact"
 SUDOKU_FIELDS = ("puzzle_rows", "puzzle_cols", "puzzle_transpose", "puzzle_tokens")
 MAZE_FIELDS = ("puzzle_dihedral",)
 COMMON_FIELDS = ("originals_inputs", "originals_labels", "puzzle_origin")
-_CELLS = np.arange(81)
-_TRANSPOSED = (_CELLS % 9) * 9 + _CELLS // 9
 
 
 def _path(root: Path, split: str, name: str) -> Path:
@@ -99,15 +97,13 @@ def render_sudoku(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Puzzles from their recipes: transpose, then rows/columns permuted, then tokens mapped (uint8 rows).
 
-    Flat `take`s: each output cell reads its original's cell (index origin * 81 + source cell), then its
-    puzzle's token map (index puzzle * 11 + value)."""
+    Flat `take`s: output cell (r, c) of puzzle i reads cell rows[r] * 9 + cols[c] of its original (cols[c] *
+    9 + rows[r] when transposed), then its token map (index i * 11 + value)."""
     n = len(origin)
-    source = (
-        np.asarray(rows, dtype=np.intp)[:, _CELLS // 9] * 9 + np.asarray(cols, dtype=np.intp)[:, _CELLS % 9]
-    )
-    flip = np.asarray(transpose, dtype=bool)
-    source[flip] = _TRANSPOSED[source[flip]]
-    source += np.asarray(origin, dtype=np.intp)[:, None] * 81
+    flip = np.asarray(transpose, dtype=bool)[:, None, None]
+    r = np.asarray(rows, dtype=np.intp)[:, :, None] * np.where(flip, 1, 9)
+    r += np.asarray(origin, dtype=np.intp)[:, None, None] * 81
+    source = (r + np.asarray(cols, dtype=np.intp)[:, None, :] * np.where(flip, 9, 1)).reshape(n, 81)
     table = np.ascontiguousarray(tokens, dtype=np.uint8).ravel()
     base = (np.arange(n, dtype=np.intp) * tokens.shape[1])[:, None]
     out = []
