@@ -239,6 +239,20 @@ def sudoku_files(
     }
 
 
+def manifest_args(
+    subsample_size: int | None, min_difficulty: int | None, num_aug: int, seed: int, form: str
+) -> dict[str, Any]:
+    """The manifest's `args` of a build (what a rebuild must match to be skipped)."""
+    return {
+        "dataset": "sudoku",
+        "subsample_size": subsample_size,
+        "min_difficulty": min_difficulty,
+        "num_aug": num_aug,
+        "seed": seed,
+        "form": form,
+    }
+
+
 def build_sudoku_dataset(
     output_dir: str | Path,
     *,
@@ -268,14 +282,7 @@ def build_sudoku_dataset(
     check_form(form)
     if source is None:
         source = SudokuSource(sudoku_files(source_repo, source_dir, revision))
-    args = {
-        "dataset": "sudoku",
-        "subsample_size": subsample_size,
-        "min_difficulty": min_difficulty,
-        "num_aug": num_aug,
-        "seed": seed,
-        "form": form,
-    }
+    args = manifest_args(subsample_size, min_difficulty, num_aug, seed, form)
     inputs = source.inputs()
     existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite)
     if existing is not None:

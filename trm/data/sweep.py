@@ -18,8 +18,8 @@ from tqdm import tqdm
 
 from trm.errors import TRMError
 
-from .grid_dataset import COMPACT, check_sizes, existing_dataset
-from .sudoku import DEFAULT_REPO, SudokuSource, build_sudoku_dataset, sudoku_files
+from .grid_dataset import COMPACT, check_form, check_sizes, existing_dataset
+from .sudoku import DEFAULT_REPO, SudokuSource, build_sudoku_dataset, manifest_args, sudoku_files
 
 
 def size_label(n: int) -> str:
@@ -65,20 +65,14 @@ def build_sweep(
     for aug in num_augs:
         if aug < 0:
             raise TRMError(f"--num-aug {aug}: must be at least 0")
+    check_form(form)
     root = Path(output_root)
     names = [(size, aug) for size in dict.fromkeys(subsample_sizes) for aug in dict.fromkeys(num_augs)]
     source = SudokuSource(sudoku_files(source_repo, source_dir, revision))
     inputs = source.inputs()
     done: dict[tuple[int, int], dict] = {}
     for size, aug in names:
-        args = {
-            "dataset": "sudoku",
-            "subsample_size": size,
-            "min_difficulty": min_difficulty,
-            "num_aug": aug,
-            "seed": seed,
-            "form": form,
-        }
+        args = manifest_args(size, min_difficulty, aug, seed, form)
         manifest = existing_dataset(root / sweep_dir_name(size, aug), args, inputs, overwrite=overwrite)
         if manifest is not None:
             done[(size, aug)] = manifest
