@@ -204,3 +204,13 @@ def test_select_config_and_the_launcher_size_by_task_and_arch(monkeypatch, capsy
     assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 768
     assert main(["select-config", "--task", "arc2", "--arch", "urm", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 64
+
+
+def test_select_config_arch_alone_uses_the_default_task_and_bad_names_are_clear(monkeypatch, capsys):
+    from trm.__main__ import main
+
+    monkeypatch.setattr("trm.launch.nvidia_smi.query_gpus", lambda: gpus_of("h100x1"))
+    assert main(["select-config", "--arch", "hrm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 192  # 243 rows cap; 768's divisor
+    assert main(["select-config", "--arch", "nosuch"]) != 0
+    assert "unknown architecture 'nosuch'" in capsys.readouterr().err

@@ -16,7 +16,10 @@ def plan_from_args(args: argparse.Namespace) -> BatchLayout:
     from trm.compile_setting import parse_compile
     from trm.launch.hardware import select_layout, workload_of
     from trm.launch.nvidia_smi import NvidiaSmiMissing, query_gpus
+    from trm.launch.settings import DEFAULT_RECIPE
+    from trm.training.recipes import get_recipe
 
+    task = args.task or DEFAULT_RECIPE  # --arch alone: that architecture on the launcher's default task
     gpus = []
     if not args.cpu and args.num_gpus != 0:
         try:
@@ -28,11 +31,12 @@ def plan_from_args(args: argparse.Namespace) -> BatchLayout:
         gpus,
         num_gpus=args.num_gpus,
         nnodes=args.nnodes,
-        global_batch_size=args.global_batch_size,
+        global_batch_size=args.global_batch_size
+        or (get_recipe(task).global_batch_size if args.task else None),
         micro_batch_size=args.micro_batch_size,
         compile_override=parse_compile(args.compile, source="--compile"),
         cpu_procs=args.cpu_procs,
-        workload=workload_of(args.task, args.arch) if args.task or args.arch else None,
+        workload=workload_of(task, args.arch) if args.task or args.arch else None,
     )
 
 
