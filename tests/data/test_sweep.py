@@ -61,6 +61,9 @@ def test_every_cell_equals_its_own_build_and_a_rerun_skips_them(tmp_path, form):
             r.manifest["fingerprint"]
             == __import__("json").loads((alone / MANIFEST).read_text())["fingerprint"]
         )
+    # the test split is written once and hard-linked into the other cells (same file system)
+    for name in ("dataset.json", "all__puzzle_indices.npy"):
+        assert len({(r.path / "test" / name).stat().st_ino for r in results}) == 1
     mtimes = {r.path: (r.path / MANIFEST).stat().st_mtime_ns for r in results}
     (results[2].path / MANIFEST).unlink()  # an interrupted cell is rebuilt, the others are skipped
     again = build_sweep(

@@ -27,6 +27,7 @@ from .grid_dataset import (
     COMPACT,
     MATERIALIZED,
     EncodedSplit,
+    LinkedSplit,
     bad_row,
     check_form,
     check_sizes,
@@ -175,6 +176,7 @@ class SudokuSource:
         self._parsed: dict[tuple[str, int | None], tuple[np.ndarray, np.ndarray]] = {}
         self._draws: dict[tuple[int, int | None], tuple[np.ndarray | None, np.random.RandomState]] = {}
         self._shuffles: dict[tuple[int, int | None], dict[str, np.ndarray]] = {}
+        self.written: dict[tuple[int | None, str], LinkedSplit] = {}  # test split of a build, by its flags
 
     def inputs(self) -> dict[str, str]:
         return input_checksums(self.tables)
@@ -302,6 +304,10 @@ def build_sudoku_dataset(
             aug = num_aug
             shuffles = source.shuffles(key, len(puzzles) * aug) if aug else None
         else:
+            earlier = source.written.get((min_difficulty, form))
+            if earlier is not None and earlier.complete(split):  # the same test split: link its files
+                splits[split] = earlier
+                continue
             puzzles, solutions = source.parsed(split, min_difficulty)
         originals = (puzzles + 1, solutions + 1)  # tokens
         recipe = recipes(len(puzzles), aug, shuffles)
@@ -313,7 +319,7 @@ def build_sudoku_dataset(
             arrays = {"originals_inputs": originals[0], "originals_labels": originals[1], **recipe}
         total = len(recipe["puzzle_origin"])
         splits[split] = EncodedSplit(total=total, seq_len=SEQ_LEN, group_size=1 + aug, arrays=arrays)
-    return write_dataset(
+    manifest = write_dataset(
         output_dir,
         splits=splits,
         vocab_size=VOCAB_SIZE,
@@ -322,3 +328,5 @@ def build_sudoku_dataset(
         inputs=inputs,
         form=grid_form(form),
     )
+    source.written.setdefault((min_difficulty, form), LinkedSplit(output_dir, manifest))
+    return manifest

@@ -4,7 +4,7 @@ Upstream's README sweeps `--subsample-size 100 250 500 1000 2000 5000` × `--num
 one `build_sudoku_dataset.py` run each. Here one process scans the CSVs once and shares the parsed test
 split, the subsample permutation and the augmentation stream (`SudokuSource`): each build is then a prefix
 of the largest one, written atomically with its manifest exactly as `build-sudoku` writes it (the same
-flags give the same bytes). Complete datasets with the same arguments and inputs are skipped, so an
+flags give the same bytes); the test split, identical in every cell, is written once and hard-linked. Complete datasets with the same arguments and inputs are skipped, so an
 interrupted sweep resumes where it stopped.
 """
 
