@@ -246,3 +246,29 @@ def test_upstream_input_prefix_maps_to_the_shipped_data(tmp_path, monkeypatch, c
         "779eaba89790ebad9af02514a7efc0aefaf2cf8236f046a31bbf8b9ec48f20f5"
     )
     assert "shipped copy" in capsys.readouterr().err
+
+
+def test_subsample_size_draws_random_training_tasks_and_keeps_the_test_subset(tmp_path):
+    base = {**SMOKE_BUILD, "max_puzzles": 10, "num_aug": 1}
+    full = build_arc_dataset(tmp_path / "full", **base)
+    assert "subsample_size" not in full["args"]  # the default build's manifest is unchanged
+    sub = build_arc_dataset(tmp_path / "sub", subsample_size=4, **base)
+    assert sub["args"]["subsample_size"] == 4
+    again = build_arc_dataset(tmp_path / "again", subsample_size=4, **base)
+    assert again["fingerprint"] == sub["fingerprint"]  # seeded
+
+    def task_ids(path, split):
+        ids = json.loads((path / "identifiers.json").read_text())
+        used = np.unique(load(path, split, "puzzle_identifiers"))
+        return {parse_identifier(ids[i])[0] for i in used}
+
+    train_full, train_sub = task_ids(tmp_path / "full", "train"), task_ids(tmp_path / "sub", "train")
+    assert task_ids(tmp_path / "sub", "test") == task_ids(tmp_path / "full", "test")  # evaluation2 kept whole
+    first = build_arc_dataset(tmp_path / "first", **{**base, "max_puzzles": 4})
+    training_first = task_ids(tmp_path / "first", "train") - task_ids(tmp_path / "first", "test")
+    training_sub = train_sub - task_ids(tmp_path / "sub", "test")
+    assert len(training_sub) == 4 and training_sub < train_full and training_sub != training_first
+    other = build_arc_dataset(tmp_path / "other", subsample_size=4, **{**base, "seed": 43})
+    assert other["fingerprint"] != sub["fingerprint"] and first["fingerprint"] != sub["fingerprint"]
+    with pytest.raises(TRMError, match="--subsample-size 0: must be at least 1"):
+        build_arc_dataset(tmp_path / "bad", subsample_size=0, **base)

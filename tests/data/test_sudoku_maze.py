@@ -399,3 +399,14 @@ def test_same_files_as_upstream_live(golden_sources, tmp_path, name):
     assert upstream_grid_builds.digests(tmp_path / "ours") == {
         k: {"digest": v["digest"]} for k, v in theirs.items()
     }
+
+
+def test_maze_records_the_form_so_another_form_is_not_mistaken_for_a_rebuild(sources, tmp_path):
+    out = tmp_path / "maze"
+    compact = build_maze_dataset(out, source_dir=sources["maze"])
+    assert compact["args"]["form"] == "compact"
+    assert build_maze_dataset(out, source_dir=sources["maze"]) == compact  # same flags: skipped
+    with pytest.raises(TRMError, match="already exists"):
+        build_maze_dataset(out, source_dir=sources["maze"], form="materialized")
+    materialized = build_maze_dataset(out, source_dir=sources["maze"], form="materialized", overwrite=True)
+    assert materialized["args"]["form"] == "materialized" and (out / "train/all__inputs.npy").is_file()

@@ -166,3 +166,51 @@ def test_select_config_command_json_and_human(monkeypatch, tmp_path):
     )
     assert human.returncode == 2 and "must divide the per-rank batch 192" in human.stderr
     assert "Traceback" not in human.stderr
+
+
+def test_workloads_scale_the_reference_rows_and_keep_arc_trm_exactly():
+    from trm.launch.hardware import Workload, workload_of
+
+    table = load_table()
+    reference = workload_of("arc2")
+    assert (reference.arch, reference.tokens) == ("trm", 916)
+    assert [table.sizing.rows(t, reference) for t in table.tiers] == [t.max_micro_batch for t in table.tiers]
+    sudoku, maze = workload_of("sudoku-att"), workload_of("maze")
+    assert sudoku.tokens == 81 + 16 and maze.tokens == 900 + 16
+    h100 = next(t for t in table.tiers if t.name == "h100-80g")
+    assert table.sizing.rows(h100, sudoku) == int(192 * 916 / 97)  # 9.4x the rows of ARC's sequences
+    assert table.sizing.rows(h100, workload_of("arc2", "urm")) == int(192 * 200 / 595)
+    assert table.sizing.rows(h100, Workload(arch="hrm")) == int(192 * 200 / 158)
+    # the launcher's layout: one H100 fits Sudoku's whole 768-row local batch, URM needs accumulation
+    assert select_layout(gpus_of("h100x1"), global_batch_size=768, workload=sudoku).micro_batch_size == 768
+    urm = select_layout(gpus_of("h100x1"), global_batch_size=768, workload=workload_of("arc2", "urm"))
+    assert urm.micro_batch_size == 64 and urm.grad_accumulation == 12 and "arch urm" in urm.notes[-1]
+    assert select_layout(gpus_of("h100x1"), global_batch_size=768).micro_batch_size == 192  # no workload: ARC
+
+
+def test_an_arch_without_a_measurement_is_a_clear_error():
+    from trm.launch.hardware import Workload
+
+    table = load_table()
+    with pytest.raises(TRMError, match=r"arch 'mystery' has no \[sizing.mb_per_row\] entry.*bench -- memory"):
+        table.sizing.rows(table.tiers[0], Workload(arch="mystery"))
+
+
+def test_select_config_and_the_launcher_size_by_task_and_arch(monkeypatch, capsys):
+    from trm.__main__ import main
+
+    monkeypatch.setattr("trm.launch.nvidia_smi.query_gpus", lambda: gpus_of("h100x1"))
+    assert main(["select-config", "--task", "sudoku-att", "--global-batch-size", "768", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 768
+    assert main(["select-config", "--task", "arc2", "--arch", "urm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 64
+
+
+def test_select_config_arch_alone_uses_the_default_task_and_bad_names_are_clear(monkeypatch, capsys):
+    from trm.__main__ import main
+
+    monkeypatch.setattr("trm.launch.nvidia_smi.query_gpus", lambda: gpus_of("h100x1"))
+    assert main(["select-config", "--arch", "hrm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 192  # 243 rows cap; 768's divisor
+    assert main(["select-config", "--arch", "nosuch"]) != 0
+    assert "unknown architecture 'nosuch'" in capsys.readouterr().err

@@ -11,8 +11,8 @@ Sudoku and Maze read the hub's train.csv/test.csv from --source-dir (no download
 are built with --seed 0 on both sides (upstream's global numpy RNG seeded alike).
 
 Each build runs in its own process so wall time, CPU time and peak RSS are that build's alone. Targets
-(2-core machine, ARC-AGI-2 + ConceptARC, 1000 augmentations): compact ≤ 10 s, ≤ 1 GB RSS, ≤ 100 MB on
-disk; materialized ≥ 10× faster than upstream's builder with ≤ ¼ of its peak RSS; loader ≥ 20k
+(2-core machine, ARC-AGI-2 + ConceptARC, 1000 augmentations; Sudoku sudoku-extreme-1k-aug-1000): compact
+≤ 10 s, ≤ 1 GB RSS, ≤ 100 MB on disk (ARC); materialized ≥ 10× faster than upstream's builder with ≤ ¼ of its peak RSS; loader ≥ 20k
 examples/s on one core at batch 768.
 """
 
@@ -270,10 +270,14 @@ def report(
     compact = runs.get("compact")
     if compact and compact.ok and args.num_aug == 1000:
         t = TARGETS["compact"]
+        disk = (  # ARC's target; Sudoku's test split alone is 68 MB of originals
+            f", disk ≤ {t['disk_mb']:.0f} MB: {verdict(compact.disk_mb <= t['disk_mb'])}"
+            if args.dataset == "arc"
+            else ""
+        )
         print(
             f"\ncompact targets: wall ≤ {t['wall_s']:.0f} s: {verdict(compact.wall_s <= t['wall_s'])}, "
-            f"RSS ≤ {t['rss_gb']:.0f} GB: {verdict(compact.peak_rss_gb <= t['rss_gb'])}, "
-            f"disk ≤ {t['disk_mb']:.0f} MB: {verdict(compact.disk_mb <= t['disk_mb'])}"
+            f"RSS ≤ {t['rss_gb']:.0f} GB: {verdict(compact.peak_rss_gb <= t['rss_gb'])}{disk}"
         )
     for key, (_, rate, cpu_rate) in throughput.items():
         target = TARGETS["loader_examples_per_s"]

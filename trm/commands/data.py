@@ -24,6 +24,7 @@ def _build_arc(args: argparse.Namespace) -> int:
         seed=args.seed,
         num_aug=args.num_aug,
         max_puzzles=args.max_puzzles,
+        subsample_size=args.subsample_size,
         puzzle_identifiers_start=args.puzzle_identifiers_start,
         form=args.form,
         workers=args.workers,
@@ -73,6 +74,34 @@ def _build_grid(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_sweep(args: argparse.Namespace) -> int:
+    from trm.data.sweep import build_sweep
+
+    started = time.perf_counter()
+    results = build_sweep(
+        args.output_root,
+        subsample_sizes=args.subsample_size,
+        num_augs=args.num_aug,
+        source_repo=args.source_repo,
+        source_dir=args.source_dir,
+        revision=args.revision,
+        min_difficulty=args.min_difficulty,
+        seed=args.seed,
+        form=args.form,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+    )
+    for r in results:
+        train = r.manifest["counts"]["train"]
+        state = "built" if r.built else "already complete, skipped"
+        print(
+            f"{r.path}: {train['groups']} puzzles x {1 + r.num_aug} = {train['puzzles']} train puzzles ({state})"
+        )
+    built = sum(r.built for r in results)
+    print(f"{built} built, {len(results) - built} skipped, in {time.perf_counter() - started:.1f} s")
+    return 0
+
+
 def _grid_parser(commands, name: str, what: str, repo: str, output_dir: str) -> argparse.ArgumentParser:
     """The flags build-sudoku and build-maze share (upstream's names and defaults, plus --seed/--source-dir)."""
     parser = commands.add_parser(
@@ -82,13 +111,26 @@ def _grid_parser(commands, name: str, what: str, repo: str, output_dir: str) -> 
         "dataset's train.csv/test.csv: compact (originals + per-puzzle recipes) or upstream's materialized layout.",
     )
     parser.add_argument(
+        "--output-dir", default=output_dir, help=f"dataset directory to create (default {output_dir})"
+    )
+    parser.add_argument(
+        "--subsample-size",
+        type=int,
+        default=None,
+        help="keep a random N of the train puzzles (seeded by --seed)",
+    )
+    _source_flags(parser, repo)
+    parser.set_defaults(func=_build_grid)
+    return parser
+
+
+def _source_flags(parser: argparse.ArgumentParser, repo: str) -> None:
+    """Where the CSVs come from, the form, the seed and --overwrite (build-sudoku, build-maze, build-sweep)."""
+    parser.add_argument(
         "--form",
         choices=formats.FORMS,
         default=formats.COMPACT,
         help="compact (default, small) or materialized (upstream's layout); the loader reads the same rows",
-    )
-    parser.add_argument(
-        "--output-dir", default=output_dir, help=f"dataset directory to create (default {output_dir})"
     )
     parser.add_argument(
         "--source-repo",
@@ -101,12 +143,6 @@ def _grid_parser(commands, name: str, what: str, repo: str, output_dir: str) -> 
     )
     parser.add_argument("--revision", default=None, help="hub revision (commit, tag or branch) to download")
     parser.add_argument(
-        "--subsample-size",
-        type=int,
-        default=None,
-        help="keep a random N of the train puzzles (seeded by --seed)",
-    )
-    parser.add_argument(
         "--seed",
         type=int,
         default=0,
@@ -114,10 +150,8 @@ def _grid_parser(commands, name: str, what: str, repo: str, output_dir: str) -> 
         "the same seed in upstream's np.random.seed gives the same arrays)",
     )
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace an existing different dataset at --output-dir"
+        "--overwrite", action="store_true", help="replace an existing different dataset at the output path"
     )
-    parser.set_defaults(func=_build_grid)
-    return parser
 
 
 def _summary(path: str, manifest: dict) -> None:
@@ -190,6 +224,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="keep only the first N tasks of each subset (smoke sets)",
     )
+    build.add_argument(
+        "--subsample-size",
+        type=int,
+        default=None,
+        help="keep N random tasks of each training subset (every subset but the test ones; seeded by --seed "
+        "and the subset name, kept in file order) for data-scaling studies; unlike --max-puzzles (the first N)",
+    )
     build.add_argument("--puzzle-identifiers-start", type=int, default=1)
     build.add_argument(
         "--form",
@@ -221,6 +262,38 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="shuffled copies per train puzzle (default 0; upstream's README: 1000)",
     )
+    sweep = commands.add_parser(
+        "build-sweep",
+        help="build every --subsample-size x --num-aug Sudoku dataset (upstream's scaling sweep) at once",
+        description="Build every --subsample-size x --num-aug Sudoku dataset (upstream's scaling sweep) under "
+        "--output-root as sudoku-extreme-<size>-aug-<aug> (sizes in thousands as 1k): one CSV scan and one "
+        "augmentation draw shared by all builds, each build atomic with its manifest and equal to "
+        "build-sudoku's with the same flags; complete ones are skipped, so re-running resumes.",
+    )
+    _source_flags(sweep, "sapientinc/sudoku-extreme")
+    sweep.set_defaults(func=_build_sweep)
+    sweep.add_argument(
+        "--dataset", choices=["sudoku"], default="sudoku", help="the dataset to sweep (sudoku)"
+    )
+    sweep.add_argument("--output-root", required=True, help="directory to hold the datasets (created)")
+    sweep.add_argument(
+        "--subsample-size",
+        type=int,
+        nargs="+",
+        required=True,
+        help="train puzzle counts, e.g. 100 250 500 1000",
+    )
+    sweep.add_argument(
+        "--num-aug",
+        type=int,
+        nargs="+",
+        required=True,
+        help="augmentation factors, e.g. 10 100 500 1000 2000",
+    )
+    sweep.add_argument(
+        "--min-difficulty", type=int, default=None, help="keep only puzzles whose rating is at least this"
+    )
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     maze = _grid_parser(
         commands, "build-maze", "Maze-Hard 30x30", "sapientinc/maze-30x30-hard-1k", "data/maze-30x30-hard-1k"
     )

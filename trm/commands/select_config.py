@@ -14,9 +14,12 @@ if TYPE_CHECKING:
 def plan_from_args(args: argparse.Namespace) -> BatchLayout:
     """Detect GPUs (none when --cpu or when nvidia-smi is absent) and resolve the plan."""
     from trm.compile_setting import parse_compile
-    from trm.launch.hardware import select_layout
+    from trm.launch.hardware import select_layout, workload_of
     from trm.launch.nvidia_smi import NvidiaSmiMissing, query_gpus
+    from trm.launch.settings import DEFAULT_RECIPE
+    from trm.training.recipes import get_recipe
 
+    task = args.task or DEFAULT_RECIPE  # --arch alone: that architecture on the launcher's default task
     gpus = []
     if not args.cpu and args.num_gpus != 0:
         try:
@@ -28,10 +31,12 @@ def plan_from_args(args: argparse.Namespace) -> BatchLayout:
         gpus,
         num_gpus=args.num_gpus,
         nnodes=args.nnodes,
-        global_batch_size=args.global_batch_size,
+        global_batch_size=args.global_batch_size
+        or (get_recipe(task).global_batch_size if args.task else None),
         micro_batch_size=args.micro_batch_size,
         compile_override=parse_compile(args.compile, source="--compile"),
         cpu_procs=args.cpu_procs,
+        workload=workload_of(task, args.arch) if args.task or args.arch else None,
     )
 
 
@@ -81,6 +86,17 @@ def add_plan_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", default="auto", help="auto (the tier's choice), true or false")
     parser.add_argument("--cpu", action="store_true", help="plan for CPU even when GPUs are present")
     parser.add_argument("--cpu-procs", type=int, default=1, help="processes in CPU mode (default: 1)")
+    parser.add_argument(
+        "--task",
+        default=None,
+        help="size the micro-batch for this recipe's sequence (TASK=: arc2, sudoku-att, maze, ...; default: "
+        "trm on ARC, the table's reference)",
+    )
+    parser.add_argument(
+        "--arch",
+        default=None,
+        help="size for this architecture (arch=: trm, urm, hrm, ...; default: the task's)",
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ def build_arc_dataset(
     seed: int = 42,
     num_aug: int = 1000,
     max_puzzles: int | None = None,
+    subsample_size: int | None = None,
     puzzle_identifiers_start: int = 1,
     form: str = formats.COMPACT,
     workers: int = 0,
@@ -59,6 +61,10 @@ def build_arc_dataset(
     compact form holds the same index files and renders the same examples). Deterministic for any
     `workers` (0 = auto). Atomic: built in a temporary directory next to `output_dir`, renamed at the end,
     `manifest.json` written last. An existing complete dataset with the same arguments and inputs is left as is.
+
+    `subsample_size` keeps N tasks of each training subset (every subset but the test ones), drawn at random
+    from a generator seeded by (`seed`, subset name) and kept in file order; the draws of upstream's
+    semantics then run on what is kept. `max_puzzles` (the first N tasks) applies before it.
     """
     output_dir = Path(output_dir)
     prefix = resolve_prefix(input_file_prefix)
@@ -66,12 +72,25 @@ def build_arc_dataset(
     args = _checked_args(
         subsets, test_set_name, test_set_name2, seed, num_aug, max_puzzles, puzzle_identifiers_start, form
     )
+    if subsample_size is not None:  # recorded only when given: the default args stay as they were
+        if subsample_size < 1:
+            raise TRMError(
+                f"--subsample-size {subsample_size}: must be at least 1 (or left out to keep every task)"
+            )
+        args["subsample_size"] = subsample_size
     inputs = input_checksums(prefix, subsets)
     existing = _reusable(output_dir, args, inputs, overwrite)
     if existing is not None:
         return existing
     test_names = {test_set_name, test_set_name2}
     loaded = _load_tasks(prefix, subsets, max_puzzles, test_names)
+    if subsample_size is not None:
+        loaded = [
+            tasks
+            if tasks and tasks[0].subset in test_names
+            else subsample_tasks(tasks, subset, subsample_size, seed)
+            for subset, tasks in zip(subsets, loaded, strict=True)
+        ]
     tasks = draw_all_variants(loaded, test_names, num_aug, seed, progress)
     if workers <= 0:  # auto: one render thread per core (up to 8) when there is enough work to share
         workers = min(os.cpu_count() or 1, 8) if len(tasks) * max(num_aug, 1) >= _AUTO_WORKERS_MIN_WORK else 1
@@ -150,6 +169,15 @@ def _reusable(output_dir: Path, args: dict[str, Any], inputs: dict[str, str], ov
             "pass --overwrite to replace it, or choose another --output-dir"
         )
     return None
+
+
+def subsample_tasks(tasks: list[ArcTask], subset: str, size: int, seed: int) -> list[ArcTask]:
+    """`size` random tasks of one subset (all when it has no more), in file order; the draw depends only on
+    (seed, subset name), so it does not change with the other subsets or their order."""
+    if size >= len(tasks):
+        return tasks
+    rng = np.random.default_rng([seed, zlib.crc32(subset.encode())])
+    return [tasks[i] for i in sorted(rng.choice(len(tasks), size=size, replace=False).tolist())]
 
 
 def _load_tasks(

@@ -10,6 +10,8 @@ upstream's `json.dump`, including its `total_puzzles`, which counts groups) and 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,34 @@ class EncodedSplit:
         }
 
 
+@dataclass(frozen=True)
+class LinkedSplit:
+    """A split byte-identical to the same split of an earlier complete dataset (`root`, its `manifest`):
+    its files are hard-linked (copied where links cannot be made), their hashes taken from that manifest.
+    `build-sweep` writes the shared test split once this way."""
+
+    root: Path
+    manifest: dict[str, Any]
+
+    def files(self, split: str) -> dict[str, str]:
+        """{relative path: sha256} of the split's files."""
+        return {rel: f["sha256"] for rel, f in self.manifest["files"].items() if rel.startswith(f"{split}/")}
+
+    def complete(self, split: str) -> bool:
+        files = self.manifest["files"]
+        return all(
+            (self.root / rel).is_file() and (self.root / rel).stat().st_size == files[rel]["bytes"]
+            for rel in self.files(split)
+        )
+
+    def link_into(self, tmp: Path, split: str) -> None:
+        for rel in self.files(split):
+            try:
+                os.link(self.root / rel, tmp / rel)
+            except OSError:  # another file system, or links not allowed
+                shutil.copyfile(self.root / rel, tmp / rel)
+
+
 def existing_dataset(
     output_dir: Path, args: dict[str, Any], inputs: dict[str, str], *, overwrite: bool
 ) -> dict[str, Any] | None:
@@ -84,7 +114,7 @@ def existing_dataset(
 def write_dataset(
     output_dir: Path,
     *,
-    splits: dict[str, EncodedSplit],
+    splits: dict[str, EncodedSplit | LinkedSplit],
     vocab_size: int,
     builder: str,
     args: dict[str, Any],
@@ -93,9 +123,15 @@ def write_dataset(
 ) -> dict[str, Any]:
     """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
     counts: dict[str, dict[str, int]] = {}
+    known: dict[str, str] = {}
     with atomic_directory(output_dir, overwrite=True) as tmp:
         for split, data in splits.items():
             (tmp / split).mkdir()
+            if isinstance(data, LinkedSplit):
+                data.link_into(tmp, split)
+                known.update(data.files(split))
+                counts[split] = data.manifest["counts"][split]
+                continue
             total = data.total
             metadata = DatasetMetadata(
                 pad_id=0,
@@ -119,7 +155,9 @@ def write_dataset(
         tmp.chmod(0o755)
         for path in tmp.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
-        manifest = write_manifest(tmp, form=form, builder=builder, args=args, inputs=inputs, counts=counts)
+        manifest = write_manifest(
+            tmp, form=form, builder=builder, args=args, inputs=inputs, counts=counts, known_hashes=known
+        )
         (tmp / MANIFEST).chmod(0o644)
     return manifest
 
@@ -144,21 +182,6 @@ def bad_row(rows_bad: np.ndarray) -> int | None:
     return int(hits[0]) if len(hits) else None
 
 
-def encode_fixed(strings: list[str], length: int, what: str, where) -> np.ndarray:
-    """uint8 [n, length] of the ASCII codes of equally long strings; the first wrong one raises with its row."""
-    for i, s in enumerate(strings):
-        if len(s) != length:
-            raise TRMError(
-                f"{where(i)}: {what} has {len(s)} characters, expected {length}; fix or remove the row"
-            )
-    joined = "".join(strings).encode("utf-8")
-    if len(joined) != length * len(strings):  # a non-ASCII character somewhere
-        for i, s in enumerate(strings):
-            if not s.isascii():
-                raise TRMError(f"{where(i)}: {what} holds non-ASCII characters; fix or remove the row")
-    return np.frombuffer(joined, dtype=np.uint8).reshape(len(strings), length)
-
-
 def chars_outside(codes: np.ndarray, allowed: str) -> np.ndarray:
     """Per row: whether any code is not one of `allowed`."""
     ok = np.zeros(256, dtype=bool)
@@ -166,5 +189,7 @@ def chars_outside(codes: np.ndarray, allowed: str) -> np.ndarray:
     return ~ok[codes].all(axis=1)
 
 
-def first_char_outside(s: str, allowed: str) -> str:
-    return next(c for c in s if c not in allowed)
+def first_char_outside(codes: np.ndarray, allowed: str) -> str:
+    """The first character of a row of codes that is not one of `allowed` (a non-ASCII byte as \\xNN)."""
+    code = int(codes[chars_outside(codes[:, None], allowed)][0])
+    return chr(code) if code < 128 else f"\\x{code:02x}"

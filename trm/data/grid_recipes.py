@@ -26,8 +26,6 @@ FORM = "grid-compact"
 SUDOKU_FIELDS = ("puzzle_rows", "puzzle_cols", "puzzle_transpose", "puzzle_tokens")
 MAZE_FIELDS = ("puzzle_dihedral",)
 COMMON_FIELDS = ("originals_inputs", "originals_labels", "puzzle_origin")
-_CELLS = np.arange(81)
-_TRANSPOSED = (_CELLS % 9) * 9 + _CELLS // 9
 
 
 def _path(root: Path, split: str, name: str) -> Path:
@@ -97,15 +95,21 @@ def render_sudoku(
     transpose: np.ndarray,
     tokens: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Puzzles from their recipes: transpose, then rows/columns permuted, then tokens mapped (uint8 rows)."""
-    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
-    source = rows[:, _CELLS // 9] * 9 + cols[:, _CELLS % 9]
-    source = np.where(np.asarray(transpose, dtype=bool)[:, None], _TRANSPOSED[source], source)
-    tokens = np.asarray(tokens, dtype=np.int64)
+    """Puzzles from their recipes: transpose, then rows/columns permuted, then tokens mapped (uint8 rows).
+
+    Flat `take`s: output cell (r, c) of puzzle i reads cell rows[r] * 9 + cols[c] of its original (cols[c] *
+    9 + rows[r] when transposed), then its token map (index i * 11 + value)."""
+    n = len(origin)
+    flip = np.asarray(transpose, dtype=bool)[:, None, None]
+    r = np.asarray(rows, dtype=np.intp)[:, :, None] * np.where(flip, 1, 9)
+    r += np.asarray(origin, dtype=np.intp)[:, None, None] * 81
+    source = (r + np.asarray(cols, dtype=np.intp)[:, None, :] * np.where(flip, 9, 1)).reshape(n, 81)
+    table = np.ascontiguousarray(tokens, dtype=np.uint8).ravel()
+    base = (np.arange(n, dtype=np.intp) * tokens.shape[1])[:, None]
     out = []
     for grids in (inputs, labels):
-        moved = np.take_along_axis(grids[origin], source, axis=1).astype(np.int64)
-        out.append(np.take_along_axis(tokens, moved, axis=1).astype(np.uint8))
+        moved = np.ascontiguousarray(grids, dtype=np.uint8).ravel().take(source)
+        out.append(table.take(moved + base))
     return out[0], out[1]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import trm
 from trm.errors import TRMError
 
-from .csv_source import PuzzleRows, input_checksums, read_rows, resolve_split_file
+from .csv_source import PuzzleRows, input_checksums, resolve_split_file, scan
 from .grid_dataset import (
     COMPACT,
     MATERIALIZED,
@@ -26,7 +26,6 @@ from .grid_dataset import (
     chars_outside,
     check_form,
     check_sizes,
-    encode_fixed,
     existing_dataset,
     first_char_outside,
     grid_form,
@@ -49,14 +48,12 @@ _DIHEDRAL = dihedral_sources(SIDE)
 
 def parse(rows: PuzzleRows) -> tuple[np.ndarray, np.ndarray]:
     """(mazes, solutions) as uint8 [n, 900] tokens, after checking every row."""
-    what = f"maze ({SIDE}x{SIDE} = {SEQ_LEN} characters)"
-    q = encode_fixed(rows.questions, SEQ_LEN, f"the question {what}", rows.where)
-    a = encode_fixed(rows.answers, SEQ_LEN, f"the answer {what}", rows.where)
-    for codes, strings, name in ((q, rows.questions, "question"), (a, rows.answers, "answer")):
+    q, a = rows.questions, rows.answers
+    for codes, name in ((q, "question"), (a, "answer")):
         i = bad_row(chars_outside(codes, CHARSET))
         if i is not None:
             raise TRMError(
-                f"{rows.where(i)}: character {first_char_outside(strings[i], CHARSET)!r} in the {name} is not one "
+                f"{rows.where(i)}: character {first_char_outside(codes[i], CHARSET)!r} in the {name} is not one "
                 f"of {CHARSET!r} (wall, open, start, goal, path); fix or remove the row"
             )
     # A solution marks open cells of its maze as path and changes nothing else.
@@ -102,16 +99,17 @@ def build_maze_dataset(
         "subsample_size": subsample_size,
         "aug": aug,
         "seed": seed,
-        "form": "materialized",
+        "form": form,
     }
-    inputs = input_checksums(files)
+    tables = {split: scan(path, SEQ_LEN, f" (a {SIDE}x{SIDE} maze)") for split, path in files.items()}
+    inputs = input_checksums(tables)
     existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite)
     if existing is not None:
         return existing
     rng = np.random.RandomState(seed)
     splits = {}
     for split in ("train", "test"):
-        mazes, solutions = parse(read_rows(files[split]))
+        mazes, solutions = parse(tables[split].take())
         if not len(mazes):
             raise TRMError(f"{files[split]}: holds no mazes; use the hub dataset's {split}.csv")
         tids = [0]

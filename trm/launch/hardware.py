@@ -5,11 +5,15 @@ from __future__ import annotations
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trm.batching import largest_divisor_at_most
 from trm.errors import TRMError
 from trm.launch.nvidia_smi import GpuInfo
 from trm.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from trm.training.recipes import Recipe
 
 TABLE_PATH = Path(__file__).with_name("hardware.toml")
 
@@ -32,12 +36,73 @@ class Tier:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What one batch row costs: the architecture (`arch=`) and the tokens per row (the task's sequence
+    plus the puzzle-embedding positions). The default is the table's reference (trm on ARC)."""
+
+    arch: str = "trm"
+    tokens: int = 916
+    task: str = "arc"
+
+    def describe(self) -> str:
+        return f"{self.task}, arch {self.arch}, {self.tokens} tokens per row"
+
+
+def workload_of(recipe_or_name: Recipe | str, arch: str | None = None) -> Workload:
+    """The workload of a recipe (`TASK=`, or an experiment's variant of one), with its architecture or
+    `arch` instead: the task's sequence (ARC and Maze 900 cells, Sudoku 81) plus the recipe model's
+    puzzle-embedding positions."""
+    from trm.data.encoding import GRID_SIZE
+    from trm.data.maze import SEQ_LEN as MAZE_SEQ_LEN
+    from trm.data.sudoku import SEQ_LEN as SUDOKU_SEQ_LEN
+    from trm.model.registry import get_spec, spec_of
+    from trm.training.recipes import get_recipe
+
+    recipe = get_recipe(recipe_or_name) if isinstance(recipe_or_name, str) else recipe_or_name
+    seq_len = {"build-sudoku": SUDOKU_SEQ_LEN, "build-maze": MAZE_SEQ_LEN}.get(recipe.builder, GRID_SIZE**2)
+    shaped = recipe.with_changes(
+        arch={"forward_dtype": "bfloat16"}
+    )  # the trainer resolves "auto"; not a shape
+    model = shaped.model_config(batch_size=1, seq_len=seq_len, vocab_size=16, num_puzzle_identifiers=1)
+    name = spec_of(recipe.config.arch).name if arch is None else get_spec(arch).name
+    return Workload(arch=name, tokens=model.total_seq_len, task=recipe.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sizing:
+    """[sizing] of the table: the reference workload the tiers' `max_micro_batch` are for, and the measured
+    activation MB per row of each architecture."""
+
+    reference_arch: str
+    reference_tokens: int
+    measured_tokens: int
+    mb_per_row: dict[str, float]
+
+    def row_mb(self, workload: Workload) -> float:
+        """Saved-activation MB of one row of `workload` (linear in its tokens)."""
+        if workload.arch not in self.mb_per_row:
+            raise TRMError(
+                f"arch {workload.arch!r} has no [sizing.mb_per_row] entry in the hardware table; measure it "
+                f"with `nox -s bench -- memory --arch {workload.arch}` and add it to trm/launch/hardware.toml"
+            )
+        return self.mb_per_row[workload.arch] * workload.tokens / self.measured_tokens
+
+    def rows(self, tier: Tier, workload: Workload) -> int:
+        """The tier's micro-batch cap for `workload`: its reference rows scaled by the rows' cost."""
+        reference = Workload(arch=self.reference_arch, tokens=self.reference_tokens)
+        if workload.arch == reference.arch and workload.tokens == reference.tokens:
+            return tier.max_micro_batch
+        return max(1, int(tier.max_micro_batch * self.row_mb(reference) / self.row_mb(workload)))
+
+
+@dataclass(frozen=True, kw_only=True)
 class HardwareTable:
     """The parsed `hardware.toml`: GPU tiers in priority order plus the CPU tier."""
 
     global_batch_size: int
     tiers: tuple[Tier, ...]
     cpu: Tier
+    sizing: Sizing
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +178,28 @@ def _tier(raw: dict[str, object], where: str) -> Tier:
         ) from err
 
 
+def _sizing(raw: object, path: Path) -> Sizing:
+    where = f"hardware table {path} [sizing]"
+    if not isinstance(raw, dict):
+        raise TRMError(f"{where}: missing; add it (see the header of hardware.toml)")
+    try:
+        sizing = Sizing(
+            reference_arch=str(raw["reference_arch"]),
+            reference_tokens=int(raw["reference_tokens"]),
+            measured_tokens=int(raw["measured_tokens"]),
+            mb_per_row={str(k): float(v) for k, v in dict(raw["mb_per_row"]).items()},
+        )
+    except KeyError as err:
+        raise TRMError(f"{where}: missing key {err}; add it (see the header of hardware.toml)") from None
+    except (TypeError, ValueError) as err:
+        raise TRMError(f"{where}: {err}; numbers are MB per row and token counts") from None
+    if sizing.reference_arch not in sizing.mb_per_row or min(sizing.mb_per_row.values(), default=0) <= 0:
+        raise TRMError(
+            f"{where}: mb_per_row needs a positive entry for every arch, the reference arch included"
+        )
+    return sizing
+
+
 def load_table(path: str | Path = TABLE_PATH) -> HardwareTable:
     """Parse and validate the hardware table."""
     path = Path(path)
@@ -129,6 +216,7 @@ def load_table(path: str | Path = TABLE_PATH) -> HardwareTable:
         global_batch_size=TrainConfig.global_batch_size,  # the paper's; recipes may set their own
         tiers=tiers,
         cpu=_tier(raw["cpu"], f"{path} [cpu]"),
+        sizing=_sizing(raw.get("sizing"), path),
     )
     for tier in (*table.tiers, table.cpu):
         if tier.max_micro_batch < 1:
@@ -164,8 +252,10 @@ def select_layout(
     cpu_procs: int = 1,
     expected_global_batch_size: int | None = None,
     table: HardwareTable | None = None,
+    workload: Workload | None = None,
 ) -> BatchLayout:
-    """Resolve the batch layout for `num_gpus` of `gpus` (all when None; CPU when there are none)."""
+    """Resolve the batch layout for `num_gpus` of `gpus` (all when None; CPU when there are none), sized for
+    `workload` (default: the table's reference, trm on ARC)."""
     table = table or load_table()
     gbs = global_batch_size or table.global_batch_size
     notes: list[str] = []
@@ -173,7 +263,15 @@ def select_layout(
     device = size_device(used, table, cpu_procs, notes)
     world = device.per_node * nnodes
     local = local_batch(gbs, world, device.per_node, nnodes)
-    micro = micro_batch(local, device.tier, micro_batch_size, gbs, world, notes)
+    cap = device.tier.max_micro_batch
+    if workload is not None and device.kind == "cuda":
+        cap = table.sizing.rows(device.tier, workload)
+        if cap != device.tier.max_micro_batch:
+            notes.append(
+                f"sized for {workload.describe()}: up to {cap} rows per micro-batch "
+                f"(tier {device.tier.name}: {device.tier.max_micro_batch} for trm on ARC)"
+            )
+    micro = micro_batch(local, cap, micro_batch_size, gbs, world, notes)
     expected = expected_global_batch_size or table.global_batch_size
     if gbs != expected:
         notes.append(f"global_batch_size {gbs} differs from the run's {expected}: the training math changes")
@@ -255,9 +353,9 @@ def local_batch(gbs: int, world: int, per_node: int, nnodes: int) -> int:
     return gbs // world
 
 
-def micro_batch(local: int, tier: Tier, forced: int | None, gbs: int, world: int, notes: list[str]) -> int:
-    """Step 4: the micro-batch: the tier's largest divisor of the local batch, or the forced one."""
-    table_value = largest_divisor_at_most(local, tier.max_micro_batch)
+def micro_batch(local: int, cap: int, forced: int | None, gbs: int, world: int, notes: list[str]) -> int:
+    """Step 4: the micro-batch: the largest divisor of the local batch up to the tier's `cap`, or the forced one."""
+    table_value = largest_divisor_at_most(local, cap)
     if forced is None:
         return table_value
     if forced < 1 or local % forced:

@@ -29,10 +29,12 @@ class EnvVar:
     group: str = "run"
 
 
+DEFAULT_RECIPE = "arc2"  # TASK when unset
+
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "TASK",
-        "arc2",
+        DEFAULT_RECIPE,
         "the recipe to train (trm/training/recipes.py): "
         + ", ".join(f"{r.name} ({r.summary})" for r in RECIPES.values()),
     ),
@@ -372,7 +374,7 @@ class LaunchSettings:
         cls, env: Mapping[str, str] = os.environ, extra_overrides: tuple[str, ...] = ()
     ) -> LaunchSettings:
         """Read and check every variable; errors name the variable and the fix."""
-        recipe = env.get("TASK", "").strip() or "arc2"
+        recipe = env.get("TASK", "").strip() or DEFAULT_RECIPE
         if recipe not in RECIPES:
             raise TRMError(f"TASK={recipe!r} is not a recipe; use one of {', '.join(RECIPES)}")
         workspace = Path(env.get("WORKSPACE", "").strip() or "/workspace")
