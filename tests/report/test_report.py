@@ -248,3 +248,20 @@ def test_a_batch_whose_run_directories_are_gone_still_reports_from_its_metrics(t
         "| size-h16 | size | arch.hidden_size=16 | finished | 0 | 20 | 5.0k | eval/all/exact_accuracy | 25.00 % @ 20 "
         "| 30.00 % @ 10 |" in (tmp_path / "out" / "report.md").read_text()
     )
+
+
+def test_best_ties_go_to_the_later_step_and_every_ranking_uses_one_metric_rule():
+    from trm.experiments.outcome import best_metric_name
+    from trm.report.collect import RunRecord
+    from trm.training.config import headline_metric
+
+    record = RunRecord(name="r", suite="s", status="finished")
+    record.series["ARC/pass@2"] = [(10, 0.25), (20, 0.5), (30, 0.5), (40, 0.125)]
+    assert record.best("ARC/pass@2") == (30, 0.5)  # as `python -m trm best` and the batch runner
+    names = ["eval/hard/exact_accuracy", "eval/all/exact_accuracy", "train/lm_loss"]
+    assert headline_metric(names) == "eval/all/exact_accuracy"
+    assert headline_metric([*names, "ARC/pass@2"]) == "ARC/pass@2"
+    assert (
+        headline_metric(["eval/zz/exact_accuracy", "eval/hard/exact_accuracy"]) == "eval/hard/exact_accuracy"
+    )
+    assert best_metric_name([{"step": 1, n: 0.5} for n in names]) == "eval/all/exact_accuracy"

@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from trm.training import checkpoint as ckpt
+from trm.training.config import headline_metric
 from trm.training.metrics_log import JSONL
 
 # The metric that picks the best checkpoint, by preference: ARC's pass@2 (the Kaggle score), else the
 # exact accuracy of the evaluation (Sudoku, Maze: `eval/<set>/exact_accuracy`, set `all` first).
-ARC_METRIC = "ARC/pass@2"
-EXACT_SUFFIX = "exact_accuracy"
 _NOT_METRICS = ("step", "wall_time")
 
 
@@ -74,15 +73,8 @@ def final_metrics(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def best_metric_name(rows: list[dict[str, Any]]) -> str | None:
-    """`ARC/pass@2` when the run logs it, else its evaluation's exact accuracy (None before any evaluation)."""
-    names = list(dict.fromkeys(k for row in rows for k in row))
-    if ARC_METRIC in names:
-        return ARC_METRIC
-    exact = [n for n in names if n.startswith("eval/") and n.endswith(EXACT_SUFFIX)]
-    for preferred in (f"eval/{EXACT_SUFFIX}", f"eval/all/{EXACT_SUFFIX}"):
-        if preferred in exact:
-            return preferred
-    return exact[0] if exact else None
+    """The metric a run is ranked by, read off its metrics rows (trm.training.config.headline_metric)."""
+    return headline_metric(k for row in rows for k in row)
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.training.config import RUN_ONLY_KEYS
-from trm.training.recipes import _flatten as flatten  # {"arch": {"L_cycles": 4}} -> {"arch.L_cycles": 4}
+from trm.training.config import RUN_ONLY_KEYS, exact_set, headline_metric
+from trm.training.recipes import flatten
 
 BATCH_SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -29,8 +29,6 @@ METRICS = "metrics.jsonl"
 TRAIN_LOSS = "train/lm_loss"
 NUM_PARAMS = "num_params"
 EVAL_SECONDS = "eval/seconds"
-ARC_HEADLINE = "ARC/pass@2"
-_EXACT = re.compile(r"^eval/(?P<set>[^/]+)/exact_accuracy$")
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # Keys of run.json's config that name a run rather than define it: never "swept".
 _NOT_SWEPT = RUN_ONLY_KEYS | {"data_paths_test"}
@@ -91,10 +89,10 @@ class RunRecord:
         return (self.final_step, self.final_metrics[metric]) if metric in self.final_metrics else None
 
     def best(self, metric: str) -> tuple[int | None, float] | None:
-        """(step, value) of the highest value of `metric` (the earliest step on a tie)."""
+        """(step, value) of the highest value of `metric` (the later step on a tie, as `trm best`)."""
         points = self.series.get(metric)
         if points:
-            step, value = max(points, key=lambda p: (p[1], -p[0]))
+            step, value = max(points, key=lambda p: (p[1], p[0]))
             return step, value
         return (self.best_step, self.best_metrics[metric]) if metric in self.best_metrics else None
 
@@ -112,21 +110,12 @@ class RunRecord:
         return statistics.median(rates) if rates else None
 
 
-def headline_metric(names: Iterable[str]) -> str | None:
-    """`ARC/pass@2` if logged, else `eval/all/exact_accuracy`, else the first (sorted) eval set's."""
-    names = set(names)
-    if ARC_HEADLINE in names:
-        return ARC_HEADLINE
-    exact = sorted(n for n in names if _EXACT.match(n))
-    return "eval/all/exact_accuracy" if "eval/all/exact_accuracy" in exact else (exact[0] if exact else None)
-
-
 def count_metric(metric: str) -> str | None:
     """The logged number of evaluated items behind `metric`: `ARC/count` tasks, `eval/<set>/count` examples."""
     if metric.startswith("ARC/"):
         return "ARC/count"
-    match = _EXACT.match(metric)
-    return f"eval/{match['set']}/count" if match else None
+    test_set = exact_set(metric)
+    return f"eval/{test_set}/count" if test_set else None
 
 
 # ------------------------------------------------------------------------------------- run directories

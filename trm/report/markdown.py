@@ -140,7 +140,7 @@ def paper_table(records: Sequence[RunRecord]) -> str:
 
 
 METHOD = f"""\
-- *final* is the metric's last logged value, *best* its highest (earliest step on a tie). Choosing the
+- *final* is the metric's last logged value, *best* its highest (the later step on a tie, as `python -m trm best`). Choosing the
   best of several evaluations favours it: its interval is optimistic.
 - Intervals are 95 % Wilson score intervals over the evaluated count logged beside the metric
   (`ARC/count` test tasks for `ARC/pass@2`, `eval/<set>/count` examples for exact accuracy); pass@2

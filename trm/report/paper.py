@@ -15,8 +15,7 @@ from pathlib import PurePath
 from typing import Any
 
 from trm.training.config import ARCH_RESUMABLE_KEYS, RUN_ONLY_KEYS, as_dict, compose
-from trm.training.recipes import _flatten as flatten
-from trm.training.recipes import get_recipe
+from trm.training.recipes import flatten, get_recipe
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class Published:
     benchmark: str
     model: str
     metric: str
-    """What the number measures; a run's achieved number is its headline metric (collect.headline_metric),
+    """What the number measures; a run's achieved number is its headline metric (trm.training.config.headline_metric),
     the same measure: ARC/pass@2, or the exact accuracy of the eval set."""
     percent: float
     test_count: int

@@ -11,6 +11,8 @@ import dataclasses
 import itertools
 import json
 import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -350,11 +352,35 @@ def from_dict(d: dict[str, Any]) -> TrainConfig:
     return TrainConfig(arch=schema(**arch), **{k: v for k, v in d.items() if k in known})
 
 
+# The metric a run is ranked by (best checkpoint, experiment results, reports): ARC's pass@2 when an ARC
+# evaluator runs, else the exact accuracy over the whole test set. Higher is better; a tie goes to the
+# later step (the checkpoint trained longer).
+ARC_HEADLINE = "ARC/pass@2"
+EXACT_HEADLINE = "eval/all/exact_accuracy"
+_EXACT_NAME = re.compile(r"^eval/(?P<set>[^/]+)/exact_accuracy$")
+
+
 def best_metric(cfg: TrainConfig) -> str:
     """The eval metric that ranks checkpoints: checkpoint_best_metric, else by the evaluators run."""
     if cfg.checkpoint_best_metric:
         return cfg.checkpoint_best_metric
-    return "ARC/pass@2" if cfg.evaluators else "eval/all/exact_accuracy"
+    return ARC_HEADLINE if cfg.evaluators else EXACT_HEADLINE
+
+
+def headline_metric(names: Iterable[str]) -> str | None:
+    """The same rule read off logged metric names: `ARC/pass@2`, else `eval/all/exact_accuracy`, else the
+    first (sorted) `eval/<set>/exact_accuracy`; None before any evaluation."""
+    names = set(names)
+    if ARC_HEADLINE in names:
+        return ARC_HEADLINE
+    exact = sorted(n for n in names if _EXACT_NAME.match(n))
+    return EXACT_HEADLINE if EXACT_HEADLINE in exact else (exact[0] if exact else None)
+
+
+def exact_set(metric: str) -> str | None:
+    """The test set of an `eval/<set>/exact_accuracy` metric name, else None."""
+    match = _EXACT_NAME.match(metric)
+    return match["set"] if match else None
 
 
 def math_dict(cfg: TrainConfig) -> dict[str, Any]:

@@ -76,8 +76,8 @@ class Recipe:
         """The config as `python -m trm.train` overrides: every key that differs from the schema default."""
         return tuple(
             f"{key}={_hydra_value(value)}"
-            for key, value in _flatten(as_dict(self.config)).items()
-            if _flatten(as_dict(TrainConfig())).get(key) != value
+            for key, value in flatten(as_dict(self.config)).items()
+            if flatten(as_dict(TrainConfig())).get(key) != value
         )
 
     def with_changes(self, *, arch: Mapping[str, Any] | None = None, **train: Any) -> Recipe:
@@ -110,11 +110,12 @@ class Recipe:
         )
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted keys of a nested mapping: {"arch": {"L_cycles": 4}} -> {"arch.L_cycles": 4}."""
     out: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, Mapping):
-            out.update(_flatten(value, f"{prefix}{key}."))
+            out.update(flatten(value, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = value
     return out
