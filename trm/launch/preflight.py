@@ -204,15 +204,19 @@ def check_memlock(limit: int) -> CheckResult:
 def check_disk(
     path: Path, checkpoint_bytes: int, keep: int, free_fn: Callable[[Path], int] = fs_free_bytes
 ) -> CheckResult:
-    """Free disk at the checkpoint directory >= checkpoint size x keep x 2."""
+    """Free disk at the checkpoint directory >= checkpoint size x the most checkpoints a run holds at once
+    with CHECKPOINT_KEEP=keep (trm.training.config.checkpoints_held: 2 x keep + best + 1 in flight)."""
+    from trm.training.config import checkpoints_held
+
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     free = free_fn(probe)
-    need = checkpoint_bytes * keep * 2
+    held = checkpoints_held(keep)
+    need = checkpoint_bytes * held
     found = (
-        f"{free / GIB:.1f} GiB free at {probe}; need {need / GIB:.1f} GiB "
-        f"(checkpoint {checkpoint_bytes / GIB:.2f} GiB x keep {keep} x 2)"
+        f"{free / GIB:.1f} GiB free at {probe}; need {need / GIB:.1f} GiB (checkpoint "
+        f"{checkpoint_bytes / GIB:.2f} GiB x {held}: newest {keep} rolling + {keep} evaluation, the best, one in flight)"
     )
     if free < need:
         return CheckResult(

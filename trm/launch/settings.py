@@ -92,7 +92,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "CHECKPOINT_KEEP",
         "3",
-        "newest complete checkpoints kept (preflight needs checkpoint x keep x 2 free)",
+        "newest complete checkpoints kept of each kind, rolling and evaluation, besides the best (preflight needs checkpoint x (2 x keep + 2) free)",
     ),
     EnvVar(
         "SMOKE_STEPS",

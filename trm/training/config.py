@@ -360,6 +360,13 @@ EXACT_HEADLINE = "eval/all/exact_accuracy"
 _EXACT_NAME = re.compile(r"^eval/(?P<set>[^/]+)/exact_accuracy$")
 
 
+def checkpoints_held(keep: int, keep_best: int | None = None) -> int:
+    """The most complete checkpoints a run holds at once: the newest `keep` rolling and the newest `keep`
+    evaluation ones, the best `keep_best` (default: TrainConfig's), and one more being written."""
+    keep_best = TrainConfig.checkpoint_keep_best if keep_best is None else keep_best
+    return 2 * keep + keep_best + 1
+
+
 def best_metric(cfg: TrainConfig) -> str:
     """The eval metric that ranks checkpoints: checkpoint_best_metric, else by the evaluators run."""
     if cfg.checkpoint_best_metric:
