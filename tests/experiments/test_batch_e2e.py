@@ -112,3 +112,22 @@ def test_a_batch_survives_a_failure_and_a_sigterm_and_its_rerun_resumes_bit_exac
     done = subprocess.run(command, env=env(), cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert_states_equal(final_state(straight), final_state(long_dir))
+
+    # The report of the batch: one curve per run that trained (the failed one has none), valid PNGs,
+    # and the best checkpoint `python -m trm best` picks is the one the batch recorded.
+    from PIL import Image
+
+    from trm.report.build import report_batch
+    from trm.training.best import best_checkpoint
+
+    report = report_batch(tmp_path / "logs" / "batch_results.json", tmp_path / "report")
+    loss_axes = report.figures["train_loss.png"].axes
+    assert sum(len(ax.get_lines()) for ax in loss_axes) == 2  # tiny-a and tiny-c
+    for name in report.figures:
+        with Image.open(tmp_path / "report" / name) as png:
+            assert png.format == "PNG" and png.size[0] > 100
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert all(f"| {name} |" in text or name in text for name in ("tiny-a", "tiny-b", "tiny-c"))
+    for run in (second["tiny-a"], second["tiny-c"]):
+        picked = best_checkpoint(Path(run["run_dir"]))
+        assert str(picked.info.path) == run["best_checkpoint"] and picked.metric == run["best_metric"]
