@@ -272,6 +272,7 @@ class Trainer:
                     )
                     writer, bad = flags[:2], flags[2:]
                     if any(bad):
+                        self.writer.join()  # the save in flight holds finite weights: let it finish
                         self.nonfinite.fail(p.step)
                     self._raise_writer_failure(*writer)
                     if stop or save or rolling:
