@@ -28,7 +28,7 @@ experiments = [
 """
 RUN_KEYS = {
     "name", "suite", "swept", "status", "exit_code", "started", "ended", "wall_seconds", "run_dir",
-    "final_metrics", "best_metrics", "best_checkpoint", "command", "log_tail",
+    "final_metrics", "best_metrics", "best_checkpoint", "handoff", "command", "log_tail",
 }  # fmt: skip
 
 
@@ -79,10 +79,17 @@ def test_a_batch_survives_a_failure_and_a_sigterm_and_its_rerun_resumes_bit_exac
     assert ok["swept"] == {"data_paths": None, "epochs": 2, "eval_interval": 1, "arch.L_cycles": 1}
     assert bad["swept"]["data_paths"] == "[/nonexistent/dataset]"
     assert ok["best_checkpoint"] and Path(ok["best_checkpoint"]).is_dir()
+    handoff = json.loads((Path(ok["handoff"]) / "handoff.json").read_text())  # as a single launch leaves
+    assert Path(ok["handoff"]) == tmp_path / "logs" / "handoff" / "tiny-a"
+    assert handoff["last_good_checkpoint"]["path"] == str(
+        Path(ok["run_dir"]) / f"step_{ok['final_metrics']['step']}"
+    )
     assert ok["final_metrics"]["step"] > 0 and ok["best_metric"] == "ARC/pass@2"
     assert ok["best_metrics"]["step"] == int(Path(ok["best_checkpoint"]).name.removeprefix("step_"))
     assert bad["best_metric"] is None and bad["best_metrics"] == {} and bad["final_metrics"] == {}
-    assert bad["status"] == "failed" and bad["exit_code"] == exit_codes.CONFIG_ERROR
+    assert (
+        bad["status"] == "failed" and bad["exit_code"] == exit_codes.CONFIG_ERROR and bad["handoff"] is None
+    )
     assert "/nonexistent/dataset" in bad["log_tail"]
     assert long["status"] == "interrupted" and long["exit_code"] == exit_codes.SAVED_RETRY
     assert long["swept"] == {"epochs": 6, "eval_interval": 3, "arch.L_cycles": 2, "data_paths": None}

@@ -101,6 +101,8 @@ class Run:
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     slot: placement.Slot | None = None
     exit_dir: Path | None = None
+    handoff: Path | None = None
+    """The run's handoff bundle (what a single launch leaves), rebuilt after each of its sessions."""
 
     def record(self, log_dir: Path) -> dict[str, Any]:
         """The run's entry of batch_results.json (metrics read from its run directory now)."""
@@ -127,6 +129,7 @@ class Run:
             "best_metric": best.metric if best else None,
             "best_metrics": {"step": best.step, **best.metrics} if best else {},
             "best_checkpoint": str(best.checkpoint) if best and best.checkpoint else None,
+            "handoff": str(self.handoff) if self.handoff else None,
             "command": self.command,
             "stdout_log": str(log_dir / f"{exp.name}_stdout.log"),
             "stderr_log": str(log_dir / f"{exp.name}_stderr.log"),
@@ -418,6 +421,8 @@ class Batch:
         if run.process is not None:
             self._children.remove(run.process)
             run.process = None
+        if run.status != "failed":
+            self._handoff(run, table)
         took = f"{run.ended - (run.started or run.ended):.1f} s"
         line = f"{run.experiment.name}: {run.status} (exit {code}, {took})"
         if run.status == "failed":
@@ -428,6 +433,17 @@ class Batch:
         table.write(line)
         table.show(run)
         self.write_results()
+
+    def _handoff(self, run: Run, table: Table) -> None:
+        """The handoff bundle a single launch leaves (run.info, handoff.json, plot, submission), under
+        LOG_DIR/handoff/NAME; a bundle that cannot be built is reported, the batch goes on."""
+        from trm.launch.handoff import build_bundle
+
+        out = self.log_dir / "handoff" / run.experiment.name
+        try:
+            run.handoff = build_bundle(run.run_dir, out)
+        except (TRMError, OSError, ValueError) as err:
+            table.write(f"{run.experiment.name}: no handoff bundle ({err})")
 
     def plan_lines(self) -> list[str]:
         """The --dry-run text: slots, then per run what would happen and the exact commands."""
