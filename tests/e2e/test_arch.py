@@ -142,6 +142,11 @@ def test_train_resume_evaluate_package(case: str, dataset: Path, tmp_path: Path)
     trained = [r for r in rows(tmp_path / "straight") if "ARC/pass@2" in r][-1]
     assert metrics["ARC/pass@2"] == trained["ARC/pass@2"]
     assert metrics["eval/all/lm_loss"] == pytest.approx(trained["eval/all/lm_loss"], rel=1e-6)
+    if arch == "urm":  # the reference's loop extrapolation: a second pass with loops + 8 ACT steps
+        assert "loops+8/ARC/pass@2" in trained and "loops+8/ARC/pass@2" in metrics
+        assert metrics["loops+8/eval/all/steps"] == metrics["eval/all/steps"] + 8
+        loops8 = tmp_path / "ev" / "loops+8" / f"evaluator_ARC_step_{newest.step}" / "submission.json"
+        assert loops8.is_file()
 
     # Kaggle bundle of the checkpoint, then offline inference on two shipped evaluation tasks.
     bundle = tmp_path / "bundle"

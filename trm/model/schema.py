@@ -171,6 +171,10 @@ class URMFields(CoreFields):
     """Depthwise convolution width over the sequence (2: causal, the previous and current token)."""
     conv_dtype: str = "bfloat16"
     """dtype of the convolution's parameters and arithmetic; the reference uses bfloat16 everywhere."""
+    loop_deltas: list[int] = field(default_factory=lambda: [0, 8])
+    """Evaluation only: one pass per delta with loops + delta ACT steps (the reference's loop
+    extrapolation, same evaluators: ARC votes pool across the passes); delta 0's metrics keep their
+    names, the others are logged as `loops+<d>/…` with submissions under `loops+<d>/`."""
 
     @property
     def halt_max_steps(self) -> int:

@@ -66,6 +66,16 @@ class URMConfig(ModelShape, DatasetSizes, URMFields):
                 )
         if not 0.0 <= self.halt_exploration_prob <= 1.0:
             raise TRMError(f"arch.halt_exploration_prob={self.halt_exploration_prob} must lie in [0, 1].")
+        deltas = list(self.loop_deltas)
+        if (
+            not deltas
+            or len(set(deltas)) != len(deltas)
+            or any(not isinstance(d, int) or isinstance(d, bool) or self.loops + d < 1 for d in deltas)
+        ):
+            raise TRMError(
+                f"arch.loop_deltas={deltas!r} is invalid: give distinct integers with loops + delta >= 1 "
+                "(the reference evaluates with [0,8]; [0] evaluates once)."
+            )
         if not self.expansion > 0 or not self.rms_norm_eps > 0 or not self.rope_theta > 0:
             raise TRMError("arch.expansion, arch.rms_norm_eps and arch.rope_theta must be positive.")
 

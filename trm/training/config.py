@@ -60,8 +60,10 @@ RUN_ONLY_KEYS = frozenset(
 # Keys added after runs were named by their config hash: left out of the hash while at their default,
 # so existing runs keep their names.
 LATER_KEYS: dict[str, Any] = {"use_muon": False, "grad_clip_norm": None}
-# Architecture keys that may differ on resume: numerics only, no shape or semantics change.
-ARCH_RESUMABLE_KEYS = frozenset({"forward_dtype", "name"})
+# Architecture keys that change only evaluation: left out of the config hash (run names stay).
+ARCH_EVAL_ONLY_KEYS = frozenset({"loop_deltas"})
+# Architecture keys that may differ on resume: numerics or evaluation only, no shape or semantics change.
+ARCH_RESUMABLE_KEYS = frozenset({"forward_dtype", "name"}) | ARCH_EVAL_ONLY_KEYS
 
 
 @dataclass
@@ -392,11 +394,13 @@ def exact_set(metric: str) -> str | None:
 
 def math_dict(cfg: TrainConfig) -> dict[str, Any]:
     """The part of the config that defines the training math (hashed; compared on resume)."""
-    return {
+    math = {
         k: v
         for k, v in as_dict(cfg).items()
         if k not in RUN_ONLY_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])
     }
+    math["arch"] = {k: v for k, v in math["arch"].items() if k not in ARCH_EVAL_ONLY_KEYS}
+    return math
 
 
 def config_hash(cfg: TrainConfig) -> str:

@@ -12,6 +12,7 @@ with the same checkpoint_path resumes from the newest complete checkpoint, bit-e
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
 import json
 import logging
@@ -39,6 +40,7 @@ from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
 from trm.training.builder import Components, arch_identity, build, load_initial_weights
 from trm.training.config import TrainConfig, as_dict, best_metric, config_hash, math_dict
+from trm.training.eval_passes import eval_passes, evaluate_passes
 from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
 from trm.training.nonfinite import NonFiniteGuard
@@ -429,20 +431,33 @@ class Trainer:
 
         start = time.perf_counter()
         rng_before = rng_state()
+        passes = eval_passes(self.cfg.arch)  # URM: also loops + 8 (arch.loop_deltas)
+        # A stop in a later pass must not leave the earlier passes' pooled votes behind (the resumed run
+        # evaluates every pass again).
+        votes_before = (
+            [copy.deepcopy(ev.state_dict()) for ev in self.components.evaluators] if len(passes) > 1 else None
+        )
         try:
             with self._eval_weights(), self.watchdog.evaluation():
-                metrics = evaluate(
-                    self.components.loss_head,
-                    self.components.test_loader,
-                    self.components.evaluators,
-                    self.info,
-                    chunk_size=self.components.plan.micro_batch_size,
-                    save_dir=self.run_dir,
-                    step=self.progress.step,
-                    save_outputs=tuple(self.cfg.eval_save_outputs),
-                    should_stop=should_stop,
+                metrics = evaluate_passes(
+                    self.cfg.arch,
+                    self.components.model.config,
+                    self.run_dir,
+                    lambda save_dir: evaluate(
+                        self.components.loss_head,
+                        self.components.test_loader,
+                        self.components.evaluators,
+                        self.info,
+                        chunk_size=self.components.plan.micro_batch_size,
+                        save_dir=save_dir,
+                        step=self.progress.step,
+                        save_outputs=tuple(self.cfg.eval_save_outputs),
+                        should_stop=should_stop,
+                    ),
                 )
         except EvaluationStopped as stopped:
+            for ev, saved in zip(self.components.evaluators, votes_before or [], strict=False):
+                ev.load_state_dict(saved)
             set_rng_state(rng_before)
             if self.info.is_main:
                 log.warning("%s; it runs again when the run resumes", stopped)

@@ -72,6 +72,7 @@ def evaluate_checkpoint(
     from trm.data.loader import PuzzleLoader
     from trm.evaluation.arc import build_evaluators
     from trm.evaluation.runner import evaluate
+    from trm.training.eval_passes import evaluate_passes
 
     cfg, step, ours = resolve_config(checkpoint, overrides)
     out = output_dir or checkpoint.parent
@@ -90,8 +91,19 @@ def evaluate_checkpoint(
         data_paths = cfg.data_paths_test or cfg.data_paths
         _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers, data_paths)
         evaluators = build_evaluators(cfg.evaluators, test)
-        metrics = evaluate(
-            loss_head, test, evaluators, info, chunk_size=plan.micro_batch_size, save_dir=out, step=step
+        metrics = evaluate_passes(  # URM: also with loops + 8 ACT steps (arch.loop_deltas), as in training
+            cfg.arch,
+            model.config,
+            out,
+            lambda save_dir: evaluate(
+                loss_head,
+                test,
+                evaluators,
+                info,
+                chunk_size=plan.micro_batch_size,
+                save_dir=save_dir,
+                step=step,
+            ),
         )
         _report(info, out, step, metrics)
     return 0
