@@ -352,3 +352,8 @@ def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
     assert f"pip install --quiet {VASTAI_CLI}" in text and "/opt/vastai-cli" in text
     assert "pip install --quiet vastai\n" not in text  # unpinned, into the image's venv: the old way
     assert VASTAI_INSTALL.startswith("python -m venv /opt/vastai-cli ")
+    # every runbook that installs the CLI (the workstation in 01, the instance in 03) pins the same version
+    for runbook in sorted((Path(__file__).resolve().parents[2] / "runbooks" / "v1").glob("*.md")):
+        for line in runbook.read_text().splitlines():
+            if "pip install" in line and "vastai" in line:
+                assert VASTAI_CLI in line, f"{runbook.name}: {line}"
