@@ -20,6 +20,17 @@ def set_q_bias(model: TinyRecursiveModel, halt: float, cont: float = 0.0) -> Non
         model.inner.q_head.bias.copy_(torch.tensor([halt, cont]))
 
 
+def evaluate_until_halted(head: ACTLossHead, batch: dict) -> tuple[int, dict]:
+    """The evaluation loop: ACT steps on one batch until every slot halted; (steps taken, last metrics)."""
+    carry, calls = head.initial_carry(batch), 0
+    with torch.inference_mode():
+        while True:
+            carry, _, metrics, _, all_halted = head(carry, batch)
+            calls += 1
+            if all_halted:
+                return calls, metrics
+
+
 def test_halted_slots_take_new_sample_others_keep_theirs():
     torch.manual_seed(0)
     config = small_config()
@@ -84,14 +95,7 @@ def test_eval_runs_exactly_halt_max_steps(halt_bias):
     head = ACTLossHead(TinyRecursiveModel(small_config(halt_max_steps=16))).eval()
     set_q_bias(head.model, halt=halt_bias)
     batch = make_batch(head.model.config)
-    carry = head.initial_carry(batch)
-    calls = 0
-    with torch.inference_mode():
-        while True:
-            carry, _, metrics, _, all_halted = head(carry, batch)
-            calls += 1
-            if all_halted:
-                break
+    calls, metrics = evaluate_until_halted(head, batch)
     assert calls == 16
     assert metrics["count"].item() == 3 and metrics["steps"].item() == 48
 
@@ -218,13 +222,7 @@ def test_baseline_act_inference_halts_evaluation_on_the_q_head(act_inference, ca
     head = ACTLossHead(_baseline(act_inference=act_inference)).eval()
     set_q_bias(head.model, halt=5.0, cont=-5.0)  # q_halt > q_continue in every slot
     batch = make_batch(head.model.config)
-    carry, n = head.initial_carry(batch), 0
-    with torch.inference_mode():
-        while True:
-            carry, _, metrics, _, all_halted = head(carry, batch)
-            n += 1
-            if all_halted:
-                break
+    n, metrics = evaluate_until_halted(head, batch)
     assert n == calls and metrics["steps"].item() == 3 * calls
 
 

@@ -205,6 +205,16 @@ def _trainer(objects):
     return _pod(objects)["containers"][0]
 
 
+# The pod failure policy's rules for the watchdog's exit codes (production and smoke overlays alike).
+WATCHDOG_BREAKAGES = {
+    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"][
+        "rules"
+    ].pop(5),
+    "(non-finite loss or gradients) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"][1][
+        "onExitCodes"
+    ].update(values=[74, 79]),
+}
+
 BREAKAGES = {
     "hide the image's code": lambda o: _trainer(o)["volumeMounts"].append(
         {"name": "workspace", "mountPath": "/workspace", "subPath": "x"}
@@ -257,12 +267,7 @@ BREAKAGES = {
     "(a fault of the node found by the preflight) must be a Count rule": lambda o: _job(o)["spec"][
         "podFailurePolicy"
     ]["rules"].pop(4),
-    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"][
-        "rules"
-    ].pop(5),
-    "(non-finite loss or gradients) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"][1][
-        "onExitCodes"
-    ].update(values=[74, 79]),
+    **WATCHDOG_BREAKAGES,
     "not defined above it": lambda o: _trainer(o)["env"].insert(
         0, {"name": "RUN_NAME", "value": "run-$(LATER)"}
     ),
@@ -296,13 +301,8 @@ def _env_value(objects, name: str) -> dict:
 SMOKE_BREAKAGES = {
     # The old overlay: RUN_NAME=smoke on the persistent volume, for every smoke ever run.
     "must contain the Job's UID": lambda o: _env_value(o, "RUN_NAME").update(value="smoke"),
+    **WATCHDOG_BREAKAGES,
     # A patch that lists the UID variable after RUN_NAME: the kubelet would pass "smoke-$(SMOKE_JOB_UID)".
-    "(hung, the watchdog ended it) must be retried": lambda o: _job(o)["spec"]["podFailurePolicy"][
-        "rules"
-    ].pop(5),
-    "(non-finite loss or gradients) must FailJob": lambda o: _job(o)["spec"]["podFailurePolicy"]["rules"][1][
-        "onExitCodes"
-    ].update(values=[74, 79]),
     "not defined above it": lambda o: _trainer(o)["env"].append(
         _trainer(o)["env"].pop(_trainer(o)["env"].index(_env_value(o, "SMOKE_JOB_UID")))
     ),

@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.test_trainer_inprocess import FakeLoader
+from tests.training.test_trainer_inprocess import make_trainer
 from trm import exit_codes
-from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.evaluation.runner import EvaluationStopped
-from trm.training.config import compose, config_hash, fill_run_defaults, math_dict
+from trm.training.config import compose, config_hash, math_dict
 from trm.training.eval_passes import act_steps_raised, eval_passes
 from trm.training.loop import Trainer
 from trm.training.recipes import get_recipe
@@ -28,15 +27,7 @@ URM_TINY = (
 
 
 def make(run_dir: Path, *extra: str) -> Trainer:
-    cfg = compose([*URM_TINY, f"checkpoint_path={run_dir}", *extra])
-    fill_run_defaults(cfg)
-    loaders = tuple(
-        FakeLoader(
-            s, global_batch_size=cfg.global_batch_size, seed=cfg.seed, epochs_per_iter=cfg.eval_interval
-        )
-        for s in ("train", "test")
-    )
-    return Trainer.create(cfg, DistInfo(), loaders)
+    return make_trainer(run_dir, *extra, base=URM_TINY)
 
 
 def eval_rows(trainer: Trainer) -> list[dict]:

@@ -36,8 +36,9 @@ TINY = (
 )
 
 
-def make_trainer(run_dir: Path, *extra: str) -> Trainer:
-    cfg = compose([*TINY, f"checkpoint_path={run_dir}", *extra])
+def make_trainer(run_dir: Path, *extra: str, base: tuple[str, ...] = TINY) -> Trainer:
+    """A trainer over fake loaders: `base` overrides (TINY), the run directory, then `extra`."""
+    cfg = compose([*base, f"checkpoint_path={run_dir}", *extra])
     fill_run_defaults(cfg)
     loaders = tuple(
         FakeLoader(
