@@ -52,7 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="the run directory (the trainer's checkpoint_path)")
     parser.add_argument("--repo", required=True, help="Hub model repository ORG/NAME")
     pick = parser.add_mutually_exclusive_group()
-    pick.add_argument("--best", action="store_true", help="the best checkpoint by --metric (`python -m trm best`)")
+    pick.add_argument(
+        "--best", action="store_true", help="the best checkpoint by --metric (`python -m trm best`)"
+    )
     pick.add_argument("--step", type=int, default=None, help="the checkpoint of step N")
     parser.add_argument("--metric", default=None, help="with --best: the metric (default: the run's own)")
     parser.add_argument(

@@ -15,7 +15,14 @@ def _build_flags(args: dict[str, Any]) -> str:
     flags = []
     if args.get("subsets"):
         flags.append("--subsets " + " ".join(args["subsets"]))
-    for key in ("test_set_name", "seed", "num_aug", "max_puzzles", "subsample_size", "puzzle_identifiers_start"):
+    for key in (
+        "test_set_name",
+        "seed",
+        "num_aug",
+        "max_puzzles",
+        "subsample_size",
+        "puzzle_identifiers_start",
+    ):
         if args.get(key) is not None:
             flags.append(f"--{key.replace('_', '-')} {args[key]}")
     return " ".join(flags)
@@ -37,7 +44,9 @@ def _hardware(facts: dict[str, Any] | None) -> str:
     cost = facts.get("cost_estimate_usd")
     lines = [
         f"- GPUs: {len(gpus)} × {', '.join(names) or 'unknown'} (world size {facts.get('world_size')})",
-        f"- wall clock: {wall / 3600:.2f} h" if isinstance(wall, int | float) else "- wall clock: not recorded",
+        f"- wall clock: {wall / 3600:.2f} h"
+        if isinstance(wall, int | float)
+        else "- wall clock: not recorded",
         f"- cost estimate: ${cost:.2f}" if isinstance(cost, int | float) else "- cost estimate: not recorded",
     ]
     return "\n".join(lines) + "\n"
@@ -63,7 +72,9 @@ def render_card(provenance: dict[str, Any], config: dict[str, Any], license_id: 
     why = (
         f"the best checkpoint of its run by `{selected['metric']}` = {selected['value']:.4f}"
         if selected["by"] == "best"
-        else "the step asked for" if selected["by"] == "step" else "the newest complete checkpoint of its run"
+        else "the step asked for"
+        if selected["by"] == "step"
+        else "the newest complete checkpoint of its run"
     )
     env = provenance["environment"]
     first = datasets[0] if datasets else {}

@@ -81,15 +81,15 @@ def select(run_dir: Path, *, best: bool, step: int | None, metric: str | None) -
     raise TRMError(f"--step {step}: {run_dir} has no complete step_{step}/ (complete steps: {steps})")
 
 
-def _dataset_records(
-    data_paths: list[str], fingerprint: str | None, staged: Path
-) -> list[dict[str, Any]]:
+def _dataset_records(data_paths: list[str], fingerprint: str | None, staged: Path) -> list[dict[str, Any]]:
     """Copy each dataset's manifest, identifiers and test metadata; check the fingerprint it trained on."""
     from trm.data.manifest import read_manifest
 
     manifests = [read_manifest(p) for p in data_paths]  # a TRMError names a missing or broken dataset
     joined = "\n".join(m["fingerprint"] for m in manifests)
-    combined = manifests[0]["fingerprint"] if len(manifests) == 1 else hashlib.sha256(joined.encode()).hexdigest()
+    combined = (
+        manifests[0]["fingerprint"] if len(manifests) == 1 else hashlib.sha256(joined.encode()).hexdigest()
+    )
     if fingerprint is not None and combined != fingerprint:
         raise TRMError(
             f"data_paths {', '.join(data_paths)} have fingerprint {combined}, but the checkpoint was trained on "
@@ -157,7 +157,16 @@ def handoff_facts(run_dir: Path, handoff: Path | None) -> dict[str, Any] | None:
         data = collect(run_dir)
     else:
         return None
-    keys = ("run_name", "status", "gpus", "versions", "world_size", "wall_time", "cost_estimate_usd", "throughput")
+    keys = (
+        "run_name",
+        "status",
+        "gpus",
+        "versions",
+        "world_size",
+        "wall_time",
+        "cost_estimate_usd",
+        "throughput",
+    )
     return {k: data.get(k) for k in keys}
 
 

@@ -107,9 +107,7 @@ def evaluate_checkpoint(
         _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers, data_paths)
         evaluators = build_evaluators(cfg.evaluators, test)
         meta = test.metadata
-        head = ablated(
-            loss_head, puzzle_ids, meta.num_puzzle_identifiers, meta.blank_identifier_id, cfg.seed
-        )
+        head = ablated(loss_head, puzzle_ids, meta.num_puzzle_identifiers, meta.blank_identifier_id, cfg.seed)
         metrics = evaluate_passes(  # URM: also with loops + 8 ACT steps (arch.loop_deltas), as in training
             cfg.arch,
             model.config,
