@@ -1,8 +1,8 @@
 """A Hugging Face Hub cache laid out as huggingface_hub lays it out, built from local files (no network).
 
-  <cache>/models--ORG--NAME/blobs/<sha256>            file contents (an LFS blob's name is its sha256)
-  <cache>/models--ORG--NAME/snapshots/<commit>/<path>  relative symlinks to the blobs
-  <cache>/models--ORG--NAME/refs/<branch>             the commit the branch points at
+<cache>/models--ORG--NAME/blobs/<sha256>            file contents (an LFS blob's name is its sha256)
+<cache>/models--ORG--NAME/snapshots/<commit>/<path>  relative symlinks to the blobs
+<cache>/models--ORG--NAME/refs/<branch>             the commit the branch points at
 """
 
 from __future__ import annotations

@@ -223,11 +223,9 @@ class _Index:
         return (AUGMENTED, found) if found else None
 
 
-def _test_matches(
-    test: Dataset, index: _Index, same_dataset: bool, progress: bool
-) -> dict[str, list[dict[str, Any]]]:
-    """Every test pair / input / output found on the training side (`same_task`: only in the test task's
-    own demonstrations, which exist only when the training side is the same dataset)."""
+def _test_matches(test: Dataset, index: _Index, progress: bool) -> dict[str, list[dict[str, Any]]]:
+    """Every test pair / input / output found on the training side (`same_task`: found only in the test
+    task's own demonstrations, i.e. under its own task id and subset)."""
     found: dict[str, list[dict[str, Any]]] = {"pairs": [], "inputs": [], "outputs": []}
     tests = [t for t in test.tasks if t.test_pairs]
     for task in tqdm(tests, desc="matching test pairs", unit="task", disable=not progress, leave=False):
@@ -250,7 +248,9 @@ def _test_matches(
                         "pair": i,
                         "match": how,
                         "cells": int(sum(g.size for g in grids)),
-                        "same_task": same_dataset and all(w["identifier"] == task.identifier for w in where),
+                        "same_task": all(
+                            (w["task"], w["subset"]) == (task.task_id, task.subset) for w in where
+                        ),
                         "found_in": where,
                     }
                 )
@@ -277,9 +277,9 @@ def _duplicate_tasks(test: Dataset, train: Dataset, progress: bool) -> list[dict
     def wanted(members: list[dict[str, Any]]) -> bool:
         if train is test:
             return len(members) > 1
-        return any(m["side"] == "dataset" and m["test"] for m in members) and any(
-            m["side"] == "against" for m in members
-        )
+        tests = {(m["task"], m["subset"]) for m in members if m["side"] == "dataset" and m["test"]}
+        others = {(m["task"], m["subset"]) for m in members if m["side"] == "against"}
+        return bool(tests) and bool(others - tests)  # the test task's own copy in OTHER is no duplicate
 
     exact_sets = {
         frozenset(map(json.dumps, m)) for (how, _), m in groups.items() if how == EXACT and wanted(m)
@@ -338,7 +338,7 @@ def audit(dataset: str | Path, against: str | Path | None = None, *, progress: b
     test = read_dataset(dataset, progress)
     train = read_dataset(against, progress) if against is not None else test
     index = _Index(train.tasks, progress)
-    matches = _test_matches(test, index, train is test, progress)
+    matches = _test_matches(test, index, progress)
     duplicates = _duplicate_tasks(test, train, progress)
     rows = train.num_identifiers
     summary = {
