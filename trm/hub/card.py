@@ -43,7 +43,9 @@ def _hardware(facts: dict[str, Any] | None) -> str:
     wall = (facts.get("wall_time") or {}).get("wall_seconds")
     cost = facts.get("cost_estimate_usd")
     lines = [
-        f"- GPUs: {len(gpus)} × {', '.join(names) or 'unknown'} (world size {facts.get('world_size')})",
+        f"- GPUs: {len(gpus)} × {', '.join(names) or 'unknown'} (world size {facts.get('world_size')})"
+        if gpus
+        else f"- CPU only (world size {facts.get('world_size')})",
         f"- wall clock: {wall / 3600:.2f} h"
         if isinstance(wall, int | float)
         else "- wall clock: not recorded",
