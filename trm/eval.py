@@ -61,11 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        from trm.hub.ref import default_output_dir, resolve
+        from trm.hub.ref import default_output_dir, refuse_best, resolve
 
+        refuse_best(args.checkpoint, args.best)
         found = resolve(args.checkpoint)  # a path as is; hf://… downloaded through the Hub cache
-        if found.source is not None and args.best:
-            raise TRMError("--best picks a checkpoint of a local run directory; drop it for an hf:// one")
         checkpoint, overrides, source = found.path, [*found.overrides, *args.overrides], found.source
         output_dir = args.output_dir or (default_output_dir(source) if source else None)
         if args.best:

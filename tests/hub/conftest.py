@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SEEN_TASKS, TINY
+from tests.helpers import SEEN_TASKS, TINY, train_in_process
 from trm.data.build_arc import build_arc_dataset
 
 
@@ -25,20 +25,10 @@ TINY_BUILD = {"subsets": ["training", "evaluation"], "test_set_name": "evaluatio
 def trained(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     """debug-tiny for 2 epochs with a large puzzle-embedding lr (rows that differ), no EMA; the
     evaluation at the end writes an evaluation checkpoint carrying ARC/pass@2 as its best metric."""
-    from trm.distributed import DistInfo
-    from trm.training.config import compose, fill_run_defaults
-    from trm.training.loop import Trainer
-
     root = tmp_path_factory.mktemp("hub")
     dataset = root / "ds"
     build_arc_dataset(dataset, num_aug=3, **TINY_BUILD)
     overrides = ["device=cpu", "compile=false", f"data_paths=[{dataset}]", f"checkpoint_path={root / 'run'}"]
     extra = ["epochs=2", "eval_interval=2", "lr=1e-2", "puzzle_emb_lr=1e-1", "ema=false"]
-    cfg = compose([*TINY.overrides, *overrides, *extra])
-    fill_run_defaults(cfg)
-    trainer = Trainer.create(cfg, DistInfo())
-    try:
-        assert trainer.train() == 0
-    finally:
-        trainer.close()
+    train_in_process([*TINY.overrides, *overrides, *extra])
     return TrainedRun(root, dataset, root / "run")

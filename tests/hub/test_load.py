@@ -198,6 +198,8 @@ def test_offline_cache_miss_and_bad_references_are_clear_errors(
 ) -> None:
     assert trm_eval.main(["hf://nobody/nothing", "--output-dir", "x"]) == 2
     assert "not in the local Hub cache" in capsys.readouterr().err
+    assert main(["package", "kaggle", "hf://nobody/nothing", "out", "--best"]) == 2
+    assert "--best picks a checkpoint of a local run directory" in capsys.readouterr().err
     for bad in ("hf://only-org", "hf://org/../x", "hf://org/na me"):
         with pytest.raises(TRMError, match="hf://ORG/NAME"):
             parse(bad)

@@ -8,13 +8,11 @@ import argparse
 def _kaggle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trm.errors import TRMError
-    from trm.hub.ref import is_hub_ref
+    from trm.hub.ref import is_hub_ref, refuse_best
     from trm.kaggle.package import newest_in_run_dir, package_kaggle
 
+    refuse_best(args.checkpoint, args.best)
     if is_hub_ref(args.checkpoint):
-        if args.best:
-            raise TRMError("--best picks a checkpoint of a local run directory; drop it for an hf:// one")
         checkpoint = args.checkpoint  # resolved (downloaded, commit recorded) by package_kaggle
     elif args.best:
         from trm.training.best import best_checkpoint

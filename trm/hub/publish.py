@@ -17,7 +17,6 @@ the Hub library's own (HF_TOKEN, or `hf auth login`): never an argument, never w
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -83,13 +82,10 @@ def select(run_dir: Path, *, best: bool, step: int | None, metric: str | None) -
 
 def _dataset_records(data_paths: list[str], fingerprint: str | None, staged: Path) -> list[dict[str, Any]]:
     """Copy each dataset's manifest, identifiers and test metadata; check the fingerprint it trained on."""
-    from trm.data.manifest import read_manifest
+    from trm.data.manifest import combined_fingerprint, read_manifest
 
     manifests = [read_manifest(p) for p in data_paths]  # a TRMError names a missing or broken dataset
-    joined = "\n".join(m["fingerprint"] for m in manifests)
-    combined = (
-        manifests[0]["fingerprint"] if len(manifests) == 1 else hashlib.sha256(joined.encode()).hexdigest()
-    )
+    combined = combined_fingerprint(manifests)
     if fingerprint is not None and combined != fingerprint:
         raise TRMError(
             f"data_paths {', '.join(data_paths)} have fingerprint {combined}, but the checkpoint was trained on "

@@ -64,6 +64,12 @@ def is_hub_ref(text: str | Path) -> bool:
     return str(text).startswith(SCHEME)
 
 
+def refuse_best(target: str | Path, best: bool) -> None:
+    """`--best` ranks the checkpoints of a local run directory; an hf:// checkpoint is one already."""
+    if best and is_hub_ref(target):
+        raise TRMError(f"--best picks a checkpoint of a local run directory; drop it for {target}")
+
+
 def parse(text: str) -> HubRef:
     """`hf://ORG/NAME[/DIR][@REVISION]` -> HubRef; a malformed one is a TRMError naming the form."""
     body = text[len(SCHEME) :] if text.startswith(SCHEME) else text
