@@ -206,3 +206,51 @@ def test_offline_cache_miss_and_bad_references_are_clear_errors(
     with pytest.raises(TRMError, match="empty revision"):
         parse("hf://org/name@")
     assert parse("hf://org/name/sub/dir@v1.0").subdir == "sub/dir"
+
+
+def test_only_the_files_a_layout_needs_are_downloaded() -> None:
+    """The allow-patterns given to snapshot_download, applied by huggingface_hub's own filter to the
+    file list of a repository shaped like the ARC Prize team's (two multi-GB weight files)."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from trm.hub.ref import _patterns
+
+    files = [
+        "README.md",
+        ".gitattributes",
+        "arc_v1_public/all_config.yaml",
+        "arc_v1_public/losses.py",
+        "arc_v1_public/step_518071",
+        "arc_v1_public/trm.py",
+        "arc_v2_public/all_config.yaml",
+        "arc_v2_public/step_723914",
+    ]
+
+    def chosen(reference: str) -> set[str]:
+        return set(filter_repo_objects(files, allow_patterns=_patterns(parse(reference))))
+
+    root = chosen(f"hf://{UPSTREAM_REPO}")
+    assert root == {"README.md", "arc_v1_public/all_config.yaml", "arc_v2_public/all_config.yaml"}
+    assert chosen(f"hf://{UPSTREAM_REPO}/arc_v1_public") == {
+        "arc_v1_public/all_config.yaml",
+        "arc_v1_public/step_518071",
+    }
+    assert chosen(f"hf://{UPSTREAM_REPO}/arc_v2_public/step_723914@main") == {
+        "arc_v2_public/all_config.yaml",
+        "arc_v2_public/step_723914",
+    }
+    ours = ["README.md", "config.json", "trm_provenance.json", "checkpoint/state.pt", "checkpoint/COMPLETE",
+            "checkpoint/manifest.json", "dataset/identifiers.json", "dataset/test/dataset.json"]  # fmt: skip
+    assert set(filter_repo_objects(ours, allow_patterns=_patterns(parse(f"hf://{REPO}")))) == set(ours)
+
+
+def test_a_named_upstream_file_and_a_folder_without_a_checkpoint(
+    upstream_repo: Path, cache: Path, capsys: pytest.CaptureFixture
+) -> None:
+    add_commit(cache, UPSTREAM_REPO, folder_files(upstream_repo, prefix="arc_v1_public/"))
+    found = resolve(f"hf://{UPSTREAM_REPO}/arc_v1_public/step_3")
+    assert found.layout == "upstream" and found.path.name == "step_3" and "arch=trm" in found.overrides
+    with pytest.raises(TRMError, match=r"holds no checkpoint.*arc_v1_public/.*hf://ORG/NAME/DIR"):
+        resolve(f"hf://{UPSTREAM_REPO}")
+    with pytest.raises(TRMError, match="has no 'arc_v9'"):
+        resolve(f"hf://{UPSTREAM_REPO}/arc_v9")

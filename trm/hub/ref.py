@@ -5,8 +5,9 @@ that `trm.eval`, `python -m trm package kaggle` and `python -m trm infer` read l
 Layouts recognised under DIR (the repository root without one):
   ours      `checkpoint/` is a complete trm step folder (what `python -m trm publish-checkpoint` uploads)
   upstream  `step_N` weight files (the form of the ARC Prize team's TRM repository, e.g.
-            hf://arcprize/trm_arc_prize_verification/arc_v1_public); the newest N is used, and the
-            architecture comes from the `all_config.yaml` next to it when present
+            hf://arcprize/trm_arc_prize_verification/arc_v1_public); the newest N is used (name one with
+            DIR/step_N to download only it), and the architecture comes from the `all_config.yaml` next
+            to it when present
   bundle    a Kaggle bundle (`config.json` of format trm-kaggle-bundle), for `python -m trm infer`
 
 The commit the revision resolved to is returned in `source`, for what the callers write (evaluation
@@ -85,8 +86,28 @@ def parse(text: str) -> HubRef:
     return HubRef(f"{parts[0]}/{parts[1]}", "/".join(parts[2:]), revision or None)
 
 
+def _patterns(ref: HubRef) -> list[str]:
+    """What to download: the files of the layouts under DIR (never the whole repository of a DIR-less
+    reference: upstream's repositories hold several multi-GB checkpoints), or one named step_N file."""
+    parent, _, last = ref.subdir.rpartition("/")
+    if UPSTREAM_STEP_RE.match(last):  # hf://ORG/NAME/DIR/step_N names one upstream file
+        return [ref.subdir, f"{parent}/{UPSTREAM_CONFIG}" if parent else UPSTREAM_CONFIG]
+    prefix = f"{ref.subdir}/" if ref.subdir else ""
+    names = (
+        f"{CHECKPOINT_DIR}/*",
+        f"{DATASET_DIR}/*",
+        "wheels/*",
+        "step_*",
+        "*.json",
+        "*.yaml",
+        "*.md",
+        "model.pt",
+    )
+    return [prefix + name for name in names]
+
+
 def download(ref: HubRef, cache_dir: str | Path | None = None) -> Path:
-    """The snapshot folder of `ref` in the Hub cache (only DIR's files when DIR is given)."""
+    """The snapshot folder of `ref` in the Hub cache, holding the files `_patterns` selects."""
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
@@ -94,10 +115,9 @@ def download(ref: HubRef, cache_dir: str | Path | None = None) -> Path:
         raise TRMError(
             f"{ref}: reading from the Hugging Face Hub needs huggingface_hub: pip install 'trm-stack[hub]'"
         ) from None
-    patterns = [f"{ref.subdir}/*"] if ref.subdir else None
     try:
         folder = snapshot_download(
-            ref.repo_id, revision=ref.revision, allow_patterns=patterns, cache_dir=cache_dir
+            ref.repo_id, revision=ref.revision, allow_patterns=_patterns(ref), cache_dir=cache_dir
         )
     except LocalEntryNotFoundError as err:
         raise TRMError(
@@ -174,10 +194,14 @@ def resolve(target: str | Path, cache_dir: str | Path | None = None) -> Resolved
         return Resolved(Path(target), None)
     ref = parse(str(target))
     snapshot = download(ref, cache_dir)
-    folder = snapshot / ref.subdir if ref.subdir else snapshot
-    if not folder.is_dir():
-        raise TRMError(f"{ref}: the repository has no folder {ref.subdir!r} at this revision")
-    layout, path = detect_layout(folder, str(ref))
+    named = snapshot / ref.subdir if ref.subdir else snapshot
+    if UPSTREAM_STEP_RE.match(named.name) and named.is_file():
+        layout, path, folder = UPSTREAM, named, named.parent
+    elif named.is_dir():
+        folder = named
+        layout, path = detect_layout(folder, str(ref))
+    else:
+        raise TRMError(f"{ref}: the repository has no {ref.subdir!r} at this revision")
     overrides: list[str] = []
     if layout == UPSTREAM and (folder / UPSTREAM_CONFIG).is_file():
         overrides = upstream_overrides(folder / UPSTREAM_CONFIG)
