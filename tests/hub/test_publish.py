@@ -185,3 +185,22 @@ def test_a_missing_step_names_the_complete_ones(
     assert f"no complete step_999/ (complete steps: {steps})" in capsys.readouterr().err
     assert main(["publish-checkpoint", str(trained.run_dir), "--repo", "not-a-repo", "--dry-run"]) == 2
     assert "not a Hub reference" in capsys.readouterr().err
+
+
+def test_the_runtime_lock_is_recorded_only_from_the_commit_that_trained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trm import gitinfo
+    from trm.hub.publish import runtime_lock
+    from trm.io import sha256_file
+
+    manifest = {"git_sha": "c0ffee", "torch_version": "2.13.0+cpu"}
+    monkeypatch.setattr(gitinfo, "checkout_sha", lambda root: "c0ffee")
+    lock = gitinfo.PACKAGE_ROOT / "docker" / "requirements" / "runtime-cpu.txt"
+    assert runtime_lock(manifest) == {
+        "file": "docker/requirements/runtime-cpu.txt",
+        "sha256": sha256_file(lock),
+    }
+    monkeypatch.setattr(gitinfo, "checkout_sha", lambda root: "another-commit")
+    assert runtime_lock(manifest) is None
+    assert runtime_lock({**manifest, "git_sha": "c0ffee-dirty"}) is None

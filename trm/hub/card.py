@@ -54,6 +54,10 @@ def _hardware(facts: dict[str, Any] | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _lock_line(lock: dict[str, str] | None) -> str:
+    return f"; runtime lock `{lock['file']}` sha256 `{lock['sha256']}`" if lock else ""
+
+
 def render_card(provenance: dict[str, Any], config: dict[str, Any], license_id: str) -> str:
     """README.md text: YAML front matter (huggingface_hub's ModelCardData) and the Markdown body."""
     from huggingface_hub import ModelCardData
@@ -123,7 +127,7 @@ Pin a revision with `hf://{repo}@COMMIT`; what these commands write records the 
 ## Environment
 
 - code: trm-stack git `{env.get("git_sha")}`; image digest `{env.get("image_digest") or "none (not run from an image)"}`
-- torch {env.get("torch")}
+- torch {env.get("torch")}{_lock_line(env.get("runtime_lock"))}
 
 ## Hardware and cost
 

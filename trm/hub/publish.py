@@ -166,6 +166,23 @@ def handoff_facts(run_dir: Path, handoff: Path | None) -> dict[str, Any] | None:
     return {k: data.get(k) for k in keys}
 
 
+def runtime_lock(manifest: dict[str, Any]) -> dict[str, str] | None:
+    """The hash-locked runtime requirements (docker/requirements/runtime-<cpu|cuXYZ>.txt, by the torch
+    build that trained) of the commit that trained, read from this checkout when it is at that very commit
+    (clean); None otherwise (the git sha still names it)."""
+    from trm import gitinfo
+    from trm.images.requirements import runtime_lock as lock_path
+
+    sha, torch_version = manifest.get("git_sha"), str(manifest.get("torch_version") or "")
+    if not sha or sha.endswith("-dirty") or gitinfo.checkout_sha(gitinfo.PACKAGE_ROOT) != sha:
+        return None
+    group = torch_version.partition("+")[2] or "cpu"
+    path = lock_path(gitinfo.PACKAGE_ROOT, group)
+    if not path.is_file():
+        return None
+    return {"file": path.relative_to(gitinfo.PACKAGE_ROOT).as_posix(), "sha256": sha256_file(path)}
+
+
 def _environment(manifest: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     run_json = {}
     if (run_dir / "run.json").is_file():
@@ -177,6 +194,7 @@ def _environment(manifest: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         "git_sha": manifest.get("git_sha"),
         "image_digest": manifest.get("image_digest"),
         "torch": manifest.get("torch_version"),
+        "runtime_lock": None if manifest.get("image_digest") else runtime_lock(manifest),
         "versions": run_json.get("versions"),
         "published_with": {"trm_stack": trm.__version__},
     }
