@@ -9,7 +9,8 @@ The folder uploaded (and written as is by --dry-run):
   dataset/               the training dataset's manifest.json, identifiers.json (the puzzle-embedding rows,
                          in order) and test/dataset.json; dataset_<i>/ for each of several data_paths
   trm_provenance.json    step, how it was selected and by which metrics, dataset fingerprints, environment
-                         (git sha, image digest, torch), hardware, wall clock and cost from the launcher
+                         (git sha, image digest or else the runtime lock, torch), hardware, wall clock and
+                         cost from the launcher's records
 
 The dataset given must be the one the checkpoint was trained on (its fingerprint is checked). The token is
 the Hub library's own (HF_TOKEN, or `hf auth login`): never an argument, never written or printed.
