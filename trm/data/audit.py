@@ -385,7 +385,8 @@ def _match_rows(found: list[dict[str, Any]]) -> str:
     lines = ["| test task | subset | pair | match | cells | found in |", "|---|---|---|---|---|---|"]
     for m in found[:_SHOWN]:
         where = ", ".join(
-            f"{w['task']} ({w['subset']}) pair {w['pair']} {w['role']}" for w in m["found_in"][:3]
+            f"{w['task']} ({w['subset']}) pair {w['pair']}" + ("" if w["role"] == "pair" else f" {w['role']}")
+            for w in m["found_in"][:3]
         )
         more = f" and {len(m['found_in']) - 3} more" if len(m["found_in"]) > 3 else ""
         own = " (own demonstration)" if m["same_task"] else ""
