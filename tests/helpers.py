@@ -196,6 +196,21 @@ class SmokeCheckpoint:
         return path
 
 
+def train_in_process(overrides: list[str]) -> None:
+    """Compose `overrides`, fill the run defaults and train to the end in this process (exit 0)."""
+    from trm.distributed import DistInfo
+    from trm.training.config import compose, fill_run_defaults
+    from trm.training.loop import Trainer
+
+    cfg = compose(overrides)
+    fill_run_defaults(cfg)
+    trainer = Trainer.create(cfg, DistInfo())
+    try:
+        assert trainer.train() == 0
+    finally:
+        trainer.close()
+
+
 def make_smoke(root: Path) -> SmokeCheckpoint:
     """Build the dataset, create a trainer, perturb its puzzle table and EMA, save step_0 with its code."""
     from trm.distributed import DistInfo

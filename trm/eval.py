@@ -1,7 +1,8 @@
 """`python -m trm.eval CHECKPOINT [key=value …]`: evaluate a checkpoint (ours or upstream's) standalone.
 
 Writes `evaluator_ARC_step_N/submission.json` and `metrics.json` under --output-dir (default: the
-checkpoint's run directory). Works in one process and under torchrun.
+checkpoint's run directory; for an hf:// checkpoint hub-evals/ORG--NAME@COMMIT). Works in one process and
+under torchrun.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trm.eval", description=__doc__.splitlines()[0])
     parser.add_argument(
         "checkpoint",
-        type=Path,
-        help="a step_N/ folder of ours, or an upstream step_N file (with --best: a run directory)",
+        help="a step_N/ folder of ours, an upstream step_N file (with --best: a run directory), or "
+        "hf://ORG/NAME[/DIR][@REVISION] on the Hugging Face Hub (our published layout or upstream's)",
     )
     parser.add_argument(
         "overrides",
@@ -42,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--metric", default=None, help="with --best: the eval metric to rank by (default: the run's own)"
     )
+    parser.add_argument(
+        "--puzzle-ids",
+        choices=("trained", "blank", "shuffled"),
+        default="trained",
+        help="ablation: feed the model the blank puzzle id, or another puzzle's id (a fixed derangement), "
+        "to measure how much the checkpoint relies on its puzzle embedding; results go to "
+        "OUTPUT/puzzle_ids-MODE/ (default: trained, no ablation)",
+    )
     return parser
 
 
@@ -52,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        checkpoint = args.checkpoint
+        from trm.hub.ref import default_output_dir, refuse_best, resolve
+
+        refuse_best(args.checkpoint, args.best)
+        found = resolve(args.checkpoint)  # a path as is; hf://… downloaded through the Hub cache
+        checkpoint, overrides, source = found.path, [*found.overrides, *args.overrides], found.source
+        output_dir = args.output_dir or (default_output_dir(source) if source else None)
         if args.best:
             from trm.training.best import best_checkpoint
 
@@ -61,7 +75,14 @@ def main(argv: list[str] | None = None) -> int:
             logging.info(
                 "evaluating %s, the best checkpoint (%s = %.6g)", checkpoint, best.metric, best.value
             )
-        return evaluate_checkpoint(checkpoint, args.overrides, args.output_dir, args.weights == "ema")
+        return evaluate_checkpoint(
+            checkpoint,
+            overrides,
+            output_dir,
+            args.weights == "ema",
+            puzzle_ids=args.puzzle_ids,
+            source=source,
+        )
     except TRMError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

@@ -80,7 +80,7 @@ def test_eval_best_evaluates_the_best_checkpoint(run_dir: Path, monkeypatch, cap
     import trm.training.standalone_eval as standalone
 
     evaluated = []
-    monkeypatch.setattr(standalone, "evaluate_checkpoint", lambda c, *a: evaluated.append(c) or 0)
+    monkeypatch.setattr(standalone, "evaluate_checkpoint", lambda c, *a, **k: evaluated.append(c) or 0)
     assert trm.eval.main([str(run_dir), "--best"]) == 0
     assert evaluated == [run_dir / "step_200"]
     assert trm.eval.main([str(run_dir), "--best", "--metric", "nope"]) == 2

@@ -148,10 +148,8 @@ def test_runs_that_differ_in_many_keys_get_no_scaling_plots(tmp_path):
 
 def test_a_real_tiny_training_run(tmp_path):
     """The trainer's own run directory: debug-tiny on 2 shipped ARC tasks, with the ARC evaluator."""
+    from tests.helpers import train_in_process
     from trm.data.build_arc import build_arc_dataset
-    from trm.distributed import DistInfo
-    from trm.training.config import compose, fill_run_defaults
-    from trm.training.loop import Trainer
     from trm.training.recipes import get_recipe
 
     dataset, run_dir = tmp_path / "ds", tmp_path / "run"
@@ -164,13 +162,7 @@ def test_a_real_tiny_training_run(tmp_path):
         "compile=false",
         f"checkpoint_path={run_dir}",
     ]
-    cfg = compose([*overrides, f"data_paths=[{dataset}]"])
-    fill_run_defaults(cfg)
-    trainer = Trainer.create(cfg, DistInfo())
-    try:
-        assert trainer.train() == 0
-    finally:
-        trainer.close()
+    train_in_process([*overrides, f"data_paths=[{dataset}]"])
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     report = report_runs([run_dir], tmp_path / "out")
     (record,) = report.records

@@ -57,6 +57,10 @@ COMMANDS: tuple[Command, ...] = (
         "release images: build, push, pin the lock by registry digest, re-stamp runbooks and jobs (make release)",
         needs="trm.ops",
     ),
+    Command(
+        "publish-checkpoint",
+        "upload one checkpoint of a run to the Hugging Face Hub with its provenance and a model card",
+    ),
     Command("preflight", "check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run"),
     Command("report", "compare runs: report.md with tables and plots from run directories or a batch"),
     Command("runbooks", "check, run (cpu tier) or version-stamp the runbooks", needs="trm.ops"),

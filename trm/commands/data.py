@@ -169,6 +169,26 @@ def _summary(path: str, manifest: dict) -> None:
         )
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from trm.data.audit import audit, write_report
+
+    report = audit(args.dataset_dir, args.against, progress=not args.quiet)
+    out = args.out or Path("audits") / Path(args.dataset_dir).resolve().name
+    json_path, md_path = write_report(report, out)
+    s = report["summary"]
+    for name in ("pairs", "inputs", "outputs"):
+        found = s[f"test_{name}_in_train"]
+        print(
+            f"test {name} in training: {found['exact']} exact, {found['augmented']} up to augmentation "
+            f"(+{s[f'test_{name}_in_own_demonstrations']} in their own demonstrations)"
+        )
+    dups = s["duplicate_task_groups"]
+    print(f"duplicate task groups: {dups['exact']} exact, {dups['augmented']} up to augmentation")
+    print(f"puzzle-embedding table: {report['embedding_table']['rows']:,} rows")
+    print(f"wrote {json_path} and {md_path}")
+    return 0
+
+
 def _verify(args: argparse.Namespace) -> int:
     from trm.data.formats import SplitData
     from trm.data.manifest import read_verified_manifest
@@ -303,6 +323,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=False,
         help="add the 8 dihedral transforms of every train maze (default off, as upstream)",
     )
+
+    aud = commands.add_parser(
+        "audit",
+        help="test/train overlap (exact and up to augmentation), shared identifiers, duplicate tasks, table size",
+        description="Report the test pairs, inputs and outputs of DATASET that occur in the training split "
+        "(exactly, or up to a dihedral transform and colour permutation), the puzzle identifiers the splits "
+        "share and what that means for the puzzle embedding, tasks duplicated across subsets, and the size "
+        "of the embedding table; as audit.json and audit.md.",
+    )
+    aud.add_argument("dataset_dir", help="an ARC dataset built by `python -m trm data build-arc`")
+    aud.add_argument(
+        "--against",
+        default=None,
+        help="check DATASET's test split against this dataset's train split instead (what a checkpoint was "
+        "trained on), identifiers included",
+    )
+    aud.add_argument("--out", type=Path, default=None, help="report folder (default: audits/<DATASET name>)")
+    aud.add_argument("--quiet", action="store_true", help="no progress bars")
+    aud.set_defaults(func=_audit)
 
     verify = commands.add_parser("verify", help="re-hash every file of a dataset against its manifest")
     verify.add_argument("dataset_dir")

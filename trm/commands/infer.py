@@ -40,7 +40,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "vote, and write a submission with two attempts for every test input."
     )
     parser.add_argument("--challenges", required=True, help="arc-agi_test_challenges.json (Kaggle format)")
-    parser.add_argument("--weights", required=True, help="bundle folder from `python -m trm package kaggle`")
+    parser.add_argument(
+        "--weights",
+        required=True,
+        help="bundle folder from `python -m trm package kaggle`, or hf://ORG/NAME[/DIR][@REVISION] (a bundle, "
+        "or a checkpoint of ours or upstream's, packaged once into ~/.cache/trm-stack/hub-bundles/)",
+    )
     parser.add_argument("--out", required=True, help="submission.json to write")
     parser.add_argument("--num-aug", type=int, default=1000, help="variants per task incl. the original")
     parser.add_argument(

@@ -8,9 +8,13 @@ import argparse
 def _kaggle(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from trm.hub.ref import is_hub_ref, refuse_best
     from trm.kaggle.package import newest_in_run_dir, package_kaggle
 
-    if args.best:
+    refuse_best(args.checkpoint, args.best)
+    if is_hub_ref(args.checkpoint):
+        checkpoint = args.checkpoint  # resolved (downloaded, commit recorded) by package_kaggle
+    elif args.best:
         from trm.training.best import best_checkpoint
 
         best = best_checkpoint(Path(args.checkpoint), args.metric)
@@ -77,7 +81,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     kaggle.add_argument(
         "checkpoint",
-        help="our step_N/ folder (or a run directory: its newest complete one), or an upstream step_N file",
+        help="our step_N/ folder (or a run directory: its newest complete one), an upstream step_N file, or "
+        "hf://ORG/NAME[/DIR][@REVISION] (our published layout or upstream's step_N layout)",
     )
     kaggle.add_argument("out_dir", help="folder to create")
     kaggle.add_argument(

@@ -15,7 +15,6 @@ after another), except that puzzle identifiers of path i are shifted by the iden
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -27,7 +26,7 @@ import torch
 from trm.errors import TRMError
 
 from .formats import SplitData
-from .manifest import read_verified_manifest
+from .manifest import combined_fingerprint, read_verified_manifest
 from .metadata import DatasetMetadata, merge_metadata
 
 IGNORE_LABEL = -100
@@ -99,11 +98,7 @@ class PuzzleLoader:
         )
         self.set_names = list(self.metadata.sets)
         self._id_offsets = np.cumsum([0] + [s.metadata.num_puzzle_identifiers for s in self._sets])[:-1]
-        if len(self._manifests) == 1:
-            self.fingerprint: str = self._manifests[0]["fingerprint"]
-        else:
-            joined = "\n".join(m["fingerprint"] for m in self._manifests)
-            self.fingerprint = hashlib.sha256(joined.encode()).hexdigest()
+        self.fingerprint: str = combined_fingerprint(self._manifests)
         self._position = {"iteration": 0, "set_index": 0, "group_position": 0}
 
     # ----- lazily loaded side files -------------------------------------------------------------------

@@ -36,6 +36,13 @@ def fingerprint(files: dict[str, dict[str, Any]], args: dict[str, Any]) -> str:
     return h.hexdigest()
 
 
+def combined_fingerprint(manifests: list[dict[str, Any]]) -> str:
+    """The fingerprint of several datasets trained on together (data_paths): one's own, else a hash of all."""
+    if len(manifests) == 1:
+        return manifests[0]["fingerprint"]
+    return hashlib.sha256("\n".join(m["fingerprint"] for m in manifests).encode()).hexdigest()
+
+
 def describe_files(root: Path, known: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """{relative path: {bytes, sha256}} for every file under root except the manifest."""
     known = known or {}

@@ -121,6 +121,9 @@ def run_inference(
         raise TRMError(f"--out {out} is the --challenges file: choose another --out (e.g. submission.json)")
     if max_minutes is not None and max_minutes <= 0:
         raise TRMError(f"--max-minutes {max_minutes}: must be positive (or omit it for no limit)")
+    from trm.kaggle.package import local_bundle
+
+    weights, source = local_bundle(weights, progress)  # hf://… → a bundle folder (see local_bundle)
     bundle = load_bundle(weights, dev, batch_size=batch_size, early_halt=early_halt)
     data = read_challenges(challenges)
     test_set = build_test_set(
@@ -134,6 +137,8 @@ def run_inference(
     validate_submission(submission, test_set.test_puzzles, attempts=2)
     atomic_write_json(out, submission, indent=None)
     report.seconds = time.perf_counter() - started
+    if source is not None:
+        report.notes.append(f"weights: {source['reference']} (bundle {weights})")
     return report
 
 

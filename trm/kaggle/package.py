@@ -192,6 +192,7 @@ def _write_bundle(
     names: list[str] | None,
     wheel_options: WheelOptions,
     overwrite: bool,
+    hub_source: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Weights, config, identifiers, wheelhouse, README and manifest, published atomically."""
     opts = wheel_options
@@ -220,6 +221,7 @@ def _write_bundle(
             "python_version": opts.python_version if opts.wheels else None,
             "torch_in_wheelhouse": opts.include_torch if opts.wheels else None,
             "files": B.file_entries(tmp),
+            **({"hub_source": hub_source} if hub_source else {}),
         }
         atomic_write_json(tmp / B.MANIFEST, manifest)
         for path in tmp.rglob("*"):
@@ -242,12 +244,21 @@ def package_kaggle(
     overwrite: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Write the bundle for `checkpoint` (our step_N/ folder or an upstream step_N file) to `out_dir`."""
+    """Write the bundle for `checkpoint` (our step_N/ folder, an upstream step_N file, or an
+    hf://ORG/NAME[/DIR][@REVISION] holding either; see trm.hub.ref) to `out_dir`."""
+    from trm.hub.ref import BUNDLE, DATASET_DIR, OURS, resolve
     from trm.model.registry import spec_of
     from trm.training.builder import read_checkpoint_weights
     from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
 
-    checkpoint, out_dir = newest_in_run_dir(Path(checkpoint)), Path(out_dir)
+    found = resolve(checkpoint)  # the commit of a Hub checkpoint is recorded in config.json and manifest.json
+    if found.layout == BUNDLE:
+        raise TRMError(f"{checkpoint} is already a Kaggle bundle: pass it to `python -m trm infer --weights`")
+    overrides = [*found.overrides, *(overrides or [])]
+    published = found.path.parent / DATASET_DIR  # our published layout ships the dataset's identifiers
+    if data_path is None and found.layout == OURS and published.is_dir():
+        data_path = published
+    checkpoint, out_dir = newest_in_run_dir(found.path), Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
     # The run's config and weights.
@@ -264,7 +275,29 @@ def package_kaggle(
         "step": step,
         "dataset_fingerprint": ckpt_manifest.get("dataset_fingerprint"),
         "git_sha": ckpt_manifest.get("git_sha"),
+        **({"hub": found.source} if found.source else {}),
     }
     config = _bundle_config(checkpoint, cfg, arch_name, model_cfg, ids, unseen_id, source)
     wheel_options = WheelOptions(wheels, python_version, platforms, include_torch, progress)
-    return _write_bundle(out_dir, weights, config, ids.names, wheel_options, overwrite)
+    return _write_bundle(out_dir, weights, config, ids.names, wheel_options, overwrite, found.source)
+
+
+def local_bundle(weights: str | Path, progress: bool = True) -> tuple[Path, dict[str, Any] | None]:
+    """(bundle folder, Hub source or None) for `--weights`: a local bundle as is; an hf:// bundle from the
+    Hub cache; an hf:// checkpoint (ours or upstream's) packaged once, without a wheelhouse, into
+    $XDG_CACHE_HOME/trm-stack/hub-bundles/ (keyed by repository, folder and commit)."""
+    import os
+
+    from trm.hub.ref import BUNDLE, resolve
+
+    found = resolve(weights)
+    if found.source is None or found.layout == BUNDLE:
+        return found.path, found.source
+    src = found.source
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trm-stack" / "hub-bundles"
+    key = f"{src['hub_repo'].replace('/', '--')}--{src['path_in_repo'].replace('/', '--')}@{src['commit']}"
+    out = cache / key
+    if not (out / B.MANIFEST).is_file():
+        log.info("packaging %s into %s (no wheelhouse)", src["reference"], out)
+        package_kaggle(weights, out, wheels=False, overwrite=True, progress=progress)
+    return out, src

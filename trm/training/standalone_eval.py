@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -66,16 +67,30 @@ def resolve_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig,
 
 
 def evaluate_checkpoint(
-    checkpoint: Path, overrides: list[str], output_dir: Path | None, use_ema: bool
+    checkpoint: Path,
+    overrides: list[str],
+    output_dir: Path | None,
+    use_ema: bool,
+    *,
+    puzzle_ids: str = "trained",
+    source: dict[str, Any] | None = None,
 ) -> int:
-    """Build the test loader and model, load the weights, evaluate; rank 0 writes the results."""
+    """Build the test loader and model, load the weights, evaluate; rank 0 writes the results.
+
+    `puzzle_ids` other than "trained" (trm.evaluation.ablation) evaluates with blank or shuffled puzzle
+    identifiers, into `<output>/puzzle_ids-<mode>/`; `source` (where a Hub checkpoint came from, with its
+    commit) is recorded in metrics.json.
+    """
     from trm.data.loader import PuzzleLoader
+    from trm.evaluation.ablation import TRAINED, ablated
     from trm.evaluation.arc import build_evaluators
     from trm.evaluation.runner import evaluate
     from trm.training.eval_passes import evaluate_passes
 
     cfg, step, ours = resolve_config(checkpoint, overrides)
     out = output_dir or checkpoint.parent
+    if puzzle_ids != TRAINED:
+        out = out / f"puzzle_ids-{puzzle_ids}"
     with initialize(cfg.device) as info:
         plan = MicroBatchSplit.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
         test = PuzzleLoader(
@@ -91,12 +106,14 @@ def evaluate_checkpoint(
         data_paths = cfg.data_paths_test or cfg.data_paths
         _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers, data_paths)
         evaluators = build_evaluators(cfg.evaluators, test)
+        meta = test.metadata
+        head = ablated(loss_head, puzzle_ids, meta.num_puzzle_identifiers, meta.blank_identifier_id, cfg.seed)
         metrics = evaluate_passes(  # URM: also with loops + 8 ACT steps (arch.loop_deltas), as in training
             cfg.arch,
             model.config,
             out,
             lambda save_dir: evaluate(
-                loss_head,
+                head,
                 test,
                 evaluators,
                 info,
@@ -105,7 +122,8 @@ def evaluate_checkpoint(
                 step=step,
             ),
         )
-        _report(info, out, step, metrics)
+        extra = {"puzzle_ids": puzzle_ids, **({"source": source} if source else {})}
+        _report(info, out, step, metrics, extra)
     return 0
 
 
@@ -120,11 +138,11 @@ def _load(
     load_initial_weights(str(checkpoint), model, num_ids, upstream_data_paths=list(data_paths))
 
 
-def _report(info: DistInfo, out: Path, step: int, metrics: dict[str, float]) -> None:
+def _report(info: DistInfo, out: Path, step: int, metrics: dict[str, float], extra: dict[str, Any]) -> None:
     if not info.is_main:
         return
     folder = out / f"evaluator_ARC_step_{step}"
-    atomic_write_json(folder / "metrics.json", {"step": step, **metrics})
+    atomic_write_json(folder / "metrics.json", {"step": step, **metrics, **extra})
     for key, value in sorted(metrics.items()):
         print(f"{key}: {value:.4f}")
     print(f"submission: {folder / 'submission.json'}")

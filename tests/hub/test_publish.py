@@ -1,0 +1,206 @@
+"""`python -m trm publish-checkpoint`, tested at the huggingface_hub boundary: HfApi's create_repo and
+upload_folder are replaced by recorders, so nothing reaches the network; the card is parsed back with
+huggingface_hub's own ModelCard."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from huggingface_hub import HfApi, ModelCard
+
+from tests.hub.conftest import TrainedRun
+from trm.commands import main
+from trm.training.checkpoint import STATE, check_folder, find_complete, load_torch
+
+# A token-shaped value built at run time (a literal one would trip the repository's secret scan).
+PLANTED = "hf_" + "".join(chr(ord("a") + (7 * i) % 26) for i in range(34))
+EXPECTED_FILES = {
+    "README.md",
+    "config.json",
+    "trm_provenance.json",
+    "checkpoint/COMPLETE",
+    "checkpoint/manifest.json",
+    "checkpoint/state.pt",
+    "dataset/manifest.json",
+    "dataset/identifiers.json",
+    "dataset/test/dataset.json",
+}
+
+
+class Recorder:
+    """Stands in for the Hub: records create_repo's arguments and the files upload_folder would send."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.created: list[dict] = []
+        self.uploaded: dict[str, bytes] = {}
+        self.upload_args: dict = {}
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        recorder = self
+
+        def create_repo(self, repo_id, **kwargs):
+            recorder.created.append({"repo_id": repo_id, **kwargs})
+
+        def upload_folder(self, *, repo_id, folder_path, **kwargs):
+            recorder.upload_args = {"repo_id": repo_id, **kwargs}
+            folder = Path(folder_path)
+            recorder.uploaded = {
+                p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+            }
+            info = type("CommitInfo", (), {})()
+            info.oid = "a" * 40
+            info.commit_url = f"https://huggingface.co/{repo_id}/commit/{'a' * 40}"
+            return info
+
+        monkeypatch.setattr(HfApi, "create_repo", create_repo)
+        monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Recorder:
+    monkeypatch.setenv("HF_TOKEN", PLANTED)
+    recorder = Recorder(tmp_path)
+    recorder.install(monkeypatch)
+    return recorder
+
+
+def test_best_checkpoint_is_uploaded_with_provenance_and_a_card_the_hub_parses(
+    trained: TrainedRun, hub: Recorder, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    argv = ["publish-checkpoint", str(trained.run_dir), "--repo", "me/trm-tiny", "--best", "--private"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+
+    assert hub.created == [
+        {"repo_id": "me/trm-tiny", "repo_type": "model", "private": True, "exist_ok": True}
+    ]
+    assert hub.upload_args["repo_id"] == "me/trm-tiny" and "token" not in hub.upload_args
+    assert set(hub.uploaded) == EXPECTED_FILES
+    # The token (HF_TOKEN) is the library's business: in no file, no output, no log record.
+    assert not any(PLANTED.encode() in data for data in hub.uploaded.values())
+    assert PLANTED not in out.out + out.err + caplog.text
+    assert f"hf://me/trm-tiny@{'a' * 40}" in out.out
+
+    best = find_complete(trained.run_dir)[-1]
+    provenance = json.loads(hub.uploaded["trm_provenance.json"])
+    assert provenance["step"] == best.step
+    assert provenance["selected"] == {
+        "by": "best",
+        "metric": "ARC/pass@2",
+        "value": best.manifest["eval_metrics"]["ARC/pass@2"],
+    }
+    assert provenance["eval_metrics"] == best.manifest["eval_metrics"]
+    assert provenance["dataset_fingerprint"] == best.manifest["dataset_fingerprint"]
+    [dataset] = provenance["datasets"]
+    identifiers = json.loads((trained.dataset / "identifiers.json").read_text())
+    assert dataset["identifiers"]["count"] == len(identifiers)
+    assert hub.uploaded["dataset/identifiers.json"] == (trained.dataset / "identifiers.json").read_bytes()
+    assert provenance["environment"]["git_sha"] == best.manifest["git_sha"]
+    assert provenance["environment"]["torch"] == best.manifest["torch_version"]
+    assert provenance["hardware_and_cost"] is None  # not started by the launcher
+
+    card = ModelCard(hub.uploaded["README.md"].decode())
+    assert card.data.license == "mit"
+    assert card.data.library_name == "trm-stack"
+    assert card.data.datasets == ["arc-agi/evaluation", "arc-agi/training"]
+    assert "ARC/pass@2" in card.data.metrics and "trm" in card.data.tags
+    assert "python -m trm.eval hf://me/trm-tiny data_paths='[data/ds]'" in card.text
+    assert "--subsets training evaluation --test-set-name evaluation --seed 42 --num-aug 3" in card.text
+    assert json.loads(hub.uploaded["config.json"])["data_paths"] == [str(trained.dataset)]
+
+
+def test_uploaded_checkpoint_is_complete_and_holds_no_optimizer_state(
+    trained: TrainedRun, hub: Recorder, tmp_path: Path
+) -> None:
+    out = tmp_path / "staged"
+    argv = [
+        "publish-checkpoint",
+        str(trained.run_dir),
+        "--repo",
+        "me/trm-tiny",
+        "--dry-run",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    assert hub.created == [] and hub.uploaded == {}  # a dry run contacts nothing
+    assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} == EXPECTED_FILES
+    manifest = check_folder(out / "checkpoint", verify_hashes=True)
+    original = find_complete(trained.run_dir)[-1]
+    assert manifest["dataset_fingerprint"] == original.manifest["dataset_fingerprint"]
+    state = load_torch(out / "checkpoint" / STATE)
+    assert set(state) == {"model", "ema", "config", "progress"}
+    full = load_torch(original.path / STATE)
+    assert all((state["model"][k] == v).all() for k, v in full["model"].items())
+
+
+def test_launcher_records_give_hardware_wall_clock_and_cost(
+    trained: TrainedRun, hub: Recorder, tmp_path: Path
+) -> None:
+    handoff = tmp_path / "handoff.json"
+    handoff.write_text(
+        json.dumps(
+            {
+                "run_name": "r",
+                "gpus": [{"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559}] * 8,
+                "world_size": 8,
+                "wall_time": {"wall_seconds": 7200.0},
+                "cost_estimate_usd": 41.5,
+            }
+        )
+    )
+    out = tmp_path / "staged"
+    argv = ["publish-checkpoint", str(trained.run_dir), "--repo", "me/t", "--dry-run", "--out", str(out)]
+    assert main([*argv, "--handoff", str(handoff)]) == 0
+    provenance = json.loads((out / "trm_provenance.json").read_text())
+    assert provenance["hardware_and_cost"]["cost_estimate_usd"] == 41.5
+    card = (out / "README.md").read_text()
+    assert "8 × NVIDIA H100 80GB HBM3" in card and "2.00 h" in card and "$41.50" in card
+
+
+def test_a_dataset_other_than_the_trained_one_is_refused(
+    trained: TrainedRun, hub: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from tests.hub.conftest import TINY_BUILD
+    from trm.data.build_arc import build_arc_dataset
+
+    other = tmp_path / "other"
+    build_arc_dataset(other, num_aug=1, **TINY_BUILD)
+    argv = ["publish-checkpoint", str(trained.run_dir), "--repo", "me/t", "--data-path", str(other)]
+    assert main(argv) == 2
+    assert "the checkpoint was trained on" in capsys.readouterr().err
+    assert hub.created == []
+
+
+def test_a_missing_step_names_the_complete_ones(
+    trained: TrainedRun, hub: Recorder, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["publish-checkpoint", str(trained.run_dir), "--repo", "me/t", "--step", "999"]) == 2
+    steps = ", ".join(str(i.step) for i in find_complete(trained.run_dir))
+    assert f"no complete step_999/ (complete steps: {steps})" in capsys.readouterr().err
+    assert main(["publish-checkpoint", str(trained.run_dir), "--repo", "not-a-repo", "--dry-run"]) == 2
+    assert "not a Hub reference" in capsys.readouterr().err
+
+
+def test_the_runtime_lock_is_recorded_only_from_the_commit_that_trained(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trm import gitinfo
+    from trm.hub.publish import runtime_lock
+    from trm.io import sha256_file
+
+    manifest = {"git_sha": "c0ffee", "torch_version": "2.13.0+cpu"}
+    monkeypatch.setattr(gitinfo, "checkout_sha", lambda root: "c0ffee")
+    lock = gitinfo.PACKAGE_ROOT / "docker" / "requirements" / "runtime-cpu.txt"
+    assert runtime_lock(manifest) == {
+        "file": "docker/requirements/runtime-cpu.txt",
+        "sha256": sha256_file(lock),
+    }
+    monkeypatch.setattr(gitinfo, "checkout_sha", lambda root: "another-commit")
+    assert runtime_lock(manifest) is None
+    assert runtime_lock({**manifest, "git_sha": "c0ffee-dirty"}) is None
