@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 
@@ -100,6 +102,24 @@ def allreduce_check(world_size: int, *, backend: str = "nccl", timeout_s: float 
     return AllReduceResult(True, f"{backend} all-reduce over {world_size} rank(s) correct in {elapsed:.1f} s")
 
 
+@contextmanager
+def ieee_fp32_matmul() -> Iterator[None]:
+    """fp32 CUDA matmuls in full IEEE precision (no TF32) inside the block; the previous setting after it.
+
+    Uses the precision API of torch >= 2.9 (`torch.backends.cuda.matmul.fp32_precision`): the legacy
+    `allow_tf32` flags warn there, and setting them is process-wide and never restored.
+    """
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
 @dataclass
 class MatmulResult:
     """Outcome of the matmul check on one device (UUID logged)."""
@@ -120,7 +140,6 @@ def matmul_check(
     device = torch.device(device_name)
     uuid = "cpu"
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
         props = torch.cuda.get_device_properties(device)
         uuid = str(getattr(props, "uuid", "unknown"))
         uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
@@ -128,7 +147,8 @@ def matmul_check(
     a = torch.randn(size, size, generator=gen, dtype=torch.float64)
     b = torch.randn(size, size, generator=gen, dtype=torch.float64)
     reference = a @ b
-    result = (a.float().to(device) @ b.float().to(device)).double().cpu()
+    with ieee_fp32_matmul():
+        result = (a.float().to(device) @ b.float().to(device)).double().cpu()
     rel = float(((result - reference).abs().max() / reference.abs().max()).item())
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     x = torch.randn(bench_size, bench_size, device=device, dtype=dtype)
