@@ -202,6 +202,7 @@ def _extension():
 
 
 @pytest.mark.gpu
+@pytest.mark.adam_ext
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extension_matches_ours_on_cuda(dtype):
     extension = _extension()
@@ -221,6 +222,7 @@ def test_extension_matches_ours_on_cuda(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.adam_ext
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extension_resumes_from_a_cpu_loaded_checkpoint(tmp_path, dtype):
     """Issue 12 item 3 on the real kernel: save, load with map_location="cpu", place, continue = straight."""

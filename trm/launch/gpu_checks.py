@@ -21,7 +21,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _allreduce_worker(rank: int, world_size: int, backend: str, port: int, queue, timeout_s: float) -> None:
+def _allreduce_worker(
+    rank: int, world_size: int, backend: str, port: int, queue, timeout_s: float, gpus: int
+) -> None:
     import datetime
 
     import torch
@@ -29,8 +31,8 @@ def _allreduce_worker(rank: int, world_size: int, backend: str, port: int, queue
 
     try:
         if backend == "nccl":
-            torch.cuda.set_device(rank)
-            device = torch.device("cuda", rank)
+            torch.cuda.set_device(rank % gpus)
+            device = torch.device("cuda", rank % gpus)
         else:
             device = torch.device("cpu")
         dist.init_process_group(
@@ -58,14 +60,21 @@ class AllReduceResult:
     detail: str
 
 
-def allreduce_check(world_size: int, *, backend: str = "nccl", timeout_s: float = 120.0) -> AllReduceResult:
-    """All-reduce 4 MiB across `world_size` local processes; every rank must see sum(1..world_size)."""
+def allreduce_check(
+    world_size: int, *, backend: str = "nccl", timeout_s: float = 120.0, gpus: int | None = None
+) -> AllReduceResult:
+    """All-reduce 4 MiB across `world_size` local processes; every rank must see sum(1..world_size).
+
+    With NCCL, rank r uses GPU r % `gpus` (default: one GPU per rank). Several ranks on one GPU need
+    NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1; older NCCL refuses them ("Duplicate GPU detected").
+    """
+    gpus = gpus or world_size
     ctx = get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [
         ctx.Process(
-            target=_allreduce_worker, args=(r, world_size, backend, port, queue, timeout_s), daemon=True
+            target=_allreduce_worker, args=(r, world_size, backend, port, queue, timeout_s, gpus), daemon=True
         )
         for r in range(world_size)
     ]
