@@ -167,7 +167,7 @@ def test_build_auto_and_torch_use_ours_on_cpu(caplog, monkeypatch):
 
 def test_build_ext_without_extension_is_a_trm_error(monkeypatch):
     monkeypatch.setattr(backend_module, "_extension_class", lambda: None)
-    with pytest.raises(TRMError, match=r"adam-atan2==0\.0\.3"):
+    with pytest.raises(TRMError, match=r"install-adam-atan2 --sdist \S*adam_atan2-0\.0\.3\.tar\.gz"):
         build_adam_atan2(
             [torch.nn.Parameter(torch.ones(2))], lr=0.0, betas=BETAS, weight_decay=WD, backend="ext"
         )
