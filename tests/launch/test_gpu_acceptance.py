@@ -166,8 +166,8 @@ def _ctx(tmp_path: Path, **env: str) -> ga.Context:
     )
 
 
-def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
-    """The record as trm.launch.probe writes it; the part compares it with the table (GPU-free)."""
+def _fake_probe(step_seconds: float | None, steps_timed: int):
+    """A `run_command` that writes the record trm.launch.probe writes for an H100 at micro-batch 192."""
 
     def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
         assert (
@@ -175,16 +175,22 @@ def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
             and env["TASK"] == "arc2-smoke"
             and env["NUM_GPUS"] == "1"
         )
+        assert env["PROBE_STEPS"] == str(ga.PROBE_STEPS["quick"])
         launch = Path(env["WORKSPACE"]) / "checkpoints" / "gpu-acceptance-probe" / "launch"
         launch.mkdir(parents=True)
-        attempt = {"micro_batch_size": 192, "returncode": 0, "out_of_memory": False,
-                   "peak_mib": {"0": 41234}, "vram_mib": 81559, "step_seconds": 1.21, "steps_timed": 2}  # fmt: skip
+        attempt = {"micro_batch_size": 192, "returncode": 0, "out_of_memory": False, "peak_mib": {"0": 41234},
+                   "vram_mib": 81559, "step_seconds": step_seconds, "steps_timed": steps_timed}  # fmt: skip
         record = {"tier": "h100-80g", "table_micro_batch_size": 192, "chosen_micro_batch_size": 192,
                   "attempts": [attempt], "drift": []}  # fmt: skip
         (launch / "probe.json").write_text(json.dumps(record))
         return 0, "micro-batch 192 fits"
 
-    monkeypatch.setattr(ga, "run_command", fake_run)
+    return fake_run
+
+
+def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
+    """The record as trm.launch.probe writes it; the part compares it with the table (GPU-free)."""
+    monkeypatch.setattr(ga, "run_command", _fake_probe(1.21, 2))
     outcome = ga.probe(_ctx(tmp_path))
     assert outcome.status == "pass", outcome
     assert outcome.data["peak_fraction_of_vram"] == round(41234 / 81559, 3)
@@ -297,17 +303,6 @@ def test_the_host_torch_version_range() -> None:
 
 
 def test_a_probe_that_timed_no_step_fails(tmp_path: Path, monkeypatch) -> None:
-    def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
-        assert env["PROBE_STEPS"] == str(ga.PROBE_STEPS["quick"])
-        launch = Path(env["WORKSPACE"]) / "checkpoints" / "gpu-acceptance-probe" / "launch"
-        launch.mkdir(parents=True)
-        attempt = {"micro_batch_size": 192, "returncode": 0, "peak_mib": {"0": 41234}, "vram_mib": 81559,
-                   "step_seconds": None, "steps_timed": 0}  # fmt: skip
-        record = {"tier": "h100-80g", "table_micro_batch_size": 192, "chosen_micro_batch_size": 192,
-                  "attempts": [attempt], "drift": []}  # fmt: skip
-        (launch / "probe.json").write_text(json.dumps(record))
-        return 0, ""
-
-    monkeypatch.setattr(ga, "run_command", fake_run)
+    monkeypatch.setattr(ga, "run_command", _fake_probe(None, 0))
     outcome = ga.probe(_ctx(tmp_path))
     assert outcome.status == "fail" and outcome.summary.endswith("; no step timed")
