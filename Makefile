@@ -96,7 +96,7 @@ kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv
 GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
 KIT_PYTHON ?= 3.12
 SIM_PYTHON ?= python3.12
-SIM_TORCH ?= torch==$(TORCH_VERSION)
+SIM_TORCH ?= torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/cpu
 gpu-check: ## on a GPU host: one report in build/gpu-acceptance/ within --budget-s (ARGS="--dry-run" prints the plan)
 	$(GPU_PYTHON) -m trm.launch.gpu_acceptance $(ARGS)
 
@@ -104,4 +104,4 @@ gpu-kit: venv ## build/gpu-kit/: wheels (Python KIT_PYTHON) + adam-atan2 sdist f
 	$(PY) -m trm.launch.gpu_kit build --python-version '$(KIT_PYTHON)' $(if $(UPSTREAM),--upstream '$(UPSTREAM)')
 
 gpu-check-sim: venv ## rehearse a bare GPU host here: SIM_PYTHON venv + SIM_TORCH (CPU) + the kit --no-index, then gpu-check
-	$(PY) -m trm.launch.gpu_kit simulate --python '$(SIM_PYTHON)' --torch '$(SIM_TORCH)' $(if $(BUDGET_S),--budget-s $(BUDGET_S))
+	$(PY) -m trm.launch.gpu_kit simulate --python '$(SIM_PYTHON)' --torch '$(SIM_TORCH)' --budget-s $(or $(BUDGET_S),540)

@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -236,7 +237,7 @@ def simulate(kit: Path, python: str, torch_spec: str, workdir: Path, budget_s: f
 
     for name, cmd in (
         ("venv", [python, "-m", "venv", str(venv)]),
-        ("host torch", [py, "-m", "pip", "install", "-q", torch_spec]),
+        ("host torch", [py, "-m", "pip", "install", "-q", *shlex.split(torch_spec)]),
         ("kit --no-index", [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(kit),
                             "-r", str(kit / "requirements.txt")]),
     ):  # fmt: skip
@@ -299,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument(
         "--python", required=True, help="interpreter of the rehearsal venv (the kit's Python version)"
     )
-    s.add_argument("--torch", required=True, help="the 'host' torch: a CPU wheel file or a pip requirement")
+    s.add_argument("--torch", required=True,
+                   help="the 'host' torch, a CPU build: a wheel file, or pip arguments such as "
+                        "'torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu'")  # fmt: skip
     s.add_argument("--workdir", type=Path, default=ROOT / "build" / "gpu-kit-sim")
     s.add_argument("--budget-s", type=float, default=540)
     args = parser.parse_args(argv)
