@@ -62,6 +62,10 @@ from trm.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path("build/gpu-acceptance")
+# Where the check finds the GPU kit (trm.launch.gpu_kit writes it): the adam-atan2 sdist, an upstream checkout.
+DEFAULT_KIT = Path("build/gpu-kit")
+ADAM_SDIST = "adam_atan2-0.0.3.tar.gz"
+UPSTREAM_DIR = "upstream"
 DEFAULT_BUDGET_S = 540  # a 10-minute call, with a minute for starting and copying the report back
 PROFILES = ("quick", "full")
 STATUSES = ("pass", "fail", "error", "skip")
@@ -792,8 +796,6 @@ def parse_bench(output: str) -> dict[str, Any]:
 
 def upstream_checkout(env: dict[str, str]) -> str | None:
     """TRM_UPSTREAM, else the GPU kit's upstream checkout when it has one."""
-    from trm.launch.gpu_kit import DEFAULT_KIT, UPSTREAM_DIR
-
     if env.get("TRM_UPSTREAM"):
         return env["TRM_UPSTREAM"]
     kit_upstream = ROOT / DEFAULT_KIT / UPSTREAM_DIR
@@ -871,8 +873,6 @@ def plan_text(parts: Sequence[Part], out: Path, env: dict[str, str], profile: st
 
 
 def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
-    from trm.launch.gpu_kit import ADAM_SDIST, DEFAULT_KIT
-
     parser = argparse.ArgumentParser(
         prog="python -m trm.launch.gpu_acceptance", description=__doc__.split("\n")[0]
     )

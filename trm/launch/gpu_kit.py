@@ -39,11 +39,9 @@ from typing import Any
 
 from trm.errors import TRMError
 from trm.io import atomic_write_json, atomic_write_text
+from trm.launch.gpu_acceptance import ADAM_SDIST, DEFAULT_KIT, NO_GPU, PARTS, UPSTREAM_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_KIT = Path("build/gpu-kit")
-ADAM_SDIST = "adam_atan2-0.0.3.tar.gz"
-UPSTREAM_DIR = "upstream"
 KIT_LIMIT_MIB = 64  # the kit plus the checkout's tracked files
 # The manylinux tags a current x86_64 Linux (glibc >= 2.28) runs; pip's --platform takes each literally.
 PLATFORMS = tuple(f"manylinux{tag}_x86_64" for tag in ("_2_28", "_2_27", "_2_24", "2014", "2010", "1"))
@@ -207,7 +205,7 @@ def check_simulated_report(report: dict[str, Any], cuda_parts: set[str]) -> list
         )
     for part in report.get("parts", []):
         if part["name"] in cuda_parts:
-            if part["status"] != "skip" or part.get("skipped") != "no-gpu":
+            if part["status"] != "skip" or part.get("skipped") != NO_GPU:
                 problems.append(
                     f"{part['name']}: {part['status']} ({part['summary']}), expected 'skipped: no GPU'"
                 )
@@ -218,8 +216,6 @@ def check_simulated_report(report: dict[str, Any], cuda_parts: set[str]) -> list
 
 def simulate(kit: Path, python: str, torch_spec: str, workdir: Path, budget_s: float) -> dict[str, Any]:
     """A bare GPU host without its GPU: venv + the host's torch + the kit `--no-index`, then the check."""
-    from trm.launch.gpu_acceptance import PARTS
-
     if not (kit / "requirements.txt").is_file():
         raise TRMError(f"{kit} has no requirements.txt: build the kit first (make gpu-kit)")
     shutil.rmtree(workdir, ignore_errors=True)
