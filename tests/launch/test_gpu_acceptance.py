@@ -306,3 +306,15 @@ def test_a_probe_that_timed_no_step_fails(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(ga, "run_command", _fake_probe(None, 0))
     outcome = ga.probe(_ctx(tmp_path))
     assert outcome.status == "fail" and outcome.summary.endswith("; no step timed")
+
+
+def test_make_gpu_check_runs_the_hosts_python_as_it_is() -> None:
+    """`make gpu-check` starts the check with the given (host) Python and nothing else: no venv, no pip,
+    so a host's own CUDA torch is never replaced; TRM_REQUIRE_GPU is the gpu-tests part's business."""
+    proc = subprocess.run(
+        ["make", "-n", "-s", "-C", str(ROOT), "gpu-check", "GPU_PYTHON=/opt/host/bin/python3", "ARGS=--budget-s 300"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if not line.startswith("make")]
+    assert commands == ["/opt/host/bin/python3 -m trm.launch.gpu_acceptance --budget-s 300"]
