@@ -89,7 +89,19 @@ launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo rank
 kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
 	$(NOX) -s kaggle
 
-# A GPU host may have no venv: its own Python with CUDA torch runs the check (README: GPU host checks).
+# ---- GPU host check (README: GPU host checks) ----------------------------------------------------------
+# A GPU host may have no venv: its own Python with its own CUDA torch runs the check (never installs torch);
+# on a bare host, install the kit first: pip install --no-index --find-links build/gpu-kit -r build/gpu-kit/requirements.txt
+.PHONY: gpu-kit gpu-check-sim
 GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
-gpu-check: ## on a GPU host: one report in build/gpu-acceptance/ (ARGS="--dry-run" prints the plan)
-	TRM_REQUIRE_GPU=1 $(GPU_PYTHON) -m trm.launch.gpu_acceptance $(ARGS)
+KIT_PYTHON ?= 3.12
+SIM_PYTHON ?= python3.12
+SIM_TORCH ?= torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/cpu
+gpu-check: ## on a GPU host: one report in build/gpu-acceptance/ within --budget-s (ARGS="--dry-run" prints the plan)
+	$(GPU_PYTHON) -m trm.launch.gpu_acceptance $(ARGS)
+
+gpu-kit: venv ## build/gpu-kit/: wheels (Python KIT_PYTHON) + adam-atan2 sdist for a bare GPU host, offline (UPSTREAM=DIR adds it)
+	$(PY) -m trm.launch.gpu_kit build --python-version '$(KIT_PYTHON)' $(if $(UPSTREAM),--upstream '$(UPSTREAM)')
+
+gpu-check-sim: venv ## rehearse a bare GPU host here: SIM_PYTHON venv + SIM_TORCH (CPU) + the kit --no-index, then gpu-check
+	$(PY) -m trm.launch.gpu_kit simulate --python '$(SIM_PYTHON)' --torch '$(SIM_TORCH)' --budget-s $(or $(BUDGET_S),540)

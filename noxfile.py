@@ -42,8 +42,8 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def gpu_acceptance(session: nox.Session) -> None:
-    """One report on a GPU host (build/gpu-acceptance/): facts, gpu tests, extension, resume, probe, bench."""
-    session.env["TRM_REQUIRE_GPU"] = "1"
+    """One report on a GPU host (build/gpu-acceptance/) within a budget: facts, gpu tests, extension, resume,
+    probe, bench (`-- --budget-s 540 --profile full` …)."""
     session.run(PYTHON, "-m", "trm.launch.gpu_acceptance", *session.posargs)
 
 

@@ -374,3 +374,113 @@ def test_facts_recorded_by_another_real_interpreter_are_refused(tmp_path):
     with pytest.raises(BuildCheckError, match=r"executable .*build base") as err:
         venvtools.check_python(facts)
     assert "same CPython release" in str(err.value)
+
+
+# The lines of adam-atan2 0.0.3's setup.py that the host build changes (arch flags, setuptools_scm).
+SDIST_SETUP_PY = (
+    SETUP_PY
+    + """setuptools.setup(
+    name="adam_atan2",
+    use_scm_version=True,
+    setup_requires=['setuptools_scm'],
+    ext_modules=ext_modules,
+)
+"""
+)
+
+# Stands in for the host's Python: records how pip was called and "installs" a backend module + SASS.
+FAKE_PYTHON = """import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+src = Path(args[-1])
+record = {"args": args, "env": {k: os.environ.get(k) for k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "CUDA_HOME")},
+          "setup": (src / "setup.py").read_text()}
+Path(os.environ["FAKE_RECORD"]).write_text(json.dumps(record))
+target = Path(args[args.index("--target") + 1])
+target.mkdir(parents=True, exist_ok=True)
+(target / "adam_atan2_backend.cpython-312-x86_64-linux-gnu.so").write_text("sm_90")
+"""
+
+
+def _sdist(tmp_path: Path) -> Path:
+    import io
+    import tarfile
+
+    sdist = tmp_path / "adam_atan2-0.0.3.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        for name, text in (("setup.py", SDIST_SETUP_PY), ("PKG-INFO", "Name: adam_atan2\nVersion: 0.0.3\n")):
+            data = text.encode()
+            info = tarfile.TarInfo(f"adam_atan2-0.0.3/{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return sdist
+
+
+def _host_tools(tmp_path: Path, *, ninja: bool) -> Path:
+    bin_dir = tmp_path / "cuda/bin"
+    bin_dir.mkdir(parents=True)
+    tools = {"nvcc": "exit 0", "cuobjdump": 'echo "ELF file    1: x.sm_90.cubin"'}
+    if ninja:
+        tools["ninja"] = "exit 0"
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("ninja", [True, False])
+def test_host_install_builds_offline_for_one_sm_with_the_hosts_torch(tmp_path, ninja):
+    python = tmp_path / "python"
+    python.write_text(f"#!{sys.executable}\n{FAKE_PYTHON}")
+    python.chmod(0o755)
+    bin_dir = _host_tools(tmp_path, ninja=ninja)
+    record = tmp_path / "record.json"
+    env = {"PATH": str(bin_dir), "FAKE_RECORD": str(record)}  # this machine's own ninja stays out of it
+    target = tmp_path / "site"
+    notes = buildtools.install_adam_atan2(
+        _sdist(tmp_path), "9.0", target=target, python=str(python), jobs=16, env=env
+    )
+    seen = json.loads(record.read_text())
+    assert seen["args"][:2] == ["-m", "pip"] and "install" in seen["args"]
+    for flag in ("--no-build-isolation", "--no-index", "--no-deps"):
+        assert flag in seen["args"]
+    assert seen["env"] == {
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "MAX_JOBS": "16",
+        "CUDA_HOME": str(tmp_path / "cuda"),
+    }
+    # One SM from TORCH_CUDA_ARCH_LIST, and no setuptools_scm to fetch: the version is the sdist's.
+    assert "nvcc_flags_with_arch," not in seen["setup"] and '"nvcc": NVCC_FLAGS,' in seen["setup"]
+    assert "setuptools_scm" not in seen["setup"] and "version='0.0.3'," in seen["setup"]
+    assert notes[0].endswith(", ninja" if ninja else ", no ninja on PATH (one file at a time)")
+    assert "SASS ['sm_90'] (cuobjdump)" in notes
+
+
+def test_host_install_names_what_is_missing(tmp_path):
+    with pytest.raises(BuildCheckError, match="torch sees no CUDA GPU here; pass --archs"):
+        buildtools.install_adam_atan2(_sdist(tmp_path), "", env={"PATH": "/usr/bin:/bin"})
+    with pytest.raises(BuildCheckError, match="no nvcc on PATH and CUDA_HOME unset"):
+        buildtools.install_adam_atan2(_sdist(tmp_path), "9.0", env={"PATH": str(tmp_path)})
+    with pytest.raises(BuildCheckError, match="setuptools_scm lines"):
+        buildtools.pin_adam_version(SETUP_PY, "0.0.3")
+
+
+def test_every_build_instruction_points_at_the_patched_build(capsys):
+    """Users are told one way to build the extension by hand: ours (a plain `pip install adam-atan2` builds
+    four fixed SMs serially and fetches setuptools_scm, so it fails offline)."""
+    from trm.optim.backend import EXTENSION_INSTALL
+
+    root = Path(__file__).resolve().parents[2]
+    assert EXTENSION_INSTALL.startswith("python -m trm.images.buildtools install-adam-atan2 --sdist ")
+    with pytest.raises(SystemExit) as info:
+        buildtools.main(["install-adam-atan2", "--help"])
+    assert info.value.code == 0 and "--target" in capsys.readouterr().out
+    plain = re.compile(r"pip install[^`\n]*adam[-_]atan2(==|-0\.0\.3\.tar)")  # a command, not a cause
+    texts = [
+        *root.glob("trm/**/*.py"),
+        root / "README.md",
+        *root.glob("runbooks/**/*.md"),
+        *root.glob("docker/*.md"),
+    ]
+    offenders = [str(p.relative_to(root)) for p in texts if plain.search(p.read_text(encoding="utf-8"))]
+    assert offenders == []

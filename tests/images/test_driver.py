@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import docker
 from trm.errors import TRMError
 from trm.images import entrypoint, lockfile
 from trm.images.driver import ImageDriver, connect, parse_registry
@@ -18,6 +17,11 @@ from trm.images.variants import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "d" * 64
+
+
+def docker_errors():
+    """The docker SDK's error classes, imported by the tests that raise them (the SDK is a dev extra)."""
+    return pytest.importorskip("docker").errors
 
 
 class FakeImage:
@@ -78,7 +82,7 @@ class FakeImages:
         if name in self.api.tags.values():
             return FakeImage(self.api, name)
         if name not in self.api.tags:
-            raise docker.errors.ImageNotFound(f"no such image: {name}")
+            raise docker_errors().ImageNotFound(f"no such image: {name}")
         return FakeImage(self.api, self.api.tags[name])
 
 
@@ -188,7 +192,7 @@ def test_registry_digest_is_the_registrys_answer(checkout):
     client.images.registry["r.example.com/trm:x"] = "not-a-digest"
     with pytest.raises(TRMError, match="not a sha256 digest"):
         driver.registry_digest("r.example.com/trm:x")
-    client.images.registry["r.example.com/trm:y"] = docker.errors.APIError("401 Client Error: unauthorized")
+    client.images.registry["r.example.com/trm:y"] = docker_errors().APIError("401 Client Error: unauthorized")
     with pytest.raises(TRMError, match=r"docker login r\.example\.com"):
         driver.registry_digest("r.example.com/trm:y")
 
@@ -221,7 +225,7 @@ def test_push_errors_name_the_fix(checkout, tmp_path, message, expected):
 
 
 def test_push_api_error_is_mapped(checkout, tmp_path):
-    error = docker.errors.APIError("500 Server Error: dial tcp: lookup nohost: no such host")
+    error = docker_errors().APIError("500 Server Error: dial tcp: lookup nohost: no such host")
     driver, _, _ = make_driver(checkout, push_error=error)
     variant = driver.config.variants["cpu"]
     driver.build(variant)
@@ -281,7 +285,7 @@ def test_push_to_a_namespaced_registry(checkout, tmp_path):
 
 def test_no_engine_is_a_clear_error():
     def factory():
-        raise docker.errors.DockerException("Error while fetching server API version: connection refused")
+        raise docker_errors().DockerException("Error while fetching server API version: connection refused")
 
     with pytest.raises(TRMError, match=r"no Docker engine reachable.*start one"):
         connect(factory)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -60,3 +61,35 @@ def test_this_host_has_a_tier_and_memory_is_readable():
 
     cuda_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     assert abs(cuda_gib - gpus[0].memory_gib) <= 0.1 * gpus[0].memory_gib, (cuda_gib, gpus[0])
+
+
+@pytest.mark.gpu
+def test_nccl_two_processes_share_one_gpu(monkeypatch):
+    """Two NCCL ranks (processes) on GPU 0, as a one-GPU host allows: NCCL >= 2.30 runs them with
+    NCCL_MULTI_RANK_GPU_ENABLE=1 and the sum must be right; older NCCL refuses two ranks on one device, and
+    then both ranks must come back with that refusal, not hang."""
+    import torch
+
+    monkeypatch.setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1")
+    result = allreduce_check(2, backend="nccl", timeout_s=60, gpus=1)
+    if torch.cuda.nccl.version() >= (2, 30, 0):
+        assert result.ok, result.detail
+    else:
+        assert not result.ok and "did not answer" not in result.detail, result.detail
+        assert re.search(r"Duplicate GPU|invalid usage", result.detail), result.detail
+
+
+@pytest.mark.gpu
+def test_cuda_matmul_check_is_ieee_and_leaves_tf32_as_set():
+    """Under TF32 a 1024² fp32 matmul is off by ~1e-3; the check's block makes it IEEE and restores TF32."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"
+    try:
+        result = matmul_check("cuda:0")
+        assert result.ok and result.max_rel_error < 1e-4, result
+        assert matmul.fp32_precision == "tf32"
+    finally:
+        matmul.fp32_precision = before

@@ -1,4 +1,5 @@
-"""The GPU acceptance runner on CPU: the plan (--dry-run), the report with fake parts, the parsers."""
+"""The GPU acceptance runner on CPU: the plan (--dry-run), the budget, the report with fake parts, the
+parsers, and the parts' verdicts on recorded outputs."""
 
 from __future__ import annotations
 
@@ -23,10 +24,25 @@ def test_dry_run_prints_every_part_and_touches_nothing(tmp_path: Path) -> None:
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    for name in ("facts", "gpu-tests", "optimizer", "resume", "probe", "bench"):
+    names = (
+        "facts",
+        "imports",
+        "extension-build",
+        "collect",
+        "gpu-tests",
+        "optimizer",
+        "resume",
+        "probe",
+        "bench",
+    )
+    for name in names:
         assert f"  {name} " in proc.stdout
     assert f"report: {out / 'report.json'}" in proc.stdout
-    assert "upstream: not compared (TRM_UPSTREAM unset)" in proc.stdout
+    assert "upstream: not compared (TRM_UPSTREAM unset" in proc.stdout
+    # The quick profile's plan for one H100 fits the default budget of a 10-minute call.
+    total = ga.planned_total(ga.PARTS, "quick")
+    assert total <= ga.DEFAULT_BUDGET_S <= 540
+    assert f"budget 540 s, planned on one H100 {total} s (fits)" in proc.stdout
     assert not out.exists()
     proc = subprocess.run(
         [sys.executable, "-m", "trm.launch.gpu_acceptance", "--dry-run", "--only", "bench"],
@@ -39,7 +55,10 @@ def test_unknown_part_is_a_usage_error(capsys) -> None:
     with pytest.raises(SystemExit) as info:
         ga.main(["--dry-run", "--only", "nope"])
     assert info.value.code == 2
-    assert "unknown part(s) nope; choose from facts, gpu-tests" in capsys.readouterr().err
+    assert (
+        "unknown part(s) nope; choose from facts, imports, extension-build, collect, gpu-tests"
+        in capsys.readouterr().err
+    )
 
 
 def _fake_parts(seen: list[str]) -> tuple[ga.Part, ...]:
@@ -60,13 +79,16 @@ def _fake_parts(seen: list[str]) -> tuple[ga.Part, ...]:
 
     def skipped(ctx: ga.Context) -> ga.Outcome:
         seen.append("skip")
-        return ga.Outcome("skip", "upstream not requested")
+        return ga.Outcome("skip", "upstream not requested", skipped=ga.NOT_WANTED)
+
+    def planned(s: int) -> dict[str, int]:
+        return {"quick": s, "full": s}
 
     return (
-        ga.Part("one", "a passing part", 5, passing),
-        ga.Part("two", "a failing part", 5, failing),
-        ga.Part("three", "a crashing part", 5, crashing),
-        ga.Part("four", "a skipped part", 5, skipped),
+        ga.Part("one", "a passing part", planned(1), 5, passing, needs_cuda=False),
+        ga.Part("two", "a failing part", planned(1), 5, failing, needs_cuda=False),
+        ga.Part("three", "a crashing part", planned(1), 5, crashing, needs_cuda=False),
+        ga.Part("four", "a skipped part", planned(1), 5, skipped, needs_cuda=False),
     )
 
 
@@ -144,8 +166,8 @@ def _ctx(tmp_path: Path, **env: str) -> ga.Context:
     )
 
 
-def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
-    """The record as trm.launch.probe writes it; the part compares it with the table (GPU-free)."""
+def _fake_probe(step_seconds: float | None, steps_timed: int):
+    """A `run_command` that writes the record trm.launch.probe writes for an H100 at micro-batch 192."""
 
     def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
         assert (
@@ -153,21 +175,29 @@ def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
             and env["TASK"] == "arc2-smoke"
             and env["NUM_GPUS"] == "1"
         )
+        assert env["PROBE_STEPS"] == str(ga.PROBE_STEPS["quick"])
         launch = Path(env["WORKSPACE"]) / "checkpoints" / "gpu-acceptance-probe" / "launch"
         launch.mkdir(parents=True)
-        attempt = {"micro_batch_size": 192, "returncode": 0, "out_of_memory": False,
-                   "peak_mib": {"0": 41234}, "vram_mib": 81559, "step_seconds": 1.21, "steps_timed": 2}  # fmt: skip
+        attempt = {"micro_batch_size": 192, "returncode": 0, "out_of_memory": False, "peak_mib": {"0": 41234},
+                   "vram_mib": 81559, "step_seconds": step_seconds, "steps_timed": steps_timed}  # fmt: skip
         record = {"tier": "h100-80g", "table_micro_batch_size": 192, "chosen_micro_batch_size": 192,
                   "attempts": [attempt], "drift": []}  # fmt: skip
         (launch / "probe.json").write_text(json.dumps(record))
         return 0, "micro-batch 192 fits"
 
-    monkeypatch.setattr(ga, "run_command", fake_run)
+    return fake_run
+
+
+def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
+    """The record as trm.launch.probe writes it; the part compares it with the table (GPU-free)."""
+    monkeypatch.setattr(ga, "run_command", _fake_probe(1.21, 2))
     outcome = ga.probe(_ctx(tmp_path))
     assert outcome.status == "pass", outcome
     assert outcome.data["peak_fraction_of_vram"] == round(41234 / 81559, 3)
     assert outcome.data["tier_min_vram_gib"] == 75
-    assert outcome.summary == "tier h100-80g micro-batch 192 → 192; peak 41234 MiB of 81559 MiB (51%)"
+    assert outcome.summary == (
+        "tier h100-80g micro-batch 192 → 192; peak 41234 MiB of 81559 MiB (51%); 1.21 s/step over 2 step(s)"
+    )
 
 
 def test_bench_part_requires_the_upstream_comparison_when_asked(tmp_path: Path, monkeypatch) -> None:
@@ -182,7 +212,8 @@ def test_bench_part_requires_the_upstream_comparison_when_asked(tmp_path: Path, 
 
 def test_gpu_tests_part_fails_on_skips(tmp_path: Path, monkeypatch) -> None:
     def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
-        assert env["TRM_REQUIRE_GPU"] == "1" and "-m" in cmd and "gpu" in cmd
+        assert env["TRM_REQUIRE_GPU"] == "1" and cmd[cmd.index("-m", 2) + 1] == "gpu and not adam_ext"
+        assert f"not {ga.RESUME_TWIN_TEST}" in cmd  # the quick profile leaves out what `resume` repeats
         junit = next(c.split("=", 1)[1] for c in cmd if c.startswith("--junitxml="))
         Path(junit).write_text('<testsuite tests="11" failures="0" errors="0" skipped="1"/>')
         return 0, "10 passed, 1 skipped"
@@ -190,3 +221,100 @@ def test_gpu_tests_part_fails_on_skips(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(ga, "run_command", fake_run)
     outcome = ga.gpu_tests(_ctx(tmp_path))
     assert outcome.status == "fail" and outcome.data["skipped"] == 1
+
+
+def _timed_parts(ran: list[str]) -> tuple[ga.Part, ...]:
+    def make(name: str) -> ga.Part:
+        def run(ctx: ga.Context) -> ga.Outcome:
+            ran.append(name)
+            time.sleep(0.3)
+            return ga.Outcome("pass", f"{name} ran")
+
+        return run
+
+    return (
+        ga.Part("cpu-a", "runs on CPU", {"quick": 1, "full": 1}, 5, make("cpu-a"), needs_cuda=False),
+        ga.Part("cuda-b", "needs CUDA", {"quick": 1, "full": 1}, 5, make("cuda-b")),
+        ga.Part("cpu-big", "planned longer than the budget", {"quick": 50, "full": 50}, 60, make("cpu-big"),
+                needs_cuda=False),
+        ga.Part("cpu-c", "fits what is left", {"quick": 1, "full": 1}, 5, make("cpu-c"), needs_cuda=False),
+    )  # fmt: skip
+
+
+def test_without_a_gpu_cuda_parts_skip_and_parts_that_do_not_fit_are_skipped_for_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(ga, "cuda_available", lambda: False)
+    ran: list[str] = []
+    code = ga.main(["--out", str(tmp_path), "--budget-s", "10"], parts=_timed_parts(ran))
+    assert code == 3  # incomplete: nothing failed, parts were skipped
+    assert ran == ["cpu-a", "cpu-c"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    parts = {p["name"]: p for p in report["parts"]}
+    assert parts["cuda-b"]["status"] == "skip" and parts["cuda-b"]["skipped"] == ga.NO_GPU
+    assert parts["cuda-b"]["summary"] == "skipped: no GPU (torch sees no CUDA device)"
+    assert parts["cpu-big"]["skipped"] == ga.NO_TIME
+    assert parts["cpu-big"]["summary"].startswith("skipped for time: planned 50 s on an H100, ")
+    assert report["status"] == "incomplete" and report["budget_s"] == 10
+    assert report["planned_h100_s"] == 53 and report["plan_fits_budget"] is False
+    md = (tmp_path / "report.md").read_text()
+    assert md.startswith("# GPU acceptance: INCOMPLETE") and "| cpu-big | skip | 50 |" in md
+    assert "planned on one H100 53 s (does NOT fit)" in md
+
+
+def test_with_a_gpu_every_part_that_fits_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(ga, "cuda_available", lambda: True)
+    ran: list[str] = []
+    assert ga.main(["--out", str(tmp_path), "--only", "cpu-a", "cuda-b"], parts=_timed_parts(ran)) == 0
+    assert ran == ["cpu-a", "cuda-b"]
+    with pytest.raises(SystemExit) as info:
+        ga.main(["--budget-s", "0", "--dry-run"])
+    assert info.value.code == 2
+
+
+def test_the_optimizer_backend_is_read_from_the_training_log() -> None:
+    log = "INFO trm.optim: AdamATan2 backend: torch (the adam_atan2 extension does not import; …)\nstep 3"
+    assert ga.optimizer_backend(log) == "torch"
+    assert ga.optimizer_backend("AdamATan2 backend: ext (compiled adam_atan2 extension)") == "ext"
+    assert ga.optimizer_backend("no optimizer line") is None
+
+
+def test_the_extension_is_built_only_from_an_sdist_and_required_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setattr(ga, "extension_imports", lambda python, env: False)
+    ctx = _ctx(tmp_path)
+    ctx.adam_sdist = tmp_path / "missing.tar.gz"
+    outcome = ga.extension_build(ctx)
+    assert outcome.status == "skip" and outcome.skipped == ga.NOT_WANTED and "make gpu-kit" in outcome.summary
+    ctx.require_extension = True
+    assert ga.extension_build(ctx).status == "fail"
+    # Not built and not required: the optimizer part records why and that training uses the torch backend.
+    ctx.require_extension = False
+    skipped = ga.optimizer(ctx)
+    assert (
+        skipped.status == "skip"
+        and "torch backend" in skipped.summary
+        and "install-adam-atan2" in skipped.summary
+    )
+    ctx.require_extension = True
+    assert ga.optimizer(ctx).status == "fail"
+
+
+def test_the_host_torch_version_range() -> None:
+    assert all(ga.torch_supported(v) for v in ("2.10.0+cu128", "2.11.0+cu130", "2.13.0", "2.12.1+cpu"))
+    assert not any(ga.torch_supported(v) for v in ("2.9.1+cu128", "2.14.0", "garbage"))
+
+
+def test_a_probe_that_timed_no_step_fails(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(ga, "run_command", _fake_probe(None, 0))
+    outcome = ga.probe(_ctx(tmp_path))
+    assert outcome.status == "fail" and outcome.summary.endswith("; no step timed")
+
+
+def test_make_gpu_check_runs_the_hosts_python_as_it_is() -> None:
+    """`make gpu-check` starts the check with the given (host) Python and nothing else: no venv, no pip,
+    so a host's own CUDA torch is never replaced; TRM_REQUIRE_GPU is the gpu-tests part's business."""
+    proc = subprocess.run(
+        ["make", "-n", "-s", "-C", str(ROOT), "gpu-check", "GPU_PYTHON=/opt/host/bin/python3", "ARGS=--budget-s 300"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if not line.startswith("make")]
+    assert commands == ["/opt/host/bin/python3 -m trm.launch.gpu_acceptance --budget-s 300"]

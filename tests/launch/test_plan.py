@@ -257,3 +257,28 @@ def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
     assert "exit 0 -> keep, exit 79 (MAX_HOURS) -> destroy" in out and "via vast" in out
     assert "train_prod.sh's exit trap" in out
     assert "scoped-key-never-printed" not in out
+
+
+def test_probe_of_a_one_step_epoch_recipe_trains_past_the_warm_up(tmp_path):
+    """arc2-smoke's epoch is one optimizer step: the probe must still run PROBE_STEPS steps, so that steps
+    after WARMUP_STEPS are timed (before, max_steps=4 met a 1-step schedule and nothing was measured)."""
+    from tests.helpers import FIXTURES
+    from trm.launch.nvidia_smi import parse_query_csv
+    from trm.launch.probe import WARMUP_STEPS
+    from trm.training.config import compose
+    from trm.training.throughput import total_steps
+
+    settings = LaunchSettings.from_env(
+        {"TASK": "arc2-smoke", "PROBE_STEPS": "4", "WORKSPACE": str(tmp_path), "NUM_GPUS": "1"}
+    )
+    plan = build_plan(settings, parse_query_csv((FIXTURES / "h100x4" / "query.csv").read_text()), {})
+    cmd = plan.probe_command(plan.hardware.micro_batch_size)
+    trainer_args = cmd[cmd.index(plan.trainer_module) + 1 :]
+    epochs = int(next(a for a in trainer_args if a.startswith("epochs=")).split("=")[1])
+    assert f"eval_interval={epochs}" in trainer_args and "max_steps=4" in trainer_args
+    cfg = compose(trainer_args)
+    assert cfg.epochs == epochs
+    # One epoch of arc2-smoke is one step (1.5 global batches of rows, rounded down).
+    groups, mean, batch = 768, 1.5, cfg.global_batch_size
+    assert total_steps(1, groups, mean, batch) == 1
+    assert min(total_steps(cfg.epochs, groups, mean, batch), 4) > WARMUP_STEPS + 1

@@ -16,7 +16,12 @@ import pytest
 
 from trm.training.metrics_log import TensorBoardSink
 
-pytest.importorskip("tensorboard")
+
+@pytest.fixture(autouse=True)
+def _tensorboard() -> None:
+    """The real TensorBoard (an optional extra): each test skips without it, collection never does."""
+    pytest.importorskip("tensorboard")
+
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -167,7 +167,7 @@ def test_build_auto_and_torch_use_ours_on_cpu(caplog, monkeypatch):
 
 def test_build_ext_without_extension_is_a_trm_error(monkeypatch):
     monkeypatch.setattr(backend_module, "_extension_class", lambda: None)
-    with pytest.raises(TRMError, match=r"adam-atan2==0\.0\.3"):
+    with pytest.raises(TRMError, match=r"install-adam-atan2 --sdist \S*adam_atan2-0\.0\.3\.tar\.gz"):
         build_adam_atan2(
             [torch.nn.Parameter(torch.ones(2))], lr=0.0, betas=BETAS, weight_decay=WD, backend="ext"
         )
@@ -202,6 +202,7 @@ def _extension():
 
 
 @pytest.mark.gpu
+@pytest.mark.adam_ext
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extension_matches_ours_on_cuda(dtype):
     extension = _extension()
@@ -221,6 +222,7 @@ def test_extension_matches_ours_on_cuda(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.adam_ext
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_extension_resumes_from_a_cpu_loaded_checkpoint(tmp_path, dtype):
     """Issue 12 item 3 on the real kernel: save, load with map_location="cpu", place, continue = straight."""

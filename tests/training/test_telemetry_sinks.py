@@ -13,15 +13,13 @@ from tests.training.test_trainer_inprocess import run
 from trm.errors import TRMError
 from trm.training.metrics_log import wandb_api_key
 
-wandb_pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
-event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-
 FAKE_KEY = "local-0123456789abcdef0123456789abcdef01234567"  # a W&B key's shape; offline never sends it
 BLOCK = 32768  # the .wandb transaction log: LevelDB's log format, 32 KiB blocks
 
 
 def wandb_records(path: Path) -> Iterator[object]:
     """The protobuf `Record`s of a .wandb file (after its 7-byte `:W&B` header; chunks FULL or FIRST..LAST)."""
+    wandb_pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
     data = path.read_bytes()
     assert data[:4] == b":W&B"
     pos, pending = 7, b""
@@ -58,6 +56,8 @@ def offline_wandb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 def test_offline_wandb_and_tensorboard_hold_every_metric_and_never_the_key(
     offline_wandb: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    pytest.importorskip("wandb.proto.wandb_internal_pb2")
     run_dir = tmp_path / "run"
     code, trainer = run(run_dir, "wandb=true", "tensorboard=true", "project_name=trm-test")
     assert code == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,63 @@ def test_cuda_run_is_bf16_compiled_evaluates_and_resumes_to_the_same_end(
     assert a["progress"] == b["progress"]
     for key in a["model"]:  # bf16 kernels need not be bit-deterministic across processes
         torch.testing.assert_close(a["model"][key], b["model"][key], rtol=2e-2, atol=2e-3)
+
+
+def adam_extension_expected() -> str:
+    """The AdamATan2 backend a CUDA run must use here: "ext" when the compiled extension imports (or the
+    check was asked to require it: TRM_REQUIRE_ADAM_EXT=1), else our torch implementation."""
+    if os.environ.get("TRM_REQUIRE_ADAM_EXT") == "1":
+        return "ext"
+    try:
+        import adam_atan2  # noqa: F401
+    except ImportError:
+        return "torch"
+    return "ext"
+
+
+def test_cuda_training_really_compiles_and_uses_the_expected_optimizer_backend(tmp_path: Path) -> None:
+    from torch._dynamo.eval_frame import OptimizedModule
+    from torch._dynamo.utils import counters
+
+    from tests.training.test_trainer_inprocess import make_trainer
+    from trm.distributed import DistInfo
+
+    torch._dynamo.reset()
+    counters.clear()
+    cuda = DistInfo(device=torch.device("cuda"))
+    trainer = make_trainer(tmp_path / "run", "compile=auto", "arch.forward_dtype=auto", info=cuda)
+    try:
+        assert isinstance(trainer.components.step_module, OptimizedModule), "compile=auto did not compile"
+        assert trainer.train() == 0
+    finally:
+        trainer.close()
+    # Dynamo traced the step and Inductor compiled it (not an eager fallback after a failed compile).
+    assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])
+    assert sum(counters["inductor"].values()) > 0, dict(counters["inductor"])
+    (adam,) = [o.optimizer for o in trainer.components.optimizers if o.name == "adam_atan2"]
+    expected = adam_extension_expected()
+    assert adam.trm_backend == expected
+
+
+def test_evaluation_only_run_on_cuda_matches_the_in_training_evaluation(
+    dataset: Path, tmp_path: Path
+) -> None:
+    from trm.training import checkpoint as ckpt
+
+    trained = run(dataset, tmp_path / "run", "epochs=2", "eval_interval=2")
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    newest = ckpt.find_complete(tmp_path / "run")[-1]
+    out = tmp_path / "eval"
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "trm.eval", str(newest.path), "--output-dir", str(out)],
+        env=gpu_env(), cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    metrics = json.loads((out / f"evaluator_ARC_step_{newest.step}" / "metrics.json").read_text())
+    in_training = [r for r in rows(tmp_path / "run") if "ARC/pass@2" in r][-1]
+    assert metrics["ARC/pass@2"] == in_training["ARC/pass@2"]
+    # bf16 on the same GPU and weights: the loss agrees closely (kernels may differ between processes).
+    assert metrics["eval/all/lm_loss"] == pytest.approx(in_training["eval/all/lm_loss"], rel=1e-2)
+    test_puzzles = json.loads((dataset / "test_puzzles.json").read_text())
+    submission = out / f"evaluator_ARC_step_{newest.step}" / "submission.json"
+    validate_submission(json.loads(submission.read_text()), test_puzzles)

@@ -36,8 +36,11 @@ TINY = (
 )
 
 
-def make_trainer(run_dir: Path, *extra: str, base: tuple[str, ...] = TINY) -> Trainer:
-    """A trainer over fake loaders: `base` overrides (TINY), the run directory, then `extra`."""
+def make_trainer(
+    run_dir: Path, *extra: str, base: tuple[str, ...] = TINY, info: DistInfo | None = None
+) -> Trainer:
+    """A trainer over fake loaders: `base` overrides (TINY), the run directory, then `extra` (on CPU
+    unless `info` says otherwise)."""
     cfg = compose([*base, f"checkpoint_path={run_dir}", *extra])
     fill_run_defaults(cfg)
     loaders = tuple(
@@ -46,7 +49,7 @@ def make_trainer(run_dir: Path, *extra: str, base: tuple[str, ...] = TINY) -> Tr
         )
         for split in ("train", "test")
     )
-    return Trainer.create(cfg, DistInfo(), loaders)
+    return Trainer.create(cfg, info or DistInfo(), loaders)
 
 
 def run(run_dir: Path, *extra: str, stop_at: int | None = None) -> tuple[int, Trainer]:

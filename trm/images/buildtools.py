@@ -2,6 +2,9 @@
 
     python3 buildtools.py cuda-home VENV                     locate (and complete) the pip CUDA toolkit
     python3 buildtools.py build-adam-atan2 --sdist ... --lock ... --archs "9.0" --out DIR
+    python -m trm.images.buildtools install-adam-atan2 --sdist adam_atan2-0.0.3.tar.gz [--target DIR]
+                                                             the same patched build on a host with its own
+                                                             CUDA torch + nvcc: offline, this GPU's SM only
     python3 buildtools.py check-runtime --sm-list sm_90      assertions on the finished runtime image
     python3 buildtools.py check-cc                          the C build torch.compile's Triton does at run time
 (The venv stage's steps are in venvtools.py.)
@@ -38,6 +41,8 @@ __all__ = ["BuildCheckError", "split_layers", "subset_lock"]
 _ADAM_ARCH_LINE = '"nvcc": nvcc_flags_with_arch,'
 _ADAM_PLAIN_LINE = '"nvcc": NVCC_FLAGS,'
 _ELF_SM = re.compile(r"\bsm_(\d+[a-z]?)\b")
+# setuptools_scm: its version and its `setup_requires` (which fetches it from the network when missing).
+_ADAM_SCM_LINES = ("use_scm_version=True,", "setup_requires=['setuptools_scm'],")
 
 
 def lock_hashes(text: str, name: str) -> set[str]:
@@ -62,6 +67,28 @@ def patch_adam_setup(text: str) -> str:
             "update patch_adam_setup"
         )
     return text.replace(_ADAM_ARCH_LINE, _ADAM_PLAIN_LINE)
+
+
+def pin_adam_version(text: str, version: str) -> str:
+    """Make adam-atan2's setup.py build offline: a fixed version instead of setuptools_scm."""
+    if any(text.count(line) != 1 for line in _ADAM_SCM_LINES):
+        raise BuildCheckError(
+            "adam-atan2 setup.py does not have the expected setuptools_scm lines; the sdist changed, "
+            "update pin_adam_version"
+        )
+    return text.replace(_ADAM_SCM_LINES[0], f"version={version!r},").replace(_ADAM_SCM_LINES[1], "")
+
+
+def unpack_sdist(sdist: Path, work: Path) -> Path:
+    """Extract `sdist` into `work` (refusing links and paths outside it); returns its source folder."""
+    with tarfile.open(sdist) as tar:
+        for member in tar.getmembers():  # Python < 3.11.4 (Debian's 3.11.2) has no extraction filter
+            parts = Path(member.name).parts
+            if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
+                raise BuildCheckError(f"{sdist.name}: refusing to extract {member.name!r}")
+        tar.extractall(work)
+    (src,) = work.iterdir()
+    return src
 
 
 def arch_flags_to_sm(archs: str) -> set[str]:
@@ -134,13 +161,7 @@ def build_adam_atan2(
     if not cuobjdump.exists():
         raise BuildCheckError(f"{cuobjdump} missing: add nvidia-cuda-cuobjdump to the build lock")
     work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
-    with tarfile.open(sdist) as tar:
-        for member in tar.getmembers():  # Python < 3.11.4 (Debian's 3.11.2) has no extraction filter
-            parts = Path(member.name).parts
-            if member.name.startswith("/") or ".." in parts or not (member.isfile() or member.isdir()):
-                raise BuildCheckError(f"{sdist.name}: refusing to extract {member.name!r}")
-        tar.extractall(work)
-    (src,) = work.iterdir()
+    src = unpack_sdist(sdist, work)
     setup = src / "setup.py"
     setup.write_text(patch_adam_setup(setup.read_text()))
     env = dict(
@@ -167,6 +188,102 @@ def build_adam_atan2(
     print(f"verified {wheel.name}: version {version}, backend present, SASS {sorted(found)}", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return wheel
+
+
+def visible_gpu_archs() -> str:
+    """TORCH_CUDA_ARCH_LIST of the GPUs this Python's torch sees, e.g. "9.0" on H100s ("" without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    return ";".join(f"{major}.{minor}" for major, minor in sorted(caps))
+
+
+def sdist_version(src: Path) -> str:
+    """The `Version:` of an unpacked sdist's PKG-INFO."""
+    for line in (src / "PKG-INFO").read_text(encoding="utf-8").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+    raise BuildCheckError(f"{src / 'PKG-INFO'} has no Version: line")
+
+
+def install_adam_atan2(
+    sdist: Path,
+    archs: str,
+    *,
+    target: Path | None = None,
+    python: str = sys.executable,
+    jobs: int | None = None,
+    env: dict[str, str] | None = None,
+) -> list[str]:
+    """Build and install adam-atan2 from `sdist` with `python`'s own CUDA torch and the host's nvcc.
+
+    The same patched source as the image build (only the SMs of `archs`, no setuptools_scm), built
+    offline (`--no-build-isolation --no-index`), in parallel with ninja when it is on PATH. Installs into
+    `target` (a folder to put on PYTHONPATH) or else into `python`'s environment; returns what it did.
+    """
+    if not archs:
+        raise BuildCheckError(
+            "no GPU architecture to build for: torch sees no CUDA GPU here; pass --archs (e.g. 9.0 for H100)"
+        )
+    env = dict(os.environ if env is None else env)
+    nvcc = shutil.which("nvcc", path=env.get("PATH"))
+    if nvcc is None and not env.get("CUDA_HOME"):
+        raise BuildCheckError("no nvcc on PATH and CUDA_HOME unset: the extension needs the CUDA compiler")
+    if not env.get("CUDA_HOME") and nvcc is not None:
+        env["CUDA_HOME"] = str(Path(nvcc).resolve().parent.parent)
+    jobs = jobs or os.cpu_count() or 1
+    env.update(TORCH_CUDA_ARCH_LIST=archs, MAX_JOBS=str(jobs), PYTHONHASHSEED="0")
+    ninja = shutil.which("ninja", path=env.get("PATH"))
+    work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
+    try:
+        src = unpack_sdist(sdist, work)
+        version = sdist_version(src)
+        setup = src / "setup.py"
+        setup.write_text(pin_adam_version(patch_adam_setup(setup.read_text()), version))
+        cmd = [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-index",
+            "--no-cache-dir",
+        ]
+        cmd += ["--target", str(target), "--upgrade"] if target is not None else []
+        start = time.monotonic()
+        proc = subprocess.run([*cmd, str(src)], env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildCheckError(
+                f"building adam-atan2 {version} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
+                f"{proc.stderr[-3000:]}"
+            )
+        seconds = time.monotonic() - start
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    notes = [
+        f"adam-atan2 {version} for {archs} built in {seconds:.0f} s with {jobs} job(s), "
+        + ("ninja" if ninja else "no ninja on PATH (one file at a time)")
+    ]
+    if target is not None:
+        backends = sorted(target.glob("adam_atan2_backend*.so"))
+        if len(backends) != 1:
+            raise BuildCheckError(f"{target} has no adam_atan2_backend extension after the build")
+        cuobjdump = shutil.which("cuobjdump", path=env.get("PATH"))
+        if cuobjdump:
+            listing = subprocess.run(
+                [cuobjdump, "--list-elf", str(backends[0])], capture_output=True, text=True
+            )
+            found, expected = parse_cuobjdump_elf(listing.stdout), arch_flags_to_sm(archs)
+            if found != expected:
+                raise BuildCheckError(
+                    f"{backends[0]} has SASS for {sorted(found)}, expected {sorted(expected)}"
+                )
+            notes.append(f"SASS {sorted(found)} (cuobjdump)")
+        notes.append(f"installed into {target}")
+    return notes
 
 
 # What Triton (torch.compile's GPU code generator) needs at run time to build its small C launcher
@@ -311,6 +428,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", required=True)
     p.add_argument("--venv", type=Path, default=Path("/opt/venv"))
     p.add_argument("--jobs", type=int, default=1)
+    p = sub.add_parser(
+        "install-adam-atan2", help="build + install adam-atan2 on a host with CUDA torch + nvcc"
+    )
+    p.add_argument("--sdist", type=Path, required=True, help="adam_atan2-0.0.3.tar.gz (in the GPU kit)")
+    p.add_argument(
+        "--archs", default=None, help="TORCH_CUDA_ARCH_LIST (default: the visible GPUs', e.g. 9.0)"
+    )
+    p.add_argument(
+        "--target", type=Path, default=None, help="install into this folder (default: this Python)"
+    )
+    p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
     p = sub.add_parser("check-runtime")
     p.add_argument("--sm-list", default="")
     sub.add_parser("check-cc")
@@ -320,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
             print(find_cuda_home(args.venv))
         elif args.cmd == "build-adam-atan2":
             build_adam_atan2(args.sdist, args.lock, args.archs, args.out, args.version, args.venv, args.jobs)
+        elif args.cmd == "install-adam-atan2":
+            archs = args.archs if args.archs is not None else visible_gpu_archs()
+            for note in install_adam_atan2(args.sdist, archs, target=args.target, jobs=args.jobs):
+                print(note, flush=True)
         elif args.cmd == "check-cc":
             print(check_cc())
         else:

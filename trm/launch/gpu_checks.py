@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 
@@ -19,7 +21,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _allreduce_worker(rank: int, world_size: int, backend: str, port: int, queue, timeout_s: float) -> None:
+def _allreduce_worker(
+    rank: int, world_size: int, backend: str, port: int, queue, timeout_s: float, gpus: int
+) -> None:
     import datetime
 
     import torch
@@ -27,8 +31,8 @@ def _allreduce_worker(rank: int, world_size: int, backend: str, port: int, queue
 
     try:
         if backend == "nccl":
-            torch.cuda.set_device(rank)
-            device = torch.device("cuda", rank)
+            torch.cuda.set_device(rank % gpus)
+            device = torch.device("cuda", rank % gpus)
         else:
             device = torch.device("cpu")
         dist.init_process_group(
@@ -56,14 +60,21 @@ class AllReduceResult:
     detail: str
 
 
-def allreduce_check(world_size: int, *, backend: str = "nccl", timeout_s: float = 120.0) -> AllReduceResult:
-    """All-reduce 4 MiB across `world_size` local processes; every rank must see sum(1..world_size)."""
+def allreduce_check(
+    world_size: int, *, backend: str = "nccl", timeout_s: float = 120.0, gpus: int | None = None
+) -> AllReduceResult:
+    """All-reduce 4 MiB across `world_size` local processes; every rank must see sum(1..world_size).
+
+    With NCCL, rank r uses GPU r % `gpus` (default: one GPU per rank). Several ranks on one GPU need
+    NCCL >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1; older NCCL refuses them ("Duplicate GPU detected").
+    """
+    gpus = gpus or world_size
     ctx = get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
     procs = [
         ctx.Process(
-            target=_allreduce_worker, args=(r, world_size, backend, port, queue, timeout_s), daemon=True
+            target=_allreduce_worker, args=(r, world_size, backend, port, queue, timeout_s, gpus), daemon=True
         )
         for r in range(world_size)
     ]
@@ -100,6 +111,24 @@ def allreduce_check(world_size: int, *, backend: str = "nccl", timeout_s: float 
     return AllReduceResult(True, f"{backend} all-reduce over {world_size} rank(s) correct in {elapsed:.1f} s")
 
 
+@contextmanager
+def ieee_fp32_matmul() -> Iterator[None]:
+    """fp32 CUDA matmuls in full IEEE precision (no TF32) inside the block; the previous setting after it.
+
+    Uses the precision API of torch >= 2.9 (`torch.backends.cuda.matmul.fp32_precision`): the legacy
+    `allow_tf32` flags warn there, and setting them is process-wide and never restored.
+    """
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    before = matmul.fp32_precision
+    matmul.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        matmul.fp32_precision = before
+
+
 @dataclass
 class MatmulResult:
     """Outcome of the matmul check on one device (UUID logged)."""
@@ -120,7 +149,6 @@ def matmul_check(
     device = torch.device(device_name)
     uuid = "cpu"
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
         props = torch.cuda.get_device_properties(device)
         uuid = str(getattr(props, "uuid", "unknown"))
         uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
@@ -128,7 +156,8 @@ def matmul_check(
     a = torch.randn(size, size, generator=gen, dtype=torch.float64)
     b = torch.randn(size, size, generator=gen, dtype=torch.float64)
     reference = a @ b
-    result = (a.float().to(device) @ b.float().to(device)).double().cpu()
+    with ieee_fp32_matmul():
+        result = (a.float().to(device) @ b.float().to(device)).double().cpu()
     rel = float(((result - reference).abs().max() / reference.abs().max()).item())
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     x = torch.randn(bench_size, bench_size, device=device, dtype=dtype)

@@ -53,6 +53,22 @@ def merge_overrides(base: list[str] | tuple[str, ...], extra: list[str] | tuple[
     return out
 
 
+def probe_schedule(overrides: list[str], recipe_epochs: int, probe_steps: int) -> list[str]:
+    """Overrides that stretch a run's schedule to at least `probe_steps` optimizer steps.
+
+    A recipe whose epoch is a single optimizer step (arc2-smoke) would stop the probe at step 1, before
+    the probe's warm-up steps, so no step would be timed. A run of E epochs with at least one step has at
+    least `probe_steps` steps over E × probe_steps epochs; its one evaluation comes at the end (max_steps).
+    """
+    epochs = recipe_epochs
+    for item in overrides:
+        key, _, value = item.lstrip("+").partition("=")
+        if key == "epochs" and value.isdigit():
+            epochs = int(value)
+    longer = epochs * probe_steps
+    return [f"epochs={longer}", f"eval_interval={longer}"]
+
+
 def torchrun_command(
     python: str,
     overrides: list[str],
@@ -243,7 +259,8 @@ class LaunchPlan:
             max_steps=self.settings.probe_steps,
             micro_batch_size=micro_batch_size,
         )
-        return self.torchrun(overrides, exit_dir=self.exit_dir())
+        schedule = probe_schedule(overrides, self.recipe.config.epochs, self.settings.probe_steps)
+        return self.torchrun(merge_overrides(overrides, schedule), exit_dir=self.exit_dir())
 
     def smoke_command(self) -> list[str]:
         """torchrun of SMOKE_STEPS steps of the real config into the smoke directory."""

@@ -443,12 +443,13 @@ def check_image_sm(gpus: list[GpuInfo], image_sm_list: str | None, torch_cuda: s
 def check_adam_atan2(gpus: list[GpuInfo], ctx: PreflightContext) -> CheckResult:
     """The adam-atan2 CUDA extension imports and was built for these GPUs (else: slower torch backend)."""
     if not (ctx.adam_backend_importable or _adam_backend_importable)():
+        from trm.optim.backend import EXTENSION_INSTALL
+
         return CheckResult(
             "adam-atan2",
             "warn",
             "adam_atan2_backend is not importable: the optimizer uses its torch backend (same update, slower)",
-            "use the trm image (it bakes the CUDA extension), or `pip install --no-cache-dir "
-            "--no-build-isolation adam-atan2==0.0.3` with TORCH_CUDA_ARCH_LIST set for these GPUs",
+            f"use the trm image (it bakes the CUDA extension), or `{EXTENSION_INSTALL}`",
         )
     if ctx.adam_sm_list or ctx.image_sm_list:
         source = "TRM_ADAM_ATAN2_SM_LIST" if ctx.adam_sm_list else "TRM_IMAGE_SM_LIST"

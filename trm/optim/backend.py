@@ -14,8 +14,11 @@ from trm.errors import TRMError
 from trm.optim.adam_atan2 import AdamATan2
 
 BACKENDS = ("auto", "ext", "torch")
+# How to build the extension where torch is CUDA and nvcc is present: our patched build (this GPU's SM
+# only, offline, ninja when present) of the sdist that `make gpu-kit` puts in the GPU kit.
 EXTENSION_INSTALL = (
-    "pip install --no-cache-dir --no-build-isolation adam-atan2==0.0.3 (needs CUDA torch + nvcc)"
+    "python -m trm.images.buildtools install-adam-atan2 --sdist build/gpu-kit/adam_atan2-0.0.3.tar.gz "
+    "(needs CUDA torch + nvcc; builds for the visible GPUs' SM only, offline)"
 )
 
 log = logging.getLogger("trm.optim")
