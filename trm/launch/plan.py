@@ -303,8 +303,9 @@ class LaunchPlan:
         s = self.settings
         if s.max_hours is not None:
             what = (
-                f"starts after data verification: SIGTERM to the trainer at "
-                f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves; the launcher exits 79)"
+                f"starts after data verification: SIGTERM to the trainer when the run (every session "
+                f"together, launch/ledger.json) reaches {s.max_hours:g} h - {s.stop_margin_minutes:g} min "
+                "(it saves; the launcher exits 79)"
             )
         else:
             what = "starts after data verification: no deadline (MAX_HOURS unset)"
@@ -476,6 +477,7 @@ def build_plan(
             f"checkpoint_path={settings.run_dir}",
             f"checkpoint_keep={settings.checkpoint_keep}",
             f"wandb={'false' if settings.wandb == 'off' else 'true'}",
+            f"tensorboard={'true' if settings.tensorboard else 'false'}",
             *hardware.overrides(),
         ],
         settings.train_overrides,
