@@ -35,4 +35,6 @@ def test_every_image_variant_ships_the_hub_and_its_lock_has_it():
     for name, variant in config["variants"].items():
         assert "hub" in variant["extras"], f"variant {name}: build-sudoku/build-maze need the hub extra"
         lock = (ROOT / "docker" / "requirements" / f"runtime-{variant['lock']}.txt").read_text()
-        assert re.search(r"^huggingface-hub==2\.4\.0 ", lock, re.M), f"runtime-{variant['lock']}.txt: re-run make lock"
+        assert re.search(r"^huggingface-hub==2\.4\.0 ", lock, re.M), (
+            f"runtime-{variant['lock']}.txt: re-run make lock"
+        )

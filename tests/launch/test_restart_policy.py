@@ -43,7 +43,11 @@ def docker_on_failure(env: dict[str, str], max_starts: int = 4) -> list[tuple[in
     starts: list[tuple[int, str]] = []
     while len(starts) < max_starts:
         proc = subprocess.run(
-            [sys.executable, str(FAKE_DIR / "launch_fake.py")], env=env, capture_output=True, text=True, timeout=300
+            [sys.executable, str(FAKE_DIR / "launch_fake.py")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         starts.append((proc.returncode, proc.stdout + proc.stderr))
         if proc.returncode == 0:
@@ -118,14 +122,14 @@ def _ledger(tmp_path: Path, hours: float = 0.0) -> RunLedger:
 
 def test_admission_rules(tmp_path):
     spent = _ledger(tmp_path, hours=9.9)
-    assert admit(spent, max_hours=10, margin_minutes=10, config="a", environ={}).refusal
-    assert admit(spent, max_hours=12, margin_minutes=10, config="a", environ={}).refusal is None
-    assert admit(spent, max_hours=None, margin_minutes=10, config="a", environ={}).refusal is None
+    assert admit(spent, max_hours=10, margin_minutes=10, config="a", continue_id="").refusal
+    assert admit(spent, max_hours=12, margin_minutes=10, config="a", continue_id="").refusal is None
+    assert admit(spent, max_hours=None, margin_minutes=10, config="a", continue_id="").refusal is None
     ended = _ledger(tmp_path)
     ended.record_end(exit_codes.CONFIG_ERROR, "a")
-    assert admit(ended, max_hours=None, margin_minutes=10, config="a", environ={"CONTINUE_RUN": "x"}).refusal
+    assert admit(ended, max_hours=None, margin_minutes=10, config="a", continue_id="x").refusal
     assert ended.end is not None  # a refusal keeps the end
-    assert admit(ended, max_hours=None, margin_minutes=10, config="b", environ={}).refusal is None
+    assert admit(ended, max_hours=None, margin_minutes=10, config="b", continue_id="").refusal is None
     assert ended.end is None  # a changed configuration clears it
 
 
@@ -140,5 +144,5 @@ def test_the_ledger_survives_a_save_and_names_a_broken_file(tmp_path):
     ledger.path.write_text("{not json")
     from trm.errors import TRMError
 
-    with pytest.raises(TRMError, match="ledger.json is unreadable.*delete it"):
+    with pytest.raises(TRMError, match=r"ledger\.json is unreadable.*delete it"):
         RunLedger.load(ledger.path.parent)

@@ -100,4 +100,6 @@ def test_the_docker_journey_has_a_live_view_on_the_hosts_loopback_only() -> None
     section_2a = production.split("## 2a.", 1)[1].split("\n## ", 1)[0]
     assert section_2a.count("-p 127.0.0.1:6006:6006") >= 2  # the launch and its W&B variant
     monitoring = (ROOT / "runbooks" / "v1" / "04-monitoring.md").read_text()
-    assert 'docker exec "$RUN_NAME" python -m trm tensorboard' in monitoring and "--host 0.0.0.0" in monitoring
+    assert (
+        'docker exec "$RUN_NAME" python -m trm tensorboard' in monitoring and "--host 0.0.0.0" in monitoring
+    )

@@ -231,8 +231,8 @@ def test_applying_a_job_overlay_needs_the_job_deleted_first(code, flagged):
         assert "immutable" in problems[0]
 
 
-_LAUNCH = 'img python -m trm launch'
-_BUDGET = '-e MAX_HOURS=80 -e GPU_HOURLY_USD=2.5'
+_LAUNCH = "img python -m trm launch"
+_BUDGET = "-e MAX_HOURS=80 -e GPU_HOURLY_USD=2.5"
 
 
 @pytest.mark.parametrize(

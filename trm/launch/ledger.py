@@ -127,7 +127,7 @@ class Admission:
 
 
 def admit(
-    ledger: RunLedger, *, max_hours: float | None, margin_minutes: float, config: str, environ: dict[str, str]
+    ledger: RunLedger, *, max_hours: float | None, margin_minutes: float, config: str, continue_id: str
 ) -> Admission:
     """Decide whether this launch of the run may train; clears an end that no longer applies (the caller
     saves the ledger)."""
@@ -147,7 +147,7 @@ def admit(
         notes.append(f"continuing after {end['id']}: MAX_HOURS leaves {_hours(left)} to train")
     elif end["config"] != config:
         notes.append(f"continuing after {end['id']} ({end['reason']}): the train command has changed since")
-    elif environ.get(CONTINUE_VAR, "").strip() == end["id"]:
+    elif continue_id == end["id"]:
         notes.append(f"continuing after {end['id']} ({end['reason']}): {CONTINUE_VAR}={end['id']}")
     else:
         return Admission(

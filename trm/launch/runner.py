@@ -382,7 +382,7 @@ class Launch:
             max_hours=s.max_hours,
             margin_minutes=s.stop_margin_minutes,
             config=config_fingerprint(self.plan.train_command()),
-            environ=self.environ,
+            continue_id=s.continue_run,
         )
         for note in admission.notes:
             self.console.log(note)

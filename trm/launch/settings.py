@@ -355,6 +355,8 @@ class LaunchSettings:
     wandb: str
     wandb_project: str
     tensorboard: bool = False
+    continue_run: str = ""
+    """CONTINUE_RUN: the end id (trm.launch.ledger) this launch may train after."""
     """TENSORBOARD: the trainer writes event files (default: where the tensorboard package is installed)."""
     wandb_entity: str = ""
     """WANDB_ENTITY (empty: the key's default)."""
@@ -458,6 +460,7 @@ class LaunchSettings:
             cost_log_minutes=_float(env, "COST_LOG_MINUTES") or 30.0,
             wandb=wandb,
             tensorboard=_flag(env, "TENSORBOARD", tensorboard_installed()),
+            continue_run=env.get("CONTINUE_RUN", "").strip(),
             wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{recipe}",
             wandb_entity=env.get("WANDB_ENTITY", "").strip(),
             wandb_run_group=env.get("WANDB_RUN_GROUP", "").strip(),

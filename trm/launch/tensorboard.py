@@ -57,9 +57,7 @@ def start(logdir: Path, host: str, port: int) -> tuple[Any, str]:
     try:
         from tensorboard import program
     except ImportError:
-        raise TRMError(
-            f"TensorBoard is not installed here: {install_hint('tensorboard')}"
-        ) from None
+        raise TRMError(f"TensorBoard is not installed here: {install_hint('tensorboard')}") from None
     board = program.TensorBoard()
     board.configure(
         argv=[

@@ -156,9 +156,7 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            log.warning(
-                "W&B requested but not installed (%s). Logging to files only.", install_hint("wandb")
-            )
+            log.warning("W&B requested but not installed (%s). Logging to files only.", install_hint("wandb"))
             self._run = None
             return
         key = wandb_api_key()
