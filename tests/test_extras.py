@@ -26,7 +26,12 @@ def test_no_text_tells_users_to_install_trm_stack_from_an_index():
         check=True,
     ).stdout.split()  # fmt: skip
     index_install = re.compile(r"pip install ['\"]?trm-stack\[")
-    offenders = [f for f in files if f != "pyproject.toml" and index_install.search((ROOT / f).read_text())]
+    offenders = [
+        f
+        for f in files
+        if f not in ("pyproject.toml", "tests/test_extras.py")
+        and index_install.search((ROOT / f).read_text())
+    ]
     assert offenders == [], f"`pip install 'trm-stack[...]'` finds no package on an index: {offenders}"
 
 
@@ -38,3 +43,13 @@ def test_every_image_variant_ships_the_hub_and_its_lock_has_it():
         assert re.search(r"^huggingface-hub==2\.4\.0 ", lock, re.M), (
             f"runtime-{variant['lock']}.txt: re-run make lock"
         )
+
+
+def test_every_test_file_the_readmes_name_exists():
+    named = {
+        (doc, path)
+        for doc in ("README.md", "docker/README.md", "jobs/README.md", "runbooks/README.md")
+        for path in re.findall(r"`(tests/[\w/]+\.py)", (ROOT / doc).read_text())
+    }
+    missing = sorted((doc, path) for doc, path in named if not (ROOT / path).is_file())
+    assert named and missing == [], f"stale test paths: {missing}"

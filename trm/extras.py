@@ -1,7 +1,7 @@
 """How to add one of trm-stack's optional dependencies (pyproject's extras) to an environment.
 
-trm-stack is not on a package index (`pip install 'trm-stack[hub]'` finds nothing, or someone else's
-package): every trm image ships the hub, sync, tensorboard and wandb extras (docker/images.toml), and a
+trm-stack is not on a package index (installing it by name with an extra finds nothing, or someone
+else's package): every trm image ships the hub, sync, tensorboard and wandb extras (docker/images.toml), and a
 checkout installs one into its own venv with `pip install -e '.[EXTRA]'`, or the pinned packages alone.
 """
 

@@ -257,3 +257,15 @@ def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
     assert "exit 0 -> keep, exit 79 (MAX_HOURS) -> destroy" in out and "via vast" in out
     assert "train_prod.sh's exit trap" in out
     assert "scoped-key-never-printed" not in out
+
+
+def test_a_python_without_torch_gets_one_line_not_a_traceback(tmp_path):
+    """The laptop rehearsal with no venv activated: the script's Python cannot train; it says what to do."""
+    no_torch = tmp_path / "bin" / "python"
+    no_torch.parent.mkdir()
+    no_torch.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    no_torch.chmod(0o755)  # the same Python without its site-packages: no torch (nor numpy)
+    proc = dry_run(tmp_path, "h100x4", PYTHON=str(no_torch))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "has no torch; set PYTHON to the project's venv" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
