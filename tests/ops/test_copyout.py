@@ -13,7 +13,7 @@ from trm.ops import copyout, jobpolicy, k8s
 pytestmark = pytest.mark.kube
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCTION = ["prod-4xh100", "prod-8xh200", "multinode-2x8xh200"]
+PRODUCTION = ["prod-4xh100", "prod-8xh200", "multinode-2x8xh200", "urm-8xh100"]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 from trm.launch.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.nvidia_smi import GpuInfo
-from trm.launch.settings import ENV_VARS, LaunchSettings
+from trm.launch.settings import ENV_VARS, LaunchSettings, arch_override
 from trm.training.config import TrainConfig, compose
 from trm.training.recipes import Recipe, get_recipe
 
@@ -444,12 +444,6 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
     return env
 
 
-def _arch_override(overrides: tuple[str, ...]) -> str | None:
-    """The `arch=<name>` among the trainer overrides (the last one wins, as in the trainer), if any."""
-    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "arch"]
-    return names[-1] if names else None
-
-
 def build_plan(
     settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str], recipe: Recipe | None = None
 ) -> LaunchPlan:
@@ -465,7 +459,7 @@ def build_plan(
         compile_override=settings.compile,
         cpu_procs=settings.cpu_procs,
         expected_global_batch_size=recipe.global_batch_size,
-        workload=workload_of(recipe, _arch_override(settings.train_overrides)),
+        workload=workload_of(recipe, arch_override(settings.train_overrides)),
     )
     dataset_dir = settings.data_dir / recipe.dataset
     overrides = merge_overrides(

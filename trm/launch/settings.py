@@ -42,7 +42,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "RUN_NAME",
         "trm-$TASK",
-        "stable run id; the same RUN_NAME resumes from its newest complete checkpoint",
+        "stable run id; the same RUN_NAME resumes from its newest complete checkpoint (the default adds "
+        "-<arch> when TRAIN_OVERRIDES swap the recipe's arch, e.g. trm-arc2-urm; TASK=urm-arc2 is trm-urm-arc2)",
     ),
     EnvVar(
         "WORKSPACE",
@@ -305,6 +306,29 @@ def _float(env: Mapping[str, str], name: str) -> float | None:
     return value
 
 
+def arch_override(overrides: tuple[str, ...]) -> str | None:
+    """The `arch=<name>` among the trainer overrides (the last one wins, as in the trainer), if any."""
+    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "arch"]
+    return names[-1] if names else None
+
+
+def default_run_name(recipe: str, overrides: tuple[str, ...]) -> str:
+    """trm-<recipe>, plus -<arch> when the overrides swap the recipe's architecture (TASK=arc2 with arch=urm
+    is another run than TRM's arc2: it must not resume TRM's checkpoints)."""
+    from trm.model.registry import get_spec
+
+    name = f"trm-{recipe}"
+    arch = arch_override(overrides)
+    if arch is not None:
+        try:
+            arch = get_spec(arch).name
+        except TRMError:
+            return name  # the trainer names the unknown architecture; the run name does not matter then
+        if arch != RECIPES[recipe].arch:
+            name += f"-{arch}"
+    return name
+
+
 def tensorboard_installed() -> bool:
     """Whether this Python has the tensorboard package (the trm images do), so event files cost nothing extra."""
     return importlib.util.find_spec("tensorboard") is not None
@@ -433,7 +457,7 @@ class LaunchSettings:
         sync_to = check_remote(env.get("SYNC_TO", ""))
         return cls(
             recipe=recipe,
-            run_name=env.get("RUN_NAME", "").strip() or f"trm-{recipe}",
+            run_name=env.get("RUN_NAME", "").strip() or default_run_name(recipe, overrides),
             data_dir=Path(env.get("DATA_DIR", "").strip() or workspace / "data"),
             checkpoint_dir=Path(env.get("CHECKPOINT_DIR", "").strip() or workspace / "checkpoints"),
             artifacts_dir=Path(env.get("ARTIFACTS_DIR", "").strip() or workspace / "artifacts"),
