@@ -322,6 +322,9 @@ class CostGuard(threading.Thread):
             self._stopped.wait(max(0.05, min(wake - now, 5.0)))
 
     def stop(self) -> None:
-        """End the guard thread and write the session's last spent time into the ledger."""
+        """End the guard thread, then write the session's last spent time into the ledger (after the thread
+        is gone, so that the launcher's own ledger writes never race it)."""
         self._stopped.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=30)
         self.account()
