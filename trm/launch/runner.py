@@ -76,6 +76,7 @@ class Launch:
         self.exit_code = 1
         self.ledger: RunLedger | None = None
         self.trainer_ran = False  # a smoke gate, probe or training torchrun started this session
+        self.config = ""  # the configuration's fingerprint, taken before the probe may change the micro-batch
 
     # -- helpers ---------------------------------------------------------------------------------
     def _check(self, cmd: list[str], label: str, failure: str, passed_on: tuple[int, ...] = ()) -> None:
@@ -377,11 +378,12 @@ class Launch:
         ended with 78 or 2 and the configuration is the same. Node 0 keeps the ledger."""
         s = self.settings
         ledger = RunLedger.load(s.launch_dir)
+        self.config = config_fingerprint(self.plan.train_command())
         admission = admit(
             ledger,
             max_hours=s.max_hours,
             margin_minutes=s.stop_margin_minutes,
-            config=config_fingerprint(self.plan.train_command()),
+            config=self.config,
             continue_id=s.continue_run,
         )
         for note in admission.notes:
@@ -405,7 +407,7 @@ class Launch:
             return
         if self.exit_code != exit_codes.BUDGET_STOPPED and not self.trainer_ran:
             return  # a preflight or data error: a restart repeats it without training
-        self.ledger.record_end(self.exit_code, config_fingerprint(self.plan.train_command()))
+        self.ledger.record_end(self.exit_code, self.config)
         self.ledger.save()
         self.console.log(
             f"recorded in {self.ledger.path}: a restart with this configuration does not train (id "

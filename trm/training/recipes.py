@@ -300,34 +300,39 @@ RECIPES: dict[str, Recipe] = {
             build_args=(),
             checkpoint_bytes=_GRID_CHECKPOINT,
         ),
-        Recipe(
-            name="urm-arc1",
-            summary="URM on ARC-AGI-1 + ConceptARC (the reference's URM_arcagi1.sh)",
-            config=TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_ARC_RUN),
-            dataset="arc1concept-aug-1000",
-            build_args=_ARC1_SUBSETS,
-            # The same 512-wide puzzle table as TRM's (one prefix position) dominates; the core is 13.7 M.
-            checkpoint_bytes=4 * GIB,
-        ),
-        Recipe(
-            name="urm-arc2",
-            summary="URM on ARC-AGI-2 + ConceptARC with Muon (the reference's URM_arcagi2.sh)",
-            config=TrainConfig(arch=dataclasses.replace(URM_ARCH), use_muon=True, **_URM_ARC_RUN),
-            dataset="arc2concept-aug-1000",
-            build_args=_ARC2_SUBSETS,
-            checkpoint_bytes=6 * GIB,
-        ),
-        Recipe(
-            name="urm-sudoku",
-            summary="URM on Sudoku-Extreme, 1k puzzles x 1000 shuffles, batch 128 (the reference's URM_sudoku.sh)",
-            config=TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_SUDOKU_RUN),
-            dataset="sudoku-extreme-1k-aug-1000",
-            builder="build-sudoku",
-            build_args=_SUDOKU_BUILD,
-            checkpoint_bytes=_GRID_CHECKPOINT,
-        ),
     )
 }
+
+
+def _urm(base: str, name: str, summary: str, config: TrainConfig) -> Recipe:
+    """A URM recipe on the dataset of TRM's `base` (and its checkpoint size: the 512-wide puzzle table,
+    one prefix position in URM, dominates both; URM's core is 13.7 M parameters)."""
+    return dataclasses.replace(RECIPES[base], name=name, summary=summary, config=config)
+
+
+RECIPES.update(
+    (r.name, r)
+    for r in (
+        _urm(
+            "arc1",
+            "urm-arc1",
+            "URM on ARC-AGI-1 + ConceptARC (the reference's URM_arcagi1.sh)",
+            TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_ARC_RUN),
+        ),
+        _urm(
+            "arc2",
+            "urm-arc2",
+            "URM on ARC-AGI-2 + ConceptARC with Muon (the reference's URM_arcagi2.sh)",
+            TrainConfig(arch=dataclasses.replace(URM_ARCH), use_muon=True, **_URM_ARC_RUN),
+        ),
+        _urm(
+            "sudoku-mlp",
+            "urm-sudoku",
+            "URM on Sudoku-Extreme, 1k puzzles x 1000 shuffles, batch 128 (the reference's URM_sudoku.sh)",
+            TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_SUDOKU_RUN),
+        ),
+    )
+)
 
 
 def get_recipe(name: str) -> Recipe:
