@@ -95,7 +95,7 @@ def test_a_nonfinite_end_stops_the_restart_loop_until_continued_once(tmp_path):
 @pytest.mark.dist
 def test_the_budget_belongs_to_the_run_across_restarts(tmp_path):
     env = launcher_env(
-        tmp_path, FAKE_TRAINER_MODE="wait", MAX_HOURS="0.0015", STOP_MARGIN_MINUTES="0", GPU_HOURLY_USD="2",
+        tmp_path, FAKE_TRAINER_MODE="wait", MAX_HOURS="0.004", STOP_MARGIN_MINUTES="0", GPU_HOURLY_USD="2",
         FAKE_STEP_SECONDS="0.3",
     )  # fmt: skip
     starts = docker_on_failure(env)
@@ -104,14 +104,14 @@ def test_the_budget_belongs_to_the_run_across_restarts(tmp_path):
     assert "has spent" in starts[1][1] and "raise MAX_HOURS above" in starts[1][1]
     assert train_attempts(tmp_path) == 1
     ledger = json.loads((launch_dir(tmp_path) / "ledger.json").read_text())
-    assert ledger["hours"] >= 0.0015 and ledger["sessions"] == 1 and ledger["end"]["exit_code"] == 79
+    assert ledger["hours"] >= 0.004 and ledger["sessions"] == 1 and ledger["end"]["exit_code"] == 79
 
     # Raising MAX_HOURS continues the run: the new session gets what is left, not a fresh MAX_HOURS.
-    starts = docker_on_failure({**env, "MAX_HOURS": "0.003"})
+    starts = docker_on_failure({**env, "MAX_HOURS": "0.008"})
     assert [code for code, _ in starts] == [exit_codes.BUDGET_STOPPED, exit_codes.OK], starts
-    assert "continuing after end1-exit79" in starts[0][1] and "the run has spent 0.00" in starts[0][1]
+    assert "continuing after end1-exit79" in starts[0][1] and "the run has spent 0.004" in starts[0][1]
     ledger = json.loads((launch_dir(tmp_path) / "ledger.json").read_text())
-    assert 0.003 <= ledger["hours"] < 0.0045, ledger  # about one more 0.0015 h, not another 0.003 h
+    assert 0.008 <= ledger["hours"] < 0.011, ledger  # about one more 0.004 h, not another 0.008 h
     assert ledger["sessions"] == 2 and ledger["usd"] > 0
     assert train_attempts(tmp_path) == 2
 

@@ -135,10 +135,10 @@ def admit(
     left = ledger.budget_left_hours(max_hours, margin_minutes)
     if left is not None and left <= 0:
         return Admission(
-            f"the run has spent {ledger.hours:.2f} h of MAX_HOURS={max_hours:g} (stop margin "
+            f"the run has spent {ledger.hours:.4g} h of MAX_HOURS={max_hours:g} (stop margin "
             f"{margin_minutes:g} min; {ledger.gpu_hours:.1f} GPU-hours over {ledger.sessions} sessions, kept "
             f"in {ledger.path}): not training. To continue, raise MAX_HOURS above "
-            f"{ledger.hours + margin_minutes / 60:.2f}"
+            f"{ledger.hours + margin_minutes / 60:.4g}"
         )
     end = ledger.end
     if end is None:

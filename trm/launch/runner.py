@@ -193,7 +193,7 @@ class Launch:
         if left is not None:
             deadline = time.time() + left * 3600
             self.console.log(
-                f"cost guard armed: the run has spent {ledger.hours:.2f} h of MAX_HOURS={s.max_hours:g}; the "
+                f"cost guard armed: the run has spent {ledger.hours:.4g} h of MAX_HOURS={s.max_hours:g}; the "
                 f"trainer is asked to stop at {time.strftime('%H:%M:%S', time.gmtime(deadline))} UTC"
             )
         hardware = self.plan.hardware
