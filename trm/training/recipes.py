@@ -172,17 +172,8 @@ _ARC_RUN = dict(ema=True, epochs=100000, eval_interval=800, checkpoint_every_eva
 # tasks, 4 blocks, H 2 (truncated backprop: the first cycle without gradient), L 6, 16 ACT loops.
 URM_ARCH = URMArch(loops=16, H_cycles=2, L_cycles=6, num_layers=4)
 _URM_ARC_RUN = dict(ema=True, epochs=200000, eval_interval=2000, puzzle_emb_lr=1e-2, weight_decay=0.1)
-_URM_SUDOKU_RUN = dict(
-    evaluators=[],
-    ema=True,
-    epochs=50000,
-    eval_interval=2000,
-    lr=1e-4,
-    puzzle_emb_lr=1e-4,
-    weight_decay=1.0,
-    puzzle_emb_weight_decay=1.0,
-    global_batch_size=128,
-)
+# URM_sudoku.sh is upstream's Sudoku run (the same lr, decays and 50k epochs) at batch 128, evaluated every 2000.
+_URM_SUDOKU_RUN = {**_GRID_RUN, "eval_interval": 2000, "global_batch_size": 128}
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
