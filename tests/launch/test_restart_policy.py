@@ -146,3 +146,23 @@ def test_the_ledger_survives_a_save_and_names_a_broken_file(tmp_path):
 
     with pytest.raises(TRMError, match=r"ledger\.json is unreadable.*delete it"):
         RunLedger.load(ledger.path.parent)
+
+
+def test_train_prods_exit_trap_releases_nothing_after_a_refused_launch(tmp_path, monkeypatch):
+    """A refusal exits 0, which ON_END would take for a finished run: the trap must keep the machine."""
+    from trm.launch import release, runner
+    from trm.launch.settings import LaunchSettings
+
+    env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "RUN_NAME": RUN_NAME}
+    settings = LaunchSettings.from_env(env)
+    settings.launch_dir.mkdir(parents=True)
+    calls = []
+    monkeypatch.setattr(release, "release", lambda *args, **kwargs: calls.append(args))
+    runner.finish_outside(settings, env, exit_codes.OK)
+    assert len(calls) == 1  # a launch that trained: ON_END applies
+    ledger = RunLedger.load(settings.launch_dir)
+    ledger.refused_at = 1.0
+    ledger.save()
+    runner.finish_outside(settings, env, exit_codes.OK)
+    assert len(calls) == 1
+    assert "the machine is kept" in (settings.launch_dir / "launch.log").read_text()
