@@ -30,7 +30,7 @@ venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast wh
 test: venv ## run the CPU test suite (pytest-xdist)
 	$(NOX) -s tests
 
-lint: venv ## ruff + shellcheck
+lint: venv ## ruff + shellcheck + actionlint (.github/workflows)
 	$(NOX) -s lint
 
 data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 1000 augmentations)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -21,10 +22,15 @@ def shell_scripts() -> list[str]:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Static checks: ruff on Python, shellcheck on every shell script."""
+    """Static checks: ruff on Python, shellcheck on every shell script, actionlint on the CI workflows."""
+    bin_dir = Path(PYTHON).parent
     session.run(PYTHON, "-m", "ruff", "check", "trm", "tests", "noxfile.py")
     session.run(PYTHON, "-m", "ruff", "format", "--check", "trm", "tests", "noxfile.py")
-    session.run(str(Path(PYTHON).parent / "shellcheck"), *shell_scripts(), external=True)
+    session.run(str(bin_dir / "shellcheck"), *shell_scripts(), external=True)
+    # actionlint also shellchecks each `run:` script with the shellcheck it finds on PATH (the venv's).
+    workflows = sorted(str(p) for p in Path(".github/workflows").glob("*.yml"))
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    session.run(str(bin_dir / "actionlint"), *workflows, external=True, env={"PATH": path})
 
 
 @nox.session

@@ -15,7 +15,17 @@ set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PYTHONPATH="${repo}${PYTHONPATH:+:${PYTHONPATH}}"
+# PYTHON: a Python with the project installed. Unset: the checkout's venv (`make venv`: .venv) when it
+# exists, else `python`. One without torch stops here with one line instead of an import traceback.
+if [[ -z "${PYTHON:-}" && -x "${repo}/.venv/bin/python" ]]; then
+  export PYTHON="${repo}/.venv/bin/python"
+fi
 PYTHON=${PYTHON:-python}
+if ! "$PYTHON" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)' 2>/dev/null; then
+  echo "train_prod.sh: $PYTHON has no torch; set PYTHON to the project's venv (make venv: .venv/bin/python;" \
+    "bash scripts/bootstrap_host.sh on a GPU host) or activate it" >&2
+  exit 2
+fi
 # Tells the launcher that this script started it, so the resume command in handoff.json names the script.
 export TRM_LAUNCHER=scripts/train_prod.sh
 

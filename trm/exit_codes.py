@@ -1,6 +1,11 @@
 """Process exit codes shared by the trainer, the launch script and the Kubernetes jobs."""
 
 OK = 0
+# OK is also what a launch exits with when it refuses to train (trm.launch.ledger): the run has spent its
+# MAX_HOURS, or it ended with NONFINITE or a trainer's CONFIG_ERROR and the configuration is the same. It is
+# the one code every restart policy stops on: Docker's `--restart on-failure` restarts on any other code, a
+# Kubernetes Job's pod that exits 0 completes it (podFailurePolicy only sees failures), a SkyPilot managed
+# job ends. The message says why and how to continue (raise MAX_HOURS; CONTINUE_RUN=<end id>).
 # A user-fixable configuration or input error (bad key, missing dataset, incompatible resume).
 # Orchestrators must not retry it.
 CONFIG_ERROR = 2
@@ -30,8 +35,9 @@ HUNG = 77
 # run replays the same data and diverges again. Change the math (lr, grad_clip_norm) or the data first.
 NONFINITE = 78
 # The launcher's cost guard (MAX_HOURS) stopped the run: the trainer saved a complete checkpoint first.
-# Orchestrators must NOT retry it (a Kubernetes Job would otherwise restart the spend forever); a person
-# starts the next session with the same command, which resumes.
+# Orchestrators must NOT retry it (a Kubernetes Job would otherwise restart the spend forever). The hours
+# belong to the run (RUN_DIR/launch/ledger.json, every session together): a restart with the same MAX_HOURS
+# exits OK without training; a person raises MAX_HOURS and the same command resumes with what is left.
 BUDGET_STOPPED = 79
 # `python -m trm experiment batch`: at least one run of the batch failed (each run's own exit code and the
 # tail of its log are in batch_results.json). Without --continue-on-failure the batch stopped at the first

@@ -282,3 +282,15 @@ def test_probe_of_a_one_step_epoch_recipe_trains_past_the_warm_up(tmp_path):
     groups, mean, batch = 768, 1.5, cfg.global_batch_size
     assert total_steps(1, groups, mean, batch) == 1
     assert min(total_steps(cfg.epochs, groups, mean, batch), 4) > WARMUP_STEPS + 1
+
+
+def test_a_python_without_torch_gets_one_line_not_a_traceback(tmp_path):
+    """The laptop rehearsal with no venv activated: the script's Python cannot train; it says what to do."""
+    no_torch = tmp_path / "bin" / "python"
+    no_torch.parent.mkdir()
+    no_torch.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    no_torch.chmod(0o755)  # the same Python without its site-packages: no torch (nor numpy)
+    proc = dry_run(tmp_path, "h100x4", PYTHON=str(no_torch))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "has no torch; set PYTHON to the project's venv" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

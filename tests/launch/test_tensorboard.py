@@ -81,4 +81,30 @@ def test_a_run_without_events_says_how_to_get_them(tmp_path: Path) -> None:
         text=True,
     )
     assert proc.returncode == 2
-    assert "no TensorBoard events in" in proc.stderr and 'TRAIN_OVERRIDES="tensorboard=true"' in proc.stderr
+    assert "no TensorBoard events in" in proc.stderr and "TENSORBOARD=1, same RUN_NAME" in proc.stderr
+
+
+def test_the_launcher_writes_events_by_default_where_tensorboard_is_installed(tmp_path: Path) -> None:
+    from trm.launch.plan import build_plan
+    from trm.launch.settings import LaunchSettings
+
+    env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path)}
+    assert "tensorboard=true" in build_plan(LaunchSettings.from_env(env), [], env).overrides
+    off = {**env, "TENSORBOARD": "0"}
+    assert "tensorboard=false" in build_plan(LaunchSettings.from_env(off), [], off).overrides
+    wins = {**env, "TRAIN_OVERRIDES": "tensorboard=false"}
+    assert "tensorboard=true" not in build_plan(LaunchSettings.from_env(wins), [], wins).overrides
+
+
+def test_the_docker_journey_has_a_live_view_on_the_hosts_loopback_only() -> None:
+    from trm.launch.tensorboard import forward_hint
+
+    assert "-p 127.0.0.1:6006:6006" in forward_hint(6006, "0.0.0.0")
+    assert "publish" not in forward_hint(6006)
+    production = (ROOT / "runbooks" / "v1" / "03-production-run.md").read_text()
+    section_2a = production.split("## 2a.", 1)[1].split("\n## ", 1)[0]
+    assert section_2a.count("-p 127.0.0.1:6006:6006") >= 2  # the launch and its W&B variant
+    monitoring = (ROOT / "runbooks" / "v1" / "04-monitoring.md").read_text()
+    assert (
+        'docker exec "$RUN_NAME" python -m trm tensorboard' in monitoring and "--host 0.0.0.0" in monitoring
+    )

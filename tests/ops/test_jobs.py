@@ -74,6 +74,7 @@ def test_every_overlay_is_there_and_validates_offline(rendered):
         "jobs/overlays/prod-4xh100",
         "jobs/overlays/prod-8xh200",
         "jobs/overlays/multinode-2x8xh200",
+        "jobs/overlays/urm-8xh100",
         "jobs/storage/rwo",
         "jobs/storage/rwx",
         "jobs/tools/copy-out",
@@ -103,11 +104,8 @@ def test_copy_out_pod_reads_the_volume_read_only_and_copies_like_trm_sync(render
     (container,) = pod["spec"]["containers"]
     assert all(m["readOnly"] for m in container["volumeMounts"])
     assert {m["subPath"] for m in container["volumeMounts"]} == {"checkpoints", "artifacts"}
-    # configuration and credentials come from objects made at apply time, never from the manifest
-    assert container["envFrom"] == [
-        {"configMapRef": {"name": "trm-copy-out"}},
-        {"secretRef": {"name": "trm-rclone"}},
-    ]
+    # credentials come from a Secret made by hand, never from the manifest; the run from `jobs copy-out`
+    assert container["envFrom"] == [{"secretRef": {"name": "trm-rclone"}}]
     script = container["args"][0]
     from trm.launch.sync import HANDOFF_SUBDIR
 
@@ -140,6 +138,7 @@ def test_gpu_counts_products_and_deadlines(rendered):
         "jobs/overlays/prod-4xh100": (4, None),
         "jobs/overlays/prod-8xh200": (8, None),
         "jobs/overlays/multinode-2x8xh200": (8, None),
+        "jobs/overlays/urm-8xh100": (8, None),
     }
     for name, (gpus, deadline) in expected.items():
         job = _job(rendered[name])
@@ -150,7 +149,9 @@ def test_gpu_counts_products_and_deadlines(rendered):
         assert env["NUM_GPUS"] == str(gpus), name
         if deadline:
             assert job["spec"]["activeDeadlineSeconds"] == deadline
-    for overlay, gpu in [("prod-8xh200", "H200"), ("multinode-2x8xh200", "H200"), ("prod-4xh100", "H100")]:
+    for overlay, gpu in [
+        ("prod-8xh200", "H200"), ("multinode-2x8xh200", "H200"), ("prod-4xh100", "H100"), ("urm-8xh100", "H100"),
+    ]:  # fmt: skip
         pod = _job(rendered[f"jobs/overlays/{overlay}"])["spec"]["template"]["spec"]
         assert "nodeSelector" not in pod, overlay
         assert jobpolicy._product_terms(pod) == [list(jobpolicy.GPU_PRODUCT_VALUES[gpu])], overlay
@@ -169,7 +170,7 @@ def test_trainer_runs_behind_the_entrypoint_with_time_to_save(rendered):
 
 
 def test_budget_and_disk_full_end_the_job(rendered):
-    assert len(_job_overlays(rendered)) == 4
+    assert len(_job_overlays(rendered)) == 5
     for name, objects in _job_overlays(rendered).items():
         job = _job(objects)
         assert jobpolicy._exit_rule(job, exit_codes.BUDGET_STOPPED) == "FailJob", name
@@ -359,7 +360,13 @@ def test_pin_writes_the_lock_digest_and_check_detects_staleness(tree: Path, kust
     lock["variants"]["sm90"]["digest"] = new_digest
     (tree / "docker" / "images.lock.json").write_text(json.dumps(lock))
     stale = k8s.pin_images(tree, check=True)
-    assert {p.name for p in stale} == {"smoke", "prod-4xh100", "prod-8xh200", "multinode-2x8xh200"}
+    assert {p.name for p in stale} == {
+        "smoke",
+        "prod-4xh100",
+        "prod-8xh200",
+        "multinode-2x8xh200",
+        "urm-8xh100",
+    }
     assert k8s.pin_images(tree) == stale
     assert k8s.pin_images(tree, check=True) == []
     images = {c["image"] for _, c in k8s.containers(k8s.render(tree / "jobs" / "overlays" / "prod-8xh200"))}
@@ -408,3 +415,23 @@ def test_cli_check_and_pin(tree: Path, kustomize):
     assert stale.returncode == 1 and "stale: " in stale.stdout
     assert "skypilot/train.yaml (image_id)" in stale.stdout  # the SkyPilot tasks follow the lock too
     assert cli("pin").returncode == 0 and cli("pin", "--check").returncode == 0
+
+
+def test_the_urm_overlay_trains_a_urm_recipe_under_its_own_run_name(rendered):
+    from trm.training.recipes import get_recipe
+
+    env = {
+        e["name"]: e.get("value")
+        for e in _job(rendered["jobs/overlays/urm-8xh100"])["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+    }
+    assert get_recipe(env["TASK"]).arch == "urm" and env["NUM_GPUS"] == "8"
+    trm_runs = {
+        e.get("value")
+        for name, objects in rendered.items()
+        if name != "jobs/overlays/urm-8xh100" and any(o["kind"] == "Job" for o in objects)
+        for e in _job(objects)["spec"]["template"]["spec"]["containers"][0]["env"]
+        if e["name"] == "RUN_NAME"
+    }
+    assert env["RUN_NAME"] not in trm_runs and "urm" in env["RUN_NAME"]

@@ -229,3 +229,34 @@ def test_applying_a_job_overlay_needs_the_job_deleted_first(code, flagged):
     assert bool(problems) is flagged, problems
     if flagged:
         assert "immutable" in problems[0]
+
+
+_LAUNCH = "img python -m trm launch"
+_BUDGET = "-e MAX_HOURS=80 -e GPU_HOURLY_USD=2.5"
+
+
+@pytest.mark.parametrize(
+    ("code", "flagged"),
+    [
+        # runbook 03 v8's W&B variant: detached, no restart policy, no MAX_HOURS / GPU_HOURLY_USD
+        (f"docker run -d --name r --stop-timeout 360 -e WANDB=online {_LAUNCH}", "missing: MAX_HOURS"),
+        (f"docker run -d --name r --stop-timeout 360 {_BUDGET} {_LAUNCH}", "--restart on-failure"),
+        (f"docker run -d --restart on-failure -e MAX_HOURS=80 {_LAUNCH}", "GPU_HOURLY_USD"),
+        (f"docker run -d --restart on-failure {_BUDGET} -p 6006:6006 {_LAUNCH}", "every interface"),
+        (f"docker run -d --restart on-failure {_BUDGET} -p 127.0.0.1:6006:6006 {_LAUNCH}", None),
+        (f"docker run --rm {_LAUNCH} --dry-run", None),  # not detached, not training
+    ],
+)
+def test_docker_runs_stay_on_loopback_and_detached_launches_keep_the_budget(code, flagged):
+    problems = journey.docker_run_problems(code, "rb.md:1")
+    if flagged is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and flagged in problems[0], problems
+
+
+def test_two_sections_with_one_number_are_flagged(tmp_path):
+    path = tmp_path / "rb.md"
+    path.write_text("## 2a. Docker\n\n## 2b. Vast\n\n## 2b. 8xH200\n\n## 3. Release\n")
+    problems = journey.section_number_problems(Runbook(path, {}, path.read_text(), 1, []))
+    assert problems == [f"{path}: section number 2b is used by more than one `##` heading"]

@@ -121,7 +121,13 @@ def test_release_pins_the_lock_restamps_runbooks_and_pins_the_overlays(repo):
     assert changelog.count(STAMP_MESSAGE) == len(outcome.bumped) == len(released)
     # every overlay deploying sm90 now renders repository@digest instead of the placeholder
     overlays = [d for d in outcome.pinned if d.is_dir()]
-    assert {d.name for d in overlays} == {"smoke", "prod-4xh100", "prod-8xh200", "multinode-2x8xh200"}
+    assert {d.name for d in overlays} == {
+        "smoke",
+        "prod-4xh100",
+        "prod-8xh200",
+        "multinode-2x8xh200",
+        "urm-8xh100",
+    }
     for directory in overlays:
         kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
         assert kustomization["images"] == [{"name": k8s.IMAGE_NAME, "newName": REPOSITORY, "digest": sm90}]

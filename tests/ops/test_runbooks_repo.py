@@ -95,3 +95,23 @@ def test_documented_docker_runs_of_the_trainer_wait_for_its_save(doc: str):
     blocks = re.findall(r"^```(?:bash|sh|console)[^\n]*\n(.*?)^```", text, re.S | re.M)
     assert blocks, doc
     assert [p for code in blocks for p in stop_timeout_problems(code, doc)] == []
+
+
+def test_the_journey_table_names_the_runbooks_in_order_and_the_result():
+    text = (ROOT / "runbooks" / "README.md").read_text()
+    table = text.split("## Journeys", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| journey")]
+    rows = [r for r in rows if not r.startswith("| ---")]
+    assert len(rows) >= 6, "one row per journey: laptop, Vast.ai, Prime Intellect, Kubernetes, URM, suites"
+    linked = set()
+    for row in rows:
+        journey, steps, result = (cell.strip() for cell in row.strip("|").split(" | "))
+        targets = re.findall(r"\]\((v1/[\w-]+\.md)", steps)
+        assert targets and result, f"{journey}: name the runbooks in order and what the user has at the end"
+        for target in targets:
+            assert (ROOT / "runbooks" / target).is_file(), target
+        linked.update(targets)
+    runbooks = {f"v1/{p.name}" for p in (ROOT / "runbooks" / "v1").glob("*.md")}
+    assert runbooks <= linked, f"runbooks in no journey: {sorted(runbooks - linked)}"
+    suites = next(r for r in rows if "09-experiments.md" in r)
+    assert "trm report" in suites

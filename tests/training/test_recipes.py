@@ -91,3 +91,40 @@ def test_every_kind_of_value_renders_in_hydra_grammar(monkeypatch) -> None:
     cfg = compose([*variant.overrides, "data_paths=[x]"])
     assert cfg.evaluators == [{"name": "arc@ARC", "pass_Ks": [1, 2]}]
     assert (cfg.project_name, cfg.lr, cfg.max_steps) == ("a b's", 3e-4, None)
+
+
+# The URM reference's scripts/URM_arcagi1.sh, URM_arcagi2.sh and URM_sudoku.sh (8 GPUs each).
+URM_REFERENCE = {
+    "urm-arc1": "arch=urm arch.loops=16 arch.H_cycles=2 arch.L_cycles=6 arch.num_layers=4 epochs=200000 "
+    "eval_interval=2000 puzzle_emb_lr=1e-2 weight_decay=0.1 ema=True",
+    "urm-arc2": "arch=urm arch.loops=16 arch.H_cycles=2 arch.L_cycles=6 arch.num_layers=4 epochs=200000 "
+    "eval_interval=2000 puzzle_emb_lr=1e-2 weight_decay=0.1 use_muon=True ema=True",
+    "urm-sudoku": "arch=urm arch.loops=16 arch.H_cycles=2 arch.L_cycles=6 arch.num_layers=4 epochs=50000 "
+    "eval_interval=2000 lr=1e-4 puzzle_emb_lr=1e-4 weight_decay=1.0 puzzle_emb_weight_decay=1.0 "
+    "global_batch_size=128 ema=True",
+}
+
+
+@pytest.mark.parametrize("name", sorted(URM_REFERENCE))
+def test_urm_recipes_carry_the_references_settings(name: str) -> None:
+    from trm.training.config import compose
+
+    recipe = get_recipe(name)
+    assert recipe.arch == "urm" and recipe.overrides[0] == "arch=urm"
+    ours = compose([*recipe.overrides, "data_paths=[x]"])
+    reference = compose([*URM_REFERENCE[name].split(), "data_paths=[x]"])
+    for key in ("arch", "epochs", "eval_interval", "lr", "puzzle_emb_lr", "weight_decay", "puzzle_emb_weight_decay",
+                "global_batch_size", "use_muon", "ema"):  # fmt: skip
+        assert getattr(ours, key) == getattr(reference, key), (name, key)
+
+
+def test_a_swapped_architecture_gets_its_own_default_run_name() -> None:
+    from trm.launch.settings import LaunchSettings
+
+    def run_name(**env: str) -> str:
+        return LaunchSettings.from_env(env).run_name
+
+    assert run_name(TASK="arc2") == "trm-arc2"
+    assert run_name(TASK="arc2", TRAIN_OVERRIDES="arch=urm") == "trm-arc2-urm"  # not TRM's checkpoints
+    assert run_name(TASK="urm-arc2") == "trm-urm-arc2"
+    assert run_name(TASK="urm-arc2", TRAIN_OVERRIDES="arch=urm") == "trm-urm-arc2"

@@ -135,7 +135,7 @@ def _source_flags(parser: argparse.ArgumentParser, repo: str) -> None:
     parser.add_argument(
         "--source-repo",
         default=repo,
-        help=f"Hugging Face hub dataset to download the CSVs from (default {repo}; needs trm-stack[hub]), "
+        help=f"Hugging Face hub dataset to download the CSVs from (default {repo}; needs the hub extra: in every trm image; pip install -e '.[hub]' in a checkout), "
         "or a local directory holding train.csv and test.csv",
     )
     parser.add_argument(

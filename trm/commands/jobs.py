@@ -1,4 +1,4 @@
-"""`python -m trm jobs render|check|pin`: the Kubernetes manifests under jobs/."""
+"""`python -m trm jobs render|check|pin|copy-out|teardown`: the Kubernetes manifests under jobs/."""
 
 from __future__ import annotations
 
@@ -60,6 +60,32 @@ def _pin(args: argparse.Namespace) -> int:
     return 0
 
 
+def _copy_out(args: argparse.Namespace) -> int:
+    from trm.ops.copyout import copy_out_objects
+
+    objects = copy_out_objects(args.overlay, args.sync_to)
+    yaml.safe_dump_all(objects, sys.stdout, sort_keys=False, default_flow_style=False, width=200)
+    return 0
+
+
+def _teardown(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from trm.ops.copyout import teardown
+
+    def run(cmd: list[str]) -> subprocess.CompletedProcess:
+        if args.dry_run and cmd[1] == "delete":
+            print("would run:", " ".join(cmd))
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+
+    deleted = teardown(args.overlay, run)
+    if not args.dry_run:
+        for cmd in deleted:
+            print("done:", " ".join(cmd))
+    return 0
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from trm.ops.k8s import KUBERNETES_VERSION
 
@@ -102,5 +128,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     pin.add_argument("--check", action="store_true", help="only report stale overlays (exit 1)")
     pin.set_defaults(func=_pin)
+    copy_out = sub.add_parser(
+        "copy-out",
+        help="print the copy-out pod for OVERLAY's run and volume (pipe into kubectl apply -f -): it copies "
+        "the run to SYNC_TO/RUN_NAME and verifies the copy (rclone check)",
+    )
+    copy_out.add_argument(
+        "overlay", type=Path, help="the overlay that trained the run, e.g. jobs/overlays/prod-4xh100"
+    )
+    copy_out.add_argument(
+        "--sync-to", required=True, metavar="REMOTE", help="rclone remote:path, e.g. store:bucket/runs"
+    )
+    copy_out.set_defaults(func=_copy_out)
+    teardown = sub.add_parser(
+        "teardown",
+        help="after a verified copy-out of OVERLAY's run: delete its finished Job, the copy-out pod, the volume "
+        "(PVC) and the Secrets trm-wandb / trm-rclone; without the verified copy it deletes nothing (exit 2)",
+    )
+    teardown.add_argument("overlay", type=Path, help="the overlay that trained the run")
+    teardown.add_argument(
+        "--dry-run", action="store_true", help="check the copy-out, print the deletes, run none"
+    )
+    teardown.set_defaults(func=_teardown)
     for p in (check, pin):
         p.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")

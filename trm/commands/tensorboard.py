@@ -22,6 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1: reach it through the port-forward, not the internet)",
+        help="address to listen on (default 127.0.0.1: reach it through the port-forward, not the internet); "
+        "0.0.0.0 only inside a container started with -p 127.0.0.1:PORT:PORT (the host's loopback)",
     )
     parser.set_defaults(func=run)

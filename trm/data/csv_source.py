@@ -3,7 +3,7 @@
 Upstream's builders download `train.csv` / `test.csv` of a Hugging Face hub dataset repo and unpack each row
 after the header as `source, question, answer, rating`. The same files are accepted from a local directory
 (`--source-dir DIR`, or a directory path given as `--source-repo`), so air-gapped hosts and tests never touch
-the network. Downloads need the optional `huggingface_hub` dependency (`pip install 'trm-stack[hub]'`).
+the network. Downloads need the optional `huggingface_hub` dependency (the `hub` extra: `trm.extras`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from trm.errors import TRMError
+from trm.extras import install_hint
 from trm.io import sha256_file
 
 SPLIT_FILES = {"train": "train.csv", "test": "test.csv"}
@@ -109,8 +110,8 @@ def _hub_file(repo: str, filename: str, revision: str | None) -> Path:
         from huggingface_hub import hf_hub_download
     except ImportError:
         raise TRMError(
-            f"downloading {filename} of the hub dataset {repo!r} needs huggingface_hub: "
-            "`pip install 'trm-stack[hub]'`, or download the CSVs elsewhere and pass --source-dir DIR"
+            f"downloading {filename} of the hub dataset {repo!r} needs huggingface_hub: {install_hint('hub')}; "
+            "or download the CSVs elsewhere and pass --source-dir DIR"
         ) from None
     try:
         return Path(hf_hub_download(repo, filename, repo_type="dataset", revision=revision))

@@ -27,6 +27,7 @@ from typing import Any
 
 import trm
 from trm.errors import TRMError
+from trm.extras import install_hint
 from trm.hub.ref import CHECKPOINT_DIR, DATASET_DIR, PROVENANCE, SCHEME, parse
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from trm.training.checkpoint import (
@@ -250,7 +251,7 @@ def upload(folder: Path, repo_id: str, *, private: bool, message: str) -> Any:
         from huggingface_hub import HfApi
         from huggingface_hub.errors import HfHubHTTPError
     except ImportError:
-        raise TRMError("publishing needs huggingface_hub: pip install 'trm-stack[hub]'") from None
+        raise TRMError(f"publishing needs huggingface_hub: {install_hint('hub')}") from None
     api = HfApi()  # the token: HF_TOKEN or the Hub library's stored login
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)

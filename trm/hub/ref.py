@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
+from trm.extras import install_hint
 
 SCHEME = "hf://"
 # Our published layout (python -m trm publish-checkpoint).
@@ -113,7 +114,7 @@ def download(ref: HubRef, cache_dir: str | Path | None = None) -> Path:
         from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     except ImportError:
         raise TRMError(
-            f"{ref}: reading from the Hugging Face Hub needs huggingface_hub: pip install 'trm-stack[hub]'"
+            f"{ref}: reading from the Hugging Face Hub needs huggingface_hub: {install_hint('hub')}"
         ) from None
     try:
         folder = snapshot_download(

@@ -11,7 +11,7 @@ from pathlib import Path
 from trm.launch.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.nvidia_smi import GpuInfo
-from trm.launch.settings import ENV_VARS, LaunchSettings
+from trm.launch.settings import ENV_VARS, LaunchSettings, arch_override
 from trm.training.config import TrainConfig, compose
 from trm.training.recipes import Recipe, get_recipe
 
@@ -320,8 +320,9 @@ class LaunchPlan:
         s = self.settings
         if s.max_hours is not None:
             what = (
-                f"starts after data verification: SIGTERM to the trainer at "
-                f"{s.max_hours:g} h - {s.stop_margin_minutes:g} min (it saves; the launcher exits 79)"
+                f"starts after data verification: SIGTERM to the trainer when the run (every session "
+                f"together, launch/ledger.json) reaches {s.max_hours:g} h - {s.stop_margin_minutes:g} min "
+                "(it saves; the launcher exits 79)"
             )
         else:
             what = "starts after data verification: no deadline (MAX_HOURS unset)"
@@ -460,12 +461,6 @@ def trainer_env(settings: LaunchSettings, environ: dict[str, str]) -> dict[str, 
     return env
 
 
-def _arch_override(overrides: tuple[str, ...]) -> str | None:
-    """The `arch=<name>` among the trainer overrides (the last one wins, as in the trainer), if any."""
-    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "arch"]
-    return names[-1] if names else None
-
-
 def build_plan(
     settings: LaunchSettings, gpus: list[GpuInfo], environ: dict[str, str], recipe: Recipe | None = None
 ) -> LaunchPlan:
@@ -481,7 +476,7 @@ def build_plan(
         compile_override=settings.compile,
         cpu_procs=settings.cpu_procs,
         expected_global_batch_size=recipe.global_batch_size,
-        workload=workload_of(recipe, _arch_override(settings.train_overrides)),
+        workload=workload_of(recipe, arch_override(settings.train_overrides)),
     )
     dataset_dir = settings.data_dir / recipe.dataset
     overrides = merge_overrides(
@@ -493,6 +488,7 @@ def build_plan(
             f"checkpoint_path={settings.run_dir}",
             f"checkpoint_keep={settings.checkpoint_keep}",
             f"wandb={'false' if settings.wandb == 'off' else 'true'}",
+            f"tensorboard={'true' if settings.tensorboard else 'false'}",
             *hardware.overrides(),
         ],
         settings.train_overrides,

@@ -15,6 +15,7 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.launch.estimate import ESTIMATE_FILE, RunEstimate
+from trm.launch.ledger import TERMINAL_ENDS, RunLedger, admit, config_fingerprint, last_launch_refused
 from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
 from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
 from trm.launch.settings import LaunchSettings
@@ -73,6 +74,9 @@ class Launch:
         self.syncer: Syncer | None = None
         self.synced = True
         self.exit_code = 1
+        self.ledger: RunLedger | None = None
+        self.trainer_ran = False  # a smoke gate, probe or training torchrun started this session
+        self.config = ""  # the configuration's fingerprint, taken before the probe may change the micro-batch
 
     # -- helpers ---------------------------------------------------------------------------------
     def _check(self, cmd: list[str], label: str, failure: str, passed_on: tuple[int, ...] = ()) -> None:
@@ -90,6 +94,7 @@ class Launch:
     def torchrun(self, cmd: list[str], log: Path, label: str, stream: IO[str] | None = None) -> AttemptResult:
         """Run one torchrun command line under supervision, its output teed into `log`."""
         exit_dir = self.plan.exit_dir()
+        self.trainer_ran = True
         return self.supervisor.run(
             cmd, env=self.child_env, logs=[log], exit_dir=exit_dir, label=label, stream=stream
         )
@@ -182,11 +187,14 @@ class Launch:
     def cost_guard(self, step: Step) -> None:
         """Start the watcher: cost log, heartbeats for the handoff, and the MAX_HOURS stop."""
         s = self.settings
+        ledger = self.ledger or RunLedger.load(s.launch_dir)
         deadline = None
-        if s.max_hours is not None:
-            deadline = time.time() + s.max_hours * 3600 - s.stop_margin_minutes * 60
+        left = ledger.budget_left_hours(s.max_hours, s.stop_margin_minutes)
+        if left is not None:
+            deadline = time.time() + left * 3600
             self.console.log(
-                f"cost guard armed: the trainer is asked to stop at {time.strftime('%H:%M:%S', time.gmtime(deadline))} UTC"
+                f"cost guard armed: the run has spent {ledger.hours:.4g} h of MAX_HOURS={s.max_hours:g}; the "
+                f"trainer is asked to stop at {time.strftime('%H:%M:%S', time.gmtime(deadline))} UTC"
             )
         hardware = self.plan.hardware
         self.guard = CostGuard(
@@ -196,6 +204,8 @@ class Launch:
             num_gpus=hardware.gpus_per_node if hardware.device == "cuda" else 0,
             hourly_usd=s.gpu_hourly_usd,
             log_every_s=s.cost_log_minutes * 60,
+            ledger=self.ledger,
+            run_gpus=hardware.world_size if hardware.device == "cuda" else 0,
         )
         self.guard.start()
 
@@ -363,10 +373,55 @@ class Launch:
             self.events.write("step", name=step.name)
         self.step_action(step)(step)
 
+    def admitted(self) -> bool:
+        """Whether this launch may train (trm.launch.ledger): not when the run's MAX_HOURS is spent or it
+        ended with 78 or 2 and the configuration is the same. Node 0 keeps the ledger."""
+        s = self.settings
+        ledger = RunLedger.load(s.launch_dir)
+        self.config = config_fingerprint(self.plan.train_command())
+        admission = admit(
+            ledger,
+            max_hours=s.max_hours,
+            margin_minutes=s.stop_margin_minutes,
+            config=self.config,
+            continue_id=s.continue_run,
+        )
+        for note in admission.notes:
+            self.console.log(note)
+        if admission.refusal:
+            self.console.log(f"run {s.run_name}: {admission.refusal}")
+            if s.node_rank == 0:
+                ledger.refused_at = time.time()
+                ledger.save()
+            return False
+        if s.node_rank == 0:
+            ledger.refused_at = None
+            ledger.sessions += 1
+            ledger.save()
+            self.ledger = ledger
+        return True
+
+    def record_end(self) -> None:
+        """Keep a terminal end in the ledger, so that a restart with the same configuration stops."""
+        if self.ledger is None or self.exit_code not in TERMINAL_ENDS:
+            return
+        if self.exit_code != exit_codes.BUDGET_STOPPED and not self.trainer_ran:
+            return  # a preflight or data error: a restart repeats it without training
+        self.ledger.record_end(self.exit_code, self.config)
+        self.ledger.save()
+        self.console.log(
+            f"recorded in {self.ledger.path}: a restart with this configuration does not train (id "
+            f"{self.ledger.end['id'] if self.ledger.end else ''})"
+        )
+
     def run(self) -> int:
-        """Every step of the plan in order; returns the launcher exit code (0, 2, 74-79 or the trainer's)."""
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 74-79 or the trainer's).
+
+        A launch the ledger refuses returns 0 at once: nothing runs, nothing is released."""
         s = self.settings
         self.session_start = time.time()
+        if not self.admitted():
+            return exit_codes.OK
         self.supervisor.install_signal_handlers()
         self.write_plan()
         hardware = self.plan.hardware
@@ -392,6 +447,7 @@ class Launch:
             if self.guard is not None:
                 self.guard.stop()
                 self.console.log(self.guard.cost_line())
+            self.record_end()
             self.events.write("session_end", exit_code=self.exit_code)
             for number, step in steps:
                 if step.at_exit:
@@ -437,6 +493,9 @@ def finish_outside(settings: LaunchSettings, environ: dict[str, str], exit_code:
     from trm.launch.release import release
 
     log = Console(settings.launch_dir / "launch.log" if settings.run_dir.is_dir() else None).log
+    if last_launch_refused(settings.launch_dir):
+        log("release: the launch was refused (the run had already ended): the machine is kept")
+        return
     synced = True
     if settings.sync_to and settings.node_rank == 0 and settings.run_dir.is_dir():
         synced = make_syncer(settings, log).final()

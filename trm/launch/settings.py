@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 from collections.abc import Mapping
@@ -41,7 +42,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "RUN_NAME",
         "trm-$TASK",
-        "stable run id; the same RUN_NAME resumes from its newest complete checkpoint",
+        "stable run id; the same RUN_NAME resumes from its newest complete checkpoint (the default adds "
+        "-<arch> when TRAIN_OVERRIDES swap the recipe's arch, e.g. trm-arc2-urm; TASK=urm-arc2 is trm-urm-arc2)",
     ),
     EnvVar(
         "WORKSPACE",
@@ -115,8 +117,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "MAX_HOURS",
         "(empty: no limit)",
-        "cost guard: hours after data verification at which the trainer is asked to save and stop (SIGTERM); "
-        "counted per launcher session (a restart or resume gets the full MAX_HOURS again)",
+        "cost guard: hours of the whole run (counted from data verification in every launcher session, "
+        "restart and resume together, kept in RUN_DIR/launch/ledger.json) after which the trainer is asked to "
+        "save and stop (exit 79); a launch of a run that has spent them does not train and exits 0: raise "
+        "MAX_HOURS to continue",
+        "cost",
+    ),
+    EnvVar(
+        "CONTINUE_RUN",
+        "(empty)",
+        "a run that ended with exit 78 (NaN/Inf) or 2 (config error) does not train again with the same "
+        "configuration (a restart exits 0 and says why); set it to the end id printed then to start it once more",
         "cost",
     ),
     EnvVar(
@@ -183,6 +194,13 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "off",
         "Weights & Biases: off, online (needs WANDB_API_KEY or WANDB_API_KEY_FILE) or offline (files under "
         "the run directory's wandb/, `wandb sync` them later)",
+        "tracking",
+    ),
+    EnvVar(
+        "TENSORBOARD",
+        "(auto: 1 where the tensorboard package is installed)",
+        "1: the trainer writes TensorBoard event files into RUN_DIR/tensorboard (a few scalars per log step; "
+        "serve them with `python -m trm tensorboard`); 0: none. A tensorboard= trainer override wins",
         "tracking",
     ),
     EnvVar("WANDB_PROJECT", "trm-$TASK", "W&B project (the trainer's project_name)", "tracking"),
@@ -288,6 +306,34 @@ def _float(env: Mapping[str, str], name: str) -> float | None:
     return value
 
 
+def arch_override(overrides: tuple[str, ...]) -> str | None:
+    """The `arch=<name>` among the trainer overrides (the last one wins, as in the trainer), if any."""
+    names = [o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+") == "arch"]
+    return names[-1] if names else None
+
+
+def default_run_name(recipe: str, overrides: tuple[str, ...]) -> str:
+    """trm-<recipe>, plus -<arch> when the overrides swap the recipe's architecture (TASK=arc2 with arch=urm
+    is another run than TRM's arc2: it must not resume TRM's checkpoints)."""
+    from trm.model.registry import get_spec
+
+    name = f"trm-{recipe}"
+    arch = arch_override(overrides)
+    if arch is not None:
+        try:
+            arch = get_spec(arch).name
+        except TRMError:
+            return name  # the trainer names the unknown architecture; the run name does not matter then
+        if arch != RECIPES[recipe].arch:
+            name += f"-{arch}"
+    return name
+
+
+def tensorboard_installed() -> bool:
+    """Whether this Python has the tensorboard package (the trm images do), so event files cost nothing extra."""
+    return importlib.util.find_spec("tensorboard") is not None
+
+
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name, "").strip().lower()
     if not raw:
@@ -332,6 +378,10 @@ class LaunchSettings:
     cost_log_minutes: float
     wandb: str
     wandb_project: str
+    tensorboard: bool = False
+    continue_run: str = ""
+    """CONTINUE_RUN: the end id (trm.launch.ledger) this launch may train after."""
+    """TENSORBOARD: the trainer writes event files (default: where the tensorboard package is installed)."""
     wandb_entity: str = ""
     """WANDB_ENTITY (empty: the key's default)."""
     wandb_run_group: str = ""
@@ -407,7 +457,7 @@ class LaunchSettings:
         sync_to = check_remote(env.get("SYNC_TO", ""))
         return cls(
             recipe=recipe,
-            run_name=env.get("RUN_NAME", "").strip() or f"trm-{recipe}",
+            run_name=env.get("RUN_NAME", "").strip() or default_run_name(recipe, overrides),
             data_dir=Path(env.get("DATA_DIR", "").strip() or workspace / "data"),
             checkpoint_dir=Path(env.get("CHECKPOINT_DIR", "").strip() or workspace / "checkpoints"),
             artifacts_dir=Path(env.get("ARTIFACTS_DIR", "").strip() or workspace / "artifacts"),
@@ -433,6 +483,8 @@ class LaunchSettings:
             gpu_hourly_usd=_float(env, "GPU_HOURLY_USD"),
             cost_log_minutes=_float(env, "COST_LOG_MINUTES") or 30.0,
             wandb=wandb,
+            tensorboard=_flag(env, "TENSORBOARD", tensorboard_installed()),
+            continue_run=env.get("CONTINUE_RUN", "").strip(),
             wandb_project=env.get("WANDB_PROJECT", "").strip() or f"trm-{recipe}",
             wandb_entity=env.get("WANDB_ENTITY", "").strip(),
             wandb_run_group=env.get("WANDB_RUN_GROUP", "").strip(),

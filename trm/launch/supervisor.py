@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import IO
 
 from trm import exit_codes
+from trm.launch.ledger import RunLedger
+
+LEDGER_EVERY_S = 60.0  # a killed launcher loses at most this much of the run's counted time
 
 
 def utc_stamp(t: float | None = None) -> str:
@@ -241,6 +244,8 @@ class CostGuard(threading.Thread):
         hourly_usd: float | None,
         log_every_s: float,
         clock: Callable[[], float] = time.time,
+        ledger: RunLedger | None = None,
+        run_gpus: int = 0,
     ) -> None:
         super().__init__(name="cost-guard", daemon=True)
         self.supervisor = supervisor
@@ -251,6 +256,24 @@ class CostGuard(threading.Thread):
         self.log_every_s = max(log_every_s, 1.0)
         self.clock = clock
         self._stopped = threading.Event()
+        # The run's ledger (node 0 only): this session's time is added to what earlier sessions spent.
+        self.ledger = ledger
+        self.run_gpus = max(run_gpus, 1)
+        self.counted_from = clock()
+        self._ledger_base = (ledger.hours, ledger.gpu_hours, ledger.usd) if ledger is not None else (0.0,) * 3
+        self._ledger_lock = threading.Lock()
+
+    def account(self, now: float | None = None) -> None:
+        """Write the run's spent hours so far (this session added to the earlier ones) into its ledger."""
+        if self.ledger is None:
+            return
+        hours = ((now or self.clock()) - self.counted_from) / 3600
+        base_hours, base_gpu_hours, base_usd = self._ledger_base
+        with self._ledger_lock:
+            self.ledger.hours = base_hours + hours
+            self.ledger.gpu_hours = base_gpu_hours + hours * self.run_gpus
+            self.ledger.usd = base_usd + hours * self.run_gpus * (self.hourly_usd or 0.0)
+            self.ledger.save()
 
     def cost_usd(self, now: float | None = None) -> float | None:
         """Cost since the session started (None without a price)."""
@@ -267,6 +290,8 @@ class CostGuard(threading.Thread):
         text = f"elapsed {hours:.2f} h"
         if cost is not None:
             text += f", cost so far ${cost:.2f} ({max(self.num_gpus, 1)} GPU x ${self.hourly_usd:g}/h)"
+        if self.ledger is not None:
+            text += f", {self.ledger.hours:.2f} h in the run"
         if self.deadline is not None:
             left = max(self.deadline - now, 0)
             when = f"{left / 3600:.2f} h" if left >= 3600 else f"{left / 60:.1f} min"
@@ -275,9 +300,14 @@ class CostGuard(threading.Thread):
 
     def run(self) -> None:
         next_log = self.clock() + self.log_every_s
+        next_account = self.clock() + LEDGER_EVERY_S
         while not self._stopped.is_set():
             now = self.clock()
+            if now >= next_account:
+                self.account(now)
+                next_account = now + LEDGER_EVERY_S
             if self.deadline is not None and now >= self.deadline:
+                self.account(now)
                 self.supervisor.request_stop(
                     f"cost guard: MAX_HOURS reached ({self.cost_line(now)})", budget=True
                 )
@@ -288,9 +318,13 @@ class CostGuard(threading.Thread):
                     self.supervisor.console.log(self.cost_line(now))
                 self.supervisor.events.write("heartbeat", usd=round(cost, 4) if cost is not None else None)
                 next_log = now + self.log_every_s
-            wake = min(next_log, self.deadline if self.deadline is not None else next_log)
+            wake = min(next_log, next_account, self.deadline if self.deadline is not None else next_log)
             self._stopped.wait(max(0.05, min(wake - now, 5.0)))
 
     def stop(self) -> None:
-        """End the guard thread."""
+        """End the guard thread, then write the session's last spent time into the ledger (after the thread
+        is gone, so that the launcher's own ledger writes never race it)."""
         self._stopped.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout=30)
+        self.account()

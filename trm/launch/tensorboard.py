@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
+from trm.extras import install_hint
 from trm.training.metrics_log import TENSORBOARD_DIR
 
 
@@ -22,15 +23,27 @@ def events_dir(run_dir: Path) -> Path:
     if not any(events.glob("events.out.tfevents.*")):
         raise TRMError(
             f"no TensorBoard events in {events}: the trainer writes them with tensorboard=true "
-            '(launcher: TRAIN_OVERRIDES="tensorboard=true", same RUN_NAME; it resumes and logs from then on)'
+            "(the launcher's default where tensorboard is installed; else TENSORBOARD=1, same RUN_NAME: it resumes "
+            "and logs from then on; before the first logged step there are none yet)"
         )
     return events
 
 
-def forward_hint(port: int) -> str:
-    """How to open the server from a laptop: an SSH tunnel (VM) or kubectl port-forward (Kubernetes)."""
+LOOPBACK = "127.0.0.1"
+
+
+def forward_hint(port: int, host: str = LOOPBACK) -> str:
+    """How to open the server from a laptop: an SSH tunnel (VM) or kubectl port-forward (Kubernetes); a
+    server on every interface (inside a container) is for a port published on the host's loopback only."""
+    exposed = []
+    if host != LOOPBACK:
+        exposed = [
+            f"listening on {host}: inside a container, publish it on the host's loopback only "
+            f"(docker run -p {LOOPBACK}:{port}:{port}); never on a host's public address",
+        ]
     return "\n".join(
         [
+            *exposed,
             "open it from your laptop:",
             f"  ssh -N -L {port}:127.0.0.1:{port} user@gpu-host       # VM; then http://localhost:{port}",
             "  POD=$(kubectl get pods -l job-name=<job> -o name | head -n 1)",
@@ -44,9 +57,7 @@ def start(logdir: Path, host: str, port: int) -> tuple[Any, str]:
     try:
         from tensorboard import program
     except ImportError:
-        raise TRMError(
-            "TensorBoard is not installed here: pip install 'trm-stack[tensorboard]' (the trm images have it)"
-        ) from None
+        raise TRMError(f"TensorBoard is not installed here: {install_hint('tensorboard')}") from None
     board = program.TensorBoard()
     board.configure(
         argv=[
@@ -77,7 +88,7 @@ def serve(run_dir: Path, host: str, port: int) -> int:
     logdir = events_dir(run_dir)
     _, url = start(logdir, host, port)
     print(f"TensorBoard: {url} (events: {logdir}); Ctrl-C stops it", flush=True)
-    print(forward_hint(port), flush=True)
+    print(forward_hint(port, host), flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

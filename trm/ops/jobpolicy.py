@@ -32,6 +32,10 @@ GPU_PRODUCT_VALUES = {
     "H100": ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
     "H200": ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB"),
 }
+# Each overlay names the GPU its Job is sized for (commonAnnotations); the affinity must follow it. "any"
+# (the one-GPU smoke) accepts every known product, so the smoke runs on whatever GPU the cluster has.
+GPU_ANNOTATION = "trm-stack/gpu"
+ANY_GPU = "any"
 # What the launcher needs after SIGTERM besides the trainer's save: the handoff bundle and its own exit.
 GRACE_MARGIN_S = 60
 
@@ -252,6 +256,32 @@ def check_gpu_placement(name: str, pod: dict) -> list[str]:
     return problems
 
 
+def accepted_products(gpu: str) -> list[str]:
+    """The nvidia.com/gpu.product values a Job sized for `gpu` (a GPU_PRODUCT_VALUES key, or "any") accepts."""
+    if gpu == ANY_GPU:
+        return [v for values in GPU_PRODUCT_VALUES.values() for v in values]
+    return list(GPU_PRODUCT_VALUES[gpu])
+
+
+def check_gpu_follows_overlay(name: str, job: dict) -> list[str]:
+    """The Job's GPU annotation is known and its required affinity accepts exactly that GPU's products."""
+    gpu = job["metadata"].get("annotations", {}).get(GPU_ANNOTATION)
+    choices = [*GPU_PRODUCT_VALUES, ANY_GPU]
+    if gpu not in choices:
+        return [
+            f"{name}: annotation {GPU_ANNOTATION} must name the GPU the overlay is sized for ({', '.join(choices)}; "
+            "commonAnnotations in its kustomization.yaml), so that its node affinity can follow it"
+        ]
+    terms = _product_terms(job["spec"]["template"]["spec"])
+    want = accepted_products(gpu)
+    if any(sorted(values) != sorted(want) for values in terms):
+        return [
+            f"{name}: {GPU_ANNOTATION}={gpu} but the {GPU_PRODUCT_LABEL} affinity accepts {terms}: set it to "
+            f"[{', '.join(want)}] in the overlay's job-patch.yaml (a pod for a GPU the cluster lacks stays Pending)"
+        ]
+    return []
+
+
 def _shutdown_timeout(container: dict) -> int | None:
     """The container's SHUTDOWN_TIMEOUT (the launcher's default when unset); None when not a number."""
     from trm.launch.settings import ALL_VARS
@@ -406,6 +436,7 @@ def check_objects(
         if obj["kind"] == "Job":
             problems += check_failure_policy(name, obj)
             problems += check_pod(name, obj["spec"]["template"]["spec"], image, refs)
+            problems += check_gpu_follows_overlay(name, obj)
             problems += check_multinode(name, obj, objects, rwx_claims)
             problems += check_experiments_job(name, obj)
         elif obj["kind"] == "Secret":

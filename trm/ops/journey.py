@@ -312,6 +312,57 @@ def job_apply_problems(code: str, where: str) -> list[str]:
     return problems
 
 
+def _env_values(words: list[str]) -> dict[str, str]:
+    """The `-e NAME=value` settings of a `docker run` (`-e NAME` alone copies it: value '')."""
+    values = {}
+    for i, word in enumerate(words[:-1]):
+        if word in ("-e", "--env"):
+            name, _, value = words[i + 1].partition("=")
+            values[name] = value
+    return values
+
+
+# A detached launcher on a Docker host is restarted by its policy; these keep that from billing in a loop.
+DETACHED_LAUNCH_NEEDS = ("MAX_HOURS", "GPU_HOURLY_USD")
+
+
+def docker_run_problems(code: str, where: str) -> list[str]:
+    """`docker run` publishing a port beyond the host's loopback; a detached launcher without a restart
+    policy or without the run's budget (MAX_HOURS, GPU_HOURLY_USD)."""
+    problems = []
+    for words in simple_commands(code):
+        words = strip_prefix(words)
+        if words[:2] != ["docker", "run"]:
+            continue
+        for i, word in enumerate(words[:-1]):
+            if word in ("-p", "--publish") and not words[i + 1].startswith("127.0.0.1:"):
+                problems.append(
+                    f"{where}: `docker run {word} {words[i + 1]}` publishes the port on every interface of the "
+                    f"host (TensorBoard has no login): use {word} 127.0.0.1:{words[i + 1].rsplit(':', 1)[-1]}:"
+                    f"{words[i + 1].rsplit(':', 1)[-1]} and an SSH tunnel"
+                )
+        if "-d" in words and _runs_training(words):
+            env = _env_values(words)
+            missing = [n for n in DETACHED_LAUNCH_NEEDS if not env.get(n)]
+            if _option(words, "--restart") != "on-failure" or missing:
+                problems.append(
+                    f"{where}: a detached `docker run` of the launcher needs `--restart on-failure` (a crash or "
+                    f"reboot resumes) and the run's budget `-e MAX_HOURS=… -e GPU_HOURLY_USD=…` (the restarts "
+                    f"stop when it is spent); missing: {', '.join(missing) or '--restart on-failure'}"
+                )
+    return problems
+
+
+_SECTION_NUMBER = re.compile(r"^## (\d+[a-z]?)\. ", re.M)
+
+
+def section_number_problems(book: Runbook) -> list[str]:
+    """Two `## Na.` sections with the same number (links and "see §Na" become ambiguous)."""
+    numbers = _SECTION_NUMBER.findall(book.body)
+    repeated = sorted({n for n in numbers if numbers.count(n) > 1})
+    return [f"{book.path}: section number {n} is used by more than one `##` heading" for n in repeated]
+
+
 def journey_problems(book: Runbook) -> list[str]:
     problems = []
     for block in book.blocks:
@@ -319,4 +370,5 @@ def journey_problems(book: Runbook) -> list[str]:
         if block.tier is not None:
             problems += stop_timeout_problems(block.code, block.where)
             problems += job_apply_problems(block.code, block.where)
-    return problems + variable_problems(book) + prose_figure_problems(book)
+            problems += docker_run_problems(block.code, block.where)
+    return problems + variable_problems(book) + prose_figure_problems(book) + section_number_problems(book)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
+from trm.extras import install_hint
 from trm.io import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -155,9 +156,7 @@ class WandbSink:
         try:
             import wandb
         except ImportError:
-            log.warning(
-                "W&B requested but not installed: pip install 'trm-stack[wandb]'. Logging to files only."
-            )
+            log.warning("W&B requested but not installed (%s). Logging to files only.", install_hint("wandb"))
             self._run = None
             return
         key = wandb_api_key()
@@ -199,8 +198,8 @@ class TensorBoardSink:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
             raise TRMError(
-                "tensorboard=true needs the tensorboard package: pip install 'trm-stack[tensorboard]', "
-                "or set tensorboard=false."
+                f"tensorboard=true needs the tensorboard package: {install_hint('tensorboard')}; or set "
+                "tensorboard=false (launcher: TENSORBOARD=0)."
             ) from None
         self._writer = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
 

@@ -15,6 +15,8 @@ Recipes:
   fp32, batch 32), the configuration of the reference CPU measurements of upstream's trainer.
 - `sudoku-mlp` / `sudoku-att` / `maze`: upstream README's Sudoku-Extreme (MLP-mixer or attention) and
   Maze-Hard runs, evaluated by exact accuracy only (`evaluators=[]`).
+- `urm-arc1` / `urm-arc2` / `urm-sudoku`: the Universal Reasoning Model with the settings of its
+  reference's `scripts/URM_arcagi1.sh`, `URM_arcagi2.sh` (Muon) and `URM_sudoku.sh`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from trm.errors import TRMError
-from trm.model.schema import TRMArch
-from trm.training.config import TrainConfig, as_dict
+from trm.model.schema import TRMArch, URMArch
+from trm.training.config import TrainConfig, as_dict, train_config
 
 GIB = 1024**3
 
@@ -72,13 +74,24 @@ class Recipe:
         return self.config.global_batch_size
 
     @property
+    def arch(self) -> str:
+        """The registry name of the recipe's architecture (`arch=<name>`)."""
+        from trm.model.registry import spec_of
+
+        return spec_of(self.config.arch).name
+
+    @property
     def overrides(self) -> tuple[str, ...]:
-        """The config as `python -m trm.train` overrides: every key that differs from the schema default."""
-        return tuple(
+        """The config as `python -m trm.train` overrides: `arch=<name>` when it is not TRM, then every key
+        that differs from that architecture's schema defaults."""
+        defaults = flatten(as_dict(train_config(self.arch)))
+        picked = () if self.arch == "trm" else (f"arch={self.arch}",)
+        changed = (
             f"{key}={_hydra_value(value)}"
             for key, value in flatten(as_dict(self.config)).items()
-            if flatten(as_dict(TrainConfig())).get(key) != value
+            if defaults.get(key) != value
         )
+        return (*picked, *changed)
 
     def with_changes(self, *, arch: Mapping[str, Any] | None = None, **train: Any) -> Recipe:
         """A variant: `arch` keys replace the architecture's, the other keywords top-level keys."""
@@ -152,7 +165,15 @@ _SUDOKU_BUILD = ("--subsample-size", "1000", "--num-aug", "1000")
 _GRID_CHECKPOINT = 256 * 1024**2
 
 _ARC2_SUBSETS = ("--subsets", "training2", "evaluation2", "concept", "--test-set-name", "evaluation2")
+_ARC1_SUBSETS = ("--subsets", "training", "evaluation", "concept", "--test-set-name", "evaluation")
 _ARC_RUN = dict(ema=True, epochs=100000, eval_interval=800, checkpoint_every_eval=True)
+
+# The URM reference's scripts (URM_arcagi1.sh, URM_arcagi2.sh, URM_sudoku.sh): one model for all three
+# tasks, 4 blocks, H 2 (truncated backprop: the first cycle without gradient), L 6, 16 ACT loops.
+URM_ARCH = URMArch(loops=16, H_cycles=2, L_cycles=6, num_layers=4)
+_URM_ARC_RUN = dict(ema=True, epochs=200000, eval_interval=2000, puzzle_emb_lr=1e-2, weight_decay=0.1)
+# URM_sudoku.sh is upstream's Sudoku run (the same lr, decays and 50k epochs) at batch 128, evaluated every 2000.
+_URM_SUDOKU_RUN = {**_GRID_RUN, "eval_interval": 2000, "global_batch_size": 128}
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
@@ -171,7 +192,7 @@ RECIPES: dict[str, Recipe] = {
             summary="ARC-AGI-1 + ConceptARC",
             config=TrainConfig(arch=dataclasses.replace(ARC_ARCH), **_ARC_RUN),
             dataset="arc1concept-aug-1000",
-            build_args=("--subsets", "training", "evaluation", "concept", "--test-set-name", "evaluation"),
+            build_args=_ARC1_SUBSETS,
             checkpoint_bytes=4 * GIB,
         ),
         Recipe(
@@ -272,6 +293,37 @@ RECIPES: dict[str, Recipe] = {
         ),
     )
 }
+
+
+def _urm(base: str, name: str, summary: str, config: TrainConfig) -> Recipe:
+    """A URM recipe on the dataset of TRM's `base` (and its checkpoint size: the 512-wide puzzle table,
+    one prefix position in URM, dominates both; URM's core is 13.7 M parameters)."""
+    return dataclasses.replace(RECIPES[base], name=name, summary=summary, config=config)
+
+
+RECIPES.update(
+    (r.name, r)
+    for r in (
+        _urm(
+            "arc1",
+            "urm-arc1",
+            "URM on ARC-AGI-1 + ConceptARC (the reference's URM_arcagi1.sh)",
+            TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_ARC_RUN),
+        ),
+        _urm(
+            "arc2",
+            "urm-arc2",
+            "URM on ARC-AGI-2 + ConceptARC with Muon (the reference's URM_arcagi2.sh)",
+            TrainConfig(arch=dataclasses.replace(URM_ARCH), use_muon=True, **_URM_ARC_RUN),
+        ),
+        _urm(
+            "sudoku-mlp",
+            "urm-sudoku",
+            "URM on Sudoku-Extreme, 1k puzzles x 1000 shuffles, batch 128 (the reference's URM_sudoku.sh)",
+            TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_SUDOKU_RUN),
+        ),
+    )
+)
 
 
 def get_recipe(name: str) -> Recipe:
