@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from multiprocessing import get_context
 
+from trm.launch.nvidia_smi import smi_uuid
+
 
 def free_port() -> int:
     """A TCP port that is free on localhost right now."""
@@ -122,8 +124,7 @@ def matmul_check(
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         props = torch.cuda.get_device_properties(device)
-        uuid = str(getattr(props, "uuid", "unknown"))
-        uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        uuid = smi_uuid(str(props.uuid), props.name) if hasattr(props, "uuid") else "unknown"
     gen = torch.Generator().manual_seed(1234)
     a = torch.randn(size, size, generator=gen, dtype=torch.float64)
     b = torch.randn(size, size, generator=gen, dtype=torch.float64)
