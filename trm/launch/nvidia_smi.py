@@ -45,9 +45,8 @@ class GpuInfo:
     driver_version: str
     uuid: str
     mig_profile: str | None = None  # e.g. "3g.40gb" when this is a MIG slice (memory_mib is the slice's)
-    smi_index: int | None = (
-        None  # nvidia-smi's index of the GPU (the parent's, for a slice); `index` is CUDA's
-    )
+    # nvidia-smi's index of the GPU (the parent's, for a slice); `index` is CUDA's (CUDA_VISIBLE_DEVICES)
+    smi_index: int | None = None
 
     @property
     def memory_gib(self) -> float:
