@@ -30,8 +30,10 @@ SHAPES = [
 
 
 def fake_smi_env(tmp_path: Path, shape: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
-    """An environment whose PATH has a fake nvidia-smi for `shape` (None: no nvidia-smi at all)."""
+    """An environment whose PATH has a fake nvidia-smi for `shape` (None: no nvidia-smi at all), without
+    CUDA_VISIBLE_DEVICES: the real host's would select among the fake host's GPUs."""
     env = dict(base if base is not None else os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
     bindir = tmp_path / "fake-bin"
     bindir.mkdir(exist_ok=True)
     link = bindir / "nvidia-smi"
@@ -51,7 +53,7 @@ def fake_smi_env(tmp_path: Path, shape: str | None, base: dict[str, str] | None 
 def install_fake_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shape: str | None) -> dict[str, str]:
     """Put a fake nvidia-smi for `shape` (None: no nvidia-smi) on this process's PATH; returns the env."""
     env = fake_smi_env(tmp_path, shape)
-    for key in ("PATH", "FAKE_NVIDIA_SMI_DIR"):
+    for key in ("PATH", "FAKE_NVIDIA_SMI_DIR", "CUDA_VISIBLE_DEVICES"):
         if key in env:
             monkeypatch.setenv(key, env[key])
         else:

@@ -7,7 +7,10 @@ objects (evaluator predictions), as NCCL cannot gather them.
 from __future__ import annotations
 
 import datetime
+import logging
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +20,11 @@ import torch
 import torch.distributed as dist
 
 from trm.errors import TRMError
+
+log = logging.getLogger(__name__)
+
+STOP_TOGETHER_TIMEOUT = datetime.timedelta(seconds=120)  # how long a stopping rank waits for the others
+_EVERY_RANK = "_trm_raised_on_every_rank"
 
 
 @dataclass
@@ -72,8 +80,38 @@ def initialize(requested_device: str = "auto") -> Iterator[DistInfo]:
         object_group = dist.group.WORLD
     try:
         yield DistInfo(rank, world_size, local_rank, device, object_group)
+    except BaseException as err:
+        if getattr(err, _EVERY_RANK, False):
+            _stop_together(object_group)
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def raised_on_every_rank(err: BaseException) -> BaseException:
+    """Mark `err` as raised by every rank at the same point (after a collective agreed on it, e.g. a full
+    disk): on its way out of `initialize` the ranks then stop together (`_stop_together`)."""
+    setattr(err, _EVERY_RANK, True)
+    return err
+
+
+def _stop_together(group: Any) -> None:
+    """Every rank stops with the same error: let each end with its exit code, none killed on the way.
+
+    As soon as one rank exits, torchrun SIGTERMs the others (its process group), so a rank still tearing
+    down (closing its sinks, the process group) would die of that signal (-15) instead of exiting with the
+    error's code; and a rank that exits while a peer still uses the process group can make the peer's gloo
+    abort (SIGABRT). So each rank ignores SIGTERM from here on, then waits for the others at a barrier
+    (out-of-band of the training collectives: gloo, `STOP_TOGETHER_TIMEOUT`): no rank exits before every
+    rank has stopped using the group and ignores the signal. A rank that never arrives is logged and the
+    stop goes on; torchrun's SIGKILL still bounds a rank that would not exit.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        dist.monitored_barrier(group=group, timeout=STOP_TOGETHER_TIMEOUT, wait_all_ranks=True)
+    except RuntimeError as err:
+        log.warning("stopping without the other ranks: %s", str(err).splitlines()[0] if str(err) else err)
 
 
 def all_reduce_sum_(tensors: list[torch.Tensor], info: DistInfo) -> None:

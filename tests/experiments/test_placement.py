@@ -21,20 +21,32 @@ def fake_gpus(n: int, name: str = "NVIDIA H100 80GB HBM3") -> list[GpuInfo]:
 
 def test_n_gpus_and_k_per_run_give_n_over_k_slots_of_consecutive_gpus():
     gpus = fake_gpus(8)
-    slots = placement.make_slots(gpus, placement.visible_devices(gpus, {}), 2)
+    slots = placement.make_slots(gpus, placement.visible_devices(gpus), 2)
     assert [s.devices for s in slots] == [("0", "1"), ("2", "3"), ("4", "5"), ("6", "7")]
     assert [g.index for g in slots[1].gpus] == [2, 3]
-    odd = placement.make_slots(gpus, placement.visible_devices(gpus, {}), 3)
+    odd = placement.make_slots(gpus, placement.visible_devices(gpus), 3)
     assert [s.devices for s in odd] == [("0", "1", "2"), ("3", "4", "5")]  # GPUs 6 and 7 stay idle
     assert [s.devices for s in placement.make_slots([], [], 1)] == [()]  # CPU: one run at a time
     with pytest.raises(TRMError, match="--gpus-per-run 4 but only 2 GPU"):
         placement.make_slots(gpus[:2], ["0", "1"], 4)
 
 
-def test_the_callers_cuda_visible_devices_restricts_the_slots():
-    gpus = fake_gpus(8)
-    devices = placement.visible_devices(gpus, {"CUDA_VISIBLE_DEVICES": "4,5,6"})
-    assert [s.devices for s in placement.make_slots(gpus, devices, 1)] == [("4",), ("5",), ("6",)]
+def test_the_callers_cuda_visible_devices_restricts_the_slots(tmp_path, monkeypatch):
+    """Slots get the GPUs the caller's CUDA_VISIBLE_DEVICES leaves, by the host's (nvidia-smi's) numbering
+    in the children's CUDA_VISIBLE_DEVICES, each with its own tier."""
+    from tests.helpers import install_fake_smi
+
+    install_fake_smi(monkeypatch, tmp_path, "h100x8")
+    gpus = placement.detect_gpus({"CUDA_VISIBLE_DEVICES": "4,5,6"})
+    assert [s.devices for s in placement.make_slots(gpus, placement.visible_devices(gpus), 1)] == [
+        ("4",),
+        ("5",),
+        ("6",),
+    ]
+    install_fake_smi(monkeypatch, tmp_path, "mixed-h100-a100")  # GPU 0: H100, GPU 1: A100
+    gpus = placement.detect_gpus({"CUDA_VISIBLE_DEVICES": "1"})
+    (slot,) = placement.make_slots(gpus, placement.visible_devices(gpus), 1)
+    assert slot.devices == ("1",) and [g.name for g in slot.gpus] == ["NVIDIA A100-SXM4-80GB"]
 
 
 def test_one_gpu_runs_the_trainer_and_several_run_the_launchers_torchrun(tmp_path):

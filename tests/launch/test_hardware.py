@@ -94,7 +94,7 @@ def test_num_gpus_subset_and_overrides():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"num_gpus": 16}, "nvidia-smi lists 8"),
+        ({"num_gpus": 16}, r"but 8 GPU\(s\) are visible"),
         ({"num_gpus": 5}, "not divisible by the world size 5"),
         ({"micro_batch_size": 100}, "must divide the per-rank batch 96"),
     ],

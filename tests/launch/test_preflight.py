@@ -209,7 +209,7 @@ def test_hardware_faults_and_configuration_errors_have_their_own_exit_codes(
 def test_an_nvidia_smi_that_does_not_answer_is_a_node_fault(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "h100x1")
 
-    def lost(_smi):
+    def lost(_smi, _environ):
         raise TRMError("nvidia-smi failed: Unable to determine the device handle for GPU 0000:1B:00.0")
 
     monkeypatch.setattr(preflight, "query_gpus", lost)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import errno
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -240,16 +241,39 @@ def test_one_rank_out_of_space_stops_every_rank_without_a_hang(tmp_path: Path) -
     assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []
 
 
+SLOW_RANK_0_WRAPPER = WRAPPER.replace(
+    "from trm.train import main",
+    """import os, time
+from trm.training.loop import Trainer
+
+close = Trainer.close
+
+def slow_close(self):
+    if os.environ["RANK"] == "0":
+        time.sleep(3)  # rank 0 is still tearing down long after rank 1 could have exited
+    close(self)
+
+Trainer.close = slow_close
+from trm.train import main""",
+)
+
+
 @pytest.mark.dist
 def test_rank_0s_background_writer_out_of_space_stops_every_rank(tmp_path: Path) -> None:
     """Rank 0's writer thread fails on state.pt after both shards were written: every rank stops with
-    exit 74 at its next step (the failure travels in the per-step flag all-reduce), nothing published."""
+    exit 74 at its next step (the failure travels in the per-step flag all-reduce), nothing published.
+
+    Rank 0 is made slow to tear down, so rank 1 is ready to exit first: it must wait for rank 0, and rank 0
+    must not die of the SIGTERM torchrun sends the remaining ranks once one has exited. Before, rank 1
+    exited at once and rank 0 died of that SIGTERM (-15) every time; on a loaded machine the same happened
+    without the delay, and a rank that exits while its peer still uses the gloo group can abort (SIGABRT).
+    """
     from tests.e2e.test_train import ROOT, TINY, build_dataset, env
 
     dataset = tmp_path / "data"
     build_dataset(dataset, max_puzzles=2)
     script = tmp_path / "wrapper.py"
-    script.write_text(WRAPPER)
+    script.write_text(SLOW_RANK_0_WRAPPER)
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
@@ -260,5 +284,7 @@ def test_rank_0s_background_writer_out_of_space_stops_every_rank(tmp_path: Path)
     assert proc.returncode != 0, proc.stderr[-2000:]
     assert "No space left on device (needs about" in proc.stderr, proc.stderr[-3000:]  # rank 0's cause
     assert "rank 0 could not write a checkpoint (its log has the error); no checkpoint exists" in proc.stderr
-    assert "failed (exitcode: 74)" in proc.stderr
+    # torchrun's summary: one entry per rank, each with the trainer's own exit code.
+    ranks = dict(re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\n\s*exitcode\s*:\s*(-?\d+)", proc.stderr))
+    assert ranks == {"0": "74", "1": "74"}, proc.stderr[-3000:]
     assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []

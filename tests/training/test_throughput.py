@@ -109,13 +109,32 @@ def test_training_formula_matches_torch_flop_counter(mlp_t: bool) -> None:
     assert measured(config, train=True) == pytest.approx(flops.train, rel=TOLERANCE)
 
 
-def test_peak_table_and_unknown_devices() -> None:
-    assert peak_flops("NVIDIA H100 80GB HBM3") == 989e12
-    assert peak_flops("NVIDIA H100 PCIe") == 756e12
-    assert peak_flops("NVIDIA H200") == 989e12
-    assert peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
-    assert peak_flops("NVIDIA L40S") == 362e12
-    assert peak_flops("cpu") is None and peak_flops("Tesla T4") is None
+@pytest.mark.parametrize(
+    ("device_name", "tflops"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.4),  # SXM5
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),  # read as the SXM peak before
+        ("NVIDIA H200", 989.4),
+        ("NVIDIA H200 NVL", 835.0),  # read as the SXM peak before
+        ("NVIDIA H800", 989.4),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA A100 80GB PCIe", 312.0),
+        ("NVIDIA A10", 125.0),  # not the A100
+        ("NVIDIA L40S", 362.05),
+        ("NVIDIA L4", 121.0),  # the sm89 tier had no peak (no MFU) before; not the L40S
+        ("NVIDIA GeForce RTX 4090", 165.2),  # the sm89 tier had no peak before
+    ],
+)
+def test_peak_table_reads_each_gpu_by_its_most_specific_name(device_name: str, tflops: float) -> None:
+    assert peak_flops(device_name) == pytest.approx(tflops * 1e12)
+
+
+def test_unknown_devices_and_mig_slices_have_no_peak() -> None:
+    for name in ("cpu", "Tesla T4", "NVIDIA A10G", "NVIDIA L40", "NVIDIA GeForce RTX 4080"):
+        assert peak_flops(name) is None, name
+    # A slice has a share of the SMs its name does not give: no MFU rather than one against the whole GPU.
+    assert peak_flops("NVIDIA H100 80GB HBM3 MIG 3g.40gb") is None
 
 
 class FakeClock:

@@ -33,10 +33,7 @@ from trm.model.layers import swiglu_intermediate
 from trm.model.registry import ARCHS, get_spec
 from trm.optim import AdamATan2
 from trm.training.recipes import get_recipe
-
-# Dense bf16 peak FLOP/s used for MFU, by GPU name fragment.
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12}
-
+from trm.training.throughput import peak_flops as gpu_peak_flops
 
 # The tiny CPU model of each architecture besides TRM (whose tiny model is the bench-tiny recipe's): hidden
 # 64, 4 heads, no puzzle embedding, fp32, the fewest layers and cycles that still run every code path.
@@ -304,8 +301,7 @@ def print_attention_split(results: dict[tuple[str, bool], Timing], attention_s: 
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
-    gpu = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in gpu), None)
+    return gpu_peak_flops(torch.cuda.get_device_name(device))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,14 +36,17 @@ def run(args: argparse.Namespace) -> int:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Check this host before training. Each check prints what it found and, on failure, the fix. "
-        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so. Exit 0: passed; "
+        "Without nvidia-smi (or with --cpu) GPU checks are skipped and the report says so. The GPUs checked "
+        "are nvidia-smi's less those CUDA_VISIBLE_DEVICES hides (what torch sees). Exit 0: passed; "
         "2: a configuration error (the same on any machine); 76: only faults of this node's hardware "
         "(a GPU computing wrong results, a failed NCCL all-reduce, nvidia-smi not answering): run elsewhere."
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--cpu", action="store_true", help="CPU mode: skip every GPU check")
     group.add_argument("--gpu", action="store_true", help="require GPUs (fail when nvidia-smi is missing)")
-    parser.add_argument("--num-gpus", type=int, default=None, help="GPUs to check (default: all)")
+    parser.add_argument(
+        "--num-gpus", type=int, default=None, help="GPUs to check (default: all visible ones)"
+    )
     parser.add_argument("--checkpoint-dir", default=".", help="where checkpoints go (free-disk check)")
     parser.add_argument(
         "--checkpoint-gb", type=float, default=6.0, help="expected size of one checkpoint (6)"

@@ -228,8 +228,9 @@ class Batch:
         self.id = batch_id([e.name for e in experiments])
         self.log_dir = options.log_dir or options.checkpoint_dir / "batches" / self.id
         self.runs = [Run(e, options.checkpoint_dir / e.run_name_for(options.extra)) for e in experiments]
-        self.gpus = list(placement.detect_gpus() if gpus is None and options.num_gpus != 0 else gpus or [])
-        devices = placement.visible_devices(self.gpus, self.environ)
+        detect = gpus is None and options.num_gpus != 0
+        self.gpus = list(placement.detect_gpus(self.environ) if detect else gpus or [])
+        devices = placement.visible_devices(self.gpus)
         if options.num_gpus is not None:
             if options.num_gpus > len(devices):
                 raise TRMError(

@@ -1,8 +1,8 @@
 """Where the runs of a batch go and how each starts: GPU slots side by side, or one CPU run at a time.
 
-On a host with N visible GPUs and K GPUs per run there are N // K slots; slot i gets GPUs
-[i·K, (i+1)·K) through `CUDA_VISIBLE_DEVICES` (entries of the caller's own `CUDA_VISIBLE_DEVICES` when it
-restricts the GPUs). K = 1 runs `python -m trm.train`; K > 1 runs the launcher's torchrun command
+On a host with N visible GPUs and K GPUs per run there are N // K slots; slot i gets visible GPUs
+[i·K, (i+1)·K) through `CUDA_VISIBLE_DEVICES` (the GPUs the caller's own `CUDA_VISIBLE_DEVICES` leaves, when
+it restricts them, by nvidia-smi index, or MIG UUID for a slice). K = 1 runs `python -m trm.train`; K > 1 runs the launcher's torchrun command
 (`trm.launch.plan.torchrun_command`: each rank under `trm.launch.worker`, which records its exit code).
 Each run gets the hardware tier's batch layout for its K GPUs (`trm.launch.hardware.select_layout`, the
 launcher's own choice), so the training math is the recipe's on every host. Without GPUs: one slot, CPU.
@@ -37,24 +37,22 @@ class Slot:
         return f"GPU {','.join(self.devices)}" if self.devices else "CPU"
 
 
-def visible_devices(gpus: Sequence[GpuInfo], environ: Mapping[str, str]) -> list[str]:
-    """The device ids runs may use: the caller's CUDA_VISIBLE_DEVICES entries, else every GPU's index."""
-    restricted = environ.get("CUDA_VISIBLE_DEVICES")
-    if restricted is not None:
-        return [d.strip() for d in restricted.split(",") if d.strip()]
-    return [str(i) for i in range(len(gpus))]
+def visible_devices(gpus: Sequence[GpuInfo]) -> list[str]:
+    """The `CUDA_VISIBLE_DEVICES` id of each GPU runs may use (`gpus` from `query_gpus`: those the caller's
+    own CUDA_VISIBLE_DEVICES leaves, in its order): nvidia-smi's index of a whole GPU, a slice's MIG UUID."""
+    return [g.uuid if g.mig_profile else str(g.index if g.smi_index is None else g.smi_index) for g in gpus]
 
 
-def detect_gpus() -> list[GpuInfo]:
-    """nvidia-smi's GPUs; none on a host without nvidia-smi."""
+def detect_gpus(environ: Mapping[str, str]) -> list[GpuInfo]:
+    """The GPUs `environ`'s CUDA_VISIBLE_DEVICES leaves of nvidia-smi's; none on a host without nvidia-smi."""
     try:
-        return query_gpus()
+        return query_gpus(environ=environ)
     except NvidiaSmiMissing:
         return []
 
 
 def make_slots(gpus: Sequence[GpuInfo], devices: Sequence[str], gpus_per_run: int) -> list[Slot]:
-    """N // K slots of K GPUs each; one CPU slot when there are no devices."""
+    """N // K slots of K GPUs each (`devices[i]` is the id of `gpus[i]`); one CPU slot without devices."""
     if gpus_per_run < 1:
         raise TRMError(f"--gpus-per-run {gpus_per_run}: give 1 or more")
     if not devices:
@@ -65,13 +63,10 @@ def make_slots(gpus: Sequence[GpuInfo], devices: Sequence[str], gpus_per_run: in
             f"({','.join(devices)}); use --gpus-per-run {len(devices)} or fewer"
         )
     k = gpus_per_run
-    groups = [tuple(devices[i * k : (i + 1) * k]) for i in range(len(devices) // k)]
-    return [Slot(i, group, tuple(_gpu_of(d, gpus) for d in group if gpus)) for i, group in enumerate(groups)]
-
-
-def _gpu_of(device: str, gpus: Sequence[GpuInfo]) -> GpuInfo:
-    """nvidia-smi's record of a device id (a UUID or an unknown index: the first GPU's, for its tier)."""
-    return gpus[int(device)] if device.isdigit() and int(device) < len(gpus) else gpus[0]
+    return [
+        Slot(i, tuple(devices[i * k : (i + 1) * k]), tuple(gpus[i * k : (i + 1) * k]))
+        for i in range(len(devices) // k)
+    ]
 
 
 def hardware_overrides(slot: Slot, global_batch_size: int) -> list[str]:

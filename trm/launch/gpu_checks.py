@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 
+from trm.launch.nvidia_smi import smi_uuid
+
 
 def free_port() -> int:
     """A TCP port that is free on localhost right now."""
@@ -150,8 +152,7 @@ def matmul_check(
     uuid = "cpu"
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        uuid = str(getattr(props, "uuid", "unknown"))
-        uuid = uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        uuid = smi_uuid(str(props.uuid), props.name) if hasattr(props, "uuid") else "unknown"
     gen = torch.Generator().manual_seed(1234)
     a = torch.randn(size, size, generator=gen, dtype=torch.float64)
     b = torch.randn(size, size, generator=gen, dtype=torch.float64)

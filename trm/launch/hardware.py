@@ -298,8 +298,9 @@ def gpus_to_use(gpus: list[GpuInfo], num_gpus: int | None) -> list[GpuInfo]:
     """Step 1: the first `num_gpus` GPUs (all when None, none for 0); MIG slices only one at a time."""
     if num_gpus is not None and num_gpus > len(gpus):
         raise TRMError(
-            f"NUM_GPUS={num_gpus} but nvidia-smi lists {len(gpus)} GPU(s); unset NUM_GPUS to use all of them "
-            "or check that the container sees every GPU (`--gpus all`, `nvidia.com/gpu` limit)"
+            f"NUM_GPUS={num_gpus} but {len(gpus)} GPU(s) are visible (nvidia-smi's, less those "
+            "CUDA_VISIBLE_DEVICES hides); unset NUM_GPUS to use all of them, or check that the container sees "
+            "every GPU (`--gpus all`, `nvidia.com/gpu` limit) and that CUDA_VISIBLE_DEVICES lists them"
         )
     used = [] if num_gpus == 0 or not gpus else gpus[: num_gpus or len(gpus)]
     slices = [g for g in used if g.mig_profile]

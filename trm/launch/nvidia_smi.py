@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from trm.errors import TRMError
+from trm.launch import cuda_visible
 
 QUERY_FIELDS = ("name", "memory.total", "compute_cap", "driver_version", "uuid")
 QUERY_ARGS = (f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
@@ -43,6 +45,8 @@ class GpuInfo:
     driver_version: str
     uuid: str
     mig_profile: str | None = None  # e.g. "3g.40gb" when this is a MIG slice (memory_mib is the slice's)
+    # nvidia-smi's index of the GPU (the parent's, for a slice); `index` is CUDA's (CUDA_VISIBLE_DEVICES)
+    smi_index: int | None = None
 
     @property
     def memory_gib(self) -> float:
@@ -65,6 +69,14 @@ class GpuInfo:
     def to_dict(self) -> dict[str, object]:
         """The GPU as JSON-ready data."""
         return asdict(self)
+
+
+def smi_uuid(torch_uuid: str, device_name: str) -> str:
+    """A CUDA device's UUID as nvidia-smi prints it (and CUDA_VISIBLE_DEVICES takes it), from torch's
+    `get_device_properties(i).uuid` (bare hex) and `.name`: "MIG-…" for a MIG slice (torch names it
+    "… MIG 3g.40gb"), "GPU-…" for a whole GPU."""
+    bare = torch_uuid.removeprefix("GPU-").removeprefix("MIG-")
+    return ("MIG-" if re.search(r"\bMIG\b", device_name) else "GPU-") + bare
 
 
 def system_runner(program: str = "nvidia-smi", timeout: float = 60.0) -> Runner:
@@ -109,15 +121,19 @@ def parse_query_csv(text: str) -> list[GpuInfo]:
                 f"nvidia-smi reported memory.total {memory!r} for GPU {len(gpus)} ({name}); expected MiB: "
                 f"the GPU may be in a bad state, check `nvidia-smi -q -i {len(gpus)}`"
             ) from err
-        gpus.append(GpuInfo(len(gpus), name, memory_mib, cap, driver, uuid))
+        gpus.append(GpuInfo(len(gpus), name, memory_mib, cap, driver, uuid, smi_index=len(gpus)))
     return gpus
 
 
-def query_gpus(runner: Runner | None = None) -> list[GpuInfo]:
-    """List the GPUs this process can use; raises TRMError with the fix when nvidia-smi is missing or fails.
+def query_gpus(runner: Runner | None = None, environ: Mapping[str, str] | None = None) -> list[GpuInfo]:
+    """List the GPUs this process can use, as CUDA numbers them; raises TRMError with the fix when
+    nvidia-smi is missing or fails, or when CUDA_VISIBLE_DEVICES (of `environ`, default this process's)
+    names GPUs wrongly.
 
-    A GPU in MIG mode is replaced by its visible MIG slices, sized from the slice: `--query-gpu` reports
-    the parent GPU's memory, which would size the batch for 80 GB on a 10-40 GB slice.
+    nvidia-smi lists every GPU of the host; CUDA_VISIBLE_DEVICES keeps those it names, in its order
+    (`trm.launch.cuda_visible`). A GPU in MIG mode is replaced by its visible MIG slices, sized from the
+    slice: `--query-gpu` reports the parent GPU's memory, which would size the batch for 80 GB on a
+    10-40 GB slice.
     """
     runner = runner or system_runner()
     code, out = runner(QUERY_ARGS)
@@ -127,7 +143,16 @@ def query_gpus(runner: Runner | None = None) -> list[GpuInfo]:
     gpus = parse_query_csv(out)
     code, listing = runner(LIST_ARGS)
     slices = parse_mig_listing(listing) if code == 0 else {}
-    return with_mig_slices(gpus, slices) if slices else gpus
+    value = (os.environ if environ is None else environ).get(cuda_visible.ENV)
+    if value is None:
+        return with_mig_slices(gpus, slices)
+    listed = cuda_visible.entries(value)
+    mig_uuids = {i: [uuid for _profile, uuid in found] for i, found in slices.items()}
+    visible: list[GpuInfo] = []
+    for index, mig_uuid in cuda_visible.pick(value, listed, [g.uuid for g in gpus], mig_uuids):
+        mine = [(p, u) for p, u in slices.get(index, []) if mig_uuid is None or u == mig_uuid]
+        visible += with_mig_slices([gpus[index]], {index: mine} if mine else {})
+    return [replace(g, index=i) for i, g in enumerate(visible)]
 
 
 _LIST_GPU = re.compile(r"^GPU (?P<index>\d+): .*\(UUID: (?P<uuid>[^)]+)\)\s*$")
@@ -199,8 +224,10 @@ def query_driver_cuda(runner: Runner | None = None) -> tuple[str | None, str | N
     return parse_plain_header(out)
 
 
-def query_memory_used(runner: Runner | None = None) -> dict[int, int]:
-    """Memory in use per GPU index, in MiB (used by the probe to record peak memory)."""
+def query_memory_used(runner: Runner | None = None, gpus: Sequence[GpuInfo] | None = None) -> dict[int, int]:
+    """Memory in use per GPU, in MiB (used by the probe to record peak memory): by nvidia-smi's index, or,
+    given `gpus` (from `query_gpus`), by their CUDA index, for those GPUs only (a MIG slice reports its
+    parent GPU's memory)."""
     runner = runner or system_runner()
     code, out = runner(MEMORY_USED_ARGS)
     if code != 0:
@@ -213,4 +240,6 @@ def query_memory_used(runner: Runner | None = None) -> dict[int, int]:
                 used[int(parts[0])] = int(float(parts[1]))
             except ValueError:
                 continue
-    return used
+    if gpus is None:
+        return used
+    return {g.index: used[g.smi_index] for g in gpus if g.smi_index in used}

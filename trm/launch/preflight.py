@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.images import catalog as image_catalog
 from trm.images import compat
+from trm.launch import cuda_visible
 from trm.launch.nvidia_smi import (
     GpuInfo,
     NvidiaSmiMissing,
@@ -78,6 +79,8 @@ class PreflightContext:
     catalog: tuple = image_catalog.VARIANTS
     # (the C compiler Triton would use or None, the include directory it reads, whether Python.h is there)
     c_toolchain: Callable[[], tuple[str | None, Path, bool]] | None = None
+    # The environment whose CUDA_VISIBLE_DEVICES says which GPUs torch sees (None: this process's).
+    environ: Mapping[str, str] | None = None
 
     @classmethod
     def from_env(
@@ -88,6 +91,7 @@ class PreflightContext:
             image_cuda=env.get("TRM_IMAGE_CUDA") or None,
             image_sm_list=env.get("TRM_IMAGE_SM_LIST") or None,
             adam_sm_list=env.get("TRM_ADAM_ATAN2_SM_LIST") or None,
+            environ=env,
             **kwargs,  # type: ignore[arg-type]
         )
 
@@ -262,10 +266,20 @@ def run_preflight(
     checks: list[CheckResult] = []
     env: dict[str, object] = dict(collect_versions())
     gpus: list[GpuInfo] = []
+    visible_value = (os.environ if ctx.environ is None else ctx.environ).get(cuda_visible.ENV)
     if mode != "cpu":
         try:
-            gpus = query_gpus(ctx.smi)
-            if not gpus:
+            gpus = query_gpus(ctx.smi, ctx.environ)
+            if not gpus and visible_value is not None:
+                hidden = f"{cuda_visible.ENV}={visible_value!r} hides every GPU nvidia-smi lists"
+                if mode == "gpu":
+                    checks.append(CheckResult("nvidia-smi", "fail", hidden, cuda_visible.FIX))
+                else:
+                    mode = "cpu"
+                    checks.append(
+                        CheckResult("nvidia-smi", "skip", f"{hidden}: CPU mode, GPU checks skipped")
+                    )
+            elif not gpus:
                 raise TRMError(
                     "nvidia-smi answered but lists no GPU; check `nvidia-smi -L` and the device plugin"
                 )
@@ -279,6 +293,10 @@ def run_preflight(
                 checks.append(
                     CheckResult("nvidia-smi", "skip", "not found on PATH: CPU mode, GPU checks skipped")
                 )
+        except cuda_visible.VisibleDevicesError as err:
+            checks.append(
+                CheckResult("nvidia-smi", "fail", "CUDA_VISIBLE_DEVICES names GPUs wrongly", str(err))
+            )
         except TRMError as err:
             # The tool is there but the driver or a GPU does not answer: a fault of this machine.
             checks.append(CheckResult("nvidia-smi", "fail", "did not answer", str(err), cause=NODE))
@@ -286,13 +304,15 @@ def run_preflight(
         checks.append(CheckResult("nvidia-smi", "skip", "CPU mode requested (--cpu): GPU checks skipped"))
     if gpus:
         mode = "gpu"
+        visible = "" if visible_value is None else f" ({cuda_visible.ENV}={visible_value!r})"
         if num_gpus is not None and num_gpus > len(gpus):
             checks.append(
                 CheckResult(
                     "nvidia-smi",
                     "fail",
-                    f"{len(gpus)} GPU(s), {num_gpus} requested",
-                    "lower NUM_GPUS or start the container with every GPU (`--gpus all`)",
+                    f"{len(gpus)} GPU(s){visible}, {num_gpus} requested",
+                    "lower NUM_GPUS or start the container with every GPU (`--gpus all`)"
+                    + (f", and list them in {cuda_visible.ENV} or unset it" if visible else ""),
                 )
             )
         gpus = gpus[: num_gpus or len(gpus)]
@@ -301,7 +321,8 @@ def run_preflight(
             CheckResult(
                 "nvidia-smi",
                 "ok",
-                "; ".join(f"{g.index}: {g.name} {g.memory_gib:.0f} GiB sm{g.sm} {g.uuid}" for g in gpus),
+                "; ".join(f"{g.index}: {g.name} {g.memory_gib:.0f} GiB sm{g.sm} {g.uuid}" for g in gpus)
+                + visible,
             )
         )
         checks += _gpu_checks(ctx, gpus, env, collectives)
@@ -482,13 +503,14 @@ def check_c_toolchain(toolchain: tuple[str | None, Path, bool]) -> CheckResult:
 def check_torch_sees_gpus(gpus: list[GpuInfo], torch_cuda: str | None, visible: int) -> CheckResult:
     """torch is a CUDA build and sees every GPU nvidia-smi lists."""
     if visible < len(gpus):
-        why = "torch is a CPU build" if not torch_cuda else "CUDA_VISIBLE_DEVICES or the container hides some"
+        why = "torch is a CPU build" if not torch_cuda else "the container or the driver hides some from CUDA"
         return CheckResult(
             "torch cuda",
             "fail",
             f"torch (CUDA {torch_cuda}) sees {visible} of {len(gpus)} GPU(s): {why}",
             "run inside the trm GPU image (its torch is the CUDA build), or install the CUDA wheel of the "
-            "same torch version; unset CUDA_VISIBLE_DEVICES",
+            "same torch version; check `nvidia-smi` and `python -c 'import torch; print(torch.cuda.device_count())'` "
+            "in the same container",
         )
     return CheckResult("torch cuda", "ok", f"torch (CUDA {torch_cuda}) sees {visible} GPU(s)")
 

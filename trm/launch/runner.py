@@ -14,6 +14,7 @@ from typing import IO
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
+from trm.launch import cuda_visible
 from trm.launch.estimate import ESTIMATE_FILE, RunEstimate
 from trm.launch.ledger import TERMINAL_ENDS, RunLedger, admit, config_fingerprint, last_launch_refused
 from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
@@ -28,19 +29,28 @@ DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
 PRODUCTION_RECIPES = ("arc1", "arc2")
 
 
-def detect_gpus(settings: LaunchSettings, runner: Runner | None = None) -> list[GpuInfo]:
-    """GPUs from nvidia-smi; none when NUM_GPUS=0. Production recipes never fall back to CPU silently."""
+def detect_gpus(
+    settings: LaunchSettings, runner: Runner | None = None, environ: dict[str, str] | None = None
+) -> list[GpuInfo]:
+    """The GPUs nvidia-smi lists that `environ`'s CUDA_VISIBLE_DEVICES leaves; none when NUM_GPUS=0.
+    Production recipes never fall back to CPU silently."""
     if settings.num_gpus == 0:
         return []
+    needs_gpus = bool(settings.num_gpus) or settings.recipe in PRODUCTION_RECIPES
+    on_cpu = "to train on CPU on purpose set NUM_GPUS=0 (TASK=debug-tiny is the CPU-sized run)"
     try:
-        return query_gpus(runner)
+        gpus = query_gpus(runner, environ)
     except NvidiaSmiMissing as err:
-        if settings.num_gpus or settings.recipe in PRODUCTION_RECIPES:
-            raise TRMError(
-                f"{err}. TASK={settings.recipe} needs GPUs; to train on CPU on purpose set NUM_GPUS=0 "
-                "(TASK=debug-tiny is the CPU-sized run)"
-            ) from None
+        if needs_gpus:
+            raise TRMError(f"{err}. TASK={settings.recipe} needs GPUs; {on_cpu}") from None
         return []
+    hiding = (os.environ if environ is None else environ).get(cuda_visible.ENV)
+    if not gpus and hiding is not None and needs_gpus:
+        raise TRMError(
+            f"{cuda_visible.ENV}={hiding!r} hides every GPU, and TASK={settings.recipe} needs GPUs: "
+            f"{cuda_visible.FIX}; {on_cpu}"
+        )
+    return gpus
 
 
 def has_complete_checkpoint(run_dir: Path) -> bool:
@@ -55,7 +65,7 @@ def resolve(
     recipe: Recipe | None = None,
 ) -> LaunchPlan:
     """Detect hardware and build the plan (used by the dry run and the real launch)."""
-    return build_plan(settings, detect_gpus(settings, runner), environ, recipe)
+    return build_plan(settings, detect_gpus(settings, runner, environ), environ, recipe)
 
 
 class Launch:

@@ -590,13 +590,18 @@ class Trainer:
         """Stop every rank when a background save failed: the rank that has the error raises it."""
         if not failed:
             return
-        self.writer.wait()  # raises the error where it happened
+        try:
+            self.writer.wait()  # raises the error where it happened
+        except BaseException as err:
+            dist_utils.raised_on_every_rank(err)
+            raise
         previous = ckpt.find_complete(self.run_dir, warn=False)
         intact = (
             f"{previous[-1].path} is the newest complete checkpoint" if previous else "no checkpoint exists"
         )
         message = f"rank 0 could not write a checkpoint (its log has the error); {intact}"
-        raise (ckpt.CheckpointDiskFull if disk_full else ckpt.CheckpointWriteFailed)(message)
+        error = (ckpt.CheckpointDiskFull if disk_full else ckpt.CheckpointWriteFailed)(message)
+        raise dist_utils.raised_on_every_rank(error)
 
     def _settle_writer(self) -> None:
         """Wait for the save in flight; when it failed, every rank stops (see `_raise_writer_failure`)."""
@@ -612,7 +617,8 @@ class Trainer:
             shutil.rmtree(folder, ignore_errors=True)
         dist_utils.barrier(self.info)
         cause = cause or OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # another rank's failure
-        raise ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause)) from None
+        error = ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause))
+        raise dist_utils.raised_on_every_rank(error) from None
 
     def _checkpoint_bytes(self, estimate: int) -> int:
         """About how much one checkpoint takes: the newest complete one, else `estimate`."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,8 @@ import torch
 
 from trm.training.accumulation import MicroBatchSplit, cat_rows, slice_rows, tree_map
 from trm.training.checkpoint import STATE, load_torch, rank_file, save_torch
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -25,24 +28,43 @@ class Progress:
 
 
 def rng_state() -> dict[str, Any]:
-    """Every RNG this process uses."""
+    """Every RNG this process uses: on CUDA, the generator of this rank's own device (the current one,
+    which `trm.distributed.initialize` set), so the state fits any number of visible GPUs on resume."""
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": np.random.get_state(),
         "python": random.getstate(),
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda"] = torch.cuda.get_rng_state()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what `rng_state` captured."""
+    """Restore what `rng_state` captured (the CUDA state into the current device's generator).
+
+    Checkpoints written before hold a list, one state per GPU visible then; the rank's own is the entry of
+    its device (cuda:LOCAL_RANK, the current device again on resume). When the list has no such entry the
+    generator keeps its seeded state, with a warning: resuming with fewer GPUs must not fail.
+    """
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    saved = state.get("cuda")
+    if saved is None or not torch.cuda.is_available():
+        return
+    if isinstance(saved, (list, tuple)):
+        index = torch.cuda.current_device()
+        if index >= len(saved):
+            log.warning(
+                "the checkpoint holds CUDA RNG states for %d GPU(s), none for cuda:%d; that generator keeps "
+                "its seeded state (the run goes on, not bit-identical to an uninterrupted one)",
+                len(saved),
+                index,
+            )
+            return
+        saved = saved[index]
+    torch.cuda.set_rng_state(saved)
 
 
 def rank_shard(plan: MicroBatchSplit, carries: list[Any] | None) -> dict[str, Any]:

@@ -32,6 +32,7 @@ log points is the device's time for those steps.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -39,22 +40,47 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# Dense bf16 tensor-core peak per GPU (no sparsity), TFLOP/s, from the vendors' data sheets. The first entry
-# whose key occurs in the device name wins (so "H100 PCIe" is looked up before "H100").
+# Dense bf16 tensor-core peak of one GPU (no sparsity; fp32 accumulate, what torch's bf16 matmuls use), in
+# TFLOP/s. Where a data sheet gives only the sparse figure, the dense one is half of it. A key matches whole
+# words of the device name, the longest key first.
 PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
+    # Hopper: the H100 white paper (SXM5 989.4, PCIe 756 dense); www.nvidia.com/en-us/data-center/h100/ and
+    # /h200/ (SXM 1,979, NVL 1,671 sparse, per GPU)
+    ("H100", 989.4),  # SXM5; torch names it "NVIDIA H100 80GB HBM3"
     ("H100 PCIe", 756.0),
-    ("H200", 989.0),
-    ("H100", 989.0),
-    ("H800", 989.0),
+    ("H100 NVL", 835.0),
+    ("H800", 989.4),  # the H100 SXM5 compute with fewer NVLink lanes
+    ("H200", 989.4),  # SXM5 ("NVIDIA H200"): the H100 SXM5's compute with more memory
+    ("H200 NVL", 835.0),
+    # Ampere, www.nvidia.com/en-us/data-center/a100/ and /a10/ (312 and 125 dense)
     ("A100", 312.0),
-    ("L40S", 362.0),
+    ("A10", 125.0),
+    # Ada (sm89), the L40S data sheet (362.05 dense), www.nvidia.com/en-us/data-center/l4/ (242 sparse),
+    # and the Ada architecture white paper, appendix A (GeForce RTX 4090: bf16 with fp32 accumulate 165.2)
+    ("L40S", 362.05),
+    ("L4", 121.0),
+    ("RTX 4090", 165.2),
 )
 
 
+def _name_pattern(key: str) -> re.Pattern[str]:
+    """`key` as whole words of a device name: "A10" is not the A100, "L4" not the L40S."""
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+# Longest key first, so "H100 NVL" is found before "H100".
+_PEAK_PATTERNS = [(_name_pattern(k), t) for k, t in sorted(PEAK_TFLOPS, key=lambda e: -len(e[0]))]
+
+
 def peak_flops(device_name: str) -> float | None:
-    """Peak dense bf16 FLOP/s of one GPU named `device_name` (nvidia-smi / torch name); None if unknown."""
-    for key, tflops in PEAK_TFLOPS:
-        if key.lower() in device_name.lower():
+    """Peak dense bf16 FLOP/s of one GPU named `device_name` (nvidia-smi / torch name); None if unknown.
+
+    None for a MIG slice ("… MIG 3g.40gb"): it has a share of the GPU's SMs that its name does not give,
+    and MFU against the whole GPU's peak would be wrong."""
+    if re.search(r"\bMIG\b", device_name):
+        return None
+    for pattern, tflops in _PEAK_PATTERNS:
+        if pattern.search(device_name):
             return tflops * 1e12
     return None
 
