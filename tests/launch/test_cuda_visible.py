@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -214,3 +215,17 @@ def test_torch_sees_exactly_the_gpus_query_gpus_lists():
         assert proc.returncode == 0, proc.stderr[-2000:]
         seen = json.loads(proc.stdout.strip().splitlines()[-1])
         assert seen["torch"] == seen["smi"] == ([] if value == "" else [last.uuid]), (value, seen)
+
+
+def test_the_probes_memory_sampler_reads_only_the_visible_gpus(monkeypatch, tmp_path):
+    """The probe's peak memory is per visible GPU, by CUDA index (not every GPU nvidia-smi lists)."""
+    from trm.launch.probe import MemorySampler
+
+    install_fake_smi(monkeypatch, tmp_path, "h100x8")
+    gpus = query_gpus(environ={"CUDA_VISIBLE_DEVICES": "6,4"})
+    sampler = MemorySampler(interval_s=0.01, gpus=gpus)
+    sampler.start()
+    deadline = time.monotonic() + 10
+    while not sampler.peak_mib and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert set(sampler.stop()) == {0, 1}

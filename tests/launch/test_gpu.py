@@ -55,7 +55,7 @@ def test_this_host_has_a_tier_and_memory_is_readable():
     gpus = query_gpus()
     plan = select_layout(gpus)
     assert plan.micro_batch_size * plan.grad_accumulation * plan.world_size == 768
-    assert set(query_memory_used()) == {g.index for g in gpus}
+    assert set(query_memory_used(gpus=gpus)) == {g.index for g in gpus}
     # nvidia-smi's memory (the slice's under MIG) agrees with what CUDA gives this process.
     import torch
 

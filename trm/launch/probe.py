@@ -13,12 +13,13 @@ import re
 import shutil
 import statistics
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from trm.batching import largest_divisor_at_most
 from trm.io import atomic_write_json
-from trm.launch.nvidia_smi import Runner, query_memory_used
+from trm.launch.nvidia_smi import GpuInfo, Runner, query_memory_used
 from trm.launch.plan import LaunchFailed, LaunchPlan
 from trm.launch.supervisor import AttemptResult, Console, Supervisor
 
@@ -27,11 +28,15 @@ WARMUP_STEPS = 2  # compile and allocator warm-up are excluded from the step tim
 
 
 class MemorySampler(threading.Thread):
-    """Polls per-GPU memory in use and keeps the maximum (GPU only)."""
+    """Polls per-GPU memory in use and keeps the maximum (GPU only): of `gpus` (the plan's, those that
+    CUDA_VISIBLE_DEVICES leaves visible) by their CUDA index, or of every GPU nvidia-smi lists."""
 
-    def __init__(self, runner: Runner | None = None, interval_s: float = 0.5) -> None:
+    def __init__(
+        self, runner: Runner | None = None, interval_s: float = 0.5, gpus: Sequence[GpuInfo] | None = None
+    ) -> None:
         super().__init__(name="probe-memory", daemon=True)
         self.runner = runner
+        self.gpus = gpus
         self.interval_s = interval_s
         self.peak_mib: dict[int, int] = {}
         self._halt = threading.Event()
@@ -39,7 +44,7 @@ class MemorySampler(threading.Thread):
     def run(self) -> None:
         """Sample until stopped."""
         while not self._halt.is_set():
-            for index, used in query_memory_used(self.runner).items():
+            for index, used in query_memory_used(self.runner, self.gpus).items():
                 self.peak_mib[index] = max(used, self.peak_mib.get(index, 0))
             self._halt.wait(self.interval_s)
 
@@ -111,7 +116,7 @@ def run_probe(launch: ProbeHost, runner: Runner | None = None) -> int:
         probe_dir = launch.plan.probe_dir(micro)
         shutil.rmtree(probe_dir, ignore_errors=True)
         offset = log.stat().st_size if log.exists() else 0
-        sampler = MemorySampler(runner) if hw.device == "cuda" else None
+        sampler = MemorySampler(runner, gpus=launch.plan.gpus) if hw.device == "cuda" else None
         if sampler is not None:
             sampler.start()
         launch.console.log(f"probe: {s.probe_steps} steps at micro-batch {micro}")
