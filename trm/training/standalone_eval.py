@@ -19,7 +19,7 @@ from trm.io import atomic_write_json
 from trm.model.registry import spec_of
 from trm.training import config as config_mod
 from trm.training.accumulation import MicroBatchSplit
-from trm.training.builder import build_model, load_initial_weights
+from trm.training.builder import build_model, compiled_if_wanted, load_initial_weights
 from trm.training.checkpoint import STATE, check_folder, load_torch
 from trm.training.config import TrainConfig
 
@@ -91,12 +91,13 @@ def evaluate_checkpoint(
         data_paths = cfg.data_paths_test or cfg.data_paths
         _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers, data_paths)
         evaluators = build_evaluators(cfg.evaluators, test)
+        step_module = compiled_if_wanted(cfg, info.device, loss_head)  # compile=auto: on CUDA
         metrics = evaluate_passes(  # URM: also with loops + 8 ACT steps (arch.loop_deltas), as in training
             cfg.arch,
             model.config,
             out,
             lambda save_dir: evaluate(
-                loss_head,
+                step_module,
                 test,
                 evaluators,
                 info,
