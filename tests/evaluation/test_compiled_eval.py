@@ -53,8 +53,12 @@ def fresh_dynamo():
 def test_training_step_is_one_graph_without_breaks():
     """Fails on the code that returned `all_halted` from a torch.compiler.disable'd host sync."""
     head = tiny_head().train()
-    batch = {k: v[:CHUNK] for k, v in FakeLoader("train", global_batch_size=CHUNK)._global_batch(0, 0).items()}
-    explore = HaltExploration(torch.zeros(CHUNK, dtype=torch.bool), torch.full((CHUNK,), 2, dtype=torch.int32))
+    batch = {
+        k: v[:CHUNK] for k, v in FakeLoader("train", global_batch_size=CHUNK)._global_batch(0, 0).items()
+    }
+    explore = HaltExploration(
+        torch.zeros(CHUNK, dtype=torch.bool), torch.full((CHUNK,), 2, dtype=torch.int32)
+    )
     counter = CompileCounter()
     torch.compile(head, backend=counter)(head.initial_carry(batch), batch, exploration=explore)
     assert dict(counters["graph_break"]) == {}

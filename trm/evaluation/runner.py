@@ -130,9 +130,7 @@ def is_compiled(module: torch.nn.Module) -> bool:
     return isinstance(getattr(module, "_orig_mod", None), torch.nn.Module)
 
 
-def pad_rows(
-    batch: dict[str, torch.Tensor], size: int
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def pad_rows(batch: dict[str, torch.Tensor], size: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """`batch` grown to `size` rows with copies of its first row, and the mask of its own rows (bool [size])."""
     rows = next(iter(batch.values())).shape[0]
     padded = {k: torch.cat((v, v[:1].expand(size - rows, *v.shape[1:]))) for k, v in batch.items()}
