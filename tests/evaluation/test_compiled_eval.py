@@ -118,3 +118,27 @@ def test_inductor_compiled_evaluation_matches_eager(tmp_path):
     assert torch.equal(compiled_saved["preds"], eager_saved["preds"])
     for key, value in eager_metrics.items():
         assert compiled_metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+
+
+def test_the_trainer_evaluates_with_its_compiled_step(tmp_path, monkeypatch):
+    """compile=true: evaluation gets the compiled module (the old loop handed it the eager loss head).
+    Dynamo's eager backend keeps it fast; the metrics' equality is test_compiled_evaluation_*'s."""
+    import functools
+
+    from tests.training.test_trainer_inprocess import metric_rows, run
+    from trm.evaluation import runner
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    given: list[bool] = []
+    original = runner.evaluate
+
+    def spy(loss_head, *args, **kwargs):
+        given.append(is_compiled(loss_head))
+        return original(loss_head, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate", spy)
+    code, _ = run(tmp_path, "compile=true")
+    assert code == 0
+    assert given == [True, True]  # both evaluations of the run
+    evaluated = [r for r in metric_rows(tmp_path) if "eval/all/count" in r]
+    assert len(evaluated) == 2 and all(r["eval/all/count"] > 0 for r in evaluated)
