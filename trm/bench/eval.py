@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
-    config = CONFIGS[args.config or ("paper" if device.type == "cuda" else "tiny")]("trm")
+    config_name = args.config or ("paper" if device.type == "cuda" else "tiny")
+    config = CONFIGS[config_name]("trm")
     chunk = config.batch_size
     extra = args.extra_rows if args.extra_rows is not None else max(1, chunk // 4)
     loader = SyntheticTestLoader(config, chunk + extra, args.batches)
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     head = build_ours(config, device)
     compiled = torch.compile(head)
     print(
-        f"config={args.config or config.forward_dtype} device={device} threads={torch.get_num_threads()} "
+        f"config={config_name} device={device} threads={torch.get_num_threads()} "
         f"chunk={chunk} rows/pass={loader.rows} (batches of {chunk}+{extra}) "
         f"halt_max_steps={config.halt_max_steps} hidden={config.hidden_size} dtype={config.forward_dtype}"
     )
