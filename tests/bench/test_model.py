@@ -98,3 +98,50 @@ def test_unknown_architecture_is_refused_by_the_command_line(capsys):
         main(["--arch", "gpt"])
     assert exc.value.code == 2
     assert "invalid choice: 'gpt'" in capsys.readouterr().err
+
+
+class BreakingHead(torch.nn.Module):
+    """Our loss head with one graph break in front of it (stands for a model that breaks)."""
+
+    def __init__(self, head: torch.nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def initial_carry(self, batch):
+        return self.head.initial_carry(batch)
+
+    def forward(self, carry, batch):
+        torch._dynamo.graph_break()
+        return self.head(carry, batch)
+
+
+def test_compile_time_is_measured_per_model_from_a_fresh_start(monkeypatch, capsys):
+    """Each model's first compiled step is timed `repeats` times, interleaved, with its own graphs and
+    breaks (not the sum over the models timed before it). Dynamo's eager backend keeps it fast."""
+    import functools
+
+    from trm.bench.model import print_compiles, time_compiles
+
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="eager"))
+    config = small_config(puzzle_emb_ndim=0, puzzle_emb_len=0)
+    device = torch.device("cpu")
+    order = []
+
+    def builder(name, breaks):
+        def build():
+            order.append(name)
+            head = build_ours(config, device)
+            return BreakingHead(head) if breaks else head
+
+        return name, build
+
+    timings = time_compiles([builder("ours", False), builder("upstream", True)], config, device, repeats=2)
+    assert order == ["ours", "upstream", "ours", "upstream"]
+    ours, theirs = timings
+    assert len(ours.seconds) == len(theirs.seconds) == 2 and min(ours.seconds + theirs.seconds) > 0
+    assert (ours.graphs, ours.graph_breaks) == (1, 0)  # the training step: one graph, no break
+    assert (theirs.graphs, theirs.graph_breaks) == (1, 1)  # nothing to capture before its break
+    print_compiles(timings, "upstream")
+    out = capsys.readouterr().out
+    assert "graphs=1 graph_breaks=0" in out and "graphs=1 graph_breaks=1" in out
+    assert f"compile time: upstream / ours = {theirs.median_s / ours.median_s:.2f}x" in out

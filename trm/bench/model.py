@@ -8,6 +8,12 @@
 The references are imported from their checkouts; they need `pydantic` and `einops` importable (URM's
 FlashAttention call is served by torch's SDPA, see trm.bench.urm_reference). Both models are stepped with
 our AdamATan2 (the references' optimizer is a CUDA-only extension), so the ratio compares models.
+
+Compile time is the first compiled step of each model from an empty compiler cache, measured
+`--compile-repeats` times (ours and the reference interleaved, each after `torch._dynamo.reset()` in a
+fresh Inductor cache; one throw-away compile first pays the process's one-time start-up), with the graphs
+and graph breaks it made. Without the fresh cache the second model reuses the first one's generated kernels
+(same source, same cache key) and its compile looks cheaper than it is.
 """
 
 from __future__ import annotations
@@ -187,6 +193,21 @@ class UpstreamCall(nn.Module):
 
 
 @dataclass
+class CompileTiming:
+    """First compiled steps of one model, each from an empty cache, and what dynamo made of it."""
+
+    name: str
+    seconds: list[float]
+    graphs: int
+    graph_breaks: int
+
+    @property
+    def median_s(self) -> float:
+        """The median first-step time over the repeats."""
+        return statistics.median(self.seconds)
+
+
+@dataclass
 class Timing:
     """Result of timing one variant."""
 
@@ -232,6 +253,42 @@ class Runner:
         elapsed = time.perf_counter() - start
         self.times.append(elapsed)
         return elapsed
+
+
+def warm_compiler(device: torch.device) -> None:
+    """Compile one small function (in a throw-away cache) so that the compiler's imports and worker start-up
+    are paid before any model is timed."""
+    from torch._inductor.utils import fresh_cache
+
+    torch._dynamo.reset()
+    with fresh_cache():
+        torch.compile(lambda x: torch.relu(x @ x).sum())(torch.ones(8, 8, device=device))
+        _sync(device)
+    torch._dynamo.reset()
+
+
+def time_compiles(
+    builders: list[tuple[str, Callable[[], nn.Module]]], config: Any, device: torch.device, repeats: int
+) -> list[CompileTiming]:
+    """Each model's first compiled training step, `repeats` times interleaved, each from an empty cache."""
+    from torch._dynamo.utils import counters
+    from torch._inductor.utils import fresh_cache
+
+    warm_compiler(device)
+    results = {name: CompileTiming(name, [], 0, 0) for name, _ in builders}
+    for _ in range(repeats):
+        for name, build in builders:
+            torch._dynamo.reset()
+            counters.clear()
+            with fresh_cache():
+                torch.manual_seed(0)
+                seconds = Runner(f"{name}/compiled", build(), config, device, compiled=True).step()
+            timing = results[name]
+            timing.seconds.append(seconds)
+            timing.graphs = int(counters["stats"]["unique_graphs"])
+            timing.graph_breaks = sum(counters["graph_break"].values())
+    torch._dynamo.reset()
+    return list(results.values())
 
 
 def time_interleaved(runners: list[Runner], *, steps: int, warmup: int) -> list[Timing]:
@@ -298,6 +355,20 @@ def print_attention_split(results: dict[tuple[str, bool], Timing], attention_s: 
         )
 
 
+def print_compiles(timings: list[CompileTiming], ref_name: str) -> None:
+    """One line per model (median first compiled step, the repeats, graphs, breaks) and ours vs the reference."""
+    for t in timings:
+        runs = " ".join(f"{x:.1f}" for x in t.seconds)
+        print(
+            f"compile {t.name:10s} {t.median_s:7.1f} s first step (median of {len(t.seconds)}: {runs}) "
+            f"graphs={t.graphs} graph_breaks={t.graph_breaks}"
+        )
+    by_name = {t.name: t for t in timings}
+    if "ours" in by_name and ref_name in by_name:
+        ratio = by_name[ref_name].median_s / by_name["ours"].median_s
+        print(f"compile time: {ref_name} / ours = {ratio:.2f}x (above 1: ours compiles faster)")
+
+
 def peak_flops(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
@@ -323,6 +394,12 @@ def _run(argv: list[str] | None) -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant")
     parser.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the config's)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
+    parser.add_argument(
+        "--compile-repeats",
+        type=int,
+        default=None,
+        help="first compiled steps per model from an empty cache (default: 3 on CPU, 1 on CUDA; 0: none)",
+    )
     parser.add_argument(
         "--no-attention-split", action="store_true", help="skip timing SDPA alone (attention's share)"
     )
@@ -353,6 +430,13 @@ def _run(argv: list[str] | None) -> int:
         f"hidden={config.hidden_size} {layers} "
         f"dtype={config.forward_dtype}"
     )
+    repeats = args.compile_repeats
+    if repeats is None:
+        repeats = 1 if device.type == "cuda" else 3
+    compiles = {}
+    if True in modes and repeats > 0:
+        compiles = {c.name: c for c in time_compiles(builders, config, device, repeats)}
+        print_compiles(list(compiles.values()), ref_name)
     runners = []
     for compiled in modes:
         for name, build in builders:
@@ -366,9 +450,12 @@ def _run(argv: list[str] | None) -> int:
         name, mode = runner.name.split("/")
         results[(name, mode == "compiled")] = timing
         mfu = f" mfu={flops / timing.median_s / peak:.1%}" if peak else ""
+        first = f"first step {timing.first_step_s:.1f} s"
+        if mode == "compiled" and name in compiles:
+            first = f"compile {compiles[name].median_s:.1f} s"
         print(
             f"{timing.name:20s} {timing.median_s * 1000:8.1f} ms/step {timing.steps_per_s:6.2f} steps/s "
-            f"(first step {timing.first_step_s:.1f} s){mfu}"
+            f"({first}){mfu}"
         )
     for compiled in modes:
         if (ref_name, compiled) in results:

@@ -6,6 +6,11 @@ evaluation. Test batches are processed in chunks of the micro-batch size to boun
 blank rows that pad the last one (no labels and the blank identifier; Sudoku and Maze examples carry the
 blank identifier too, but always labels).
 
+A compiled loss head (`torch.compile`, see `is_compiled`) is given chunks of exactly `chunk_size` rows: a
+shorter last chunk is padded with copies of its first row that a row mask leaves out of every metric, of
+the halting test and of the outputs, so evaluation uses one static graph and never recompiles for a batch
+size. The eager loss head gets the chunks as they are.
+
 A long evaluation (ARC-AGI-2's is ~170k rows) can be stopped between batches: `should_stop` is asked
 before each batch (every rank asks it as often, so it may all-reduce), and when it says so the evaluators
 drop this round's partial votes and `EvaluationStopped` is raised: nothing is written, nothing pooled.
@@ -63,6 +68,7 @@ def evaluate(
     loss_head.eval()
     for ev in evaluators:
         ev.begin_eval()
+    pad_to = chunk_size if is_compiled(loss_head) else None
     wanted = tuple(dict.fromkeys([*save_outputs, *(k for ev in evaluators for k in ev.required_outputs)]))
     sums: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
     saved: dict[str, list[torch.Tensor]] = defaultdict(list)
@@ -82,7 +88,7 @@ def evaluate(
                 batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
                 for start in range(0, rows, chunk_size):
                     chunk = {k: v[start : start + chunk_size] for k, v in batch.items()}
-                    metrics, outputs = _run_to_halt(loss_head, chunk, wanted)
+                    metrics, outputs = _run_to_halt(loss_head, chunk, wanted, pad_to)
                     for name, value in metrics.items():
                         acc = sums[set_name]
                         acc[name] = acc.get(name, 0) + value.detach().double()
@@ -119,15 +125,33 @@ def _real_rows(identifiers: torch.Tensor, labels: torch.Tensor, blank_id: int) -
     return int(real.max()) + 1 if real.numel() else 0
 
 
+def is_compiled(module: torch.nn.Module) -> bool:
+    """Whether `module` is a torch.compile wrapper (which keeps the wrapped module as `_orig_mod`)."""
+    return isinstance(getattr(module, "_orig_mod", None), torch.nn.Module)
+
+
+def pad_rows(batch: dict[str, torch.Tensor], size: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`batch` grown to `size` rows with copies of its first row, and the mask of its own rows (bool [size])."""
+    rows = next(iter(batch.values())).shape[0]
+    padded = {k: torch.cat((v, v[:1].expand(size - rows, *v.shape[1:]))) for k, v in batch.items()}
+    mask = torch.arange(size, device=next(iter(batch.values())).device) < rows
+    return padded, mask
+
+
 def _run_to_halt(
-    loss_head: torch.nn.Module, batch: dict[str, torch.Tensor], wanted: tuple[str, ...]
+    loss_head: torch.nn.Module, batch: dict[str, torch.Tensor], wanted: tuple[str, ...], pad_to: int | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Fresh carry, step until every slot halted; metrics and outputs of the last step."""
+    """Fresh carry, step until every slot halted; metrics and outputs of the last step. With `pad_to`
+    (a compiled loss head) every call gets `pad_to` rows and a row mask, full chunks included (one graph)."""
+    rows = next(iter(batch.values())).shape[0]
+    extra: dict[str, torch.Tensor] = {}
+    if pad_to is not None:
+        batch, extra["row_mask"] = pad_rows(batch, pad_to)
     carry = loss_head.initial_carry(batch)
     while True:
-        carry, _loss, metrics, outputs, all_halted = loss_head(carry, batch, return_keys=wanted)
+        carry, _loss, metrics, outputs, all_halted = loss_head(carry, batch, return_keys=wanted, **extra)
         if all_halted:
-            return metrics, outputs
+            return metrics, {k: v[:rows] for k, v in outputs.items()}
 
 
 def _reduce_set_metrics(

@@ -53,6 +53,11 @@ class ACTLossHead(nn.Module):
     loss = lm_loss + 0.5·(q_halt_loss + q_continue_loss), each a SUM over the local batch (lm_loss being
     the per-sequence mean token loss); the trainer divides by the global batch size. Metrics are sums over
     the sequences that halted in this step and have at least one valid label.
+
+    `all_halted` is a 0-d bool tensor, computed inside the graph: nothing waits for the device and nothing
+    breaks a torch.compile graph unless a caller (evaluation) asks for its value. `row_mask` (bool [B])
+    leaves rows out of every loss, metric and `all_halted`: evaluation pads its last chunk to the compiled
+    graph's batch size with rows it masks.
     """
 
     def __init__(self, model: TinyRecursiveModel, loss_type: str = "stablemax_cross_entropy") -> None:
@@ -75,7 +80,8 @@ class ACTLossHead(nn.Module):
         batch: dict[str, torch.Tensor],
         return_keys: Sequence[str] = (),
         exploration: HaltExploration | None = None,
-    ) -> tuple[ACTCarry, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], bool]:
+        row_mask: torch.Tensor | None = None,
+    ) -> tuple[ACTCarry, torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
         """One supervision step with its loss; `outputs` holds the detached `return_keys` (and "preds")."""
         carry, outputs = self.model(carry, batch, exploration=exploration)
         labels = carry.current_data["labels"]
@@ -90,6 +96,8 @@ class ACTLossHead(nn.Module):
             correct = mask & (outputs["preds"] == labels)
             seq_correct = correct.sum(-1) == counts
             valid = carry.halted & (counts > 0)
+            if row_mask is not None:
+                valid = valid & row_mask
             metrics = {
                 "count": valid.sum(),
                 "accuracy": torch.where(valid, (correct.float() / divisor).sum(-1), 0).sum(),
@@ -98,26 +106,26 @@ class ACTLossHead(nn.Module):
                 "steps": torch.where(valid, carry.steps, 0).sum(),
             }
 
-        lm_loss = (self.loss_fn(logits, labels) / divisor).sum()
+        token_loss = self.loss_fn(logits, labels) / divisor
+        row_weight = None
+        if row_mask is not None:
+            token_loss = torch.where(row_mask.unsqueeze(-1), token_loss, 0)
+            row_weight = row_mask.to(q_halt.dtype)
+        lm_loss = token_loss.sum()
         q_halt_loss = F.binary_cross_entropy_with_logits(
-            q_halt, seq_correct.to(q_halt.dtype), reduction="sum"
+            q_halt, seq_correct.to(q_halt.dtype), weight=row_weight, reduction="sum"
         )
         metrics["lm_loss"] = lm_loss.detach()
         metrics["q_halt_loss"] = q_halt_loss.detach()
         q_loss = q_halt_loss
         if "target_q_continue" in outputs:
             q_continue_loss = F.binary_cross_entropy_with_logits(
-                outputs["q_continue_logits"], outputs["target_q_continue"], reduction="sum"
+                outputs["q_continue_logits"], outputs["target_q_continue"], weight=row_weight, reduction="sum"
             )
             metrics["q_continue_loss"] = q_continue_loss.detach()
             q_loss = q_loss + q_continue_loss
         loss = lm_loss + 0.5 * q_loss
 
         detached = {k: outputs[k].detach() for k in return_keys if k in outputs}
-        return carry, loss, metrics, detached, _all_true(carry.halted)
-
-
-@torch.compiler.disable
-def _all_true(flags: torch.Tensor) -> bool:
-    """bool(flags.all()); a host sync kept outside compiled graphs (no graph-break warning)."""
-    return bool(flags.all())
+        halted = carry.halted if row_mask is None else carry.halted | ~row_mask
+        return carry, loss, metrics, detached, halted.all()

@@ -100,6 +100,14 @@ def compile_wanted(cfg: TrainConfig, device: torch.device) -> bool:
     return cfg.compile == "auto" and device.type == "cuda" and not os.environ.get("DISABLE_COMPILE")
 
 
+def compiled_if_wanted(cfg: TrainConfig, device: torch.device, loss_head: nn.Module) -> nn.Module:
+    """The module that trains and evaluates: `torch.compile(loss_head)` when `compile_wanted`, else the head.
+    Training and evaluation share it (one graph each: evaluation pads its chunks, trm.evaluation.runner)."""
+    if compile_wanted(cfg, device):
+        return torch.compile(loss_head)  # type: ignore[return-value]
+    return loss_head
+
+
 def build_optimizers(cfg: TrainConfig, model: Any) -> list[Optim]:
     """Upstream's list: [SignSGD (puzzle table), AdamATan2 (all parameters)], minus what is disabled;
     with use_muon, URM's Muon (2-D parameters) + AdamW (the rest) replaces AdamATan2."""
@@ -133,9 +141,7 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
     torch.manual_seed(cfg.seed + info.rank)
     model, loss_head = build_model(cfg, train_loader.metadata, plan, info.device)
     broadcast_params_(model, info)
-    step_module = loss_head
-    if compile_wanted(cfg, info.device):
-        step_module = torch.compile(loss_head)  # type: ignore[assignment]
+    step_module = compiled_if_wanted(cfg, info.device, loss_head)
     optimizers = build_optimizers(cfg, model)
     ema = EMA(model, cfg.ema_rate) if cfg.ema else None
     evaluators = build_evaluators(cfg.evaluators, test_loader) if test_loader is not None else []

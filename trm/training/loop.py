@@ -444,7 +444,7 @@ class Trainer:
                     self.components.model.config,
                     self.run_dir,
                     lambda save_dir: evaluate(
-                        self.components.loss_head,
+                        self.components.step_module,  # compiled when training is
                         self.components.test_loader,
                         self.components.evaluators,
                         self.info,

@@ -20,7 +20,7 @@ from trm.io import atomic_write_json
 from trm.model.registry import spec_of
 from trm.training import config as config_mod
 from trm.training.accumulation import MicroBatchSplit
-from trm.training.builder import build_model, load_initial_weights
+from trm.training.builder import build_model, compiled_if_wanted, load_initial_weights
 from trm.training.checkpoint import STATE, check_folder, load_torch
 from trm.training.config import TrainConfig
 
@@ -108,12 +108,13 @@ def evaluate_checkpoint(
         evaluators = build_evaluators(cfg.evaluators, test)
         meta = test.metadata
         head = ablated(loss_head, puzzle_ids, meta.num_puzzle_identifiers, meta.blank_identifier_id, cfg.seed)
+        step_module = compiled_if_wanted(cfg, info.device, head)  # compile=auto: on CUDA
         metrics = evaluate_passes(  # URM: also with loops + 8 ACT steps (arch.loop_deltas), as in training
             cfg.arch,
             model.config,
             out,
             lambda save_dir: evaluate(
-                head,
+                step_module,
                 test,
                 evaluators,
                 info,
