@@ -152,10 +152,10 @@ def test_sigterm_mid_adaptation_then_the_same_call_resumes_bit_exactly(
 def test_minutes_budget_saves_and_ends_the_run_there(
     smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import trm.training.signals as signals
-
     import itertools
     import time
+
+    import trm.training.signals as signals
 
     reads = itertools.count()  # every deadline check is 20 s later than the last: 1 minute ends early
     monkeypatch.setattr(signals, "_clock", lambda: time.monotonic() + 20.0 * next(reads))

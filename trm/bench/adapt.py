@@ -13,7 +13,6 @@ cost per example is flat at these sizes: no batch-level parallelism is left on a
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -31,17 +30,31 @@ def measure(batch: int, steps: int, device: str, work: Path) -> list[float]:
     from trm.adapt.run import AdaptSettings, AdaptSource, adapt
     from trm.data.arc_source import DEFAULT_PREFIX
     from trm.model.registry import build_model, model_config
+    from trm.training.config import compose
     from trm.training.recipes import get_recipe
 
-    cfg = dataclasses.replace(
-        get_recipe("arc2").config, global_batch_size=batch, device=device, compile="false", log_interval=1
+    cfg = compose(
+        [
+            *get_recipe("arc2").overrides,
+            f"global_batch_size={batch}",
+            f"device={device}",
+            "compile=false",
+            "log_interval=1",
+            "arch.forward_dtype=float32",
+        ]
     )
-    cfg.arch.forward_dtype = "float32"
     model_cfg = model_config(
-        cfg.arch, batch_size=batch, seq_len=900, vocab_size=12, num_puzzle_identifiers=2, forward_dtype="float32"
+        cfg.arch,
+        batch_size=batch,
+        seq_len=900,
+        vocab_size=12,
+        num_puzzle_identifiers=2,
+        forward_dtype="float32",
     )
     weights = build_model(model_cfg).state_dict()
-    source = AdaptSource(cfg, weights, None, mean_trained_row(weights["inner.puzzle_emb.weight"]), "fresh arc2")
+    source = AdaptSource(
+        cfg, weights, None, mean_trained_row(weights["inner.puzzle_emb.weight"]), "fresh arc2"
+    )
     tasks = json.loads(DEFAULT_PREFIX.with_name("arc-agi_evaluation2_challenges.json").read_text())
     challenges = work / "two_challenges.json"
     challenges.write_text(json.dumps(dict(sorted(tasks.items())[:2])))
