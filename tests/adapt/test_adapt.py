@@ -182,3 +182,19 @@ def test_cli_adapts_and_bad_input_exits_2(
     missing = ["adapt", str(smoke.checkpoint), "--challenges", str(tmp_path / "none.json"), "--out", str(out)]
     assert main([*missing, "--steps", "1"]) == 2
     assert "file not found" in capsys.readouterr().err
+
+
+def test_eval_adapts_to_the_task_file_then_scores_its_test_pairs(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path
+) -> None:
+    from trm.eval import main as eval_main
+
+    out = tmp_path / "eval"
+    argv = [str(smoke.checkpoint), "--output-dir", str(out), "--adapt-challenges", str(hidden)]
+    assert eval_main([*argv, "--adapt-steps", "1", "--adapt-num-aug", "1"]) == 0
+    metrics = json.loads((out / "evaluator_ARC_step_1" / "metrics.json").read_text())
+    assert metrics["step"] == 1 and "ARC/pass@2" in metrics  # the adapted step_1, with the ARC evaluator
+    scored = json.loads((out / "adapt" / "dataset" / "test_puzzles.json").read_text())
+    solutions = json.loads(hidden.with_name("hidden_solutions.json").read_text())
+    assert {t: [p["output"] for p in task["test"]] for t, task in scored.items()} == solutions
+    assert eval_main(argv) == 2  # no budget
