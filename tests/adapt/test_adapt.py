@@ -15,12 +15,13 @@ from tests.e2e.test_train import assert_states_equal
 from tests.helpers import SmokeCheckpoint, make_smoke
 from trm import exit_codes
 from trm.adapt.rows import initial_rows, mean_trained_row
-from trm.adapt.run import AdaptationStopped, AdaptSettings, adapt
+from trm.adapt.run import AdaptationStopped, AdaptSettings, AdaptSource, adapt
 from trm.adapt.source import source_from_checkpoint
 from trm.adapt.tasks import stage_tasks
 from trm.commands import main
 from trm.data.encoding import BLANK_IDENTIFIER
 from trm.errors import TRMError
+from trm.model.registry import ARCHS
 from trm.model.upstream import PUZZLE_EMB_KEY
 from trm.training import checkpoint as ckpt
 from trm.training.loop import Trainer
@@ -198,3 +199,20 @@ def test_eval_adapts_to_the_task_file_then_scores_its_test_pairs(
     solutions = json.loads(hidden.with_name("hidden_solutions.json").read_text())
     assert {t: [p["output"] for p in task["test"]] for t, task in scored.items()} == solutions
     assert eval_main(argv) == 2  # no budget
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_every_architecture_with_a_puzzle_table_adapts(arch: str, hidden: Path, tmp_path: Path) -> None:
+    from tests.e2e.test_arch import TINY as TINY_BY_ARCH
+    from trm.model.registry import build_model, model_config
+    from trm.training.config import compose
+
+    cfg = compose([*TINY_BY_ARCH[arch], "device=cpu", "compile=false", "global_batch_size=2"])
+    fresh = model_config(
+        cfg.arch, batch_size=2, seq_len=900, vocab_size=12, num_puzzle_identifiers=3, forward_dtype="float32"
+    )
+    weights = build_model(fresh).state_dict()
+    source = AdaptSource(cfg, weights, None, mean_trained_row(weights[PUZZLE_EMB_KEY]), f"fresh {arch}")
+    result = adapt(source, hidden, tmp_path / arch, AdaptSettings(steps=1, num_aug=1, progress=False))
+    table = state(result.checkpoint)["model"][PUZZLE_EMB_KEY]
+    assert result.step == 1 and len(table) == 1 + 3 * 2 and result.rows_from_mean == 6

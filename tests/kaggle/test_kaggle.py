@@ -555,6 +555,7 @@ def test_without_adaptation_inference_counts_the_tasks_without_rows_loudly(
         bundle_dir, mixed, smoke.root / "plain.json", num_aug=2, device="cpu", progress=False
     )
     assert report.unseen_tasks == 2 and report.adapted is None
+    assert "--adapt-minutes" in (bundle_dir / B.README).read_text()  # the bundle's own README says so too
     assert any("2 of 3 task(s) have no trained puzzle-embedding row" in n for n in report.notes)
     argv = [
         "infer",
