@@ -4,10 +4,12 @@ A tiny model is trained on 12 generated tasks, each a random permutation of colo
 on random 3x3 grids; 4 other tasks of the family are held out. Without adaptation (every held-out
 identifier on the mean trained row: what the Kaggle bundle does) a held-out task is solved only when its
 rule happens to be the one the mean row produces (chance: 1 in 6 rules); adapting to each held-out task's
-three demonstrations (all parameters, 120 steps) solves most of them.
+three demonstrations (all parameters, 240 steps) solves most of them. Measured (held-out exact accuracy,
+unadapted -> adapted): seed 0 0.25 -> 0.75, seed 1 0.00 -> 0.75, seed 2 0.00 -> 0.50; the test asserts a
+gain of at least 0.25. (At 120 steps seeds 0 and 1 reached 1.00 but seed 2 stayed at 0.00.)
 
 Slow: ARC sequences are 900 tokens whatever the grid size, so even this model's steps take about a second
-on 2 shared cores, and the run has about 900 of them.
+on 2 shared cores, and the run has about 1,400 of them (about 10 minutes).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from trm.training.loop import Trainer
 from trm.training.standalone_eval import evaluate_checkpoint
 
 COLOURS = 4
-BASE_STEPS, ADAPT_STEPS = 400, 120
+BASE_STEPS, ADAPT_STEPS = 400, 240
 BASE = [
     "device=cpu",
     "compile=false",
