@@ -51,7 +51,31 @@ def build_parser() -> argparse.ArgumentParser:
         "to measure how much the checkpoint relies on its puzzle embedding; results go to "
         "OUTPUT/puzzle_ids-MODE/ (default: trained, no ablation)",
     )
+    add_adapt_flags(parser)
     return parser
+
+
+def add_adapt_flags(parser: argparse.ArgumentParser) -> None:
+    """--adapt-challenges and the adaptation budget: evaluate on a task file after test-time training."""
+    from trm.adapt.flags import add_budget_flags
+
+    group = parser.add_argument_group(
+        "unseen tasks",
+        "evaluate on a task file whose demonstrations the checkpoint was not trained on, the way a hidden "
+        "test set is met: first adapt to them (`python -m trm adapt`), then evaluate the adapted checkpoint "
+        "on the file's test pairs (the overrides apply to both)",
+    )
+    group.add_argument(
+        "--adapt-challenges", type=Path, default=None, help="ARC task file to adapt to and score"
+    )
+    group.add_argument(
+        "--adapt-solutions",
+        type=Path,
+        default=None,
+        help="its solutions (default: X_solutions.json next to it)",
+    )
+    group.add_argument("--adapt-dir", type=Path, default=None, help="adaptation run (default: OUTPUT/adapt)")
+    add_budget_flags(group, prefix="adapt-")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
             logging.info(
                 "evaluating %s, the best checkpoint (%s = %.6g)", checkpoint, best.metric, best.value
             )
+        if args.adapt_challenges is not None:
+            checkpoint = _adapted(checkpoint, args, overrides, output_dir)
         return evaluate_checkpoint(
             checkpoint,
             overrides,
@@ -86,6 +112,26 @@ def main(argv: list[str] | None = None) -> int:
     except TRMError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code
+
+
+def _adapted(
+    checkpoint: Path, args: argparse.Namespace, overrides: list[str], output_dir: Path | None
+) -> Path:
+    """Adapt `checkpoint` to --adapt-challenges (budget from the flags); the adapted checkpoint. The run
+    goes to --adapt-dir, else OUTPUT/adapt (never inside a Hub cache: an hf:// checkpoint's OUTPUT is
+    its hub-evals folder)."""
+    from trm.adapt.flags import settings_from
+    from trm.adapt.run import adapt
+    from trm.adapt.source import source_from_checkpoint
+
+    settings = settings_from(args, overrides, prefix="adapt-")
+    if args.adapt_steps is None and args.adapt_minutes is None:
+        raise TRMError("--adapt-challenges needs a budget: --adapt-steps N and/or --adapt-minutes M")
+    out = args.adapt_dir or (output_dir or checkpoint.parent) / "adapt"
+    source = source_from_checkpoint(checkpoint, overrides)
+    result = adapt(source, args.adapt_challenges, out, settings, solutions=args.adapt_solutions)  # type: ignore[arg-type]
+    logging.info("adapted to %d task(s): evaluating %s", result.tasks, result.checkpoint)
+    return result.checkpoint
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
+    Command(
+        "adapt",
+        "test-time training: fine-tune a checkpoint on a task file's demonstrations (rows for unseen tasks)",
+    ),
     Command("best", "print a run's best complete checkpoint by an evaluation metric"),
     Command("data", "build, verify and import ARC datasets"),
     Command(

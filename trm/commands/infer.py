@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+from trm.adapt.flags import add_budget_flags
+
+
+def _adapt_settings(args: argparse.Namespace) -> Any:
+    """AdaptSettings when --adapt-minutes or --adapt-steps is given, else None (no adaptation)."""
+    if args.adapt_minutes is None and args.adapt_steps is None:
+        return None
+    from trm.adapt.flags import settings_from
+
+    return settings_from(args, list(args.adapt_override or []), prefix="adapt-")
 
 
 def _run(args: argparse.Namespace) -> int:
+    import sys
+
     from trm.kaggle.infer import run_inference
 
     report = run_inference(
@@ -20,7 +34,17 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         save_predictions=args.save_predictions,
         progress=not args.quiet,
+        adapt=_adapt_settings(args),
+        adapt_dir=args.adapt_dir,
     )
+    if report.adapted is not None:
+        a = report.adapted
+        print(
+            f"adapted to {a.tasks} task(s) in {a.seconds:.1f} s ({a.step} step(s), {a.rows_from_mean} new "
+            f"puzzle rows): {a.checkpoint}"
+        )
+    elif report.unseen_tasks:
+        print(f"WARNING: {report.notes[-1]}", file=sys.stderr)
     print(
         f"{report.tasks} tasks, {report.test_inputs} test inputs: ran {report.rows_run}/{report.rows_planned} "
         f"rows on {report.device} in {report.seconds:.1f} s ({report.rounds_complete} augmentation round(s) "
@@ -67,4 +91,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of unseen tasks' augmentation plans")
     parser.add_argument("--save-predictions", default=None, help="also write every row's prediction (.npz)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    adapt = parser.add_argument_group(
+        "test-time training",
+        "tasks without a trained puzzle row score about zero unless the model is first adapted to their "
+        "demonstrations (`python -m trm adapt`); give a budget to do so (it counts within --max-minutes)",
+    )
+    add_budget_flags(adapt, prefix="adapt-")
+    adapt.add_argument(
+        "--adapt-dir",
+        default=None,
+        help="where the adaptation runs and resumes (default: adapt/ next to --out)",
+    )
+    adapt.add_argument(
+        "--adapt-override",
+        action="append",
+        metavar="KEY=VALUE",
+        help="trainer override for the adaptation, repeatable (e.g. global_batch_size=256)",
+    )
     parser.set_defaults(func=_run)

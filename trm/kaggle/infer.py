@@ -25,7 +25,7 @@ from trm.errors import TRMError
 from trm.evaluation.voting import VoteTable, build_submission, record_predictions, validate_submission
 from trm.io import atomic_write_bytes, atomic_write_json
 from trm.kaggle.bundle import load_bundle
-from trm.kaggle.testset import TestSet, build_test_set, read_challenges
+from trm.kaggle.testset import TestSet, build_test_set, read_challenges, unseen_task_ids
 
 log = logging.getLogger(__name__)
 # Rows per forward when --batch-size is not given: (CPU, CUDA). Attention over 916 positions is the
@@ -48,6 +48,8 @@ class InferenceReport:
     stopped_by_budget: bool = False
     batch_size: int = 0
     notes: list[str] = field(default_factory=list)
+    unseen_tasks: int = 0  # tasks without a trained puzzle row in the bundle
+    adapted: Any = None  # trm.adapt.run.AdaptResult when the model was adapted to the challenges first
 
 
 def resolve_device(name: str) -> torch.device:
@@ -109,8 +111,13 @@ def run_inference(
     seed: int = 0,
     save_predictions: str | Path | None = None,
     progress: bool = True,
+    adapt: Any = None,
+    adapt_dir: str | Path | None = None,
 ) -> InferenceReport:
-    """Write a Kaggle submission for `challenges` with the bundle at `weights`; see the module doc."""
+    """Write a Kaggle submission for `challenges` with the bundle at `weights`; see the module doc.
+
+    `adapt` (trm.adapt.run.AdaptSettings): when some tasks have no trained row, first adapt the model to
+    the file's demonstrations in `adapt_dir` (default: `adapt/` next to `out`) within its budget."""
     started = time.perf_counter()
     dev = resolve_device(device)
     if batch_size is None:
@@ -126,6 +133,22 @@ def run_inference(
     weights, source = local_bundle(weights, progress)  # hf://… → a bundle folder (see local_bundle)
     bundle = load_bundle(weights, dev, batch_size=batch_size, early_halt=early_halt)
     data = read_challenges(challenges)
+    unseen = unseen_task_ids(data, bundle.identifiers)
+    adapted = None
+    if unseen and adapt is not None:
+        from trm.kaggle.adapt import adapt_bundle
+
+        work = Path(adapt_dir) if adapt_dir is not None else Path(out).resolve().parent / "adapt"
+        log.info(
+            "%d of %d tasks have no trained row: adapting to the file's demonstrations",
+            len(unseen),
+            len(data),
+        )
+        bundle, adapted = adapt_bundle(
+            bundle, challenges, work, adapt, dev, batch_size=batch_size, early_halt=early_halt
+        )
+    elif unseen:
+        log.warning(unseen_warning(len(unseen), len(data)))
     test_set = build_test_set(
         data, num_aug=num_aug, identifiers=bundle.identifiers, unseen_id=bundle.unseen_id, seed=seed
     )
@@ -133,6 +156,9 @@ def run_inference(
     report = _run_rows(
         bundle.model, test_set, table, dev, batch_size, max_minutes, started, save_predictions, progress
     )
+    report.unseen_tasks, report.adapted = len(unseen), adapted
+    if unseen and adapted is None:
+        report.notes.append(unseen_warning(len(unseen), len(data)))
     submission = build_submission(test_set.test_puzzles, table, attempts=2)
     validate_submission(submission, test_set.test_puzzles, attempts=2)
     atomic_write_json(out, submission, indent=None)
@@ -140,6 +166,15 @@ def run_inference(
     if source is not None:
         report.notes.append(f"weights: {source['reference']} (bundle {weights})")
     return report
+
+
+def unseen_warning(unseen: int, total: int) -> str:
+    """The line inference prints when tasks have no trained row and no adaptation ran."""
+    return (
+        f"{unseen} of {total} task(s) have no trained puzzle-embedding row: they use the bundle's mean row, "
+        "the model never sees their demonstrations and they score about zero; pass --adapt-minutes M "
+        "(test-time training on their demonstrations) to adapt first"
+    )
 
 
 def _run_rows(

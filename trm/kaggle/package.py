@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 import trm
+from trm.adapt.rows import mean_trained_row
 from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text
 from trm.kaggle import bundle as B
@@ -52,11 +53,7 @@ def _with_unseen_row(
     table = weights.get(PUZZLE_EMB_KEY)
     if table is None:
         return weights, 0
-    # Sum without copying the (possibly 1.8 GB) table, then take the blank row out.
-    total = table.sum(dim=0, keepdim=True, dtype=torch.float64)
-    if len(table) > 1:
-        total = total - table[blank_id : blank_id + 1].double()
-    mean = (total / max(len(table) - 1, 1)).to(table.dtype)
+    mean = mean_trained_row(table, blank_id)
     base = table if keep_table else table[blank_id : blank_id + 1]
     weights = dict(weights)
     weights[PUZZLE_EMB_KEY] = torch.cat([base, mean]).contiguous()
@@ -166,7 +163,9 @@ def _bundle_config(
     unseen_id: int,
     source: dict[str, Any],
 ) -> dict[str, Any]:
-    """The bundle's `config.json`: architecture, dataset facts, identifier rule, provenance."""
+    """The bundle's `config.json`: architecture, dataset facts, identifier rule, training config, provenance."""
+    from trm.training.config import as_dict
+
     return {
         "format": B.FORMAT,
         "format_version": B.FORMAT_VERSION,
@@ -180,6 +179,7 @@ def _bundle_config(
             "unseen_id": unseen_id,
             "unseen_rule": "mean of the trained puzzle-embedding rows (blank row excluded)",
         },
+        "train": as_dict(cfg),  # what adaptation at inference (trm.kaggle.adapt) trains with
         "source": {"checkpoint": checkpoint.name, **source},
         "created": {"trm_stack": trm.__version__, "torch": torch.__version__, "unix_time": time.time()},
     }

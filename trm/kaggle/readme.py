@@ -74,5 +74,10 @@ def render_readme(
         "`--max-minutes` lowers the number of augmentations per task when time runs short; every test input "
         "always gets two attempts.",
         "",
+        "Tasks without a trained puzzle row (every task of a hidden test set) get the mean row: the model never "
+        "sees their demonstrations and they score about zero, and inference says how many there are. Add "
+        "`--adapt-minutes M` (within `--max-minutes`) to first fine-tune on their demonstrations "
+        "(test-time training, saved and resumable under `--adapt-dir`, default `adapt/` next to `--out`).",
+        "",
     ]
     return "\n".join(lines)

@@ -4,7 +4,8 @@ Each test input of each task becomes up to `num_aug` rows: the original, then di
 A task present in the bundle's `identifiers.json` (seen in training) uses its trained variants and
 embedding rows; any other task gets variants planned like the dataset builder (seeded per task), all on
 the bundle's mean "unseen" row — the model never sees demonstrations, so the plan only dedups the test
-inputs. Tasks that cannot be encoded (a grid over 30×30, colours outside 0..9) get no rows; the
+inputs and such a task scores about zero (`unseen_task_ids` counts them; adaptation, `trm.kaggle.adapt`,
+gives them rows first). Tasks that cannot be encoded (a grid over 30×30, colours outside 0..9) get no rows; the
 submission still has fallback attempts for them.
 """
 
@@ -81,6 +82,12 @@ def read_challenges(path: str | Path) -> dict[str, Any]:
                 "fix or remove the task"
             )
     return data
+
+
+def unseen_task_ids(challenges: dict[str, Any], identifiers: list[str] | None) -> list[str]:
+    """The tasks of `challenges` without a trained row in `identifiers` (all of them without identifiers)."""
+    trained = _trained_variants(identifiers) if identifiers else {}
+    return [task_id for task_id in challenges if task_id not in trained]
 
 
 def _trained_variants(identifiers: list[str]) -> dict[str, list[tuple[str, int]]]:

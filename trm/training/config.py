@@ -273,6 +273,22 @@ def compose(overrides: list[str]) -> TrainConfig:
     return obj
 
 
+def with_overrides(base: TrainConfig, overrides: list[str], arch: str) -> TrainConfig:
+    """`base` (a stored run's config) with `key=value` overrides of the arch's schema on top, checked."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    normalized = normalize_overrides(overrides, arch)
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(base), OmegaConf.from_dotlist(normalized))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise TRMError(f"bad override: {str(err).splitlines()[0]}") from None
+    assert isinstance(cfg, TrainConfig)
+    validate(cfg)
+    return cfg
+
+
 def apply_environment(cfg: TrainConfig) -> None:
     """Honour upstream's environment switches: DISABLE_COMPILE turns compile off."""
     if os.environ.get("DISABLE_COMPILE") and cfg.compile == "auto":

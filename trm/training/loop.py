@@ -21,7 +21,7 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,13 +112,23 @@ class Trainer:
         )
         self.eval_share = EvalShare(cfg.eval_interval, cfg.epochs, warn=self.step_limit >= self.total_steps)
         self.timer = StepTimer()
+        # A `time.monotonic()` value: once passed, `train` saves and stops as on SIGTERM (stop_reason DEADLINE).
+        self.deadline: float | None = None
+        self.stop_reason: str | None = None  # what stopped the last `train` early (a signal name, DEADLINE)
 
     # ---------------------------------------------------------------- setup
     @classmethod
-    def create(cls, cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any] | None = None) -> Trainer:
-        """Build everything, then resume from the newest complete checkpoint or load initial weights."""
+    def create(
+        cls,
+        cfg: TrainConfig,
+        info: DistInfo,
+        loaders: tuple[Any, Any] | None = None,
+        initial_weights: Callable[[], tuple[dict[str, torch.Tensor], str]] | None = None,
+    ) -> Trainer:
+        """Build everything, then resume from the newest complete checkpoint or load initial weights:
+        `initial_weights()` (a full state dict and its description) when given, else cfg.load_checkpoint."""
         trainer = cls(cfg, info, build(cfg, info, loaders))
-        trainer._resume_or_init()
+        trainer._resume_or_init(initial_weights)
         if info.is_main:
             trainer._open_logs()
         return trainer
@@ -136,7 +146,9 @@ class Trainer:
             "math": math_dict(self.cfg),
         }
 
-    def _resume_or_init(self) -> None:
+    def _resume_or_init(
+        self, initial_weights: Callable[[], tuple[dict[str, torch.Tensor], str]] | None = None
+    ) -> None:
         found = None
         if self.info.is_main:
             found = ckpt.find_complete(self.run_dir)
@@ -152,18 +164,24 @@ class Trainer:
             self._restore(folder, manifest)
             self.resumed_from = folder
             return
-        if self.cfg.load_checkpoint:
-            kind = load_initial_weights(
-                self.cfg.load_checkpoint,
-                self.components.model,
-                self.components.train_loader.metadata.num_puzzle_identifiers,
-            )
+        if initial_weights is not None or self.cfg.load_checkpoint:
+            if initial_weights is not None:
+                weights, source = initial_weights()
+                self.components.model.load_state_dict(weights, strict=True)
+            else:
+                source = self.cfg.load_checkpoint
+                kind = load_initial_weights(
+                    source,
+                    self.components.model,
+                    self.components.train_loader.metadata.num_puzzle_identifiers,
+                )
+                source = f"{source} ({kind})"
             if self.components.ema is not None:
                 from trm.optim import EMA
 
                 self.components.ema = EMA(self.components.model, self.cfg.ema_rate)
             if self.info.is_main:
-                log.info("initial weights from %s (%s)", self.cfg.load_checkpoint, kind)
+                log.info("initial weights from %s", source)
 
     def _restore(self, folder: Path, manifest: dict[str, Any]) -> None:
         for warning in ckpt.check_compatible(manifest, self._facts(), folder):
@@ -253,7 +271,7 @@ class Trainer:
         self.eval_share.restart()
         self.watchdog.start()
         try:
-            with handle_signals() as requests:
+            with handle_signals(self.deadline) as requests:
                 return self._run(requests, bar)
         finally:
             self.watchdog.stop()
@@ -304,6 +322,7 @@ class Trainer:
 
     def _stopped(self, requests: StopRequests) -> int:
         self._settle_writer()
+        self.stop_reason = requests.signal_name
         if self.info.is_main:
             log.warning(
                 "%s: saved step %d in %s; exiting with %d (the same command resumes)",

@@ -9,23 +9,39 @@ agrees on the flags with one all-reduce per step or test batch (`distributed.any
 from __future__ import annotations
 
 import signal
+import time
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+DEADLINE = "time budget"  # `signal_name` of a stop asked for by the deadline, not by a signal
+_clock = time.monotonic  # what deadlines are measured against (tests replace it)
+
 
 class StopRequests:
-    """Flags set by signal handlers: `stop` (save, then exit SAVED_RETRY) and `save` (save, keep going)."""
+    """Flags set by signal handlers: `stop` (save, then exit SAVED_RETRY) and `save` (save, keep going).
 
-    def __init__(self) -> None:
-        self.stop = False
+    With a `deadline` (a `time.monotonic()` value) `stop` also turns true once it has passed, as if a
+    SIGTERM had arrived then; `signal_name` is then DEADLINE.
+    """
+
+    def __init__(self, deadline: float | None = None) -> None:
+        self._stop = False
         self.save = False
         self.signal_name: str | None = None
+        self.deadline = deadline
         self._count = 0
+
+    @property
+    def stop(self) -> bool:
+        """A stop was asked for: by a signal, or by the deadline having passed."""
+        if not self._stop and self.deadline is not None and _clock() >= self.deadline:
+            self._stop, self.signal_name = True, DEADLINE
+        return self._stop
 
     def _on_stop(self, signum: int, _frame: types.FrameType | None) -> None:
         self._count += 1
-        self.stop = True
+        self._stop = True
         self.signal_name = signal.Signals(signum).name
         if self._count >= 3 and signum == signal.SIGINT:
             # Third Ctrl-C: the user really wants out now, without the checkpoint.
@@ -41,9 +57,9 @@ class StopRequests:
 
 
 @contextmanager
-def handle_signals() -> Iterator[StopRequests]:
+def handle_signals(deadline: float | None = None) -> Iterator[StopRequests]:
     """Install the handlers for the duration of the block (main thread only) and restore the old ones."""
-    requests = StopRequests()
+    requests = StopRequests(deadline)
     wanted = {signal.SIGTERM: requests._on_stop, signal.SIGINT: requests._on_stop}
     if hasattr(signal, "SIGUSR1"):
         wanted[signal.SIGUSR1] = requests._on_save

@@ -29,9 +29,6 @@ log = logging.getLogger(__name__)
 
 def resolve_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, int, bool]:
     """(config, step, is_ours) for a checkpoint path plus overrides."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     ours = checkpoint.is_dir()
     if ours:
         try:
@@ -55,15 +52,7 @@ def resolve_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig,
         raise TRMError(
             f"checkpoint {checkpoint} does not exist: pass a step_N folder or an upstream step_N file."
         )
-    normalized = config_mod.normalize_overrides(overrides, arch)
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(base), OmegaConf.from_dotlist(normalized))
-        cfg = OmegaConf.to_object(merged)
-    except OmegaConfBaseException as err:
-        raise TRMError(f"bad override: {str(err).splitlines()[0]}") from None
-    assert isinstance(cfg, TrainConfig)
-    config_mod.validate(cfg)
-    return cfg, step, ours
+    return config_mod.with_overrides(base, overrides, arch), step, ours
 
 
 def evaluate_checkpoint(

@@ -1,0 +1,218 @@
+"""Test-time training on a tiny real checkpoint (CPU): rows, budget, resume, and what accepts the result."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.adapt.generated import write_tasks
+from tests.e2e.test_train import assert_states_equal
+from tests.helpers import SmokeCheckpoint, make_smoke
+from trm import exit_codes
+from trm.adapt.rows import initial_rows, mean_trained_row
+from trm.adapt.run import AdaptationStopped, AdaptSettings, AdaptSource, adapt
+from trm.adapt.source import source_from_checkpoint
+from trm.adapt.tasks import stage_tasks
+from trm.commands import main
+from trm.data.encoding import BLANK_IDENTIFIER
+from trm.errors import TRMError
+from trm.model.registry import ARCHS
+from trm.model.upstream import PUZZLE_EMB_KEY
+from trm.training import checkpoint as ckpt
+from trm.training.loop import Trainer
+
+# Held-out tasks: 3x3 grids of colours 0..3 (two augmentations each, as the builder draws them).
+FAST = {"num_aug": 2, "seed": 42, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> SmokeCheckpoint:
+    return make_smoke(tmp_path_factory.mktemp("adapt"))
+
+
+@pytest.fixture(scope="module")
+def hidden(smoke: SmokeCheckpoint) -> Path:
+    return write_tasks(smoke.root / "hidden", "hidden", 3, seed=5, colours=4)
+
+
+def state(folder: Path) -> dict:
+    return ckpt.load_torch(folder / ckpt.STATE)
+
+
+def test_rows_keep_trained_rows_and_start_the_rest_from_the_mean() -> None:
+    trained = torch.arange(12.0).reshape(4, 3)
+    mean = mean_trained_row(trained)
+    assert torch.equal(mean, trained[1:].mean(dim=0, keepdim=True))  # blank row 0 left out
+    names = [BLANK_IDENTIFIER, "b|||t1|||0123456789", "new", "a"]
+    rows = initial_rows(names, trained, [BLANK_IDENTIFIER, "a", "b|||t1|||0123456789", "c"], mean)
+    assert torch.equal(rows.table, torch.stack([trained[0], trained[2], mean[0], trained[1]]))
+    assert (rows.copied, rows.from_mean) == (2, 1)
+    unnamed = initial_rows(names, trained, None, mean)
+    assert (unnamed.copied, unnamed.from_mean) == (0, 3) and torch.equal(unnamed.table[1], mean[0])
+
+
+def test_tasks_the_builder_cannot_take_are_left_out_with_a_reason(tmp_path: Path) -> None:
+    good = {"train": [{"input": [[1]], "output": [[2]]}], "test": [{"input": [[1]]}]}
+    challenges = {
+        "good": good,
+        "no_demos": {"train": [], "test": [{"input": [[1]]}]},
+        "too_big": {"train": [{"input": [[1] * 31], "output": [[1]]}], "test": [{"input": [[1]]}]},
+    }
+    path = tmp_path / "x_challenges.json"
+    path.write_text(json.dumps(challenges))
+    staged = stage_tasks(path, None, tmp_path / "in")
+    assert staged.kept == ["good"] and set(staged.skipped) == {"no_demos", "too_big"}
+    assert "no demonstration" in staged.skipped["no_demos"] and "30x30" in staged.skipped["too_big"]
+    solutions = tmp_path / "x_solutions.json"
+    solutions.write_text(json.dumps({"other": [[[1]]]}))
+    with pytest.raises(TRMError, match=r"--solutions .*'good'"):
+        stage_tasks(path, solutions, tmp_path / "in")
+    path.write_text(json.dumps({"no_demos": challenges["no_demos"]}))
+    with pytest.raises(TRMError, match="no task has usable demonstration pairs"):
+        stage_tasks(path, None, tmp_path / "in")
+
+
+def test_zero_steps_is_the_unseen_mean_row_and_steps_move_the_new_rows(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path
+) -> None:
+    source = source_from_checkpoint(smoke.checkpoint)
+    trained = source.weights[PUZZLE_EMB_KEY]
+    start = adapt(source, hidden, tmp_path / "zero", AdaptSettings(steps=0, **FAST))
+    table = state(start.checkpoint)["model"][PUZZLE_EMB_KEY]
+    names = json.loads((start.dataset / "identifiers.json").read_text())
+    assert len(table) == len(names) == 1 + 3 * 3  # blank + 3 tasks x (original + 2 augmentations)
+    assert start.step == 0 and start.rows_copied == 0 and start.rows_from_mean == 9
+    assert torch.equal(table[0], trained[0])
+    assert torch.allclose(table[1:], mean_trained_row(trained).expand(9, -1))
+    summary = json.loads((tmp_path / "zero" / "adapt.json").read_text())
+    assert summary["rows"] == {"copied_from_trained": 0, "from_mean": 9} and summary["tasks"] == 3
+
+    moved = adapt(source, hidden, tmp_path / "two", AdaptSettings(steps=2, **FAST))
+    after = state(moved.checkpoint)
+    assert moved.step == 2 and after["progress"]["finished"]
+    assert not torch.equal(after["model"][PUZZLE_EMB_KEY][1:], table[1:])
+    assert after["config"]["ema"] is False and after["config"]["max_steps"] == 2
+
+
+def test_tasks_the_checkpoint_was_trained_on_keep_their_rows(smoke: SmokeCheckpoint, tmp_path: Path) -> None:
+    # The smoke dataset's test tasks, built with the same seed and augmentation count: same identifiers.
+    seen = smoke.write_challenges("seen_challenges.json", list(smoke.challenges)[:2])
+    source = source_from_checkpoint(smoke.checkpoint)
+    result = adapt(source, seen, tmp_path / "seen", AdaptSettings(steps=0, num_aug=3, progress=False))
+    assert result.rows_copied > 0
+    names = json.loads((result.dataset / "identifiers.json").read_text())
+    trained_names = json.loads((smoke.dataset / "identifiers.json").read_text())
+    table = state(result.checkpoint)["model"][PUZZLE_EMB_KEY]
+    for row, name in enumerate(names):
+        if name in trained_names and name != BLANK_IDENTIFIER:
+            assert torch.equal(table[row], source.weights[PUZZLE_EMB_KEY][trained_names.index(name)])
+
+
+def test_embeddings_only_moves_nothing_but_the_table(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path
+) -> None:
+    source = source_from_checkpoint(smoke.checkpoint)
+    result = adapt(source, hidden, tmp_path / "emb", AdaptSettings(steps=2, train="embeddings", **FAST))
+    after = state(result.checkpoint)["model"]
+    for key, value in after.items():
+        if key != PUZZLE_EMB_KEY:
+            assert torch.equal(value, source.weights[key]), key
+    assert set(state(result.checkpoint)["optimizers"]) == {"puzzle_emb"}
+
+
+def test_sigterm_mid_adaptation_then_the_same_call_resumes_bit_exactly(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = source_from_checkpoint(smoke.checkpoint)
+    settings = AdaptSettings(steps=6, **FAST)
+    straight = adapt(source, hidden, tmp_path / "straight", settings)
+
+    original = Trainer._train_step
+
+    def step_then_signal(self: Trainer, batch, bar) -> None:
+        original(self, batch, bar)
+        if self.progress.step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(Trainer, "_train_step", step_then_signal)
+    with pytest.raises(AdaptationStopped, match="SIGTERM at step 3") as stopped:
+        adapt(source, hidden, tmp_path / "split", settings)
+    assert stopped.value.exit_code == exit_codes.SAVED_RETRY
+    assert [c.step for c in ckpt.find_complete(tmp_path / "split")] == [3]
+    monkeypatch.setattr(Trainer, "_train_step", original)
+    resumed = adapt(source, hidden, tmp_path / "split", settings)
+    assert resumed.step == straight.step == 6
+    assert_states_equal(state(straight.checkpoint), state(resumed.checkpoint))
+
+
+def test_minutes_budget_saves_and_ends_the_run_there(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import itertools
+    import time
+
+    import trm.training.signals as signals
+
+    reads = itertools.count()  # every deadline check is 20 s later than the last: 1 minute ends early
+    monkeypatch.setattr(signals, "_clock", lambda: time.monotonic() + 20.0 * next(reads))
+    source = source_from_checkpoint(smoke.checkpoint)
+    result = adapt(source, hidden, tmp_path / "budget", AdaptSettings(minutes=1.0, **FAST))
+    assert result.stop_reason == signals.DEADLINE and 0 < result.step < 10
+    assert any("--minutes 1.0 ran out" in note for note in result.notes)
+    assert not state(result.checkpoint)["progress"]["finished"]
+
+
+def test_cli_adapts_and_bad_input_exits_2(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cli"
+    argv = ["adapt", str(smoke.checkpoint), "--challenges", str(hidden), "--out", str(out)]
+    assert main([*argv, "--steps", "1", "--num-aug", "1", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "adapted to 3 task(s)" in printed and f"{out / 'step_1'}" in printed
+    assert main(argv) == 2
+    assert "--steps N and/or --minutes M" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="2"):  # argparse's choices
+        main([*argv, "--steps", "1", "--train", "nope"])
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+    missing = ["adapt", str(smoke.checkpoint), "--challenges", str(tmp_path / "none.json"), "--out", str(out)]
+    assert main([*missing, "--steps", "1"]) == 2
+    assert "file not found" in capsys.readouterr().err
+
+
+def test_eval_adapts_to_the_task_file_then_scores_its_test_pairs(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path
+) -> None:
+    from trm.eval import main as eval_main
+
+    out = tmp_path / "eval"
+    argv = [str(smoke.checkpoint), "--output-dir", str(out), "--adapt-challenges", str(hidden)]
+    assert eval_main([*argv, "--adapt-steps", "1", "--adapt-num-aug", "1"]) == 0
+    metrics = json.loads((out / "evaluator_ARC_step_1" / "metrics.json").read_text())
+    assert metrics["step"] == 1 and "ARC/pass@2" in metrics  # the adapted step_1, with the ARC evaluator
+    scored = json.loads((out / "adapt" / "dataset" / "test_puzzles.json").read_text())
+    solutions = json.loads(hidden.with_name("hidden_solutions.json").read_text())
+    assert {t: [p["output"] for p in task["test"]] for t, task in scored.items()} == solutions
+    assert eval_main(argv) == 2  # no budget
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_every_architecture_with_a_puzzle_table_adapts(arch: str, hidden: Path, tmp_path: Path) -> None:
+    from tests.e2e.test_arch import TINY as TINY_BY_ARCH
+    from trm.model.registry import build_model, model_config
+    from trm.training.config import compose
+
+    cfg = compose([*TINY_BY_ARCH[arch], "device=cpu", "compile=false", "global_batch_size=2"])
+    fresh = model_config(
+        cfg.arch, batch_size=2, seq_len=900, vocab_size=12, num_puzzle_identifiers=3, forward_dtype="float32"
+    )
+    weights = build_model(fresh).state_dict()
+    source = AdaptSource(cfg, weights, None, mean_trained_row(weights[PUZZLE_EMB_KEY]), f"fresh {arch}")
+    result = adapt(source, hidden, tmp_path / arch, AdaptSettings(steps=1, num_aug=1, progress=False))
+    table = state(result.checkpoint)["model"][PUZZLE_EMB_KEY]
+    assert result.step == 1 and len(table) == 1 + 3 * 2 and result.rows_from_mean == 6

@@ -1,0 +1,247 @@
+"""Adapt a model to a task file: build its demonstration set, give its identifiers rows, train, checkpoint.
+
+`OUT` holds `inputs/` (the staged task file), `dataset/` (the builder's output), the trainer's run files
+(`step_N/` checkpoints, metrics, run.json) and `adapt.json` (what was done). The run is an ordinary
+training run on `dataset/`, so `python -m trm.eval OUT/step_N`, `python -m trm package kaggle OUT` and the
+bundle's inference take its checkpoints as they are; the same command again resumes it bit-exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trm import exit_codes
+from trm.adapt.rows import initial_rows
+from trm.adapt.tasks import build_demonstrations, default_solutions, stage_tasks
+from trm.errors import TRMError
+from trm.io import atomic_write_json
+from trm.model.upstream import PUZZLE_EMB_KEY
+from trm.training.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+TRAIN_CHOICES = ("all", "embeddings")
+# The step cap when only --minutes bounds the run (the LR schedule's length; the minutes stop it first).
+MINUTES_ONLY_STEPS = 100_000
+WARMUP_SHARE = 10  # warm-up: a tenth of the steps (at most the source run's warm-up)
+MINUTES_ONLY_WARMUP = 100
+SUMMARY = "adapt.json"
+
+
+@dataclass
+class AdaptSource:
+    """What adaptation starts from: the run's config, its weights, the identifiers of its table's rows,
+    and the row unseen identifiers start from (None without a puzzle table)."""
+
+    config: TrainConfig
+    weights: dict[str, torch.Tensor]
+    identifiers: list[str] | None
+    mean_row: torch.Tensor | None
+    description: str
+
+
+@dataclass(frozen=True)
+class AdaptSettings:
+    """The budget (steps and/or minutes; 0 steps writes the unadapted start), what trains, the builder's
+    augmentation count and seed, and trainer `key=value` overrides on top of the adaptation config."""
+
+    steps: int | None = None
+    minutes: float | None = None
+    train: str = "all"
+    num_aug: int = 1000
+    seed: int = 42
+    overrides: tuple[str, ...] = ()
+    progress: bool = True
+
+    def check(self) -> None:
+        if self.steps is None and self.minutes is None:
+            raise TRMError("give the adaptation a budget: --steps N and/or --minutes M")
+        if self.steps is not None and self.steps < 0:
+            raise TRMError(f"--steps {self.steps}: must be >= 0 (0 writes the unadapted starting point)")
+        if self.minutes is not None and not self.minutes > 0:
+            raise TRMError(f"--minutes {self.minutes}: must be positive (or left out)")
+        if self.train not in TRAIN_CHOICES:
+            raise TRMError(f"--train {self.train!r}: use one of {', '.join(TRAIN_CHOICES)}")
+        if self.num_aug < 0:
+            raise TRMError(f"--num-aug {self.num_aug}: must be >= 0")
+
+
+@dataclass
+class AdaptResult:
+    """The adapted checkpoint and what the run did."""
+
+    out: Path
+    checkpoint: Path
+    dataset: Path
+    step: int
+    stop_reason: str | None
+    tasks: int
+    skipped: dict[str, str]
+    rows_copied: int
+    rows_from_mean: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+def adaptation_config(
+    source: TrainConfig, dataset: Path, out: Path, settings: AdaptSettings, metadata: Any
+) -> TrainConfig:
+    """The source run's config made into the adaptation run (then the user's overrides on top).
+
+    Only the demonstration set trains (no evaluation; the evaluators stay for `trm.eval`), EMA is off (an EMA at 0.999 would still be mostly
+    the unadapted weights after a few hundred steps), `train=embeddings` freezes all but the puzzle
+    table, the warm-up is a tenth of the steps (at most the source's), and `epochs` is set so that the
+    schedule covers the steps (an epoch is one puzzle per task).
+    """
+    from trm.model.registry import spec_of
+    from trm.training.config import validate, with_overrides
+
+    steps = MINUTES_ONLY_STEPS if settings.steps is None else max(settings.steps, 1)
+    warmup = MINUTES_ONLY_WARMUP if settings.steps is None else max(steps // WARMUP_SHARE, 1)
+    cfg = dataclasses.replace(
+        source,
+        data_paths=[str(dataset)],
+        data_paths_test=[],
+        load_checkpoint=None,
+        checkpoint_path=str(out),
+        run_name=f"adapt-{out.name}",
+        freeze_weights=settings.train == "embeddings",
+        ema=False,
+        max_steps=steps,
+        eval_interval=None,
+        min_eval_interval=0,
+        lr_warmup_steps=min(source.lr_warmup_steps, warmup),
+    )
+    cfg = with_overrides(cfg, list(settings.overrides), spec_of(cfg.arch).name)
+    per_epoch = metadata.total_groups * metadata.mean_puzzle_examples
+    cfg.epochs = max(1, math.ceil((cfg.max_steps or steps) * cfg.global_batch_size / per_epoch) + 1)
+    cfg.eval_interval = None
+    validate(cfg)
+    return cfg
+
+
+def _initial_weights(source: AdaptSource, names: list[str]) -> tuple[dict[str, torch.Tensor], Any]:
+    """The source weights with a puzzle table of one row per dataset identifier (see trm.adapt.rows)."""
+    weights = dict(source.weights)
+    table = weights.get(PUZZLE_EMB_KEY)
+    if table is None or source.mean_row is None:
+        return weights, None
+    rows = initial_rows(names, table, source.identifiers, source.mean_row)
+    weights[PUZZLE_EMB_KEY] = rows.table
+    return weights, rows
+
+
+def adapt(
+    source: AdaptSource,
+    challenges: str | Path,
+    out: str | Path,
+    settings: AdaptSettings,
+    *,
+    solutions: str | Path | None = None,
+) -> AdaptResult:
+    """Adapt `source` to the tasks of `challenges` in `out` (resuming a run already there); see the module
+    doc. Under torchrun, rank 0 builds the dataset and every rank trains. Raises TRMError on bad input;
+    a signal stop raises `AdaptationStopped` (exit SAVED_RETRY: the same call resumes)."""
+    from trm import distributed as dist_utils
+    from trm.data.loader import PuzzleLoader
+    from trm.data.metadata import DatasetMetadata
+    from trm.distributed import initialize
+    from trm.training.checkpoint import find_complete
+    from trm.training.loop import Trainer
+    from trm.training.signals import DEADLINE
+
+    started = time.monotonic()
+    settings.check()
+    out, challenges = Path(out), Path(challenges)
+    solutions = Path(solutions) if solutions is not None else default_solutions(challenges)
+    dataset = out / "dataset"
+    with initialize(source.config.device) as info:
+        staged = None
+        if info.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            staged = stage_tasks(challenges, solutions, out / "inputs")
+            build_demonstrations(
+                staged, dataset, num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
+            )
+        staged = dist_utils.broadcast_object(staged, info)
+        names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
+        metadata = DatasetMetadata.read(dataset / "train" / "dataset.json")
+        cfg = adaptation_config(source.config, dataset, out, settings, metadata)
+        train = PuzzleLoader(
+            [dataset],
+            "train",
+            global_batch_size=cfg.global_batch_size,
+            rank=info.rank,
+            world_size=info.world_size,
+            seed=cfg.seed,
+            epochs_per_iter=cfg.epochs,
+        )
+        weights, rows = _initial_weights(source, names)
+        trainer = Trainer.create(cfg, info, (train, None), lambda: (weights, source.description))
+        if settings.minutes is not None:
+            trainer.deadline = started + settings.minutes * 60.0
+        try:
+            if settings.steps == 0:
+                if trainer.resumed_from is None:
+                    trainer.save_checkpoint()
+                code = exit_codes.OK
+            else:
+                code = trainer.train()
+        finally:
+            trainer.close()
+        if code == exit_codes.SAVED_RETRY and trainer.stop_reason != DEADLINE:
+            raise AdaptationStopped(
+                f"adaptation stopped by {trainer.stop_reason or 'a stop request'} at step "
+                f"{trainer.progress.step} (saved in {out}); run the same command again to resume"
+            )
+        newest = find_complete(out)[-1]
+        result = AdaptResult(
+            out=out,
+            checkpoint=newest.path,
+            dataset=dataset,
+            step=newest.step,
+            stop_reason=trainer.stop_reason,
+            tasks=len(staged.kept),
+            skipped=staged.skipped,
+            rows_copied=rows.copied if rows else 0,
+            rows_from_mean=rows.from_mean if rows else 0,
+            seconds=time.monotonic() - started,
+        )
+        if rows is None:
+            result.notes.append("the model has no puzzle embedding: only its weights adapt")
+        if trainer.stop_reason == DEADLINE:
+            result.notes.append(f"--minutes {settings.minutes} ran out at step {newest.step}")
+        if info.is_main:
+            _write_summary(result, settings, source)
+    return result
+
+
+class AdaptationStopped(TRMError):
+    """A signal stopped the adaptation after saving; the same command resumes it."""
+
+    exit_code = exit_codes.SAVED_RETRY
+
+
+def _write_summary(result: AdaptResult, settings: AdaptSettings, source: AdaptSource) -> None:
+    summary = {
+        "source": source.description,
+        "settings": dataclasses.asdict(settings),
+        "checkpoint": result.checkpoint.name,
+        "step": result.step,
+        "stop_reason": result.stop_reason,
+        "tasks": result.tasks,
+        "skipped": result.skipped,
+        "rows": {"copied_from_trained": result.rows_copied, "from_mean": result.rows_from_mean},
+        "seconds": round(result.seconds, 3),
+        "notes": result.notes,
+    }
+    atomic_write_json(result.out / SUMMARY, summary)
