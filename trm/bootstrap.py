@@ -243,7 +243,11 @@ def bootstrap(
         + f"; lock {target.lock}"
         + (f" (CUDA {target.cuda}, torch {target.torch})" if target.cuda else "")
         + (f", adam-atan2 for {target.archs}" if target.builds_extension else "")
-        + (", optimizer backend torch (trm AdamATan2; no adam-atan2 extension)" if not target.builds_extension else "")
+        + (
+            ", optimizer backend torch (trm AdamATan2; no adam-atan2 extension)"
+            if not target.builds_extension
+            else ""
+        )
     )
     steps = [] if fresh else plan_steps(root, venv, target, jobs, base_python)
     if fresh:

@@ -299,7 +299,9 @@ def check_runtime(
         if optimizer_backend == "ext":
             probe += "; import adam_atan2, adam_atan2_backend"
         else:
-            probe += "; import importlib.util as u; assert u.find_spec('adam_atan2_backend') is None, 'extension'"
+            probe += (
+                "; import importlib.util as u; assert u.find_spec('adam_atan2_backend') is None, 'extension'"
+            )
     if subprocess.run([sys.executable, "-c", probe]).returncode != 0:
         raise BuildCheckError(
             "the runtime venv does not import torch/trm (or, on GPU images, its adam-atan2 extension does not "

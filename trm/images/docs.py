@@ -26,7 +26,9 @@ def render_table(config: ImageConfig, version: str) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for v in config.variants.values():
-        sass = (", ".join(v.sm_list) if v.optimizer_backend == "ext" else "none") if v.is_gpu else "none (CPU)"
+        sass = (
+            (", ".join(v.sm_list) if v.optimizer_backend == "ext" else "none") if v.is_gpu else "none (CPU)"
+        )
         driver = f">= {min_driver_for(v.driver_cuda_floor)}" if v.is_gpu else "none"
         lines.append(
             f"| `{v.name}` | {v.description} | `{config.repository}:{v.version_tag(version)}` | "

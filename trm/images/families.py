@@ -86,8 +86,9 @@ def catalog_families(catalog_families: tuple = ()) -> tuple[Family, ...]:
     return tuple(family_from_tuple(entry) for entry in catalog_families)
 
 
-def variant_for_host(sms: set[int], driver_version: str | int, catalog_variants: tuple = (),
-                     families: tuple = ()) -> tuple[Family, str, str]:
+def variant_for_host(
+    sms: set[int], driver_version: str | int, catalog_variants: tuple = (), families: tuple = ()
+) -> tuple[Family, str, str]:
     """(family, variant, tag) of the image for GPUs with compute capabilities `sms` (e.g. {90}) on this
     driver: the driver picks the family, the SMs its variant. TRMError with the fix when none fits."""
     from trm.images import compat

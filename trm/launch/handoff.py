@@ -275,6 +275,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "torch_cuda": preflight.get("torch_cuda"),
         "nccl": preflight.get("nccl"),
         "python": preflight.get("python") or run_json.get("versions", {}).get("python"),
+        # the AdamATan2 that ran (run.json, written by the trainer), else what preflight found
+        "optimizer_backend": (run_json.get("optimizer_backends") or {}).get("adam_atan2")
+        or preflight.get("optimizer_backend"),
     }
     gpus = plan.get("gpus") or preflight.get("gpus") or []
     resume = plan.get("resume_command") or (

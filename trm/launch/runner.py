@@ -15,7 +15,7 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.launch.estimate import ESTIMATE_FILE, RunEstimate
-from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
+from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
 from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
@@ -40,6 +40,15 @@ def detect_gpus(settings: LaunchSettings, runner: Runner | None = None) -> list[
                 "(TASK=debug-tiny is the CPU-sized run)"
             ) from None
         return []
+    except TRMError:
+        # A driver older than every image family (R470 knows no compute_cap query field): its error
+        # names the fix; any other failure keeps nvidia-smi's own message.
+        from trm.images.families import catalog_families, family_for_driver
+
+        driver, _cuda = query_driver_cuda(runner)
+        if driver:
+            family_for_driver(driver, catalog_families())
+        raise
 
 
 def has_complete_checkpoint(run_dir: Path) -> bool:
