@@ -98,10 +98,16 @@ def variant_for_host(
 
         catalog_variants = catalog.VARIANTS
     family = family_for_driver(driver_version, catalog_families(families))
+    covering = []
     for name, _cuda, _floor, _min, archs, tag, lock in catalog_variants:
         built = compat.parse_sm_list(" ".join(archs))
         if lock == family.name and all(compat.sm_covered(sm, built) for sm in sms):
-            return family, name, tag
+            # a build for exactly these SMs first (an sm_80 build also runs on sm_89, slower)
+            exact = {sm for sm, _ptx in built} >= sms
+            covering.append((not exact, name, tag))
+    if covering:
+        _, name, tag = min(covering, key=lambda entry: entry[0])
+        return family, name, tag
     have = ", ".join(f"sm_{sm}" for sm in sorted(sms)) or "no GPU"
     raise TRMError(
         f"no {family.name} image variant covers {have} (docker/images.toml [variants.*] with lock = "
