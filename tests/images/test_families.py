@@ -131,3 +131,14 @@ def test_laptop_rehearsal_refuses_a_driver_older_than_every_family(tmp_path):
         and "older than every trm image" in proc.stderr
         and "Traceback" not in proc.stderr
     )
+
+
+def test_runbook_offer_filter_admits_every_family():
+    """Runbook 01's Vast.ai search filters on the CUDA the driver supports: it must admit the oldest family's
+    drivers (before: cuda_vers>=13.0, which hid every R535-R575 host the CUDA 12.8 images run on)."""
+    import re
+
+    text = (ROOT / "runbooks/v1/01-provision.md").read_text()
+    filters = re.findall(r"vastai search offers '[^']*cuda_vers>=([\d.]+)", text)
+    oldest = min(FAMILIES, key=lambda f: f.min_driver)
+    assert filters and set(filters) == {oldest.offer_cuda} == {"12.0"}

@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
             config, project_version(root), root / docs.CATALOG_PATH, check=args.check
         )
         print(f"{docs.CATALOG_PATH}: {'updated' if changed else 'up to date'}")
+        changed_paths = docs.write_driver_tables(config, root, check=args.check)
+        print(
+            f"driver table: {', '.join(map(str, changed_paths)) + ' updated' if changed_paths else 'up to date'}"
+        )
     elif args.action == "ref":
         from trm.images.lockfile import image_reference
 
@@ -157,7 +161,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lock-file", default=None, help="lock file (default docker/images.lock.json)")
     p = actions.add_parser(
-        "docs", help="regenerate the tag table in docker/README.md and trm/images/catalog.py (preflight's)"
+        "docs",
+        help="regenerate the tag table in docker/README.md, trm/images/catalog.py (preflight's) and the "
+        "host driver table (README, docker/README, runbooks 01 and 08)",
     )
     p.add_argument("--check", action="store_true", help="fail (exit 2) when the table is stale instead")
     parser.set_defaults(func=run)
