@@ -156,6 +156,25 @@ def test_docs_table_is_fresh():
     config = load_config(CONFIG)
     docs.write_docs(config, context.project_version(ROOT), ROOT / docs.README_PATH, check=True)
     docs.write_catalog(config, context.project_version(ROOT), ROOT / docs.CATALOG_PATH, check=True)
+    assert docs.write_driver_tables(config, ROOT, check=True) == []
+
+
+def test_driver_table_rows_follow_the_families(tmp_path):
+    config = load_config(CONFIG)
+    table = docs.render_driver_table(config)
+    assert "| R580 or newer | `sm90`, `sm80`, `sm89` | 13.0 | 2.13.0 | adam-atan2 extension |" in table
+    assert (
+        "| R525 to R579 | `sm90-cu128`, `sm80-cu128`, `sm89-cu128` | 12.8 | 2.10.0 | trm AdamATan2 (torch) |"
+        in table
+    )
+    assert "| older than R525 | none:" in table
+    for rel in docs.DRIVER_TABLE_PATHS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"x\n{docs.DRIVER_BEGIN}\nold\n{docs.DRIVER_END}\ny\n")
+    with pytest.raises(TRMError, match=r"driver table in \S*README.md is stale: run `python -m trm image docs`"):
+        docs.write_driver_tables(config, tmp_path, check=True)
+    assert docs.write_driver_tables(config, tmp_path) == list(docs.DRIVER_TABLE_PATHS)
+    assert table in (tmp_path / "runbooks/v1/08-troubleshooting.md").read_text()
 
 
 def test_catalog_check_detects_a_stale_catalog(tmp_path):
