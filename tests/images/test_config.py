@@ -171,7 +171,9 @@ def test_driver_table_rows_follow_the_families(tmp_path):
     for rel in docs.DRIVER_TABLE_PATHS:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(f"x\n{docs.DRIVER_BEGIN}\nold\n{docs.DRIVER_END}\ny\n")
-    with pytest.raises(TRMError, match=r"driver table in \S*README.md is stale: run `python -m trm image docs`"):
+    with pytest.raises(
+        TRMError, match=r"driver table in \S*README.md is stale: run `python -m trm image docs`"
+    ):
         docs.write_driver_tables(config, tmp_path, check=True)
     assert docs.write_driver_tables(config, tmp_path) == list(docs.DRIVER_TABLE_PATHS)
     assert table in (tmp_path / "runbooks/v1/08-troubleshooting.md").read_text()
@@ -438,3 +440,29 @@ def test_cuda128_lock_is_torch_210_with_cuda12_wheels_and_no_compiler():
     build = requirements.read_pins(requirements.build_lock(ROOT, "cu128"))
     assert "adam-atan2" not in build and not any(n.startswith("nvidia-cuda-nvcc") for n in build)
     assert {"pip", "setuptools", "wheel"} <= set(build)
+
+
+def test_cuda128_build_arguments_say_the_torch_backend_everywhere():
+    """The build arguments turn into the image's labels and environment (docker/Dockerfile): a CUDA 12.8
+    image says torch 2.10.0, optimizer backend torch and no adam-atan2 version; the 13.0 one the extension."""
+    config = load_config(CONFIG)
+    old = context.build_args(config, config.variants["sm90-cu128"], ROOT)
+    new = context.build_args(config, config.variants["sm90"], ROOT)
+    assert (old["TORCH_VERSION"], old["OPTIMIZER_BACKEND"], old["ADAM_ATAN2_VERSION"]) == (
+        "2.10.0",
+        "torch",
+        "none",
+    )
+    assert (old["LOCK"], old["CUDA_VERSION"], old["NVIDIA_REQUIRE_CUDA"]) == ("cu128", "12.8", "cuda>=12.0")
+    assert (new["TORCH_VERSION"], new["OPTIMIZER_BACKEND"], new["ADAM_ATAN2_VERSION"]) == (
+        "2.13.0",
+        "ext",
+        "0.0.3",
+    )
+    dockerfile = (ROOT / context.DOCKERFILE).read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime") :]
+    assert 'org.trm-stack.optimizer-backend="${OPTIMIZER_BACKEND}"' in runtime
+    assert "TRM_IMAGE_OPTIMIZER_BACKEND=${OPTIMIZER_BACKEND}" in runtime
+    assert '--optimizer-backend "${OPTIMIZER_BACKEND}"' in runtime
+    # the toolchain and the extension are built only for families that ship it
+    assert dockerfile.count('[ "${OPTIMIZER_BACKEND}" = ext ]') == 2
