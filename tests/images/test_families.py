@@ -142,3 +142,10 @@ def test_runbook_offer_filter_admits_every_family():
     filters = re.findall(r"vastai search offers '[^']*cuda_vers>=([\d.]+)", text)
     oldest = min(FAMILIES, key=lambda f: f.min_driver)
     assert filters and set(filters) == {oldest.offer_cuda} == {"12.0"}
+
+
+def test_image_banner_names_the_optimizer_backend():
+    from trm.images import entrypoint
+
+    line = entrypoint.banner({"TRM_IMAGE_VARIANT": "sm90-cu128", "TRM_IMAGE_OPTIMIZER_BACKEND": "torch"})
+    assert line.startswith("trm image sm90-cu128 |") and "| optimizer backend torch |" in line
