@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
@@ -37,6 +38,50 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """CPU test suite with pytest-xdist (`-- ARGS` are passed to pytest)."""
     session.run(PYTHON, "-m", "pytest", "-n", "auto", *session.posargs)
+
+
+# The core of the CPU suite, run again under the oldest torch the code supports: the CUDA 12.8 images'
+# (docker/images.toml [families.cu128].torch), in its own venv.
+TORCH_OLDEST_VENV = ROOT / "build" / "venv-torch-oldest"
+CORE_SUITE = ("tests/model", "tests/optim", "tests/training", "tests/evaluation", "tests/data")
+# What those tests import besides torch: the project's pins (pyproject) of these packages and extras.
+CORE_TEST_PINS = ("pytest", "pytest-xdist", "pytest-benchmark", "pyyaml")
+CORE_TEST_EXTRAS = ("wandb", "tensorboard")
+
+
+def oldest_torch() -> str:
+    families = tomllib.loads((ROOT / "docker" / "images.toml").read_text())["families"]
+    return min((f["torch"] for f in families.values()), key=lambda v: tuple(map(int, v.split("."))))
+
+
+def core_test_requirements() -> list[str]:
+    """pyproject's runtime pins without torch (devtorch installs that), the test tools and extras."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    runtime = [r for r in project["dependencies"] if not r.lower().startswith("torch")]
+    tools = [r for r in extras["dev"] if r.split("==")[0].lower() in CORE_TEST_PINS]
+    return runtime + tools + [r for name in CORE_TEST_EXTRAS for r in extras[name]]
+
+
+@nox.session(default=False)
+def tests_oldest_torch(session: nox.Session) -> None:
+    """Core CPU suite (model, optim, training lifecycle, data, evaluation) under the CUDA 12.8 images' torch."""
+    torch = oldest_torch()
+    python = TORCH_OLDEST_VENV / "bin" / "python"
+    if not python.exists():
+        session.run(PYTHON, "-m", "venv", str(TORCH_OLDEST_VENV), external=True)
+    env = {"PYTHONPATH": str(ROOT)}
+    # the CPU build from PyTorch's index when it answers (CI), else the configured index's torch
+    session.run(str(python), "-m", "trm.devtorch", "--version", torch, env=env, external=True)
+    session.run(str(python), "-m", "pip", "install", "-q", *core_test_requirements(), external=True)
+    session.run(str(python), "-m", "pip", "install", "-q", "--no-deps", "-e", str(ROOT), external=True)
+    session.run(
+        str(python),
+        "-c",
+        f"import torch; assert torch.__version__.startswith('{torch}'), torch.__version__",
+        external=True,
+    )
+    session.run(str(python), "-m", "pytest", "-n", "auto", *(session.posargs or CORE_SUITE), external=True)
 
 
 @nox.session(default=False)

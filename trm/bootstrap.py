@@ -4,10 +4,12 @@ For hosts that cannot run our image (a Vast.ai instance is itself a container, o
 devel image, with no `docker`). It does by hand-free steps what docker/Dockerfile does, with the same
 hash-locked requirements (docker/requirements/) and the same build code (trm.images.buildtools):
 
-1. detect the GPUs (nvidia-smi), their SMs and whether the driver runs the lock's CUDA;
+1. detect the GPUs (nvidia-smi) and their SMs; the driver picks the lock (trm.images.families, the
+   [families] of docker/images.toml: R580+ the CUDA 13.0 lock, R525-R575 the CUDA 12.8 one);
 2. create the venv; install pip/setuptools/wheel, then the runtime lock (`--require-hashes`);
-3. GPU: the CUDA toolchain from the build lock, then adam-atan2 compiled for this host's SMs only
-   (setup.py patched to honour TORCH_CUDA_ARCH_LIST, SASS checked with cuobjdump);
+3. GPU, families that ship the extension: the CUDA toolchain from the build lock, then adam-atan2
+   compiled for this host's SMs only (setup.py patched to honour TORCH_CUDA_ARCH_LIST, SASS checked with
+   cuobjdump); the CUDA 12.8 family has no PyPI nvcc and uses trm's AdamATan2 (torch backend);
 4. trm-stack from this checkout (editable, no dependencies);
 5. verify in the venv: torch/trm (and the adam-atan2 backend) import, the backend's SASS is exactly
    this host's SMs, Triton's C build works, one optimizer step on the GPU matches our torch backend;
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trm.errors import TRMError
-from trm.images.compat import driver_supports
+from trm.images.families import Family, catalog_families, family_for_driver
 from trm.images.venvtools import subset_lock
 from trm.io import atomic_write_json, atomic_write_text
 from trm.launch.nvidia_smi import NvidiaSmiMissing, Runner, parse_plain_header, query_gpus, system_runner
@@ -40,18 +42,24 @@ REPO = Path(__file__).resolve().parents[1]
 STAMP = ".trm-bootstrap.json"
 STAMP_VERSION = 1
 PYTHON_VERSION = (3, 11)  # the locks are resolved for CPython 3.11 (docker/README.md)
-GPU_LOCK, GPU_CUDA = "cu130", "13.0"
 ADAM_ATAN2 = "adam-atan2"
 
 
 @dataclass(frozen=True)
 class Target:
-    """What to build: the lock, the CUDA it needs, the architectures adam-atan2 is compiled for."""
+    """What to build: the lock, the CUDA it needs, the GPUs' architectures, the AdamATan2 backend."""
 
     lock: str
     cuda: str
     archs: str  # TORCH_CUDA_ARCH_LIST, e.g. "9.0" or "8.0;9.0"; "" for CPU
     gpus: list[str] = field(default_factory=list)
+    optimizer_backend: str = "ext"  # "ext": adam-atan2 is compiled for `archs`; "torch": trm's AdamATan2
+    torch: str = ""
+    driver: str = ""
+
+    @property
+    def builds_extension(self) -> bool:
+        return bool(self.archs) and self.optimizer_backend == "ext"
 
     @property
     def sm_list(self) -> str:
@@ -59,30 +67,31 @@ class Target:
         return " ".join(a.replace(".", "") for a in self.archs.split(";") if a)
 
 
-def detect(cpu: bool, runner: Runner | None = None) -> Target:
-    """The build target of this host; TRMError with the fix when the GPUs or driver rule it out."""
+def detect(cpu: bool, runner: Runner | None = None, families: tuple[Family, ...] = ()) -> Target:
+    """The build target of this host: the driver picks the family (lock, CUDA, optimizer backend), the
+    GPUs the architectures; TRMError with the fix when the GPUs or the driver rule it out."""
     if cpu:
         return Target("cpu", "", "")
     runner = runner or system_runner()
+    families = families or catalog_families()
     try:
+        # The banner first: a driver older than every family (R470 does not even know the compute_cap
+        # query field) gets the family error with its fix, not a failed GPU query.
+        code, banner = runner(())
+        driver, _driver_cuda = parse_plain_header(banner) if code == 0 else (None, None)
+        if driver:
+            family_for_driver(driver, families)
         gpus = query_gpus(runner)
     except NvidiaSmiMissing as err:
         raise TRMError(f"{err}. For a CPU-only venv (tests, data, smoke) pass --cpu.") from err
     if not gpus:
         raise TRMError("nvidia-smi lists no GPU; for a CPU-only venv pass --cpu")
-    code, banner = runner(())
-    driver, driver_cuda = parse_plain_header(banner) if code == 0 else (None, None)
-    ok, why = driver_supports(
-        image_cuda=GPU_CUDA, driver_cuda=driver_cuda, driver_version=driver or gpus[0].driver_version
-    )
-    if ok is False:
-        raise TRMError(
-            f"{why}: the locked torch is built for CUDA {GPU_CUDA}, which needs NVIDIA driver >= 580.65.06 "
-            "(R580); rent a host with a newer driver (Vast.ai: cuda_vers>=13.0)"
-        )
+    driver = driver or gpus[0].driver_version
+    family = family_for_driver(driver, families)
     sms = sorted({g.sm for g in gpus})
     archs = ";".join(f"{sm // 10}.{sm % 10}" for sm in sms)
-    return Target(GPU_LOCK, GPU_CUDA, archs, [f"{g.name} (sm_{g.sm})" for g in gpus])
+    gpu_names = [f"{g.name} (sm_{g.sm})" for g in gpus]
+    return Target(family.name, family.cuda, archs, gpu_names, family.optimizer_backend, family.torch, driver)
 
 
 def lock_paths(root: Path, lock: str) -> tuple[Path, Path]:
@@ -143,7 +152,7 @@ def plan_steps(root: Path, venv: Path, target: Target, jobs: int, base_python: s
             [*pip, "--no-build-isolation", "-r", str(runtime)],
         ),
     ]
-    if target.archs:
+    if target.builds_extension:
         version = locked_version(build.read_text(), ADAM_ATAN2)
         sdist_dir = work / "sdist"
         steps += [
@@ -180,15 +189,19 @@ def plan_steps(root: Path, venv: Path, target: Target, jobs: int, base_python: s
 
 def verify_command(venv: Path, target: Target) -> list[str]:
     cmd = [str(venv / "bin" / "python"), "-m", "trm.bootstrap", "verify"]
-    return cmd + (["--archs", target.archs] if target.archs else [])
+    if target.builds_extension:
+        return [*cmd, "--archs", target.archs]
+    return cmd + (["--cuda", target.cuda] if target.cuda else [])
 
 
 def next_command(venv: Path, target: Target) -> str:
     python = shlex.quote(str(venv / "bin" / "python"))
     if not target.archs:
         return f"PYTHON={python} TASK=debug-tiny NUM_GPUS=0 bash scripts/train_prod.sh"
+    adam = f"TRM_ADAM_ATAN2_SM_LIST='{target.sm_list}' " if target.builds_extension else ""
     return (
-        f"PYTHON={python} TRM_ADAM_ATAN2_SM_LIST='{target.sm_list}' TASK=arc2-smoke "
+        f"PYTHON={python} {adam}TRM_IMAGE_CUDA={target.cuda} TRM_IMAGE_OPTIMIZER_BACKEND={target.optimizer_backend} "
+        "TASK=arc2-smoke "
         "RUN_NAME=smoke-$(date +%Y%m%d-%H%M) bash scripts/train_prod.sh   # runbook 02, then 03"
     )
 
@@ -225,8 +238,16 @@ def bootstrap(
     fresh = current == wanted
     where = ", ".join(target.gpus) or "CPU only"
     out(
-        f"bootstrap: {where}; lock {target.lock}"
-        + (f", adam-atan2 for {target.archs}" if target.archs else "")
+        f"bootstrap: {where}"
+        + (f"; driver {target.driver}" if target.driver else "")
+        + f"; lock {target.lock}"
+        + (f" (CUDA {target.cuda}, torch {target.torch})" if target.cuda else "")
+        + (f", adam-atan2 for {target.archs}" if target.builds_extension else "")
+        + (
+            ", optimizer backend torch (trm AdamATan2; no adam-atan2 extension)"
+            if not target.builds_extension
+            else ""
+        )
     )
     steps = [] if fresh else plan_steps(root, venv, target, jobs, base_python)
     if fresh:
@@ -253,7 +274,7 @@ def bootstrap(
                 atomic_write_text(
                     work / "bootstrap.txt", subset_lock(build.read_text(), ["pip", "setuptools", "wheel"])
                 )
-                if target.archs:
+                if target.builds_extension:
                     atomic_write_text(
                         work / "toolchain.txt", subset_lock(build.read_text(), [ADAM_ATAN2], exclude=True)
                     )
@@ -277,8 +298,11 @@ def bootstrap(
 
 
 # ---- inside the new venv ------------------------------------------------------------------------------
-def verify_venv(archs: str) -> list[str]:
-    """Checks run by the venv's own interpreter; returns what was verified, raises TRMError otherwise."""
+def verify_venv(archs: str, cuda: str = "") -> list[str]:
+    """Checks run by the venv's own interpreter; returns what was verified, raises TRMError otherwise.
+
+    `archs`: the adam-atan2 extension was built for them; else `cuda`: a GPU venv whose optimizer is trm's
+    AdamATan2 (torch backend) with torch built for that CUDA; neither: a CPU venv."""
     import torch
 
     import trm  # noqa: F401
@@ -287,11 +311,19 @@ def verify_venv(archs: str) -> list[str]:
     if not archs:
         from trm.optim.backend import build_adam_atan2
 
-        p = torch.nn.Parameter(torch.ones(4))
+        device = "cpu"
+        if cuda:
+            if torch.version.cuda != cuda or not torch.cuda.is_available():
+                raise TRMError(
+                    f"torch in the venv is built for CUDA {torch.version.cuda or 'none'} (want {cuda}) or does not "
+                    "see a GPU (driver? NVIDIA_VISIBLE_DEVICES?)"
+                )
+            device = "cuda"
+        p = torch.nn.Parameter(torch.ones(4, device=device))
         opt = build_adam_atan2([p], lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, backend="torch")
-        p.grad = torch.ones(4)
+        p.grad = torch.ones(4, device=device)
         opt.step()
-        return [*notes, "one AdamATan2 step on the CPU"]
+        return [*notes, f"one AdamATan2 step (torch backend) on the {device.upper()}"]
     import adam_atan2_backend
 
     from trm.images.buildtools import arch_flags_to_sm, check_cc, find_cuda_home, parse_cuobjdump_elf
@@ -330,11 +362,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd")
     verify = sub.add_parser("verify", help="(inside the venv) the checks of step 5")
     verify.add_argument("--archs", default="")
+    verify.add_argument("--cuda", default="", help="GPU venv without the extension: torch's expected CUDA")
     parser.add_argument(
         "--venv",
         type=Path,
         default=None,
-        help="venv to build (default: .venv-cu130 or .venv-cpu in the checkout)",
+        help="venv to build (default: .venv-<lock> in the checkout: .venv-cu130, .venv-cu128 or .venv-cpu)",
     )
     parser.add_argument("--cpu", action="store_true", help="a CPU venv (no GPU, no adam-atan2 build)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
@@ -342,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "verify":
-            for note in verify_venv(args.archs):
+            for note in verify_venv(args.archs, args.cuda):
                 print(f"verified: {note}")
             return 0
         target = detect(args.cpu)

@@ -17,3 +17,28 @@ def parse_compile(value: str, *, source: str) -> bool | None:
     if text not in CHOICES:
         raise TRMError(f"{source}={value!r}: use {', '.join(CHOICES[:-1])} or {CHOICES[-1]}")
     return None if text == "auto" else text == "true"
+
+
+# The smoke gate's fallback when torch.compile fails on a host (an old driver, a missing C toolchain, a
+# Triton/ptxas problem) and compile was not asked for explicitly: the run trains eager, and this file in the
+# run's launch/ directory records it, so a restart of the same run stays eager instead of failing again.
+FALLBACK_FILE = "compile_fallback.json"
+# What a failed torch.compile prints (Dynamo, Inductor, Triton and its bundled ptxas).
+_FAILURE_MARKERS = (
+    "torch._dynamo",
+    "torch._inductor",
+    "BackendCompilerFailed",
+    "InductorError",
+    "triton",
+    "ptxas",
+)
+_ERROR_WORDS = ("error", "failed", "fatal")
+
+
+def compile_failure(log_text: str) -> str | None:
+    """The last line of a trainer log that shows torch.compile failing, or None when none does."""
+    for line in reversed(log_text.splitlines()):
+        low = line.lower()
+        if any(m.lower() in low for m in _FAILURE_MARKERS) and any(w in low for w in _ERROR_WORDS):
+            return line.strip()[:300]
+    return None

@@ -484,3 +484,37 @@ def test_every_build_instruction_points_at_the_patched_build(capsys):
     ]
     offenders = [str(p.relative_to(root)) for p in texts if plain.search(p.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("backend", "wanted", "unwanted"),
+    [("ext", "import adam_atan2, adam_atan2_backend", "find_spec"),
+     ("torch", "find_spec('adam_atan2_backend') is None", "import adam_atan2")],
+)  # fmt: skip
+def test_runtime_check_matches_the_labelled_optimizer_backend(monkeypatch, backend, wanted, unwanted):
+    """A GPU image labelled optimizer-backend=torch (the CUDA 12.8 family) must not carry the extension, one
+    labelled ext must import it; a mismatch fails the build naming the backend."""
+    monkeypatch.setattr(buildtools, "check_cc", lambda: "cc ok")
+    exists = os.path.exists  # this test host may have a system CUDA, which the image must not
+    monkeypatch.setattr(
+        buildtools.os.path,
+        "exists",
+        lambda p: (
+            not str(p).startswith(("/usr/local/cuda", "/usr/lib/x86_64-linux-gnu/libcudart")) and exists(p)
+        ),
+    )
+    env = {"PATH": "/usr/bin:/bin", **buildtools.NVIDIA_ENV}
+    probes = []
+
+    def run(cmd, *args, **kwargs):
+        probes.append(cmd[-1])
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(buildtools.subprocess, "run", run)
+    buildtools.check_runtime(["sm_90"], env, optimizer_backend=backend)
+    assert wanted in probes[-1] and unwanted not in probes[-1] and "assert torch.version.cuda" in probes[-1]
+    monkeypatch.setattr(
+        buildtools.subprocess, "run", lambda cmd, *a, **k: subprocess.CompletedProcess(cmd, 1)
+    )
+    with pytest.raises(BuildCheckError, match=f"optimizer backend '{backend}'"):
+        buildtools.check_runtime(["sm_90"], env, optimizer_backend=backend)

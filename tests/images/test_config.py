@@ -19,7 +19,19 @@ CONFIG = ROOT / "docker/images.toml"
 DIGEST = "@sha256:" + "a" * 64
 
 
-def write_config(tmp_path: Path, variants: str, *, runtime_base: str = "python:3.11-slim" + DIGEST) -> Path:
+FAMILIES = (
+    '[families.cu130]\ncuda = "13.0"\ntorch = "2.13.0"\nmin_driver = 580\noptimizer_backend = "ext"\n'
+    '[families.cu126]\ncuda = "12.6"\ntorch = "2.13.0"\nmin_driver = 525\noptimizer_backend = "torch"\n'
+)
+
+
+def write_config(
+    tmp_path: Path,
+    variants: str,
+    *,
+    runtime_base: str = "python:3.11-slim" + DIGEST,
+    families: str = FAMILIES,
+) -> Path:
     path = tmp_path / "images.toml"
     path.write_text(
         f"""
@@ -34,19 +46,30 @@ max_layer_bytes = 1000
 [smoke]
 command = ["python", "-m", "trm", "version"]
 preflight_args = "--cpu"
+{families}
 {variants}
 """
     )
     return path
 
 
-GPU = '[variants.sm90]\ndescription = "H100"\ncuda = "13.0"\nlock = "cu130"\narchs = ["9.0"]\nextras = []\n'
-CPU = '[variants.cpu]\ndescription = "CPU"\ncuda = ""\nlock = "cpu"\narchs = []\nextras = []\n'
+GPU = '[variants.sm90]\ndescription = "H100"\nlock = "cu130"\narchs = ["9.0"]\nextras = []\n'
+CPU = '[variants.cpu]\ndescription = "CPU"\nlock = "cpu"\narchs = []\nextras = []\n'
 
 
-def test_repo_config_has_the_four_variants_with_pinned_bases():
+def test_repo_config_has_both_gpu_families_with_pinned_bases():
     config = load_config(CONFIG)
-    assert list(config.variants) == ["cpu", "sm90", "sm80", "sm89"]
+    assert list(config.variants) == ["cpu", "sm90", "sm80", "sm89", "sm90-cu128", "sm80-cu128", "sm89-cu128"]
+    for name in ("sm90", "sm80", "sm89"):
+        new, old = config.variants[name], config.variants[f"{name}-cu128"]
+        assert (new.cuda, new.torch, new.optimizer_backend) == ("13.0", "2.13.0", "ext")
+        assert (old.cuda, old.torch, old.optimizer_backend) == ("12.8", "2.10.0", "torch")
+        assert new.archs == old.archs and new.extras == ("sync", "tensorboard", "wandb")
+        assert old.extras == ("hub", "sync", "tensorboard", "wandb")
+        # R525+ drivers start the CUDA 12.8 images (minor-version compatibility), R580+ the 13.0 ones
+        assert old.container_env["NVIDIA_REQUIRE_CUDA"] == "cuda>=12.0"
+        assert new.container_env["NVIDIA_REQUIRE_CUDA"] == "cuda>=13.0"
+    assert config.variants["cpu"].torch == config.torch
     assert config.variants["sm90"].sm_list == ("sm_90",)
     assert config.variants["sm80"].archs == ("8.0",)
     assert config.variants["sm89"].sm_list == ("sm_89",)
@@ -79,10 +102,46 @@ def test_base_without_digest_is_rejected(tmp_path):
         load_config(path)
 
 
-def test_gpu_variant_needs_cuda_and_archs(tmp_path):
-    path = write_config(tmp_path, GPU.replace('cuda = "13.0"', 'cuda = ""'))
-    with pytest.raises(TRMError, match=r"\[variants.sm90\].*needs both"):
+def test_gpu_variant_needs_a_family_lock_and_archs(tmp_path):
+    path = write_config(tmp_path, GPU.replace('lock = "cu130"', 'lock = "cu999"'))
+    with pytest.raises(
+        TRMError, match=r"\[variants.sm90\] has lock='cu999'.*\[families.<name>\] table \(cu130, cu126\)"
+    ):
         load_config(path)
+    path = write_config(tmp_path, CPU.replace('lock = "cpu"', 'lock = "cu130"'))
+    with pytest.raises(TRMError, match=r"a CPU variant neither"):
+        load_config(path)
+
+
+def test_variant_cuda_key_points_at_the_family(tmp_path):
+    path = write_config(tmp_path, GPU.replace('lock = "cu130"', 'cuda = "13.0"\nlock = "cu130"'))
+    with pytest.raises(TRMError, match=r"\[variants.sm90\].cuda is no longer read.*\[families.cu130\].cuda"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ("min_driver = 580", r"\[families.cu130\] is missing the key 'min_driver'"),
+        ('optimizer_backend = "ext"', r"\[families.cu130\] is missing the key 'optimizer_backend'"),
+        ('cuda = "13.0"', r"\[families.cu130\] is missing the key 'cuda'"),
+    ],
+)
+def test_family_keys_are_required(tmp_path, bad, message):
+    path = write_config(tmp_path, GPU, families=FAMILIES.replace(bad + "\n", "", 1))
+    with pytest.raises(TRMError, match=message):
+        load_config(path)
+
+
+def test_family_values_are_checked(tmp_path):
+    for old, new, message in (
+        ("min_driver = 580", "min_driver = 58", r"min_driver = 58; write the driver branch"),
+        ('optimizer_backend = "ext"', 'optimizer_backend = "cuda"', r"optimizer_backend = 'cuda'; use 'ext'"),
+        ('cuda = "13.0"', 'cuda = "13"', r"cuda = '13'; write the CUDA release like '12.8'"),
+    ):
+        path = write_config(tmp_path, GPU, families=FAMILIES.replace(old, new, 1))
+        with pytest.raises(TRMError, match=message):
+            load_config(path)
 
 
 def test_variants_sharing_a_lock_must_share_extras(tmp_path):
@@ -97,6 +156,27 @@ def test_docs_table_is_fresh():
     config = load_config(CONFIG)
     docs.write_docs(config, context.project_version(ROOT), ROOT / docs.README_PATH, check=True)
     docs.write_catalog(config, context.project_version(ROOT), ROOT / docs.CATALOG_PATH, check=True)
+    assert docs.write_driver_tables(config, ROOT, check=True) == []
+
+
+def test_driver_table_rows_follow_the_families(tmp_path):
+    config = load_config(CONFIG)
+    table = docs.render_driver_table(config)
+    assert "| R580 or newer | `sm90`, `sm80`, `sm89` | 13.0 | 2.13.0 | adam-atan2 extension |" in table
+    assert (
+        "| R525 to R579 | `sm90-cu128`, `sm80-cu128`, `sm89-cu128` | 12.8 | 2.10.0 | trm AdamATan2 (torch) |"
+        in table
+    )
+    assert "| older than R525 | none:" in table
+    for rel in docs.DRIVER_TABLE_PATHS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"x\n{docs.DRIVER_BEGIN}\nold\n{docs.DRIVER_END}\ny\n")
+    with pytest.raises(
+        TRMError, match=r"driver table in \S*README.md is stale: run `python -m trm image docs`"
+    ):
+        docs.write_driver_tables(config, tmp_path, check=True)
+    assert docs.write_driver_tables(config, tmp_path) == list(docs.DRIVER_TABLE_PATHS)
+    assert table in (tmp_path / "runbooks/v1/08-troubleshooting.md").read_text()
 
 
 def test_catalog_check_detects_a_stale_catalog(tmp_path):
@@ -151,7 +231,7 @@ def test_wrong_torch_pin_is_reported(tmp_path):
     lock_dir = tmp_path / requirements.REQUIREMENTS_DIR
     lock_dir.mkdir(parents=True)
     (lock_dir / "runtime-cu130.txt").write_text("torch==2.13.0+cpu \\\n    --hash=sha256:00\n")
-    with pytest.raises(TRMError, match=r"pins torch==2.13.0\+cpu but variant 'sm90' needs torch==2.13.0"):
+    with pytest.raises(TRMError, match=r"pins torch==2.13.0\+cpu but variant 'sm90' needs torch==2.13.0 "):
         requirements.check_torch_pin(config, config.variants["sm90"], tmp_path)
 
 
@@ -288,7 +368,7 @@ def test_gpu_runtime_images_ask_the_container_toolkit_for_compute():
 
 
 CU126 = (
-    '[variants.sm90-cu126]\ndescription = "H100 on CUDA 12 drivers"\ncuda = "12.6"\nlock = "cu126"\n'
+    '[variants.sm90-cu126]\ndescription = "H100 on CUDA 12 drivers"\nlock = "cu126"\n'
     'archs = ["9.0"]\nextras = []\nindex = "https://download.pytorch.org/whl/cu126"\n'
 )
 
@@ -297,8 +377,8 @@ def test_variant_from_a_pytorch_cuda_index(tmp_path, monkeypatch):
     """A CUDA 12 variant: torch from PyTorch's cu126 index, its tag, driver floor and container needs."""
     config = load_config(write_config(tmp_path, GPU + CU126))
     variant = config.variants["sm90-cu126"]
-    assert variant.torch_pin("2.13.0") == "2.13.0+cu126"
-    assert config.variants["sm90"].torch_pin("2.13.0") == "2.13.0"
+    assert variant.torch_pin() == "2.13.0+cu126"
+    assert config.variants["sm90"].torch_pin() == "2.13.0"
     assert variant.version_tag("0.1.0") == "0.1.0-cu126-sm90"
     assert (
         variant.driver_cuda_floor == "12.0" and variant.container_env["NVIDIA_REQUIRE_CUDA"] == "cuda>=12.0"
@@ -342,3 +422,47 @@ def test_variants_sharing_a_lock_share_the_index(tmp_path):
     other = CU126.replace("sm90-cu126", "sm80-cu126").replace('"9.0"', '"8.0"').replace('/cu126"', '/cu128"')
     with pytest.raises(TRMError, match="resolve from the same index"):
         load_config(write_config(tmp_path, CU126 + other))
+
+
+def test_cuda128_lock_is_torch_210_with_cuda12_wheels_and_no_compiler():
+    """PyPI's torch 2.10.0 is the CUDA 12.8 build: every nvidia-* pin is a -cu12 wheel, the CUDA toolkit
+    components are 12.8.x; the build lock has no nvcc and no adam-atan2 (the family's backend is torch)."""
+    config = load_config(CONFIG)
+    runtime = requirements.read_pins(requirements.runtime_lock(ROOT, "cu128"))
+    assert runtime["torch"] == config.families["cu128"].torch == "2.10.0"
+    assert runtime["triton"] == "3.6.0" and "huggingface-hub" in runtime
+    nvidia = {name: version for name, version in runtime.items() if name.startswith("nvidia-")}
+    assert nvidia and all(name.endswith("-cu12") for name in nvidia), sorted(nvidia)
+    toolkit = [n for n in nvidia if n.startswith(("nvidia-cuda-", "nvidia-nvjitlink", "nvidia-nvtx"))]
+    assert len(toolkit) >= 4 and all(nvidia[n].startswith("12.8.") for n in toolkit), {
+        n: nvidia[n] for n in toolkit
+    }
+    build = requirements.read_pins(requirements.build_lock(ROOT, "cu128"))
+    assert "adam-atan2" not in build and not any(n.startswith("nvidia-cuda-nvcc") for n in build)
+    assert {"pip", "setuptools", "wheel"} <= set(build)
+
+
+def test_cuda128_build_arguments_say_the_torch_backend_everywhere():
+    """The build arguments turn into the image's labels and environment (docker/Dockerfile): a CUDA 12.8
+    image says torch 2.10.0, optimizer backend torch and no adam-atan2 version; the 13.0 one the extension."""
+    config = load_config(CONFIG)
+    old = context.build_args(config, config.variants["sm90-cu128"], ROOT)
+    new = context.build_args(config, config.variants["sm90"], ROOT)
+    assert (old["TORCH_VERSION"], old["OPTIMIZER_BACKEND"], old["ADAM_ATAN2_VERSION"]) == (
+        "2.10.0",
+        "torch",
+        "none",
+    )
+    assert (old["LOCK"], old["CUDA_VERSION"], old["NVIDIA_REQUIRE_CUDA"]) == ("cu128", "12.8", "cuda>=12.0")
+    assert (new["TORCH_VERSION"], new["OPTIMIZER_BACKEND"], new["ADAM_ATAN2_VERSION"]) == (
+        "2.13.0",
+        "ext",
+        "0.0.3",
+    )
+    dockerfile = (ROOT / context.DOCKERFILE).read_text()
+    runtime = dockerfile[dockerfile.index("AS runtime") :]
+    assert 'org.trm-stack.optimizer-backend="${OPTIMIZER_BACKEND}"' in runtime
+    assert "TRM_IMAGE_OPTIMIZER_BACKEND=${OPTIMIZER_BACKEND}" in runtime
+    assert '--optimizer-backend "${OPTIMIZER_BACKEND}"' in runtime
+    # the toolchain and the extension are built only for families that ship it
+    assert dockerfile.count('[ "${OPTIMIZER_BACKEND}" = ext ]') == 2

@@ -30,10 +30,41 @@ def test_detect_compiles_for_the_hosts_sms_only(monkeypatch, tmp_path):
     assert mixed.archs == "8.0;9.0" and mixed.sm_list == "80 90"
 
 
-def test_detect_refuses_a_driver_older_than_the_locked_cuda(monkeypatch, tmp_path):
-    install_fake_smi(monkeypatch, tmp_path, "h100x4")  # driver 550, CUDA 12.4
-    with pytest.raises(TRMError, match=r"driver 550.127.05 supports CUDA 12.4.*580.65.06.*cuda_vers>=13.0"):
+def test_detect_picks_the_family_from_the_driver(monkeypatch, tmp_path):
+    """R550 (h100x4) gets the CUDA 12.8 lock and trm's AdamATan2 (no PyPI nvcc for CUDA 12); R580 the
+    CUDA 13.0 lock and the extension. Before the families, R550 was refused outright."""
+    target = target_for(monkeypatch, tmp_path, "h100x4")
+    assert (target.lock, target.cuda, target.torch, target.optimizer_backend) == (
+        "cu128",
+        "12.8",
+        "2.10.0",
+        "torch",
+    )
+    assert target.archs == "9.0" and not target.builds_extension and target.driver == "550.127.05"
+    new = target_for(monkeypatch, tmp_path, "r580-h100x1")
+    assert (new.lock, new.cuda, new.torch, new.optimizer_backend) == ("cu130", "13.0", "2.13.0", "ext")
+    assert new.builds_extension
+
+
+def test_detect_refuses_a_driver_older_than_every_family(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "r470-a100-40gx1")  # R470: no compute_cap query field either
+    with pytest.raises(
+        TRMError,
+        match=r"driver 470.256.02 \(branch R470\) is older than every trm image.*R525.*cuda_vers>=12.0",
+    ):
         bootstrap.detect(cpu=False)
+
+
+def test_cuda128_bootstrap_installs_no_toolchain_and_verifies_the_torch_backend(tmp_path):
+    target = bootstrap.Target("cu128", "12.8", "9.0", ["NVIDIA H100 80GB HBM3 (sm_90)"], "torch", "2.10.0")
+    run = Recorder()
+    code, out = run_bootstrap(tmp_path, target, run)
+    assert code == 0
+    cmds = [" ".join(c) for c in run.calls]
+    assert cmds[2].endswith(f"-r {ROOT}/docker/requirements/runtime-cu128.txt")
+    assert not any("adam" in c or "toolchain" in c for c in cmds)
+    assert cmds[-1].endswith("-m trm.bootstrap verify --cuda 12.8")
+    assert "optimizer backend torch" in out and "TRM_IMAGE_OPTIMIZER_BACKEND=torch" in out
 
 
 def test_detect_without_nvidia_smi_points_at_cpu(monkeypatch, tmp_path):
@@ -156,13 +187,23 @@ def test_script_dry_run_with_recorded_nvidia_smi(tmp_path):
         cwd=ROOT, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "NVIDIA H100 80GB HBM3 (sm_90); lock cu130, adam-atan2 for 9.0" in proc.stdout
+    assert (
+        "(sm_90); driver 580.95.05; lock cu130 (CUDA 13.0, torch 2.13.0), adam-atan2 for 9.0" in proc.stdout
+    )
     assert not (tmp_path / "v").exists()
-    old = fake_smi_env(tmp_path, "old-driver-h100x1")
+    r550 = fake_smi_env(tmp_path, "h100x4")
+    r550["PYTHON"] = sys.executable
+    proc = subprocess.run(["bash", "scripts/bootstrap_host.sh", "--dry-run", "--venv", str(tmp_path / "v")],
+                          cwd=ROOT, env=r550, capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "driver 550.127.05; lock cu128 (CUDA 12.8, torch 2.10.0), optimizer backend torch" in proc.stdout
+    assert "runtime-cu128.txt" in proc.stdout and "adam-atan2 build" not in proc.stdout
+    old = fake_smi_env(tmp_path, "r470-a100-40gx1")
     old["PYTHON"] = sys.executable
     proc = subprocess.run(["bash", "scripts/bootstrap_host.sh", "--dry-run"], cwd=ROOT, env=old,
                           capture_output=True, text=True, check=False)  # fmt: skip
-    assert proc.returncode == 2 and "580.65.06" in proc.stderr
+    assert proc.returncode == 2 and "older than every trm image" in proc.stderr and "R525" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_fixture_drivers_are_what_the_names_say():

@@ -109,29 +109,68 @@ def test_older_driver_of_the_same_major_runs_through_minor_version_compatibility
     assert ">= 525.60.13" in driver.fix and "Full support: driver >= 550.54.14" in driver.fix
 
 
-@pytest.mark.parametrize("host", ["a100-80gx1", "h100x1", "l40sx1", "rtx4090x1", "unknown-96gx2"])
-def test_cuda13_images_on_recorded_hosts_say_which_driver_is_needed(monkeypatch, tmp_path, host):
-    """Every recorded host runs a 535-575 driver: the CUDA 13.0 images need >= 580 and preflight says so."""
+@pytest.mark.parametrize(
+    ("host", "variant"),
+    [
+        ("a100-80gx1", "sm80-cu128"),
+        ("h100x1", "sm90-cu128"),
+        ("l40sx1", "sm89-cu128"),
+        ("rtx4090x1", "sm89-cu128"),
+    ],
+)
+def test_cuda13_images_on_recorded_hosts_name_the_cuda128_image(monkeypatch, tmp_path, host, variant):
+    """Every recorded host runs a 535-575 driver: the CUDA 13.0 image fails, and preflight names the CUDA
+    12.8 image of the same GPUs that runs there (before: 'No trm image variant runs on this driver')."""
     install_fake_smi(monkeypatch, tmp_path, host)
     report = run_preflight(gpu_context(image_cuda="13.0", torch_cuda=lambda: ("13.0", 8)))
-    driver = by_name(report)["driver"]
+    checks = by_name(report)
+    driver = checks["driver"]
     assert driver.status == "fail" and not report.ok
-    assert "image needs CUDA 13.0" in driver.found
-    assert "CUDA 13.0 needs driver >= 580.65.06" in driver.fix
-    assert "No trm image variant runs on this driver" in driver.fix and "driver >= 580.65.06" in driver.fix
-    assert "runbooks/v1/01-provision.md" in driver.fix
-    assert "cu124" not in driver.fix  # the old hint named a tag that never existed
+    assert "image needs CUDA 13.0" in driver.found and "CUDA 13.0 needs driver >= 580.65.06" in driver.fix
+    tag = f"trm:0.1.0-cu128-{variant.split('-')[0]}"
+    assert f"Use the image variant {tag}" in driver.fix
+    family = checks["image family"]
+    assert family.status == "ok" and f"runs {variant} ({tag}: CUDA 12.8, torch 2.10.0" in family.found
+
+
+def test_r470_host_gets_one_family_error_with_the_fix(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "old-driver-h100x1")
+    from trm.launch.nvidia_smi import query_gpus
+    from trm.launch.preflight import check_image_family
+
+    gpus = query_gpus()
+    result = check_image_family(gpus, "470.256.02", gpu_context())
+    assert result.status == "fail" and "older than every trm image" in result.fix and "R525" in result.fix
+
+
+def test_cuda128_image_without_the_extension_says_the_torch_backend(monkeypatch, tmp_path):
+    install_fake_smi(monkeypatch, tmp_path, "h100x4")
+    report = run_preflight(
+        gpu_context(
+            image_cuda="12.8",
+            image_variant="sm90-cu128",
+            image_optimizer_backend="torch",
+            adam_backend_importable=lambda: False,
+            torch_cuda=lambda: ("12.8", 4),
+        )
+    )
+    checks = by_name(report)
+    assert checks["adam-atan2"].status == "ok" and "optimizer backend torch" in checks["adam-atan2"].found
+    assert report.environment["optimizer_backend"] == "torch"
+    assert checks["driver"].status == "warn" and "minor-version compatibility" in checks["driver"].found
+    assert "; this is sm90-cu128" in checks["image family"].found
 
 
 CU126 = (
-    ("sm90-cu126", "12.6", "12.0", "525.60.13", ("9.0",), "trm:0.1.0-cu126-sm90"),
-    ("sm90", "13.0", "13.0", "580.65.06", ("9.0",), "trm:0.1.0-cu130-sm90"),
+    ("sm90-cu126", "12.6", "12.0", "525.60.13", ("9.0",), "trm:0.1.0-cu126-sm90", "cu126"),
+    ("sm90", "13.0", "13.0", "580.65.06", ("9.0",), "trm:0.1.0-cu130-sm90", "cu130"),
 )
+CU126_FAMILIES = (("cu130", "13.0", "2.13.0", 580, "ext"), ("cu126", "12.6", "2.9.1", 525, "torch"))
 
 
 def test_driver_fix_names_the_variant_that_runs_on_this_host(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "h100x1")
-    report = run_preflight(gpu_context(image_cuda="13.0", catalog=CU126))
+    report = run_preflight(gpu_context(image_cuda="13.0", catalog=CU126, families=CU126_FAMILIES))
     fix = by_name(report)["driver"].fix
     assert "driver 550.127.05 runs CUDA <= 12.4" in fix
     assert "Use the image variant trm:0.1.0-cu126-sm90" in fix and "cu130" not in fix
@@ -139,7 +178,7 @@ def test_driver_fix_names_the_variant_that_runs_on_this_host(monkeypatch, tmp_pa
 
 def test_driver_fix_without_a_variant_for_these_gpus(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "a100-80gx1")  # SM 8.0: the catalog has only SM 9.0 builds
-    report = run_preflight(gpu_context(image_cuda="13.0", catalog=CU126))
+    report = run_preflight(gpu_context(image_cuda="13.0", catalog=CU126, families=CU126_FAMILIES))
     fix = by_name(report)["driver"].fix
     assert "No trm image variant runs on this driver" in fix and "driver >= 580.65.06" in fix
 
@@ -147,8 +186,16 @@ def test_driver_fix_without_a_variant_for_these_gpus(monkeypatch, tmp_path):
 def test_shipped_catalog_lists_every_gpu_variant_with_its_driver():
     from trm.images import catalog
 
-    assert {entry[0] for entry in catalog.VARIANTS} == {"sm90", "sm80", "sm89"}
-    for _name, cuda, floor, min_driver, archs, tag in catalog.VARIANTS:
+    assert {entry[0] for entry in catalog.VARIANTS} == {
+        "sm90",
+        "sm80",
+        "sm89",
+        "sm90-cu128",
+        "sm80-cu128",
+        "sm89-cu128",
+    }
+    assert [f[0] for f in catalog.FAMILIES] == ["cu130", "cu128"]
+    for _name, cuda, floor, min_driver, archs, tag, _family in catalog.VARIANTS:
         assert floor == cuda.split(".")[0] + ".0"
         assert compat.min_driver_for(floor) == min_driver and tag.startswith("trm:") and archs
 

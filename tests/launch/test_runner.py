@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trm import exit_codes
-from trm.launch.plan import build_plan
+from trm.launch.plan import build_plan, merge_overrides
 from trm.launch.runner import Launch
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, read_events
@@ -344,3 +344,61 @@ def test_a_trainer_disk_full_is_the_launchers_exit_code(tmp_path):
     assert _train(launch) == exit_codes.DISK_FULL, out.getvalue()
     launch.torchrun = lambda *args, **kwargs: AttemptResult(1, {0: 1, 1: -15})  # type: ignore[method-assign]
     assert _train(launch) == 1
+
+
+def _compiling(launch: Launch) -> Launch:
+    """The hardware tier turns compile on (as every GPU tier does); the CPU test plan does not."""
+    import dataclasses
+
+    launch.plan.hardware = dataclasses.replace(launch.plan.hardware, compile=True)
+    launch.plan.overrides = merge_overrides(launch.plan.overrides, ["compile=true"])
+    return launch
+
+
+@pytest.mark.dist
+def test_a_compile_failure_in_the_smoke_gate_trains_eager_and_stays_eager(tmp_path, restore_signals):
+    """compile=auto: the smoke gate's torch.compile failure falls back to eager with one loud line and a
+    record; a restart of the run stays eager. Before, the launch failed at the smoke gate."""
+    launch, out = make_launch(tmp_path, "compile-fails", PREFLIGHT="0")
+    assert _compiling(launch).run() == 0, out.getvalue()
+    log = out.getvalue()
+    (line,) = [x for x in log.splitlines() if "COMPILE OFF" in x]
+    assert "InductorError" in line and "ptxas fatal" in line and "trains EAGER" in line
+    assert "smoke gate passed" in log and "training finished" in log
+    launch_dir = launch.settings.launch_dir
+    record = json.loads((launch_dir / "compile_fallback.json").read_text())
+    assert record["compile"] is False and "ptxas" in record["reason"]
+    assert "compile=false" in json.loads((launch_dir / "plan.json").read_text())["overrides"]
+    assert "compile_fallback" in [e["event"] for e in read_events(launch_dir / "events.jsonl")]
+    from trm.launch.handoff import collect
+
+    assert collect(launch.settings.run_dir)["compile_fallback"]["reason"] == record["reason"]
+    again, out2 = make_launch(
+        tmp_path / "unused",
+        "compile-fails",
+        WORKSPACE=str(tmp_path / "ws"),
+        FAKE_TRAINER_STEPS="8",
+        PREFLIGHT="0",
+    )
+    again.plan.verify_command = launch.plan.verify_command  # type: ignore[method-assign]
+    assert _compiling(again).run() == 0, out2.getvalue()
+    assert "COMPILE OFF" in out2.getvalue() and "smoke gate skipped" in out2.getvalue()
+    assert (launch.settings.run_dir / "step_8" / "COMPLETE").exists()
+
+
+@pytest.mark.dist
+def test_a_compile_failure_with_compile_asked_for_fails_the_smoke_gate(tmp_path, restore_signals):
+    launch, out = make_launch(tmp_path, "compile-fails", PREFLIGHT="0", COMPILE="true")
+    assert launch.plan.hardware.compile
+    assert launch.run() == 1, out.getvalue()
+    assert "smoke gate failed" in out.getvalue() and "COMPILE OFF" not in out.getvalue()
+    assert not (launch.settings.launch_dir / "compile_fallback.json").exists()
+
+
+def test_compile_failure_reads_the_error_line_only():
+    from trm.compile_setting import compile_failure
+
+    assert compile_failure("step 1\nFile torch/_dynamo/eval_frame.py, line 3\nok\n") is None
+    text = "x\ntorch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: boom\n"
+    assert compile_failure(text) == "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:"
+    assert compile_failure("torch.OutOfMemoryError: CUDA out of memory") is None

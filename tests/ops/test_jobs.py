@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "5e" * 32
 LOCK = {
     "variants": {
-        "sm90": {"repository": "registry.example.com/trm", "tag": "0.1.0-cu130-sm90", "digest": DIGEST}
+        "sm90": {"repository": "registry.example.com/trm", "tag": "0.1.0-cu130-sm90", "digest": DIGEST},
+        "sm90-cu128": {"repository": "registry.example.com/trm", "tag": "0.1.0-cu128-sm90", "digest": DIGEST},
     }
 }
 
@@ -409,7 +410,7 @@ def test_cli_check_and_pin(tree: Path, kustomize):
     bad = cli("check")
     assert bad.returncode == 1 and "prod-8xh200" in bad.stdout and "activeDeadlineSecond" in bad.stdout
     lock = json.loads((tree / "docker" / "images.lock.json").read_text())
-    lock["variants"]["sm90"]["digest"] = "sha256:" + "ee" * 32
+    lock["variants"]["sm90"]["digest"] = lock["variants"]["sm90-cu128"]["digest"] = "sha256:" + "ee" * 32
     (tree / "docker" / "images.lock.json").write_text(json.dumps(lock))
     stale = cli("pin", "--check")
     assert stale.returncode == 1 and "stale: " in stale.stdout
@@ -435,3 +436,26 @@ def test_the_urm_overlay_trains_a_urm_recipe_under_its_own_run_name(rendered):
         if e["name"] == "RUN_NAME"
     }
     assert env["RUN_NAME"] not in trm_runs and "urm" in env["RUN_NAME"]
+
+
+def test_driver_affinity_matches_the_overlays_image_family(rendered):
+    """Each overlay's Job asks for nodes whose driver runs its variant's family: sm90 (CUDA 13.0) needs
+    nvidia.com/cuda.driver.major > 579; the same pod for sm90-cu128 must say > 524 instead."""
+    jobs = {
+        name: _job(objects) for name, objects in rendered.items() if any(o["kind"] == "Job" for o in objects)
+    }
+    assert len(jobs) >= 4
+    for name, job in jobs.items():
+        pod = job["spec"]["template"]["spec"]
+        assert jobpolicy.check_driver_affinity(name, pod, "sm90") == [], name
+        (problem,) = jobpolicy.check_driver_affinity(name, pod, "sm90-cu128")
+        assert 'values: ["524"]' in problem and "R525+" in problem
+    pod = _job(rendered["jobs/overlays/smoke"])["spec"]["template"]["spec"]
+    for term in pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]:
+        term["matchExpressions"] = [
+            e for e in term["matchExpressions"] if e["key"] != "nvidia.com/cuda.driver.major"
+        ]
+    (problem,) = jobpolicy.check_driver_affinity("smoke", pod, "sm90")
+    assert "no nvidia.com/cuda.driver.major rule" in problem and 'values: ["579"]' in problem

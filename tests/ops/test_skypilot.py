@@ -91,7 +91,7 @@ def test_every_task_names_its_image_variant_and_is_unreleased_here():
     from trm.ops.skytasks import PLACEHOLDER, task_variant
 
     for path in TASKS:
-        assert task_variant(path.read_text()) == "sm90", path.name
+        assert task_variant(path.read_text()) == "sm90-cu128", path.name
         assert _load(path)["resources"]["image_id"] == PLACEHOLDER
 
 
@@ -103,7 +103,7 @@ def test_pinning_rewrites_only_the_image_id_value(tmp_path):
 
     shutil.copytree(ROOT / "jobs" / "skypilot", tmp_path / "jobs" / "skypilot")
     digest = "sha256:" + "ab" * 32
-    images = {"sm90": LockedImage("sm90", "ghcr.io/team/trm", "0.1.0-cu130-sm90", digest)}
+    images = {"sm90-cu128": LockedImage("sm90-cu128", "ghcr.io/team/trm", "0.1.0-cu128-sm90", digest)}
     before = {p.name: p.read_text() for p in (tmp_path / "jobs" / "skypilot").glob("*.yaml")}
     assert pin_tasks(tmp_path, {}, check=True) == []  # nothing released: the placeholder is right
     assert pin_tasks(tmp_path, images, variants={"cpu"}) == []  # another variant released: untouched
@@ -119,7 +119,21 @@ def test_pinning_rewrites_only_the_image_id_value(tmp_path):
         ]
         assert changed == [
             (
-                "  image_id: docker:trm-stack  # trm-stack/image-variant: sm90",
-                f"  image_id: docker:ghcr.io/team/trm@{digest}  # trm-stack/image-variant: sm90",
+                "  image_id: docker:trm-stack  # trm-stack/image-variant: sm90-cu128",
+                f"  image_id: docker:ghcr.io/team/trm@{digest}  # trm-stack/image-variant: sm90-cu128",
             )
         ]
+
+
+def test_tasks_run_the_family_every_driver_runs(tmp_path):
+    """SkyPilot picks the VM's driver: a task on a CUDA 13.0 (R580+) variant is a `jobs check` problem."""
+    import shutil
+
+    from trm.ops.skytasks import check_task_families
+
+    assert check_task_families(ROOT) == []
+    shutil.copytree(ROOT / "jobs" / "skypilot", tmp_path / "jobs" / "skypilot")
+    path = tmp_path / "jobs" / "skypilot" / "train.yaml"
+    path.write_text(path.read_text().replace("image-variant: sm90-cu128", "image-variant: sm90"))
+    (problem,) = check_task_families(tmp_path)
+    assert "train.yaml: variant sm90 needs a newer driver" in problem and "e.g. sm90-cu128" in problem

@@ -43,6 +43,34 @@ def overrides(args: argparse.Namespace) -> dict[str, str | int | None]:
     return {"build_base": args.build_base, "runtime_base": args.runtime_base, "max_jobs": args.max_jobs}
 
 
+def variant_for_driver(config, name: str, driver: str) -> str:
+    """The variant for `name`'s GPUs in the family the host's `driver` runs (trm.images.families): `sm90`
+    on driver 550 is `sm90-cu128`. Says the choice on stderr."""
+    import sys
+
+    from trm.images.families import variant_for_host
+
+    (variant,) = config.select([name])
+    if not variant.is_gpu:
+        raise TRMError(f"--driver picks among GPU variants; {name!r} is the CPU image, which needs no driver")
+    sms = {int(arch.replace(".", "")) for arch in variant.archs}
+    catalog = tuple(
+        (v.name, v.cuda, v.driver_cuda_floor, "", v.archs, v.name, v.lock)
+        for v in config.variants.values()
+        if v.is_gpu
+    )
+    families = tuple(
+        (f.name, f.cuda, f.torch, f.min_driver, f.optimizer_backend) for f in config.families.values()
+    )
+    family, chosen, _tag = variant_for_host(sms, driver, catalog, families)
+    print(
+        f"driver {driver}: family {family.name} (CUDA {family.cuda}, torch {family.torch}, optimizer backend "
+        f"{family.optimizer_backend}) -> variant {chosen}",
+        file=sys.stderr,
+    )
+    return chosen
+
+
 def run(args: argparse.Namespace) -> int:
     from trm.images import docs, requirements
     from trm.images.context import project_version
@@ -65,12 +93,19 @@ def run(args: argparse.Namespace) -> int:
             config, project_version(root), root / docs.CATALOG_PATH, check=args.check
         )
         print(f"{docs.CATALOG_PATH}: {'updated' if changed else 'up to date'}")
+        changed_paths = docs.write_driver_tables(config, root, check=args.check)
+        print(
+            f"driver table: {', '.join(map(str, changed_paths)) + ' updated' if changed_paths else 'up to date'}"
+        )
     elif args.action == "ref":
         from trm.images.lockfile import image_reference
 
+        name = args.variant
+        if args.driver:
+            name = variant_for_driver(config, name, args.driver)
         print(
             image_reference(
-                args.variant, root / args.lock_file if args.lock_file else root / "docker/images.lock.json"
+                name, root / args.lock_file if args.lock_file else root / "docker/images.lock.json"
             )
         )
     elif args.action in ("build", "push"):
@@ -116,10 +151,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lock-file", default="docker/images.lock.json", help="where pushed digests are recorded")
     p = actions.add_parser("ref", help="print the pinned reference (repo@sha256:…) of a pushed variant")
-    p.add_argument("variant")
+    p.add_argument("variant", help="e.g. sm90; with --driver, the GPUs whose variant the driver picks")
+    p.add_argument(
+        "--driver",
+        default=None,
+        metavar="VERSION",
+        help="the host's NVIDIA driver (e.g. 550.127.05): the reference of the variant for these GPUs in "
+        "the image family that driver runs (R580+: CUDA 13.0, R525-R575: CUDA 12.8)",
+    )
     p.add_argument("--lock-file", default=None, help="lock file (default docker/images.lock.json)")
     p = actions.add_parser(
-        "docs", help="regenerate the tag table in docker/README.md and trm/images/catalog.py (preflight's)"
+        "docs",
+        help="regenerate the tag table in docker/README.md, trm/images/catalog.py (preflight's) and the "
+        "host driver table (README, docker/README, runbooks 01 and 08)",
     )
     p.add_argument("--check", action="store_true", help="fail (exit 2) when the table is stale instead")
     parser.set_defaults(func=run)

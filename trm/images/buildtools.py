@@ -389,9 +389,12 @@ def check_cc() -> str:
 NVIDIA_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 
 
-def check_runtime(sm_list: list[str], env: dict[str, str] | None = None) -> list[str]:
+def check_runtime(
+    sm_list: list[str], env: dict[str, str] | None = None, optimizer_backend: str = "ext"
+) -> list[str]:
     """The runtime image: Triton's C build works, no CUDA toolkit outside the venv, NVIDIA container
-    variables set on GPU images, trm (+ backend) imports. Returns what it verified."""
+    variables set on GPU images, trm (+ the adam-atan2 extension where `optimizer_backend` is "ext";
+    where it is "torch" the extension must be absent, as the image's label says) imports."""
     env = dict(os.environ if env is None else env)
     notes = [check_cc()]
     if nvcc := shutil.which("nvcc", path=env.get("PATH")):
@@ -409,9 +412,18 @@ def check_runtime(sm_list: list[str], env: dict[str, str] | None = None) -> list
             raise BuildCheckError(f"runtime image has CUDA outside the venv ({path}): a second copy")
     probe = "import torch, trm; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     if sm_list:
-        probe += "; import adam_atan2, adam_atan2_backend; assert torch.version.cuda"
+        probe += "; assert torch.version.cuda"
+        if optimizer_backend == "ext":
+            probe += "; import adam_atan2, adam_atan2_backend"
+        else:
+            probe += (
+                "; import importlib.util as u; assert u.find_spec('adam_atan2_backend') is None, 'extension'"
+            )
     if subprocess.run([sys.executable, "-c", probe]).returncode != 0:
-        raise BuildCheckError("the runtime venv does not import torch/trm (or adam_atan2 on GPU images)")
+        raise BuildCheckError(
+            "the runtime venv does not import torch/trm (or, on GPU images, its adam-atan2 extension does not "
+            f"match the optimizer backend {optimizer_backend!r} the image is labelled with)"
+        )
     return notes
 
 
@@ -441,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="parallel compile jobs (default: CPU count)")
     p = sub.add_parser("check-runtime")
     p.add_argument("--sm-list", default="")
+    p.add_argument("--optimizer-backend", choices=("ext", "torch"), default="ext")
     sub.add_parser("check-cc")
     args = parser.parse_args(argv)
     try:
@@ -455,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "check-cc":
             print(check_cc())
         else:
-            for note in check_runtime(args.sm_list.split()):
+            for note in check_runtime(args.sm_list.split(), optimizer_backend=args.optimizer_backend):
                 print(f"runtime check: {note}")
     except (BuildCheckError, subprocess.CalledProcessError) as err:
         print(f"build check failed: {err}", file=sys.stderr)

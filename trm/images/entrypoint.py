@@ -79,6 +79,7 @@ def banner(env: dict[str, str]) -> str:
         f"trm image {env.get('TRM_IMAGE_VARIANT', '?')}",
         f"git {code_git_sha(env)[:12]}",
         f"sm [{env.get('TRM_IMAGE_SM_LIST', '') or 'none'}]",
+        f"optimizer backend {env.get('TRM_IMAGE_OPTIMIZER_BACKEND') or '?'}",
     ] + [f"{key} {value}" for key, value in versions.items()]
     return " | ".join(parts)
 

@@ -64,12 +64,12 @@ def read_pins(path: Path) -> dict[str, str]:
 def check_torch_pin(config: ImageConfig, variant: Variant, root: Path) -> None:
     """The runtime lock must hold exactly the torch build the variant advertises."""
     path = runtime_lock(root, variant.lock)
-    want = variant.torch_pin(config.torch)
+    want = variant.torch_pin()
     got = read_pins(path).get("torch")
     if got != want:
         raise TRMError(
             f"{path} pins torch=={got} but variant '{variant.name}' needs torch=={want} "
-            f"([image].torch in {config.path}); rerun `make lock`"
+            f"([families.{variant.lock}].torch or [image].torch in {config.path}); rerun `make lock`"
         )
 
 
@@ -116,7 +116,7 @@ def compile_locks(config: ImageConfig, variants: list[Variant], root: Path) -> l
     find_links = os.environ.get("PIP_FIND_LINKS", "").split()
     written = []
     for variant in lock_groups(variants).values():
-        torch_pin = variant.torch_pin(config.torch)
+        torch_pin = variant.torch_pin()
         with tempfile.TemporaryDirectory() as tmp:
             override = Path(tmp) / "override.txt"
             override.write_text(f"torch=={torch_pin}\n", encoding="utf-8")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.images.families import Family
 
 CONFIG_PATH = Path("docker/images.toml")
 _DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
@@ -30,6 +31,15 @@ class Variant:
     # The package index this variant's torch comes from (PyTorch's CUDA-specific index, e.g.
     # https://download.pytorch.org/whl/cu126); empty: PyPI, whose torch is the default CUDA build.
     index: str = ""
+    # The torch release the lock pins ([families.<lock>].torch; [image].torch for the CPU variant).
+    torch: str = ""
+    # The GPU family (its lock group) and the AdamATan2 backend its images ship ("ext"/"torch").
+    family: Family | None = None
+
+    @property
+    def optimizer_backend(self) -> str:
+        """ "ext" when the image bakes the compiled adam-atan2 extension, else "torch"."""
+        return self.family.optimizer_backend if self.family else "torch"
 
     @property
     def is_gpu(self) -> bool:
@@ -62,11 +72,11 @@ class Variant:
             "NVIDIA_REQUIRE_CUDA": f"cuda>={self.driver_cuda_floor}",
         }
 
-    def torch_pin(self, torch: str) -> str:
+    def torch_pin(self) -> str:
         """The torch version the lock pins: `2.13.0+cpu`, `2.13.0+cu126` (from a PyTorch index) or `2.13.0`."""
         if not self.is_gpu:
-            return f"{torch}+cpu"
-        return f"{torch}+{self.cuda_tag}" if self.index else torch
+            return f"{self.torch}+cpu"
+        return f"{self.torch}+{self.cuda_tag}" if self.index else self.torch
 
     def version_tag(self, version: str) -> str:
         """The human tag: `<version>-cu130-sm90`, or `<version>-cpu` (variant `sm90-cu126` → `-cu126-sm90`)."""
@@ -92,6 +102,7 @@ class ImageConfig:
     smoke_command: tuple[str, ...]
     smoke_preflight_args: str
     variants: dict[str, Variant] = field(default_factory=dict)
+    families: dict[str, Family] = field(default_factory=dict)
 
     def select(self, names: list[str] | None) -> list[Variant]:
         """The named variants in the given order (all, in file order, when `names` is empty)."""
@@ -153,6 +164,8 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
         smoke_command=tuple(smoke),
         smoke_preflight_args=_require(smoke_table, "preflight_args", str, "[smoke]", path),
     )
+    for name, table in _require(raw, "families", dict, "the file", path).items():
+        config.families[name] = _load_family(name, table, path)
     variants = _require(raw, "variants", dict, "the file", path)
     if not variants:
         raise TRMError(f"{path}: [variants] is empty; define at least one [variants.<name>] table")
@@ -166,13 +179,19 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
         for arch in archs:
             if not isinstance(arch, str) or not _ARCH.match(arch):
                 raise TRMError(f"{path}: {where}.archs has {arch!r}; write compute capabilities like '9.0'")
-        cuda = _require(table, "cuda", str, where, path)
-        if bool(cuda) != bool(archs):
+        lock = _require(table, "lock", str, where, path)
+        if "cuda" in table:
             raise TRMError(
-                f"{path}: {where} has cuda={cuda!r} and archs={list(archs)}; a GPU variant needs both, "
+                f"{path}: {where}.cuda is no longer read: a GPU variant's CUDA is its family's "
+                f"([families.{lock}].cuda); delete the key"
+            )
+        family = config.families.get(lock)
+        if bool(family) != bool(archs):
+            raise TRMError(
+                f"{path}: {where} has lock={lock!r} and archs={list(archs)}; a GPU variant needs archs and a "
+                f"lock naming a [families.<name>] table ({', '.join(config.families) or 'none defined'}), "
                 "a CPU variant neither"
             )
-        lock = _require(table, "lock", str, where, path)
         extras = tuple(sorted(_require(table, "extras", list, where, path)))
         if extras_by_lock.setdefault(lock, extras) != extras:
             raise TRMError(
@@ -196,12 +215,30 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
         config.variants[name] = Variant(
             name=name,
             description=_require(table, "description", str, where, path),
-            cuda=cuda,
+            cuda=family.cuda if family else "",
             lock=lock,
             archs=archs,
             extras=extras,
             build_base=build_base if archs else runtime_base,
             runtime_base=runtime_base,
             index=index,
+            torch=family.torch if family else config.torch,
+            family=family,
         )
     return config
+
+
+def _load_family(name: str, table: object, path: Path) -> Family:
+    where = f"[families.{name}]"
+    if not isinstance(table, dict):
+        raise TRMError(f"{path}: {where} must be a table")
+    cuda = _require(table, "cuda", str, where, path)
+    if not re.match(r"^\d+\.\d+$", cuda):
+        raise TRMError(f"{path}: {where}.cuda = {cuda!r}; write the CUDA release like '12.8'")
+    min_driver = _require(table, "min_driver", int, where, path)
+    if not 400 <= min_driver < 10_000:
+        raise TRMError(f"{path}: {where}.min_driver = {min_driver}; write the driver branch, e.g. 525")
+    backend = _require(table, "optimizer_backend", str, where, path)
+    if backend not in ("ext", "torch"):
+        raise TRMError(f"{path}: {where}.optimizer_backend = {backend!r}; use 'ext' or 'torch'")
+    return Family(name, cuda, _require(table, "torch", str, where, path), min_driver, backend)

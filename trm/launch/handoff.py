@@ -23,6 +23,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from trm.compile_setting import FALLBACK_FILE
 from trm.errors import TRMError
 from trm.gitinfo import UNKNOWN, code_git_sha
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
@@ -275,6 +276,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "torch_cuda": preflight.get("torch_cuda"),
         "nccl": preflight.get("nccl"),
         "python": preflight.get("python") or run_json.get("versions", {}).get("python"),
+        # the AdamATan2 that ran (run.json, written by the trainer), else what preflight found
+        "optimizer_backend": (run_json.get("optimizer_backends") or {}).get("adam_atan2")
+        or preflight.get("optimizer_backend"),
     }
     gpus = plan.get("gpus") or preflight.get("gpus") or []
     resume = plan.get("resume_command") or (
@@ -307,6 +311,8 @@ def collect(run_dir: Path) -> dict[str, Any]:
             "the trm-stack checkout and venv that ran it" if resume else None
         ),
         "restore_command": plan.get("restore_command"),
+        # set when torch.compile failed in the smoke gate and the run trained eager (trm.compile_setting)
+        "compile_fallback": _read_json(launch / FALLBACK_FILE) or None,
     }  # fmt: skip
 
 

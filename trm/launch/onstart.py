@@ -20,7 +20,7 @@ from trm.launch.settings import ENV_VARS, LaunchSettings
 
 # What SSH sessions need from the container's environment (never secrets).
 SSH_VISIBLE = ("PATH", "TRM_IMAGE_VARIANT", "TRM_IMAGE_SM_LIST", "TRM_IMAGE_CUDA", "TRM_IMAGE_GIT_SHA",
-               "TRM_ADAM_ATAN2_SM_LIST", "TRM_IMAGE_DIGEST", "NVIDIA_VISIBLE_DEVICES",
+               "TRM_IMAGE_OPTIMIZER_BACKEND", "TRM_ADAM_ATAN2_SM_LIST", "TRM_IMAGE_DIGEST", "NVIDIA_VISIBLE_DEVICES",
                "NVIDIA_DRIVER_CAPABILITIES")  # fmt: skip
 ENV_FILE = ".trm-env"
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from trm.errors import TRMError
 from trm.launch.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.nvidia_smi import GpuInfo
@@ -410,6 +411,7 @@ class LaunchPlan:
             f"run dir       {s.run_dir}",
             f"dataset       {self.dataset_dir}",
             f"artifacts     {s.artifacts_run_dir}",
+            f"image         {host_image(self.gpus, environ)}",
             f"trainer env   {' '.join(f'{k}={v}' for k, v in sorted(self.env.items()))}",
             "",
         ]
@@ -421,6 +423,27 @@ class LaunchPlan:
         lines.append(f"resume in:   {resume_where(environ)}")
         lines.append(f"resume with: {self.resume_command(environ)}")
         return "\n".join(lines)
+
+
+def host_image(gpus: list[GpuInfo], environ: dict[str, str]) -> str:
+    """The image family and variant this host's driver runs (trm.images.families, one decision for
+    preflight, the bootstrap and `trm image ref --driver`), and the one this launch runs in."""
+    from trm.images.families import variant_for_host
+
+    running = environ.get("TRM_IMAGE_VARIANT")
+    here = f"running in {running}" if running else "running from a checkout"
+    if not gpus:
+        return f"none needed (CPU); {here}"
+    driver = gpus[0].driver_version
+    try:
+        family, variant, tag = variant_for_host({g.sm for g in gpus}, driver)
+    except TRMError as err:
+        return f"NONE RUNS HERE: {err}"
+    backend = "adam-atan2 extension" if family.optimizer_backend == "ext" else "trm AdamATan2 (torch)"
+    return (
+        f"{variant} ({tag}: CUDA {family.cuda}, torch {family.torch}, optimizer {backend}) for driver "
+        f"{driver}; {here}"
+    )
 
 
 def resume_where(environ: dict[str, str]) -> str:

@@ -13,6 +13,7 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.images import catalog as image_catalog
 from trm.images import compat
+from trm.images.families import variant_for_host
 from trm.launch import cuda_visible
 from trm.launch.nvidia_smi import (
     GpuInfo,
@@ -77,6 +78,10 @@ class PreflightContext:
     matmul: Callable[[int], tuple[bool, str, float]] | None = None
     # GPU image variants (trm/images/catalog.py, generated from docker/images.toml) for the driver's fix.
     catalog: tuple = image_catalog.VARIANTS
+    families: tuple = image_catalog.FAMILIES
+    image_variant: str | None = None
+    # The AdamATan2 backend the image ships (label org.trm-stack.optimizer-backend): "ext" or "torch".
+    image_optimizer_backend: str | None = None
     # (the C compiler Triton would use or None, the include directory it reads, whether Python.h is there)
     c_toolchain: Callable[[], tuple[str | None, Path, bool]] | None = None
     # The environment whose CUDA_VISIBLE_DEVICES says which GPUs torch sees (None: this process's).
@@ -91,6 +96,8 @@ class PreflightContext:
             image_cuda=env.get("TRM_IMAGE_CUDA") or None,
             image_sm_list=env.get("TRM_IMAGE_SM_LIST") or None,
             adam_sm_list=env.get("TRM_ADAM_ATAN2_SM_LIST") or None,
+            image_variant=env.get("TRM_IMAGE_VARIANT") or None,
+            image_optimizer_backend=env.get("TRM_IMAGE_OPTIMIZER_BACKEND") or None,
             environ=env,
             **kwargs,  # type: ignore[arg-type]
         )
@@ -346,10 +353,16 @@ def _gpu_checks(
     driver, driver_cuda = query_driver_cuda(ctx.smi)
     driver = driver or gpus[0].driver_version
     env.update(driver_version=driver, driver_cuda=driver_cuda, torch_cuda=torch_cuda)
+    adam = check_adam_atan2(gpus, ctx)
+    # the extension where it imports (the trainer's "auto" then uses it), else trm's AdamATan2
+    env["optimizer_backend"] = (
+        "ext" if (ctx.adam_backend_importable or _adam_backend_importable)() else "torch"
+    )
     checks = [
-        check_driver(gpus, driver, driver_cuda, ctx.image_cuda or torch_cuda, ctx.catalog),
+        check_image_family(gpus, driver, ctx),
+        check_driver(gpus, driver, driver_cuda, ctx.image_cuda or torch_cuda, ctx.catalog, ctx.families),
         check_image_sm(gpus, ctx.image_sm_list, torch_cuda),
-        check_adam_atan2(gpus, ctx),
+        adam,
         check_c_toolchain((ctx.c_toolchain or _c_toolchain)()),
     ]
     seen = check_torch_sees_gpus(gpus, torch_cuda, visible)
@@ -373,20 +386,46 @@ def _driver_runs(floor_cuda: str, min_driver: str, driver: str | None, driver_cu
 
 
 def variants_for_host(
-    gpus: list[GpuInfo], driver: str | None, driver_cuda: str | None, catalog: tuple = image_catalog.VARIANTS
+    gpus: list[GpuInfo],
+    driver: str | None,
+    catalog: tuple = image_catalog.VARIANTS,
+    families: tuple = image_catalog.FAMILIES,
 ) -> list[str]:
-    """Tags of the GPU image variants that cover every GPU here and run on this driver."""
-    sms = {g.sm for g in gpus}
-    return [
-        tag
-        for _name, _cuda, floor, min_driver, archs, tag in catalog
-        if all(compat.sm_covered(sm, compat.parse_sm_list(" ".join(archs))) for sm in sms)
-        and _driver_runs(floor, min_driver, driver, driver_cuda)
-    ]
+    """The tag of the image variant for this host: its driver picks the family (trm.images.families, the
+    one decision the bootstrap and `trm image ref --driver` also make), its GPUs the variant; [] if none."""
+    if not driver or not gpus:
+        return []
+    try:
+        return [variant_for_host({g.sm for g in gpus}, driver, catalog, families)[2]]
+    except TRMError:
+        return []
+
+
+def check_image_family(gpus: list[GpuInfo], driver: str | None, ctx: PreflightContext) -> CheckResult:
+    """Names the image variant that runs on this driver (and this image's, when inside one)."""
+    if not driver:
+        return CheckResult("image family", "skip", "nvidia-smi reports no driver version")
+    running = f"; this is {ctx.image_variant}" if ctx.image_variant else ""
+    try:
+        family, variant, tag = variant_for_host({g.sm for g in gpus}, driver, ctx.catalog, ctx.families)
+    except TRMError as err:
+        return CheckResult("image family", "fail", f"driver {driver}{running}", str(err))
+    backend = "adam-atan2 extension" if family.optimizer_backend == "ext" else "trm AdamATan2 (torch)"
+    return CheckResult(
+        "image family",
+        "ok",
+        f"driver {driver} runs {variant} ({tag}: CUDA {family.cuda}, torch {family.torch}, optimizer "
+        f"{backend}){running}",
+    )
 
 
 def driver_fix(
-    gpus: list[GpuInfo], driver: str | None, driver_cuda: str | None, image_cuda: str, catalog: tuple
+    gpus: list[GpuInfo],
+    driver: str | None,
+    driver_cuda: str | None,
+    image_cuda: str,
+    catalog: tuple,
+    families: tuple = image_catalog.FAMILIES,
 ) -> str:
     """What to do when the driver is too old for the image: the variant tags that run here, or the driver
     the host needs (with the offer filter)."""
@@ -397,14 +436,14 @@ def driver_fix(
         f"this host's driver {driver or '?'} runs CUDA <= {driver_cuda or '?'}; CUDA {image_cuda} needs driver "
         f">= {need or 'the one in the CUDA release notes'}. "
     )
-    tags = variants_for_host(gpus, driver, driver_cuda, catalog)
+    tags = variants_for_host(gpus, driver, catalog, families)
     if tags:
         return (
             head + f"Use the image variant {' or '.join(tags)} (launch it by digest: python -m trm image ref)"
         )
     covering = [
         (min_driver, tag)
-        for _n, _c, _f, min_driver, archs, tag in catalog
+        for _n, _c, _f, min_driver, archs, tag, _family in catalog
         if min_driver and all(compat.sm_covered(g.sm, compat.parse_sm_list(" ".join(archs))) for g in gpus)
     ]
     wanted = min(covering, key=lambda entry: compat.version_tuple(entry[0]), default=None)
@@ -421,6 +460,7 @@ def check_driver(
     driver_cuda: str | None,
     image_cuda: str | None,
     catalog: tuple = image_catalog.VARIANTS,
+    families: tuple = image_catalog.FAMILIES,
 ) -> CheckResult:
     """The driver runs the image's CUDA: natively (driver CUDA >= image CUDA), or through CUDA minor-version
     compatibility (same major release, driver >= that release's first driver; warned)."""
@@ -444,7 +484,7 @@ def check_driver(
             f"driver cannot be JIT-compiled (the images ship SASS for their GPUs). Full support: driver >= "
             f"{compat.min_driver_for(image_cuda) or '?'}",
         )
-    fix = driver_fix(gpus, driver, driver_cuda, image_cuda, catalog)
+    fix = driver_fix(gpus, driver, driver_cuda, image_cuda, catalog, families)
     return CheckResult("driver", "warn" if ok is None else "fail", found, fix)
 
 
@@ -466,6 +506,13 @@ def check_adam_atan2(gpus: list[GpuInfo], ctx: PreflightContext) -> CheckResult:
     if not (ctx.adam_backend_importable or _adam_backend_importable)():
         from trm.optim.backend import EXTENSION_INSTALL
 
+        if ctx.image_optimizer_backend == "torch":
+            return CheckResult(
+                "adam-atan2",
+                "ok",
+                f"optimizer backend torch: {ctx.image_variant or 'this image'} ships no adam-atan2 extension "
+                "(no CUDA 12 nvcc on PyPI); trm's AdamATan2 runs the same update, slower",
+            )
         return CheckResult(
             "adam-atan2",
             "warn",

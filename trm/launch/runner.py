@@ -12,13 +12,22 @@ from pathlib import Path
 from typing import IO
 
 from trm import exit_codes
+from trm.compile_setting import FALLBACK_FILE, compile_failure
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.launch import cuda_visible
 from trm.launch.estimate import ESTIMATE_FILE, RunEstimate
 from trm.launch.ledger import TERMINAL_ENDS, RunLedger, admit, config_fingerprint, last_launch_refused
-from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_gpus
-from trm.launch.plan import LaunchFailed, LaunchPlan, Step, build_plan, resume_where
+from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
+from trm.launch.plan import (
+    LaunchFailed,
+    LaunchPlan,
+    Step,
+    build_plan,
+    merge_overrides,
+    override_key,
+    resume_where,
+)
 from trm.launch.settings import LaunchSettings
 from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.launch.sync import Syncer, SyncError
@@ -44,6 +53,15 @@ def detect_gpus(
         if needs_gpus:
             raise TRMError(f"{err}. TASK={settings.recipe} needs GPUs; {on_cpu}") from None
         return []
+    except TRMError:
+        # A driver older than every image family (R470 knows no compute_cap query field): its error
+        # names the fix; any other failure keeps nvidia-smi's own message.
+        from trm.images.families import catalog_families, family_for_driver
+
+        driver, _cuda = query_driver_cuda(runner)
+        if driver:
+            family_for_driver(driver, catalog_families())
+        raise
     hiding = (os.environ if environ is None else environ).get(cuda_visible.ENV)
     if not gpus and hiding is not None and needs_gpus:
         raise TRMError(
@@ -51,6 +69,15 @@ def detect_gpus(
             f"{cuda_visible.FIX}; {on_cpu}"
         )
     return gpus
+
+
+def _read_reason(path: Path) -> str:
+    import json
+
+    try:
+        return str(json.loads(path.read_text()).get("reason", "recorded earlier"))
+    except (OSError, ValueError, AttributeError):
+        return "recorded earlier"
 
 
 def has_complete_checkpoint(run_dir: Path) -> bool:
@@ -250,15 +277,60 @@ class Launch:
         self.console.log(f"smoke gate: {s.smoke_steps} steps of the real config")
         (command,) = step.commands
         result = self.torchrun(command, s.launch_dir / "smoke.log", "smoke gate")
+        self._smoke_stopped()
+        if result.returncode != 0:
+            reason = self._compile_fallback_reason(s.launch_dir / "smoke.log")
+            if reason is None:
+                self._smoke_failed(result, s.launch_dir / "smoke.log")
+            self.fall_back_to_eager(reason)
+            shutil.rmtree(self.plan.smoke_dir(), ignore_errors=True)
+            (command,) = step.commands  # made again: the plan now says compile=false
+            result = self.torchrun(command, s.launch_dir / "smoke-eager.log", "smoke gate (eager)")
+            self._smoke_stopped()
+            if result.returncode != 0:
+                self._smoke_failed(result, s.launch_dir / "smoke-eager.log")
+        self.console.log("smoke gate passed")
+
+    def _smoke_stopped(self) -> None:
         if self.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, f"stopped during the smoke gate ({self.supervisor.stop_reason})")
-        if result.returncode != 0:
-            raise LaunchFailed(
-                result.returncode if result.returncode > 0 else 1,
-                f"smoke gate failed (exit {result.returncode}, ranks {result.rank_codes}): the long run would "
-                f"fail the same way; see {s.launch_dir / 'smoke.log'}",
-            )
-        self.console.log("smoke gate passed")
+
+    def _smoke_failed(self, result: AttemptResult, log: Path) -> None:
+        raise LaunchFailed(
+            result.returncode if result.returncode > 0 else 1,
+            f"smoke gate failed (exit {result.returncode}, ranks {result.rank_codes}): the long run would "
+            f"fail the same way; see {log}",
+        )
+
+    def compile_explicit(self) -> bool:
+        """COMPILE=true/false or a compile= trainer override: the user's choice, never changed for them."""
+        s = self.settings
+        return s.compile is not None or any(override_key(o) == "compile" for o in s.train_overrides)
+
+    def _compile_fallback_reason(self, log: Path) -> str | None:
+        """Why the smoke gate failed when it was torch.compile (and compile came from the hardware tier)."""
+        if self.compile_explicit() or not self.plan.hardware.compile:
+            return None
+        try:
+            return compile_failure(log.read_text(errors="replace")[-200_000:])
+        except OSError:
+            return None
+
+    def fall_back_to_eager(self, reason: str, *, recorded: bool = False) -> None:
+        """Train this run eager: the plan's overrides get compile=false, one loud line says so, and
+        launch/compile_fallback.json (plus an event and plan.json) records it for restarts and the handoff."""
+        s = self.settings
+        self.plan.overrides = merge_overrides(self.plan.overrides, ["compile=false"])
+        path = s.launch_dir / FALLBACK_FILE
+        if not recorded:
+            atomic_write_json(path, {"compile": False, "reason": reason, "time": time.time()})
+            self.events.write("compile_fallback", reason=reason)
+        self.write_plan()
+        self.console.log(
+            f"COMPILE OFF: torch.compile failed on this host ({reason}); this run trains EAGER (slower), recorded "
+            f"in {path}. Set COMPILE=true to make a compile failure stop the run instead; delete that file to "
+            "try compile again on the next start."
+        )
 
     def train(self, step: Step) -> None:
         """torchrun under supervision; exit 75 or 77 without a stop request restarts from the newest
@@ -441,6 +513,10 @@ class Launch:
             hourly_usd=s.gpu_hourly_usd, node_rank=s.node_rank, host=os.uname().nodename,
         )  # fmt: skip
         steps = list(enumerate(self.plan.steps(), 1))
+        fallback = s.launch_dir / FALLBACK_FILE
+        if fallback.is_file() and not self.compile_explicit():
+            # an earlier start of this run found torch.compile broken here: stay eager
+            self.fall_back_to_eager(_read_reason(fallback), recorded=True)
         try:
             self.console.log(f"run {s.run_name}: {s.run_dir}")
             self._check_release_ready()

@@ -236,6 +236,13 @@ IMAGE_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar("TRM_ADAM_ATAN2_SM_LIST", "$TRM_IMAGE_SM_LIST", "SMs of the baked adam-atan2 extension", "image"),
     EnvVar(
+        "TRM_IMAGE_OPTIMIZER_BACKEND",
+        "(empty)",
+        "AdamATan2 the image ships: ext (adam-atan2 extension) or torch (trm's, no extension: the CUDA 12.8 "
+        "images); preflight reports it",
+        "image",
+    ),
+    EnvVar(
         "TRM_IMAGE_DIGEST",
         "(empty)",
         "image digest recorded in handoff.json; passed by whoever starts the image (jobs pin, the runbooks' "

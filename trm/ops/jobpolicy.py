@@ -282,6 +282,35 @@ def check_gpu_follows_overlay(name: str, job: dict) -> list[str]:
     return []
 
 
+def check_driver_affinity(name: str, pod: dict, variant: str | None) -> list[str]:
+    """Every required node-affinity term asks for a node whose driver runs the variant's image family
+    (GPU feature discovery's nvidia.com/cuda.driver.major above the family's min_driver - 1)."""
+    from trm.images import catalog
+    from trm.images.families import DRIVER_LABEL, catalog_families
+
+    lock = next((entry[-1] for entry in catalog.VARIANTS if entry[0] == variant), None)
+    family = next((f for f in catalog_families() if f.name == lock), None)
+    if family is None:
+        return []
+    want = family.node_affinity
+    affinity = pod.get("affinity", {}).get("nodeAffinity", {})
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
+    fix = (
+        f'add to each term {{key: {DRIVER_LABEL}, operator: Gt, values: ["{want["values"][0]}"]}} (variant '
+        f"{variant} is CUDA {family.cuda}, drivers R{family.min_driver}+; docker/images.toml [families])"
+    )
+    if not terms:
+        return [f"{name}: no required node affinity on the driver: {fix}"]
+    problems = []
+    for i, term in enumerate(terms):
+        found = [e for e in term.get("matchExpressions", []) if e.get("key") == DRIVER_LABEL]
+        if [{k: e.get(k) for k in want} for e in found] != [want]:
+            problems.append(
+                f"{name}: node-affinity term {i} has {found or 'no ' + DRIVER_LABEL + ' rule'}: {fix}"
+            )
+    return problems
+
+
 def _shutdown_timeout(container: dict) -> int | None:
     """The container's SHUTDOWN_TIMEOUT (the launcher's default when unset); None when not a number."""
     from trm.launch.settings import ALL_VARS

@@ -52,7 +52,15 @@ ENVIRONMENTS: dict[str, Environment] = {
         "inside our image (docker exec/run, or a Vast.ai instance of the image)",
         frozenset({"docker", "make", "sudo", "nox"}) | _OPERATOR_TOOLS,
         ("scripts/", "/data/trm"),
-        frozenset({"TRM_IMAGE_VARIANT", "TRM_IMAGE_SM_LIST", "TRM_IMAGE_CUDA", "TRM_IMAGE_GIT_SHA"}),
+        frozenset(
+            {
+                "TRM_IMAGE_VARIANT",
+                "TRM_IMAGE_SM_LIST",
+                "TRM_IMAGE_CUDA",
+                "TRM_IMAGE_OPTIMIZER_BACKEND",
+                "TRM_IMAGE_GIT_SHA",
+            }
+        ),
     ),
     "vast-venv": Environment(
         "a Vast.ai container (stock CUDA image) with a checkout and its bootstrapped venv",

@@ -211,7 +211,7 @@ def check_jobs(
     refs = RefChecker(root, cli)
     rendered = {d: render(d) for d in overlay_dirs(root)}
     rwx = jobpolicy.rwx_claim_names(rendered)
-    from trm.ops.skytasks import pin_tasks
+    from trm.ops.skytasks import check_task_families, pin_tasks
 
     problems = [
         f"{d}: `images:` is stale; run `python -m trm jobs pin`" for d in pin_images(root, check=True)
@@ -219,10 +219,18 @@ def check_jobs(
     problems += [
         f"{p}: `image_id` is stale; run `python -m trm jobs pin`" for p in pin_tasks(root, images, check=True)
     ]
+    problems += check_task_families(root)
     for directory, objects in [*rendered.items(), *(extra or [])]:
         rel = directory.relative_to(root)
         problems += [f"{rel}: {p}" for p in validate(objects, version)]
         variant = overlay_variant(directory)
         image = images.get(variant) if variant else None
         problems += [f"{rel}: {p}" for p in jobpolicy.check_objects(objects, image, refs, rwx)]
+        for obj in objects:
+            if obj.get("kind") == "Job":
+                pod = obj["spec"]["template"]["spec"]
+                problems += [
+                    f"{rel}: {p}"
+                    for p in jobpolicy.check_driver_affinity(obj["metadata"]["name"], pod, variant)
+                ]
     return problems

@@ -60,3 +60,23 @@ def pin_tasks(
         if not check:
             atomic_write_text(path, text[: match.start("value")] + wanted + text[match.end("value") :])
     return changed
+
+
+def check_task_families(root: str | Path) -> list[str]:
+    """Each task runs a variant of the image family with the oldest driver floor: SkyPilot chooses the VM
+    image and its NVIDIA driver, so the task must not need a newer one (docker/images.toml [families])."""
+    from trm.images import catalog
+    from trm.images.families import catalog_families
+
+    oldest = min(catalog_families(), key=lambda f: f.min_driver)
+    family_of = {entry[0]: entry[-1] for entry in catalog.VARIANTS}
+    problems = []
+    for path in sorted((Path(root) / TASKS_DIR).glob("*.yaml")):
+        variant = task_variant(path.read_text(encoding="utf-8"))
+        if variant is not None and family_of.get(variant) != oldest.name:
+            problems.append(
+                f"{path.relative_to(root)}: variant {variant} needs a newer driver than SkyPilot's VM images "
+                f"promise; use a {oldest.name} variant (CUDA {oldest.cuda}, drivers R{oldest.min_driver}+), "
+                f"e.g. {next(n for n, f in family_of.items() if f == oldest.name)}"
+            )
+    return problems

@@ -243,6 +243,12 @@ class Trainer:
                 "platform": platform.platform(),
                 "git_sha": ckpt.git_sha(),
                 "image_digest": os.environ.get("TRM_IMAGE_DIGEST") or None,
+                # which AdamATan2 ran: "ext" (the compiled adam-atan2 extension) or "torch" (trm's)
+                "optimizer_backends": {
+                    o.name: getattr(o.optimizer, "trm_backend", None)
+                    for o in self.components.optimizers
+                    if hasattr(o.optimizer, "trm_backend")
+                },
                 "command": sys.argv,
             },
         )

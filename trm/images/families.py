@@ -1,0 +1,115 @@
+"""The one decision that picks an image family (CUDA release, torch, optimizer backend) from a host's driver.
+
+The families live in `docker/images.toml` ([families]); `python -m trm image docs` copies them into
+trm/images/catalog.py so that code without the checkout's images.toml (preflight inside an image, the
+host bootstrap) reads the same table. Standard library only: scripts/bootstrap_host.sh imports it before
+anything is installed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from trm.errors import TRMError
+
+# Vast.ai filters offers by the CUDA version the driver supports; the first CUDA release of each driver
+# branch we name in an offer filter (CUDA release notes, "CUDA Toolkit and Corresponding Driver Versions").
+_OFFER_CUDA_FOR_DRIVER = {525: "12.0", 580: "13.0"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A GPU image family: one lock group, one torch, one CUDA release, one oldest driver branch."""
+
+    name: str  # the lock group, e.g. "cu128"
+    cuda: str
+    torch: str
+    min_driver: int  # driver branch (major version), e.g. 525
+    optimizer_backend: str  # "ext" or "torch"
+
+    @property
+    def offer_cuda(self) -> str:
+        """The `cuda_vers>=` of a Vast.ai offer filter that selects drivers of this family."""
+        return _OFFER_CUDA_FOR_DRIVER.get(self.min_driver, f"{self.cuda.split('.')[0]}.0")
+
+    @property
+    def node_affinity(self) -> dict[str, object]:
+        """The Kubernetes node-selector requirement on GPU feature discovery's driver label."""
+        return {"key": DRIVER_LABEL, "operator": "Gt", "values": [str(self.min_driver - 1)]}
+
+
+DRIVER_LABEL = "nvidia.com/cuda.driver.major"
+
+
+def family_from_tuple(entry: tuple) -> Family:
+    """A catalog.FAMILIES entry as a Family."""
+    name, cuda, torch, min_driver, backend = entry
+    return Family(name, cuda, torch, int(min_driver), backend)
+
+
+def driver_major(driver_version: str | int) -> int:
+    """550 for "550.54.15" (and for 550); TRMError when the text holds no version."""
+    if isinstance(driver_version, int):
+        return driver_version
+    match = re.match(r"\s*(\d+)", str(driver_version))
+    if not match:
+        raise TRMError(
+            f"cannot read an NVIDIA driver version from {driver_version!r}: expected e.g. 550.54.15 "
+            "(nvidia-smi --query-gpu=driver_version --format=csv,noheader)"
+        )
+    return int(match.group(1))
+
+
+def family_for_driver(driver_version: str | int, families: tuple[Family, ...]) -> Family:
+    """The newest family the driver runs (the first in `families`, newest first, whose min_driver it
+    meets); TRMError with the fix when the driver is older than every family."""
+    major = driver_major(driver_version)
+    for family in sorted(families, key=lambda f: f.min_driver, reverse=True):
+        if major >= family.min_driver:
+            return family
+    oldest = min(families, key=lambda f: f.min_driver)
+    raise TRMError(
+        f"NVIDIA driver {driver_version} (branch R{major}) is older than every trm image: the oldest, CUDA "
+        f"{oldest.cuda} (torch {oldest.torch}), needs driver R{oldest.min_driver} or newer. Rent a host with "
+        f"driver >= {oldest.min_driver} (Vast.ai: cuda_vers>={oldest.offer_cuda}; Kubernetes: nodes labelled "
+        f"{DRIVER_LABEL} >= {oldest.min_driver}) or have the driver upgraded (runbooks/v1/01-provision.md)"
+    )
+
+
+def catalog_families(catalog_families: tuple = ()) -> tuple[Family, ...]:
+    """The families of trm/images/catalog.py (generated from docker/images.toml), newest first."""
+    if not catalog_families:
+        from trm.images import catalog
+
+        catalog_families = catalog.FAMILIES
+    return tuple(family_from_tuple(entry) for entry in catalog_families)
+
+
+def variant_for_host(
+    sms: set[int], driver_version: str | int, catalog_variants: tuple = (), families: tuple = ()
+) -> tuple[Family, str, str]:
+    """(family, variant, tag) of the image for GPUs with compute capabilities `sms` (e.g. {90}) on this
+    driver: the driver picks the family, the SMs its variant. TRMError with the fix when none fits."""
+    from trm.images import compat
+
+    if not catalog_variants:
+        from trm.images import catalog
+
+        catalog_variants = catalog.VARIANTS
+    family = family_for_driver(driver_version, catalog_families(families))
+    covering = []
+    for name, _cuda, _floor, _min, archs, tag, lock in catalog_variants:
+        built = compat.parse_sm_list(" ".join(archs))
+        if lock == family.name and all(compat.sm_covered(sm, built) for sm in sms):
+            # a build for exactly these SMs first (an sm_80 build also runs on sm_89, slower)
+            exact = {sm for sm, _ptx in built} >= sms
+            covering.append((not exact, name, tag))
+    if covering:
+        _, name, tag = min(covering, key=lambda entry: entry[0])
+        return family, name, tag
+    have = ", ".join(f"sm_{sm}" for sm in sorted(sms)) or "no GPU"
+    raise TRMError(
+        f"no {family.name} image variant covers {have} (docker/images.toml [variants.*] with lock = "
+        f"{family.name!r}); add one with these archs, or run on GPUs an existing variant covers"
+    )
