@@ -66,3 +66,23 @@ def test_main_runs_pip_in_the_venv(capsys, reachable, expected):
         assert calls == [["/v/bin/python", "-m", "pip", *calls[0][3:-2], expected, "-q"]]
         assert calls[0][:4] == ["/v/bin/python", "-m", "pip", "install"]
     assert "devtorch: $ /v/bin/python -m pip install" in capsys.readouterr().out
+
+
+def test_main_installs_with_uv_into_the_named_python_when_asked():
+    calls = []
+
+    def run(cmd, check):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    code = devtorch.main(
+        ["--python", "/v/bin/python", "--version", "2.10.0", "--uv", "/dev/bin/uv"],
+        probe=lambda url: False,
+        run=run,
+        installed=lambda p: None,
+    )
+    assert code == 0
+    if devtorch.sys.platform == "linux":
+        assert calls == [
+            ["/dev/bin/uv", "pip", "install", "torch==2.10.0", "--python", "/v/bin/python", "-q"]
+        ]

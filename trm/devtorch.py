@@ -106,6 +106,13 @@ def main(
     parser.add_argument("--version", default=DEFAULT_VERSION, help="torch version (default %(default)s)")
     parser.add_argument("--index", default=CPU_INDEX, help="PyTorch CPU wheel index (default %(default)s)")
     parser.add_argument("--python", default=sys.executable, help="interpreter of the venv to install into")
+    parser.add_argument(
+        "--uv",
+        default=None,
+        metavar="PATH",
+        help="install with this uv (`uv pip install --python …`: parallel downloads and unpacking, far faster "
+        "than pip for the CUDA build's GB of wheels) instead of the venv's pip",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the decision and the pip command only")
     args = parser.parse_args(argv)
 
@@ -115,7 +122,10 @@ def main(
         print(f"devtorch: warning: {plan.warning}", file=sys.stderr, flush=True)
     if plan.pip_args is None:
         return 0
-    cmd = [args.python, "-m", "pip", *plan.pip_args, "-q"]
+    if args.uv:
+        cmd = [args.uv, "pip", *plan.pip_args, "--python", args.python, "-q"]
+    else:
+        cmd = [args.python, "-m", "pip", *plan.pip_args, "-q"]
     print("devtorch: $ " + " ".join(cmd), flush=True)
     if args.dry_run:
         return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import tests.training.test_trainer_inprocess as inproc
 from trm import exit_codes
@@ -57,8 +58,18 @@ def test_capped_runs_get_the_metric_not_the_warning(caplog):
     assert caplog.records == []
 
 
-def test_the_trainer_logs_the_share_and_warns_once(tmp_path, caplog):
-    """The tiny run evaluates every 4 steps of a fraction of a second: far more than 10 % of its time."""
+def test_the_trainer_logs_the_share_and_warns_once(tmp_path, caplog, monkeypatch):
+    """The tiny run evaluates every 4 steps of a fraction of a second; each evaluation is made to last 2 s
+    more, so it is far more than 10 % of the wall time however fast or loaded the machine is."""
+    from trm.evaluation import runner
+
+    evaluate = runner.evaluate
+
+    def slow_evaluate(*args, **kwargs):
+        time.sleep(2.0)
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate", slow_evaluate)  # the loop imports it per evaluation
     with caplog.at_level(logging.WARNING, logger="trm.training.eval_share"):
         code, _ = inproc.run(tmp_path / "run")
     assert code == exit_codes.OK
