@@ -3,7 +3,7 @@
 # container): detect the GPUs, install docker/requirements/ with hashes, compile adam-atan2 for this
 # GPU's SM only, verify, print the next command. Idempotent; the logic is trm/bootstrap.py.
 #
-#   [PYTHON=python3.11] bash scripts/bootstrap_host.sh [--dry-run] [--cpu] [--venv DIR] [--jobs N]
+#   [PYTHON=python3.11] bash scripts/bootstrap_host.sh [--dry-run | --print-env] [--cpu] [--venv DIR] [--jobs N]
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -194,14 +194,23 @@ def verify_command(venv: Path, target: Target) -> list[str]:
     return cmd + (["--cuda", target.cuda] if target.cuda else [])
 
 
+def launch_env(venv: Path, target: Target) -> dict[str, str]:
+    """What the launcher needs to know of this venv: its interpreter and, on a GPU host, the facts an image
+    would carry as labels (CUDA, optimizer backend, the extension's SM list)."""
+    env = {"PYTHON": str(venv / "bin" / "python")}
+    if target.archs:
+        if target.builds_extension:
+            env["TRM_ADAM_ATAN2_SM_LIST"] = target.sm_list
+        env |= {"TRM_IMAGE_CUDA": target.cuda, "TRM_IMAGE_OPTIMIZER_BACKEND": target.optimizer_backend}
+    return env
+
+
 def next_command(venv: Path, target: Target) -> str:
-    python = shlex.quote(str(venv / "bin" / "python"))
+    assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch_env(venv, target).items())
     if not target.archs:
-        return f"PYTHON={python} TASK=debug-tiny NUM_GPUS=0 bash scripts/train_prod.sh"
-    adam = f"TRM_ADAM_ATAN2_SM_LIST='{target.sm_list}' " if target.builds_extension else ""
+        return f"{assigns} TASK=debug-tiny NUM_GPUS=0 bash scripts/train_prod.sh"
     return (
-        f"PYTHON={python} {adam}TRM_IMAGE_CUDA={target.cuda} TRM_IMAGE_OPTIMIZER_BACKEND={target.optimizer_backend} "
-        "TASK=arc2-smoke "
+        f"{assigns} TASK=arc2-smoke "
         "RUN_NAME=smoke-$(date +%Y%m%d-%H%M) bash scripts/train_prod.sh   # runbook 02, then 03"
     )
 
@@ -371,6 +380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--cpu", action="store_true", help="a CPU venv (no GPU, no adam-atan2 build)")
     parser.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    parser.add_argument(
+        "--print-env",
+        action="store_true",
+        help="print `export` lines for this host's venv (PYTHON, the CUDA and optimizer backend it has) and "
+        'change nothing: eval "$(bash scripts/bootstrap_host.sh --print-env)"',
+    )
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="parallel nvcc jobs")
     args = parser.parse_args(argv)
     try:
@@ -380,6 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         target = detect(args.cpu)
         venv = args.venv or REPO / f".venv-{target.lock}"
+        if args.print_env:
+            for key, value in launch_env(venv, target).items():
+                print(f"export {key}={shlex.quote(value)}")
+            return 0
         return bootstrap(venv=venv, target=target, dry_run=args.dry_run, jobs=args.jobs)
     except TRMError as err:
         print(f"bootstrap: {err}", file=sys.stderr)

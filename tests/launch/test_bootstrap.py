@@ -126,7 +126,7 @@ def test_gpu_bootstrap_installs_the_locks_builds_adam_for_the_sm_verifies_and_st
     assert stamp["archs"] == "9.0" and stamp["lock"] == "cu130"
     assert (
         "next: PYTHON=" in out
-        and "TRM_ADAM_ATAN2_SM_LIST='90'" in out
+        and "TRM_ADAM_ATAN2_SM_LIST=90" in out
         and "bash scripts/train_prod.sh" in out
     )
 
@@ -208,3 +208,18 @@ def test_script_dry_run_with_recorded_nvidia_smi(tmp_path):
 
 def test_fixture_drivers_are_what_the_names_say():
     assert "CUDA Version: 13.0" in (FIXTURES / "r580-h100x1" / "nvidia-smi.txt").read_text()
+
+
+def test_print_env_names_the_venv_this_hosts_driver_gets(tmp_path):
+    """Runbooks 02/03 take PYTHON (and the image-label facts) from the bootstrap, not a hard-coded venv: an
+    R550 host gets .venv-cu128 with the torch backend, an R580 host .venv-cu130 with the extension."""
+    for fixture, lock, backend in (("h100x4", "cu128", "torch"), ("r580-h100x1", "cu130", "ext")):
+        env = fake_smi_env(tmp_path, fixture)
+        env["PYTHON"] = sys.executable
+        proc = subprocess.run(["bash", "scripts/bootstrap_host.sh", "--print-env"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        exports = dict(line.removeprefix("export ").split("=", 1) for line in proc.stdout.splitlines())
+        assert exports["PYTHON"] == str(ROOT / f".venv-{lock}" / "bin" / "python")
+        assert exports["TRM_IMAGE_OPTIMIZER_BACKEND"] == backend
+        assert ("TRM_ADAM_ATAN2_SM_LIST" in exports) == (backend == "ext")
