@@ -293,7 +293,9 @@ def test_sources_local_dir_missing_file_and_offline_hub(sources, tmp_path, monke
     build_maze_dataset(tmp_path / "hub", form="materialized")
     assert load(tmp_path / "hub", "test", "inputs").shape == (3, 900)
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    with pytest.raises(TRMError, match=r"needs huggingface_hub: the trm images include it; .*pip install -e '\.\[hub\]'"):
+    with pytest.raises(
+        TRMError, match=r"needs huggingface_hub: the trm images include it; .*pip install -e '\.\[hub\]'"
+    ):
         build_maze_dataset(tmp_path / "e")
 
 

@@ -125,9 +125,7 @@ def test_gpu_bootstrap_installs_the_locks_builds_adam_for_the_sm_verifies_and_st
     stamp = json.loads((venv / bootstrap.STAMP).read_text())
     assert stamp["archs"] == "9.0" and stamp["lock"] == "cu130"
     assert (
-        "next: PYTHON=" in out
-        and "TRM_ADAM_ATAN2_SM_LIST=90" in out
-        and "bash scripts/train_prod.sh" in out
+        "next: PYTHON=" in out and "TRM_ADAM_ATAN2_SM_LIST=90" in out and "bash scripts/train_prod.sh" in out
     )
 
     # idempotent: the same inputs only verify
