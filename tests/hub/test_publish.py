@@ -9,7 +9,6 @@ import logging
 from pathlib import Path
 
 import pytest
-from huggingface_hub import HfApi, ModelCard
 
 from tests.hub.conftest import TrainedRun
 from trm.commands import main
@@ -55,6 +54,8 @@ class Recorder:
             info.oid = "a" * 40
             info.commit_url = f"https://huggingface.co/{repo_id}/commit/{'a' * 40}"
             return info
+
+        from huggingface_hub import HfApi  # the hub extra: imported here so the suite collects without it
 
         monkeypatch.setattr(HfApi, "create_repo", create_repo)
         monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
@@ -103,6 +104,8 @@ def test_best_checkpoint_is_uploaded_with_provenance_and_a_card_the_hub_parses(
     assert provenance["environment"]["git_sha"] == best.manifest["git_sha"]
     assert provenance["environment"]["torch"] == best.manifest["torch_version"]
     assert provenance["hardware_and_cost"] is None  # not started by the launcher
+
+    from huggingface_hub import ModelCard
 
     card = ModelCard(hub.uploaded["README.md"].decode())
     assert card.data.license == "mit"

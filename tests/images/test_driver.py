@@ -313,13 +313,14 @@ def test_entrypoint_runs_preflight_then_execs(monkeypatch, capsys):
         "TRM_IMAGE_VARIANT": "sm90",
         "TRM_IMAGE_SM_LIST": "sm_90",
         "TRM_IMAGE_GIT_SHA": "0123456789abcdef",
+        "TRM_IMAGE_OPTIMIZER_BACKEND": "ext",
         "TRM_PREFLIGHT_ARGS": "--json --x 'a b'",
     }
     assert entrypoint.main(["python", "-m", "trm", "launch"], env, lambda f, a: execs.append((f, a))) == 0
     assert calls[0][-4:] == ["preflight", "--json", "--x", "a b"]
     assert execs == [("python", ["python", "-m", "trm", "launch"])]
     out = capsys.readouterr().out
-    assert out.startswith("trm image sm90 | git 0123456789ab | sm [sm_90] | trm ")
+    assert out.startswith("trm image sm90 | git 0123456789ab | sm [sm_90] | optimizer backend ext | trm ")
 
 
 def test_entrypoint_stops_on_preflight_failure(monkeypatch, capsys):
