@@ -20,12 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.adapt.generated import write_tasks
+from tests.helpers import train_in_process
 from trm.adapt.run import AdaptSettings, adapt
 from trm.adapt.source import source_from_checkpoint
 from trm.data.build_arc import build_arc_dataset
-from trm.distributed import DistInfo
-from trm.training.config import compose, fill_run_defaults
-from trm.training.loop import Trainer
 from trm.training.standalone_eval import evaluate_checkpoint
 
 COLOURS = 4
@@ -76,15 +74,9 @@ def test_adapting_to_each_held_out_task_lifts_its_exact_accuracy(seed: int, tmp_
         test_set_name="train",
         num_aug=0,
     )
-    cfg = compose(
+    train_in_process(
         [*BASE, f"seed={seed}", f"data_paths=[{tmp_path / 'ds'}]", f"checkpoint_path={tmp_path / 'run'}"]
     )
-    fill_run_defaults(cfg)
-    trainer = Trainer.create(cfg, DistInfo())
-    try:
-        assert trainer.train() == 0
-    finally:
-        trainer.close()
     source = source_from_checkpoint(tmp_path / "run" / f"step_{BASE_STEPS}")
 
     held_out = write_tasks(tmp_path / "hidden", "hidden", 4, seed=99 + seed, colours=COLOURS)
