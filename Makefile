@@ -103,8 +103,8 @@ SIM_TORCH ?= torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/wh
 gpu-check: ## on a GPU host: one report in build/gpu-acceptance/ within --budget-s (ARGS="--dry-run" prints the plan)
 	$(GPU_PYTHON) -m trm.launch.gpu_acceptance $(ARGS)
 
-gpu-kit: venv ## build/gpu-kit/: wheels (Python KIT_PYTHON) + adam-atan2 sdist for a bare GPU host, offline (UPSTREAM=DIR adds it)
-	$(PY) -m trm.launch.gpu_kit build --python-version '$(KIT_PYTHON)' $(if $(UPSTREAM),--upstream '$(UPSTREAM)')
+gpu-kit: venv ## build/gpu-kit/: wheels (Python KIT_PYTHON) + adam-atan2 sdist for a bare GPU host, offline (UPSTREAM=DIR adds it; HOST_HAS="numpy …" leaves out what the host has)
+	$(PY) -m trm.launch.gpu_kit build --python-version '$(KIT_PYTHON)' $(if $(UPSTREAM),--upstream '$(UPSTREAM)') $(if $(HOST_HAS),--host-has $(HOST_HAS))
 
 gpu-check-sim: venv ## rehearse a bare GPU host here: SIM_PYTHON venv + SIM_TORCH (CPU) + the kit --no-index, then gpu-check
 	$(PY) -m trm.launch.gpu_kit simulate --python '$(SIM_PYTHON)' --torch '$(SIM_TORCH)' --budget-s $(or $(BUDGET_S),540)

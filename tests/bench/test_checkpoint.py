@@ -25,7 +25,17 @@ def test_sync_and_async_saves_of_the_same_state_write_the_same_files(tmp_path: P
 def test_cli_prints_json(tmp_path: Path, capsys) -> None:
     assert main(["--tiny", "--identifiers", "20", "--json", "--dir", str(tmp_path)]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["identifiers"] == 20 and result["identical"] is True
+    assert result["identifiers"] == 20 and result["identical"] is True and result["device"] == "cpu"
+
+
+@pytest.mark.gpu
+def test_saves_of_a_state_on_the_gpu_go_through_pinned_buffers_and_write_the_same_files(
+    tmp_path: Path,
+) -> None:
+    """The asynchronous save's CUDA path: the state lives on the GPU, the snapshot goes to pinned host
+    buffers with non-blocking copies, and training's next in-place update does not reach the files."""
+    result = run_bench(tmp_path, identifiers=50, tiny=True, device="cuda")
+    assert result["device"] == "cuda:0" and result["identical"] is True
 
 
 def test_the_default_table_is_the_arc2_aug_1000_one() -> None:

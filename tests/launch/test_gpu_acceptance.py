@@ -20,7 +20,8 @@ def test_dry_run_prints_every_part_and_touches_nothing(tmp_path: Path) -> None:
     out = tmp_path / "report"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "trm.launch.gpu_acceptance", "--dry-run", "--out", str(out)],
+        [sys.executable, "-m", "trm.launch.gpu_acceptance", "--dry-run", "--out", str(out), "--kit",
+         str(tmp_path / "no-kit")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -34,15 +35,20 @@ def test_dry_run_prints_every_part_and_touches_nothing(tmp_path: Path) -> None:
         "resume",
         "probe",
         "bench",
+        "checkpoint",
+        "eval",
     )
     for name in names:
         assert f"  {name} " in proc.stdout
     assert f"report: {out / 'report.json'}" in proc.stdout
     assert "upstream: not compared (TRM_UPSTREAM unset" in proc.stdout
-    # The quick profile's plan for one H100 fits the default budget of a 10-minute call.
+    # The quick profile's required parts fit the default budget of a 10-minute call; the optional ones run
+    # when time is left.
     total = ga.planned_total(ga.PARTS, "quick")
-    assert total <= ga.DEFAULT_BUDGET_S <= 540
-    assert f"budget 540 s, planned on one H100 {total} s (fits)" in proc.stdout
+    required = ga.planned_total(ga.PARTS, "quick", required_only=True)
+    assert required <= ga.DEFAULT_BUDGET_S <= 540 < total
+    assert f"budget 540 s, planned on one H100 {total} s, required parts {required} s (fits)" in proc.stdout
+    assert "eval " in proc.stdout and "[optional: runs when time is left]" in proc.stdout
     assert not out.exists()
     proc = subprocess.run(
         [sys.executable, "-m", "trm.launch.gpu_acceptance", "--dry-run", "--only", "bench"],
@@ -56,7 +62,7 @@ def test_unknown_part_is_a_usage_error(capsys) -> None:
         ga.main(["--dry-run", "--only", "nope"])
     assert info.value.code == 2
     assert (
-        "unknown part(s) nope; choose from facts, imports, extension-build, collect, gpu-tests"
+        "unknown part(s) nope; choose from facts, imports, extension-build, collect, bench, probe"
         in capsys.readouterr().err
     )
 
@@ -144,7 +150,9 @@ def test_bench_output_parsing() -> None:
         ]
     )
     parsed = ga.parse_bench(output)
-    assert parsed["variants"]["ours/compiled"] == {"ms_per_step": 301.9, "steps_per_s": 3.31, "mfu": 0.294}
+    assert parsed["variants"]["ours/compiled"] == {
+        "ms_per_step": 301.9, "steps_per_s": 3.31, "mfu": 0.294, "first_step_s": 48.2
+    }  # fmt: skip
     assert parsed["variants"]["upstream/eager"]["mfu"] == pytest.approx(0.167)
     assert parsed["speedup_vs_upstream"] == {"eager": 1.29}
     no_peak = ga.parse_bench("ours/eager   10.0 ms/step 100.00 steps/s (first step 0.1 s)")
@@ -162,8 +170,9 @@ def test_junit_counts(tmp_path: Path) -> None:
 
 def _ctx(tmp_path: Path, **env: str) -> ga.Context:
     return ga.Context(
-        out=tmp_path, work=tmp_path, python=sys.executable, env={"PATH": "/usr/bin:/bin", **env}
-    )
+        out=tmp_path, work=tmp_path, python=sys.executable, env={"PATH": "/usr/bin:/bin", **env},
+        kit=tmp_path / "no-kit",
+    )  # fmt: skip
 
 
 def _fake_probe(step_seconds: float | None, steps_timed: int):
@@ -204,7 +213,7 @@ def test_bench_part_requires_the_upstream_comparison_when_asked(tmp_path: Path, 
     line = "ours/compiled           301.9 ms/step   3.31 steps/s (first step 48.2 s) mfu=29.4%"
     monkeypatch.setattr(ga, "run_command", lambda *a, **k: (0, line))
     outcome = ga.bench(_ctx(tmp_path))
-    assert outcome.status == "pass" and "301.9 ms/step, MFU 29.4%" in outcome.summary
+    assert outcome.status == "pass" and "301.9 ms/step, MFU 29.4%, compile 48 s" in outcome.summary
     assert "upstream not compared" in outcome.summary
     failed = ga.bench(_ctx(tmp_path, TRM_UPSTREAM="/opt/upstream"))
     assert failed.status == "fail" and "no comparison came out" in failed.summary
@@ -257,7 +266,7 @@ def test_without_a_gpu_cuda_parts_skip_and_parts_that_do_not_fit_are_skipped_for
     assert report["planned_h100_s"] == 53 and report["plan_fits_budget"] is False
     md = (tmp_path / "report.md").read_text()
     assert md.startswith("# GPU acceptance: INCOMPLETE") and "| cpu-big | skip | 50 |" in md
-    assert "planned on one H100 53 s (does NOT fit)" in md
+    assert "planned on one H100 53 s, required parts 53 s (does NOT fit)" in md
 
 
 def test_with_a_gpu_every_part_that_fits_runs(tmp_path, monkeypatch):
@@ -318,3 +327,76 @@ def test_make_gpu_check_runs_the_hosts_python_as_it_is() -> None:
     assert proc.returncode == 0, proc.stderr
     commands = [line for line in proc.stdout.splitlines() if not line.startswith("make")]
     assert commands == ["/opt/host/bin/python3 -m trm.launch.gpu_acceptance --budget-s 300"]
+
+
+CHECKPOINT_JSON = {
+    "device": "cuda:0", "identifiers": 1191730, "puzzle_emb_ndim": 512, "puzzle_table_mb": 2440.663,
+    "checkpoint_mb": 4890.1, "sync_save_s": 9.5, "async_first_blocked_s": 2.1, "async_blocked_s": 0.41,
+    "async_total_s": 9.9, "blocked_share": 0.0432, "target_share": 0.1, "identical": True, "files": {"a": "b"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "status"),
+    [({}, "pass"), ({"identical": False}, "fail"), ({"device": "cpu"}, "fail")],
+)
+def test_checkpoint_part_reads_the_bench_json(tmp_path: Path, monkeypatch, changes, status) -> None:
+    """The bench's stderr line comes first in the merged output; the state must have been on the GPU and
+    every save must have written the same files."""
+    record = {**CHECKPOINT_JSON, **changes}
+    output = "cpu cores: 16, load average: 1.0, work dir: /x\n" + json.dumps(record, indent=2) + "\n"
+
+    def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
+        assert cmd[2:] == [
+            "trm.bench.checkpoint",
+            "--device",
+            "cuda",
+            "--json",
+            "--dir",
+            str(tmp_path / "checkpoint-bench"),
+        ]
+        return 0, output
+
+    monkeypatch.setattr(ga, "run_command", fake_run)
+    outcome = ga.checkpoint_save(_ctx(tmp_path))
+    assert outcome.status == status, outcome
+    assert "files" not in outcome.data and outcome.data["async_blocked_s"] == 0.41
+    if status == "pass":
+        assert "asynchronous blocks the loop 0.410 s (4.3%, target ≤ 10%)" in outcome.summary
+    monkeypatch.setattr(ga, "run_command", lambda *a, **k: (1, "Traceback …\nRuntimeError: CUDA error"))
+    broken = ga.checkpoint_save(_ctx(tmp_path))
+    assert broken.status == "fail" and "without its JSON" in broken.summary
+
+
+def test_eval_part_parses_rows_per_second(tmp_path: Path, monkeypatch) -> None:
+    output = "\n".join(
+        [
+            "config=paper device=cuda threads=16 chunk=192 rows/pass=480 (batches of 192+48) halt_max_steps=16",
+            "compiled: first pass (compiles) 41.5 s",
+            "eager        812.4 rows/s (median of 2 passes: 0.59 0.60 s)",
+            "compiled    1650.0 rows/s (median of 2 passes: 0.29 0.29 s)",
+            "speedup compiled vs eager evaluation: 2.03x",
+            "predictions identical in 99.6% of rows",
+        ]
+    )
+    assert ga.parse_eval(output) == {
+        "rows_per_s": {"eager": 812.4, "compiled": 1650.0},
+        "first_compiled_pass_s": 41.5,
+        "identical_predictions": pytest.approx(0.996),
+    }
+    monkeypatch.setattr(ga, "run_command", lambda *a, **k: (0, output))
+    outcome = ga.evaluation(_ctx(tmp_path))
+    assert outcome.status == "pass"
+    assert outcome.summary == (
+        "paper config: eager 812.4 rows/s, compiled 1650.0 rows/s (2.03x); compiling pass 41.5 s"
+    )
+    monkeypatch.setattr(ga, "run_command", lambda *a, **k: (0, output.replace("compiled    1650.0", "x")))
+    assert ga.evaluation(_ctx(tmp_path)).status == "fail"
+
+
+def test_an_optional_part_skipped_for_time_leaves_the_verdict_alone() -> None:
+    base = {"status": "pass", "skipped": None}
+    optional = {"status": "skip", "skipped": ga.NO_TIME, "required": False}
+    assert ga.overall([base, optional]) == "pass"
+    assert ga.overall([base, {**optional, "required": True}]) == "incomplete"
+    assert ga.overall([base, {**optional, "skipped": ga.NO_GPU}]) == "incomplete"

@@ -54,13 +54,51 @@ def _report(**changes) -> dict:
 
 def test_the_rehearsal_passes_only_when_cuda_parts_skip_for_no_gpu_and_the_rest_pass() -> None:
     cuda = {p.name for p in PARTS if p.needs_cuda}
-    assert cuda == {"extension-build", "gpu-tests", "optimizer", "resume", "probe", "bench"}
+    assert cuda == {
+        "extension-build",
+        "gpu-tests",
+        "optimizer",
+        "resume",
+        "probe",
+        "bench",
+        "checkpoint",
+        "eval",
+    }
     assert gpu_kit.check_simulated_report(_report(), cuda) == []
     report = _report()
     report["parts"][1]["status"] = "fail"  # imports
     assert gpu_kit.check_simulated_report(report, cuda) == ["imports: fail (…), expected pass"]
     report = _report()
-    report["parts"][4]["skipped"] = NO_TIME  # gpu-tests skipped for time, not for the missing GPU
+    gpu_tests = next(p for p in report["parts"] if p["name"] == "gpu-tests")
+    gpu_tests["skipped"] = NO_TIME  # skipped for time, not for the missing GPU
     assert gpu_kit.check_simulated_report(report, cuda) == ["gpu-tests: skip (…), expected 'skipped: no GPU'"]
     problems = gpu_kit.check_simulated_report(_report(plan_fits_budget=False, planned_h100_s=900), cuda)
     assert problems == ["the plan (900 s on an H100) exceeds the budget 540"]
+
+
+def test_wheels_the_host_has_are_named_by_their_distribution() -> None:
+    assert (
+        gpu_kit.wheel_dist_name("pydantic_core-2.50.4-cp312-cp312-manylinux2014_x86_64.whl")
+        == "pydantic-core"
+    )
+    assert gpu_kit.wheel_dist_name("numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl") == "numpy"
+
+
+def test_the_kit_leaves_out_the_upstream_checkouts_notebooks_and_images(tmp_path: Path) -> None:
+    import shutil
+
+    src = tmp_path / "upstream"
+    for rel in (
+        "pretrain.py",
+        "models/recursive_reasoning/trm.py",
+        "kaggle/data.json",
+        "assets/fig.png",
+        "README.md",
+    ):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("x")
+    shutil.copytree(src, tmp_path / "copy", ignore=shutil.ignore_patterns(*gpu_kit.UPSTREAM_SKIP_FILES))
+    kept = sorted(
+        str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()
+    )
+    assert kept == ["README.md", "models/recursive_reasoning/trm.py", "pretrain.py"]

@@ -1,6 +1,6 @@
 """Checkpoint benchmark: how long a save blocks the training loop, asynchronous vs synchronous.
 
-    nox -s bench -- checkpoint [--identifiers N] [--tiny] [--dir DIR] [--json]
+    nox -s bench -- checkpoint [--identifiers N] [--tiny] [--device cpu|cuda] [--dir DIR] [--json]
 
 Builds the trainer's components at the paper config (the `arc2` recipe's model, hidden 512, EMA on) with
 a puzzle-embedding table of the real ARC-AGI-2 + ConceptARC aug-1000 dataset (1,191,730 identifiers,
@@ -12,7 +12,9 @@ which allocates the host buffers the trainer keeps for later saves), with `async
 (the steady state: the loop is blocked for the host snapshot only; the writer thread does the rest).
 Right after that last save returns, the benchmark changes every weight in place, as the next optimizer
 step would, and then checks that all three saves wrote the same sha256s: the snapshot is isolated from
-training. Target: blocked ≤ 10 % of the synchronous save.
+training. Target: blocked ≤ 10 % of the synchronous save. With `--device cuda` (the default where CUDA is
+available) the state lives on the GPU, as in training, and the asynchronous saves go through the pinned host
+buffers (non-blocking copies, one synchronize).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class _Loader:
         return {"pass": 0, "position": 1}
 
 
-def build_trainer(run_dir: Path, identifiers: int, tiny: bool) -> Any:
+def build_trainer(run_dir: Path, identifiers: int, tiny: bool, device: str = "cpu") -> Any:
     """A Trainer at the arc2 recipe (or debug-tiny) with rank 0's carry and populated optimizer state."""
     from trm.distributed import DistInfo
     from trm.training.builder import build
@@ -60,22 +62,23 @@ def build_trainer(run_dir: Path, identifiers: int, tiny: bool) -> Any:
 
     batch = 4 if tiny else get_recipe("arc2").global_batch_size // RANKS
     recipe = get_recipe("debug-tiny" if tiny else "arc2").with_changes(
-        global_batch_size=batch, evaluators=[], compile="false", device="cpu", ema=True, checkpoint_keep=0,
+        global_batch_size=batch, evaluators=[], compile="false", device=device, ema=True, checkpoint_keep=0,
         checkpoint_every_minutes=None,
     )  # fmt: skip
     cfg = compose([*recipe.overrides, f"checkpoint_path={run_dir}"])
     fill_run_defaults(cfg)
-    trainer = Trainer(cfg, DistInfo(), build(cfg, DistInfo(), (_Loader(identifiers), None)))
+    # The builder places the model on the process's device (DistInfo), as torchrun's ranks do.
+    dist = DistInfo(device=torch.device("cuda", 0) if device == "cuda" else torch.device(device))
+    trainer = Trainer(cfg, dist, build(cfg, dist, (_Loader(identifiers), None)))
     c = trainer.components
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         if c.model.puzzle_emb is not None:
             table = c.model.puzzle_emb.weight
             table.copy_(torch.randn(table.shape, generator=generator))
-        inputs = torch.randint(2, 12, (batch, 900), generator=generator, dtype=torch.int32)
-        carry = c.loss_head.initial_carry(
-            {"inputs": inputs, "labels": inputs, "puzzle_identifiers": torch.zeros(batch, dtype=torch.int32)}
-        )
+        inputs = torch.randint(2, 12, (batch, 900), generator=generator, dtype=torch.int32).to(device)
+        ids = torch.zeros(batch, dtype=torch.int32, device=device)
+        carry = c.loss_head.initial_carry({"inputs": inputs, "labels": inputs, "puzzle_identifiers": ids})
         for t in (carry.inner_carry.z_H, carry.inner_carry.z_L):
             t.copy_(torch.randn(t.shape, generator=generator))
     trainer.carries = [carry]
@@ -110,11 +113,13 @@ def _timed_save(trainer: Any, asynchronous: bool, then: Any = None) -> tuple[flo
     return blocked, time.perf_counter() - start
 
 
-def run_bench(work: Path, identifiers: int = ARC2_IDENTIFIERS, tiny: bool = False) -> dict[str, Any]:
+def run_bench(
+    work: Path, identifiers: int = ARC2_IDENTIFIERS, tiny: bool = False, device: str = "cpu"
+) -> dict[str, Any]:
     """Time saves of the same state: asynchronous (the first, which allocates the host buffers, and a
     later one), and synchronous; every save must write the same files."""
     run_dir = work / "run"
-    trainer = build_trainer(run_dir, identifiers, tiny)
+    trainer = build_trainer(run_dir, identifiers, tiny, device)
 
     def next_step() -> None:  # training goes on while the writer writes: every weight changes in place
         with torch.no_grad():
@@ -141,6 +146,7 @@ def run_bench(work: Path, identifiers: int = ARC2_IDENTIFIERS, tiny: bool = Fals
     table = trainer.components.model.puzzle_emb
     table_mb = table.weight.numel() * table.weight.element_size() / 1e6 if table is not None else 0.0
     return {
+        "device": str(table.weight.device) if table is not None else device,
         "identifiers": identifiers,
         "puzzle_emb_ndim": table.weight.shape[1] if table is not None else 0,
         "puzzle_table_mb": round(table_mb, 3),
@@ -170,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir", type=Path, default=None, help="where to write (default: a temp dir, removed)"
     )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where the trainer's state lives (default: cuda when available)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     work = args.dir or Path(tempfile.mkdtemp(prefix="trm-bench-checkpoint-"))
@@ -178,13 +190,14 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     try:
-        result = run_bench(work, args.identifiers, args.tiny)
+        result = run_bench(work, args.identifiers, args.tiny, args.device)
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
+        print(f"device: {result['device']}")
         print(
             f"puzzle table: {result['identifiers']:,} rows × {result['puzzle_emb_ndim']} fp32 = {result['puzzle_table_mb']:,.1f} MB"
         )

@@ -25,6 +25,10 @@ pass / fail / error / skip with its numbers, its output's tail, its planned and 
   probe            `select-config --probe` of the paper config: peak memory and seconds per optimizer step
   bench            `python -m trm.bench.model --config paper`: ms/step and MFU (and upstream's with
                    TRM_UPSTREAM, or the kit's upstream checkout)
+  checkpoint       `python -m trm.bench.checkpoint --device cuda`: the paper-size state saved from the GPU,
+                   how long the loop is blocked asynchronously (pinned buffers) vs synchronously, same sha256s
+  eval             `python -m trm.bench.eval --config paper`: an evaluation pass at paper size (every row
+                   to halting), rows/s eager and compiled, the compiling pass's seconds
 
 Budget: a part starts only when its planned H100 time fits in what is left of `--budget-s`, and runs at
 most that long; otherwise it is "skipped for time". Without a CUDA device the CUDA parts are "skipped: no
@@ -91,6 +95,13 @@ RESUME_OVERRIDES = (
 RESUME_TWIN_TEST = "test_cuda_run_is_bf16_compiled_evaluates_and_resumes_to_the_same_end"
 PROBE_STEPS = {"quick": 5, "full": 10}  # optimizer steps; the first probe.WARMUP_STEPS are not timed
 BENCH_STEPS = {"quick": ("5", "1"), "full": ("20", "3")}  # (timed, warm-up) steps per variant
+# Separate first-compile timings from a fresh cache (one per model) in the full profile; the quick profile
+# reads the compile time off the compiled variants' first step, which runs first on a fresh host (the bench
+# part comes before every other part that compiles the paper config).
+BENCH_COMPILE_REPEATS = {"quick": "0", "full": "1"}
+# pytest-xdist workers for the gpu tests (each module in one worker, --dist loadfile): the tests are mostly
+# compilation, which is CPU work; one worker where the host has fewer than 8 cores.
+GPU_TEST_WORKERS = 4
 _BACKEND_LINE = re.compile(r"AdamATan2 backend: (\w+)")
 
 
@@ -122,6 +133,7 @@ class Context:
     require_extension: bool = False
     adam_sdist: Path | None = None
     extension: ExtensionBuild | None = None
+    kit: Path = ROOT / DEFAULT_KIT
 
     def seconds_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -134,7 +146,8 @@ class Context:
 @dataclasses.dataclass(frozen=True)
 class Part:
     """One check: its name, a one-line description, its planned seconds on one H100 per profile, a hard
-    limit, whether it needs a CUDA device, and the function."""
+    limit, whether it needs a CUDA device, the function, and whether the check's verdict needs it (the plan
+    must fit the budget with the required parts; the others run when time is left)."""
 
     name: str
     what: str
@@ -142,6 +155,7 @@ class Part:
     limit_s: int
     run: Callable[[Context], Outcome]
     needs_cuda: bool = True
+    required: bool = True
 
 
 # ---------------------------------------------------------------------------------------------- plumbing
@@ -181,9 +195,9 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def planned_total(parts: Sequence[Part], profile: str) -> int:
-    """Seconds the parts are planned to take on one H100 (what the budget is sized against)."""
-    return sum(p.planned_s[profile] for p in parts)
+def planned_total(parts: Sequence[Part], profile: str, *, required_only: bool = False) -> int:
+    """Seconds the parts (the required ones: what the budget is sized against) are planned to take on one H100."""
+    return sum(p.planned_s[profile] for p in parts if p.required or not required_only)
 
 
 def run_parts(
@@ -203,6 +217,7 @@ def run_parts(
         "profile": ctx.profile,
         "budget_s": budget_s,
         "planned_h100_s": planned_total(parts, ctx.profile),
+        "planned_required_h100_s": planned_total(parts, ctx.profile, required_only=True),
         "cuda": cuda,
         "require_extension": ctx.require_extension,
         "tolerances": {
@@ -212,7 +227,7 @@ def run_parts(
         },
         "parts": [],
     }
-    report["plan_fits_budget"] = report["planned_h100_s"] <= budget_s
+    report["plan_fits_budget"] = report["planned_required_h100_s"] <= budget_s
     for part in parts:
         planned, left = part.planned_s[ctx.profile], ctx.seconds_left()
         print(
@@ -237,7 +252,7 @@ def run_parts(
         seconds = round(time.perf_counter() - start, 1)
         report["parts"].append(
             {"name": part.name, "what": part.what, "planned_s": planned, "limit_s": part.limit_s,
-             "seconds": seconds, **dataclasses.asdict(outcome)}
+             "required": part.required, "seconds": seconds, **dataclasses.asdict(outcome)}
         )  # fmt: skip
         report["status"] = overall(report["parts"])
         print(
@@ -254,11 +269,15 @@ def run_parts(
 
 
 def overall(parts: list[dict[str, Any]]) -> str:
-    """fail when a part failed or errored; incomplete when a part was skipped for lack of GPU or time;
-    else pass."""
+    """fail when a part failed or errored; incomplete when a part was skipped for lack of GPU, or a required
+    part for lack of time; else pass."""
     if any(p["status"] in ("fail", "error") for p in parts):
         return "fail"
-    if any(p["status"] == "skip" and p.get("skipped") in (NO_GPU, NO_TIME) for p in parts):
+    if any(
+        p["status"] == "skip"
+        and (p.get("skipped") == NO_GPU or (p.get("skipped") == NO_TIME and p.get("required", True)))
+        for p in parts
+    ):
         return "incomplete"
     return "pass"
 
@@ -275,7 +294,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"Host `{report['host']}`, {when}"
         + (f", {report['seconds']} s" if "seconds" in report else " (in progress)")
         + f"; profile {report['profile']}, budget {report['budget_s']:g} s, planned on one H100"
-        f" {report['planned_h100_s']} s ({'fits' if report['plan_fits_budget'] else 'does NOT fit'})",
+        f" {report['planned_h100_s']} s, required parts {report['planned_required_h100_s']} s"
+        f" ({'fits' if report['plan_fits_budget'] else 'does NOT fit'})",
         "",
         "| part | status | planned s (H100) | seconds | summary |",
         "| --- | --- | --- | --- | --- |",
@@ -528,6 +548,8 @@ def gpu_tests(ctx: Context) -> Outcome:
     ]
     if ctx.profile == "quick":
         cmd += ["-k", f"not {RESUME_TWIN_TEST}"]
+    if (os.cpu_count() or 1) >= 8:
+        cmd += ["-n", str(GPU_TEST_WORKERS), "--dist", "loadfile"]
     cmd.append("tests")
     limit = ctx.limit(GPU_TESTS_LIMIT_S)
     code, output = run_command(
@@ -773,7 +795,7 @@ def probe(ctx: Context) -> Outcome:
 
 
 _BENCH_LINE = re.compile(r"^(?P<label>\S+/(?:eager|compiled))\s+(?P<ms>[\d.]+) ms/step\s+(?P<sps>[\d.]+) steps/s"
-                         r".*?(?: mfu=(?P<mfu>[\d.]+)%)?$")  # fmt: skip
+                         r"(?: \((?:first step|compile) (?P<first>[\d.]+) s\))?.*?(?: mfu=(?P<mfu>[\d.]+)%)?$")  # fmt: skip
 _SPEEDUP = re.compile(r"^speedup (?P<what>.+?): (?P<ratio>[\d.]+)x vs upstream")
 
 
@@ -789,24 +811,26 @@ def parse_bench(output: str) -> dict[str, Any]:
                 "steps_per_s": float(m.group("sps")),
                 "mfu": float(mfu) / 100 if mfu else None,
             }
+            if m.group("first"):  # compiled variants: the compile (and one step)
+                variants[m.group("label")]["first_step_s"] = float(m.group("first"))
         elif m := _SPEEDUP.match(line.strip()):
             speedups[m.group("what")] = float(m.group("ratio"))
     return {"variants": variants, "speedup_vs_upstream": speedups}
 
 
-def upstream_checkout(env: dict[str, str]) -> str | None:
+def upstream_checkout(env: dict[str, str], kit: Path = ROOT / DEFAULT_KIT) -> str | None:
     """TRM_UPSTREAM, else the GPU kit's upstream checkout when it has one."""
     if env.get("TRM_UPSTREAM"):
         return env["TRM_UPSTREAM"]
-    kit_upstream = ROOT / DEFAULT_KIT / UPSTREAM_DIR
+    kit_upstream = kit / UPSTREAM_DIR
     return str(kit_upstream) if kit_upstream.is_dir() else None
 
 
 def bench(ctx: Context) -> Outcome:
     steps, warmup = BENCH_STEPS[ctx.profile]
     cmd = [ctx.python, "-m", "trm.bench.model", "--config", "paper", "--steps", steps, "--warmup", warmup,
-           "--no-attention-split"]  # fmt: skip
-    upstream = upstream_checkout(ctx.env)
+           "--compile-repeats", BENCH_COMPILE_REPEATS[ctx.profile], "--no-attention-split"]  # fmt: skip
+    upstream = upstream_checkout(ctx.env, ctx.kit)
     env = {**ctx.env, "TRM_UPSTREAM": upstream} if upstream else ctx.env
     limit = ctx.limit(BENCH_LIMIT_S)
     code, output = run_command(cmd, ctx, timeout_s=limit, log_name="bench.log", env=env)
@@ -822,7 +846,9 @@ def bench(ctx: Context) -> Outcome:
         f", MFU {ours['mfu']:.1%}" if ours["mfu"] is not None else ", MFU unknown (GPU not in the peak table)"
     )
     vs = "; ".join(f"{k} {v:.2f}x" for k, v in data["speedup_vs_upstream"].items())
-    summary = f"paper config: {ours['ms_per_step']:.1f} ms/step{mfu}" + (
+    compiled = data["variants"].get("ours/compiled", {})
+    first = f", compile {compiled['first_step_s']:.0f} s" if "first_step_s" in compiled else ""
+    summary = f"paper config: {ours['ms_per_step']:.1f} ms/step{mfu}{first}" + (
         f"; vs upstream: {vs}" if vs else "; upstream not compared (set TRM_UPSTREAM to a checkout)"
     )
     if upstream and not data["speedup_vs_upstream"]:
@@ -835,11 +861,78 @@ def bench(ctx: Context) -> Outcome:
     return Outcome("pass", summary, data, tail(output))
 
 
+def checkpoint_save(ctx: Context) -> Outcome:
+    """One asynchronous save of the paper-size state from the GPU (pinned buffers) against a synchronous one."""
+    cmd = [ctx.python, "-m", "trm.bench.checkpoint", "--device", "cuda", "--json",
+           "--dir", str(ctx.work / "checkpoint-bench")]  # fmt: skip
+    limit = ctx.limit(CHECKPOINT_LIMIT_S)
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="checkpoint.log")
+    if code is None:
+        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
+    start = output.find("\n{")
+    try:
+        data = json.loads(output[start:]) if start >= 0 else None
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        return Outcome("fail", f"trm.bench.checkpoint exited {code} without its JSON", output=tail(output))
+    data.pop("files", None)
+    summary = (
+        f"{data['checkpoint_mb']:,.0f} MB from {data['device']}: synchronous {data['sync_save_s']:.2f} s;"
+        f" asynchronous blocks the loop {data['async_blocked_s']:.3f} s ({data['blocked_share']:.1%},"
+        f" target ≤ {data['target_share']:.0%}), written after {data['async_total_s']:.2f} s; first async"
+        f" save {data['async_first_blocked_s']:.2f} s (allocates pinned buffers); same sha256s: {data['identical']}"
+    )
+    ok = code == 0 and data["identical"] and data["device"].startswith("cuda")
+    return Outcome("pass" if ok else "fail", summary, data, tail(output))
+
+
+_EVAL_RATE = re.compile(r"^(?P<name>eager|compiled)\s+(?P<rate>[\d.]+) rows/s")
+_EVAL_COMPILE = re.compile(r"^compiled: first pass \(compiles\) (?P<s>[\d.]+) s")
+_EVAL_SAME = re.compile(r"^predictions identical in (?P<pct>[\d.]+)% of rows")
+
+
+def parse_eval(output: str) -> dict[str, Any]:
+    """rows/s eager and compiled, the compiling pass's seconds and the share of identical predictions."""
+    data: dict[str, Any] = {"rows_per_s": {}}
+    for line in output.splitlines():
+        line = line.strip()
+        if m := _EVAL_RATE.match(line):
+            data["rows_per_s"][m.group("name")] = float(m.group("rate"))
+        elif m := _EVAL_COMPILE.match(line):
+            data["first_compiled_pass_s"] = float(m.group("s"))
+        elif m := _EVAL_SAME.match(line):
+            data["identical_predictions"] = float(m.group("pct")) / 100
+    return data
+
+
+def evaluation(ctx: Context) -> Outcome:
+    """An evaluation pass at paper size (every row to halting), eager and compiled: rows/s."""
+    cmd = [ctx.python, "-m", "trm.bench.eval", "--config", "paper", "--device", "cuda",
+           "--repeats", EVAL_REPEATS[ctx.profile]]  # fmt: skip
+    limit = ctx.limit(EVAL_LIMIT_S)
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="eval.log")
+    if code is None:
+        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
+    data = parse_eval(output)
+    rates = data["rows_per_s"]
+    if code != 0 or set(rates) != {"eager", "compiled"}:
+        return Outcome("fail", f"trm.bench.eval exited {code}", data, tail(output))
+    summary = (
+        f"paper config: eager {rates['eager']:.1f} rows/s, compiled {rates['compiled']:.1f} rows/s"
+        f" ({rates['compiled'] / rates['eager']:.2f}x); compiling pass {data.get('first_compiled_pass_s')} s"
+    )
+    return Outcome("pass", summary, data, tail(output))
+
+
 GPU_TESTS_LIMIT_S = 600
 OPTIMIZER_LIMIT_S = 300  # includes waiting for the background extension build
 RUN_LIMIT_S = 180  # one tiny training run of the resume part (compilation included)
 PROBE_LIMIT_S = 360  # includes building the arc2-smoke dataset on first use
 BENCH_LIMIT_S = 300
+CHECKPOINT_LIMIT_S = 180  # builds a 2.4 GB puzzle table and writes three ~5 GB checkpoints
+EVAL_LIMIT_S = 240
+EVAL_REPEATS = {"quick": "2", "full": "3"}
 
 # Planned seconds on one H100 per profile. Estimates until a report from a real H100 replaces them: tiny
 # runs compile in ~20 s there, the paper config in ~60 s; the quick profile fits DEFAULT_BUDGET_S.
@@ -848,24 +941,33 @@ PARTS: tuple[Part, ...] = (
     Part("imports", "what the check and training import (the GPU kit on a bare host)", {"quick": 10, "full": 10}, 120, imports, needs_cuda=False),
     Part("extension-build", "adam-atan2 from the kit's sdist for this GPU's SM, in the background", {"quick": 2, "full": 2}, 30, extension_build),
     Part("collect", "the test suite collects here (no error, no module skipped whole)", {"quick": 20, "full": 20}, 180, collect, needs_cuda=False),
-    Part("gpu-tests", "pytest -m gpu tests with TRM_REQUIRE_GPU=1 (a skip is a failure)", {"quick": 150, "full": 400}, GPU_TESTS_LIMIT_S, gpu_tests),
+    Part("bench", "trm.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 75, "full": 240}, BENCH_LIMIT_S, bench),
+    Part("probe", "select-config --probe (arc2-smoke, paper config): peak memory, s/step", {"quick": 120, "full": 180}, PROBE_LIMIT_S, probe),
     Part("optimizer", f"adam-atan2 extension vs our AdamATan2, {OPTIMIZER_STEPS} steps, fp32 and bf16", {"quick": 30, "full": 60}, OPTIMIZER_LIMIT_S, optimizer),
     Part("resume", "CUDA bf16 + compile=auto run: SIGTERM, resume, equal to uninterrupted; the optimizer backend", {"quick": 90, "full": 120}, 120 + 3 * RUN_LIMIT_S, resume),
-    Part("probe", "select-config --probe (arc2-smoke, paper config): peak memory, s/step", {"quick": 120, "full": 180}, PROBE_LIMIT_S, probe),
-    Part("bench", "trm.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 75, "full": 240}, BENCH_LIMIT_S, bench),
+    Part("gpu-tests", "pytest -m gpu tests with TRM_REQUIRE_GPU=1 (a skip is a failure)", {"quick": 150, "full": 400}, GPU_TESTS_LIMIT_S, gpu_tests),
+    Part("checkpoint", "trm.bench.checkpoint --device cuda: loop blocked by an async save vs a synchronous one", {"quick": 45, "full": 60}, CHECKPOINT_LIMIT_S, checkpoint_save, required=False),
+    Part("eval", "trm.bench.eval --config paper: evaluation rows/s eager and compiled", {"quick": 60, "full": 90}, EVAL_LIMIT_S, evaluation, required=False),
 )  # fmt: skip
 
 
 # -------------------------------------------------------------------------------------------------- CLI
-def plan_text(parts: Sequence[Part], out: Path, env: dict[str, str], profile: str, budget_s: float) -> str:
-    total = planned_total(parts, profile)
+def plan_text(
+    parts: Sequence[Part], out: Path, env: dict[str, str], profile: str, budget_s: float, kit: Path
+) -> str:
+    total, required = planned_total(parts, profile), planned_total(parts, profile, required_only=True)
+    fits = "fits" if required <= budget_s else "does NOT fit: later parts will be skipped"
     lines = [
         f"gpu acceptance plan: {len(parts)} part(s), profile {profile}, budget {budget_s:g} s, planned on one "
-        f"H100 {total} s ({'fits' if total <= budget_s else 'does NOT fit: later parts will be skipped'}); "
-        f"report: {out / 'report.json'} and {out / 'report.md'}"
+        f"H100 {total} s, required parts {required} s ({fits}); report: {out / 'report.json'} and "
+        f"{out / 'report.md'}"
     ]
-    lines += [f"  {p.name:15s} ~{p.planned_s[profile]:4d} s (≤{p.limit_s:4d} s)  {p.what}" for p in parts]
-    upstream = upstream_checkout(env)
+    lines += [
+        f"  {p.name:15s} ~{p.planned_s[profile]:4d} s (≤{p.limit_s:4d} s)  {p.what}"
+        + ("" if p.required else "  [optional: runs when time is left]")
+        for p in parts
+    ]
+    upstream = upstream_checkout(env, kit)
     lines.append(
         f"  upstream: {upstream if upstream else 'not compared (TRM_UPSTREAM unset, no kit checkout)'}"
     )
@@ -887,8 +989,14 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
                         help="quick (default: fits the default budget on one H100) or full")  # fmt: skip
     parser.add_argument("--require-extension", action="store_true",
                         help="fail when the adam-atan2 extension is not built/used (default: record it)")  # fmt: skip
-    parser.add_argument("--adam-sdist", type=Path, default=ROOT / DEFAULT_KIT / ADAM_SDIST,
-                        help=f"the adam-atan2 sdist to build (default: {DEFAULT_KIT / ADAM_SDIST})")  # fmt: skip
+    parser.add_argument(
+        "--kit",
+        type=Path,
+        default=ROOT / DEFAULT_KIT,
+        help=f"the GPU kit folder: its adam-atan2 sdist and upstream checkout (default {DEFAULT_KIT})",
+    )
+    parser.add_argument("--adam-sdist", type=Path, default=None,
+                        help=f"the adam-atan2 sdist to build (default: KIT/{ADAM_SDIST})")  # fmt: skip
     parser.add_argument("--compare-optimizer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.compare_optimizer:  # the optimizer part's child process, with the built extension importable
@@ -904,7 +1012,9 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     chosen = [p for p in parts if not args.only or p.name in args.only]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    print(plan_text(chosen, args.out, env, args.profile, args.budget_s), flush=True)
+    args.kit = args.kit.resolve()
+    args.adam_sdist = args.adam_sdist or args.kit / ADAM_SDIST
+    print(plan_text(chosen, args.out, env, args.profile, args.budget_s, args.kit), flush=True)
     if args.dry_run:
         return 0
     start = time.monotonic()
@@ -914,6 +1024,7 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     ctx = Context(
         out=args.out, work=work, python=sys.executable, env=env, profile=args.profile,
         deadline=start + args.budget_s, require_extension=args.require_extension, adam_sdist=args.adam_sdist,
+        kit=args.kit,
     )  # fmt: skip
     report = run_parts(
         chosen, ctx, lambda r: write_report(r, args.out), budget_s=args.budget_s, cuda=cuda_available()

@@ -53,6 +53,9 @@ CHECK_DEPS = ("pytest", "pytest-xdist", "PyYAML")
 SDIST_ONLY = ("antlr4-python3-runtime",)
 # Upstream's model imports (the `upstream` extra) minus its dataset builders' numba (with llvmlite > 40 MB).
 UPSTREAM_LEAVE_OUT = ("numba",)
+# What the kit leaves out of the upstream checkout: nothing the bench or the parity tests import (its
+# Kaggle notebooks and data, 11 MB, and the README's images would push the kit past what a loan carries).
+UPSTREAM_SKIP_FILES = (".git", "__pycache__", "*.pyc", "assets", "kaggle", "*.png", "*.jpg", "*.gif", "*.pdf")
 _PIN = re.compile(r"^([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^\s;\\]+)")
 
 
@@ -109,10 +112,21 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def wheel_dist_name(filename: str) -> str:
+    """The normalized distribution name of a wheel file (`Pydantic_Core-2.1-….whl` → `pydantic-core`)."""
+    return re.sub(r"[-_.]+", "-", filename.split("-", 1)[0]).lower()
+
+
 def build_kit(
-    out: Path, *, python_version: str, upstream: Path | None = None, pip: list[str] | None = None
+    out: Path,
+    *,
+    python_version: str,
+    upstream: Path | None = None,
+    pip: list[str] | None = None,
+    host_has: tuple[str, ...] = (),
 ) -> dict:
-    """Write the kit into `out` (replacing a previous kit there); returns its manifest."""
+    """Write the kit into `out` (replacing a previous kit there); returns its manifest. `host_has` names
+    packages the host's Python already has: their wheels are left out (pip keeps the host's)."""
     from trm.images.buildtools import lock_hashes, sha256_of
 
     pip = pip or [sys.executable, "-m", "pip"]
@@ -140,10 +154,12 @@ def build_kit(
         raise TRMError(f"{ADAM_SDIST}: sha256 is not the one {BUILD_LOCK} pins; refusing it")
     shutil.move(sdist, out / ADAM_SDIST)
     shutil.rmtree(work)
+    left_out = {re.sub(r"[-_.]+", "-", n).lower() for n in host_has}
+    for wheel in out.glob("*.whl"):
+        if wheel_dist_name(wheel.name) in left_out:
+            wheel.unlink()
     if upstream is not None:
-        shutil.copytree(
-            upstream, out / UPSTREAM_DIR, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc")
-        )
+        shutil.copytree(upstream, out / UPSTREAM_DIR, ignore=shutil.ignore_patterns(*UPSTREAM_SKIP_FILES))
     names = sorted({_name(r) for r in wanted})
     atomic_write_text(out / "requirements.txt", "\n".join(names) + "\n")
     files = {
@@ -157,6 +173,7 @@ def build_kit(
         "requirements": wanted,
         "files": files,
         "upstream": str(upstream) if upstream else None,
+        "host_has": sorted(left_out),
         "kit_bytes": folder_bytes(out),
         "checkout_bytes": tree_bytes(),
         "limit_mib": KIT_LIMIT_MIB,
@@ -169,7 +186,8 @@ def build_kit(
         raise TRMError(
             f"the kit ({manifest['kit_bytes'] / 2**20:.1f} MiB) and the checkout "
             f"({manifest['checkout_bytes'] / 2**20:.1f} MiB) make {total:.1f} MiB, over {KIT_LIMIT_MIB} MiB: "
-            "leave out the upstream checkout or move large files out of the tree"
+            "leave out the upstream checkout, name packages the host already has (--host-has), or move large "
+            "files out of the tree"
         )
     return manifest
 
@@ -187,6 +205,7 @@ pip adds what the host lacks and leaves what it has (torch, numpy, …) as it is
 adam-atan2 from `{ADAM_SDIST}` for the GPU's SM in the background (by hand:
 `python -m trm.images.buildtools install-adam-atan2 --sdist {DEFAULT_KIT}/{ADAM_SDIST}`).
 {"An upstream checkout is in `" + UPSTREAM_DIR + "/`: the bench part compares against it." if manifest["upstream"] else ""}
+{"Left out, the host must have them already: " + ", ".join(manifest["host_has"]) + "." if manifest["host_has"] else ""}
 Contents and sha256: manifest.json.
 """
 
@@ -289,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument(
         "--upstream", type=Path, default=None, help="an upstream TinyRecursiveModels checkout to include"
     )
+    b.add_argument("--host-has", nargs="*", default=[], metavar="NAME",
+                   help="packages the GPU host's Python already has (e.g. numpy matplotlib): their wheels are "
+                        "left out of the kit")  # fmt: skip
     s = sub.add_parser(
         "simulate", help="rehearse a bare GPU host here (no GPU): venv + torch + kit, then the check"
     )
@@ -308,7 +330,12 @@ def main(argv: list[str] | None = None) -> int:
                 raise TRMError(
                     f"--upstream {args.upstream}: not a TinyRecursiveModels checkout (no pretrain.py)"
                 )
-            m = build_kit(args.out, python_version=args.python_version, upstream=args.upstream)
+            m = build_kit(
+                args.out,
+                python_version=args.python_version,
+                upstream=args.upstream,
+                host_has=tuple(args.host_has),
+            )
             print(
                 f"gpu kit: {args.out} ({len(m['files'])} files, {m['kit_bytes'] / 2**20:.1f} MiB; with the checkout "
                 f"{(m['kit_bytes'] + m['checkout_bytes']) / 2**20:.1f} MiB of {KIT_LIMIT_MIB} MiB)"
