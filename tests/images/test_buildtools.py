@@ -408,7 +408,11 @@ def _sdist(tmp_path: Path) -> Path:
 
     sdist = tmp_path / "adam_atan2-0.0.3.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
-        for name, text in (("setup.py", SDIST_SETUP_PY), ("PKG-INFO", "Name: adam_atan2\nVersion: 0.0.3\n")):
+        for name, text in (
+            ("setup.py", SDIST_SETUP_PY),
+            ("PKG-INFO", "Name: adam_atan2\nVersion: 0.0.3\n"),
+            ("adam_atan2/adam_atan2.py", ADAM_STEP),
+        ):
             data = text.encode()
             info = tarfile.TarInfo(f"adam_atan2-0.0.3/{name}")
             info.size = len(data)
@@ -518,3 +522,38 @@ def test_runtime_check_matches_the_labelled_optimizer_backend(monkeypatch, backe
     )
     with pytest.raises(BuildCheckError, match=f"optimizer backend '{backend}'"):
         buildtools.check_runtime(["sm_90"], env, optimizer_backend=backend)
+
+
+# adam-atan2 0.0.3's AdamATan2.step() opening, as its sdist has it.
+ADAM_STEP = '''
+class AdamATan2(Base):
+    def step(self):
+        """Perform a single optimization step.
+        """
+        self._cuda_graph_capture_health_check()
+        return "stepped"
+'''
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("_accelerator_graph_capture_health_check",),  # torch 2.11: the old name is gone
+        ("_cuda_graph_capture_health_check",),  # torch 2.10
+        ("_accelerator_graph_capture_health_check", "_cuda_graph_capture_health_check"),  # torch 2.13
+    ],
+)
+def test_the_patched_adam_step_calls_whichever_health_check_this_torch_has(names) -> None:
+    called: list[str] = []
+    base = type("Base", (), {n: (lambda self, n=n: called.append(n)) for n in names})
+    namespace: dict = {"Base": base}
+    exec(buildtools.patch_adam_optimizer(ADAM_STEP), namespace)
+    assert namespace["AdamATan2"]().step() == "stepped"
+    assert called == [names[0]]
+    unpatched: dict = {"Base": base}
+    exec(ADAM_STEP, unpatched)
+    if "_cuda_graph_capture_health_check" not in names:  # the bug the patch fixes
+        with pytest.raises(AttributeError, match="_cuda_graph_capture_health_check"):
+            unpatched["AdamATan2"]().step()
+    with pytest.raises(buildtools.BuildCheckError, match="update patch_adam_optimizer"):
+        buildtools.patch_adam_optimizer(buildtools.patch_adam_optimizer(ADAM_STEP))

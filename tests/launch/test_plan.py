@@ -294,3 +294,28 @@ def test_a_python_without_torch_gets_one_line_not_a_traceback(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "has no torch; set PYTHON to the project's venv" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch, capsys):
+    """Every flag we pass is one this torch's torchrun accepts (torch 2.10/2.11 have no --shutdown-timeout
+    and exited 2 on it); where the flag is missing, the command drops it and says what that means."""
+    from torch.distributed.run import get_args_parser
+
+    from trm.launch import plan
+
+    cmd = plan.torchrun_command(
+        sys.executable, ["epochs=1"], exit_dir=tmp_path, nproc_per_node=2, shutdown_timeout=300
+    )
+    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    args = get_args_parser().parse_args(cmd[3:])
+    assert args.nproc_per_node == "2" and args.standalone
+    if plan.torchrun_has_shutdown_timeout():
+        assert args.shutdown_timeout == 300
+    monkeypatch.setattr(plan, "torchrun_has_shutdown_timeout", lambda: False)
+    old = plan.torchrun_command(
+        sys.executable, ["epochs=1"], exit_dir=tmp_path, nproc_per_node=2, shutdown_timeout=120
+    )
+    assert not any(a.startswith("--shutdown-timeout") for a in old)
+    assert old == [a for a in cmd if not a.startswith("--shutdown-timeout")]
+    err = capsys.readouterr().err
+    assert "kills the ranks 30 s after SIGTERM, not SHUTDOWN_TIMEOUT=120 s" in err

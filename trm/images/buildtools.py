@@ -69,6 +69,34 @@ def patch_adam_setup(text: str) -> str:
     return text.replace(_ADAM_ARCH_LINE, _ADAM_PLAIN_LINE)
 
 
+# adam-atan2 0.0.3's step() calls a private torch.optim.Optimizer method that torch 2.11 renamed (2.13 has
+# both names): with torch 2.11 every step raises AttributeError and the trainer falls back to the torch
+# backend. The patched call uses whichever of the two this torch has.
+_ADAM_HEALTH_CHECK = "self._cuda_graph_capture_health_check()"
+_ADAM_HEALTH_CHECK_EITHER = (
+    'getattr(self, "_accelerator_graph_capture_health_check", None) or self._cuda_graph_capture_health_check'
+)
+
+
+def patch_adam_optimizer(text: str) -> str:
+    """Make adam-atan2's AdamATan2.step() call the graph-capture health check under either of its names."""
+    if text.count(_ADAM_HEALTH_CHECK) != 1:
+        raise BuildCheckError(
+            "adam_atan2/adam_atan2.py does not call the graph-capture health check as expected; the sdist "
+            "changed, update patch_adam_optimizer"
+        )
+    return text.replace(_ADAM_HEALTH_CHECK, f"({_ADAM_HEALTH_CHECK_EITHER})()")
+
+
+def patch_adam_sources(src: Path, version: str | None = None) -> None:
+    """Every patch our adam-atan2 builds apply to the unpacked sdist `src` (the version pin with `version`)."""
+    setup = src / "setup.py"
+    text = patch_adam_setup(setup.read_text())
+    setup.write_text(pin_adam_version(text, version) if version else text)
+    optimizer = src / "adam_atan2" / "adam_atan2.py"
+    optimizer.write_text(patch_adam_optimizer(optimizer.read_text()))
+
+
 def pin_adam_version(text: str, version: str) -> str:
     """Make adam-atan2's setup.py build offline: a fixed version instead of setuptools_scm."""
     if any(text.count(line) != 1 for line in _ADAM_SCM_LINES):
@@ -162,8 +190,7 @@ def build_adam_atan2(
         raise BuildCheckError(f"{cuobjdump} missing: add nvidia-cuda-cuobjdump to the build lock")
     work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
     src = unpack_sdist(sdist, work)
-    setup = src / "setup.py"
-    setup.write_text(patch_adam_setup(setup.read_text()))
+    patch_adam_sources(src)
     env = dict(
         os.environ,
         CUDA_HOME=str(home),
@@ -240,8 +267,7 @@ def install_adam_atan2(
     try:
         src = unpack_sdist(sdist, work)
         version = sdist_version(src)
-        setup = src / "setup.py"
-        setup.write_text(pin_adam_version(patch_adam_setup(setup.read_text()), version))
+        patch_adam_sources(src, version)
         cmd = [
             python,
             "-m",

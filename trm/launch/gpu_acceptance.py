@@ -502,21 +502,23 @@ def with_extension(ctx: Context) -> dict[str, str]:
     return {**ctx.env, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
+def pytest_command(ctx: Context, *args: str, workers: int = 1) -> list[str]:
+    """pytest with only the plugins the suite uses: a host Python's own plugins (pytest-benchmark, seen on
+    an H100 host, errors out beside xdist under our warnings-as-errors) are not loaded; see PYTEST_ENV."""
+    cmd = [ctx.python, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    if workers > 1:
+        cmd += ["-p", "xdist.plugin", "-n", str(workers), "--dist", "loadfile"]
+    return [*cmd, "tests"]
+
+
+# The environment of every pytest the check starts (with pytest_command).
+PYTEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
 def collect(ctx: Context) -> Outcome:
     env = {k: v for k, v in ctx.env.items() if k != "TRM_REQUIRE_GPU"}  # collecting needs no GPU
-    cmd = [
-        ctx.python,
-        "-m",
-        "pytest",
-        "--collect-only",
-        "-q",
-        "-rs",
-        "-m",
-        "gpu",
-        "-p",
-        "no:cacheprovider",
-        "tests",
-    ]
+    env.update(PYTEST_ENV)
+    cmd = pytest_command(ctx, "--collect-only", "-q", "-rs", "-m", "gpu")
     code, output = run_command(cmd, ctx, timeout_s=ctx.limit(180), log_name="collect.log", env=env)
     gpu_tests = sum(
         1 for line in output.splitlines() if "::" in line and not line.startswith(("SKIPPED", "ERROR"))
@@ -534,26 +536,18 @@ def collect(ctx: Context) -> Outcome:
 def gpu_tests(ctx: Context) -> Outcome:
     junit = ctx.work / "gpu-tests.xml"
     select = "gpu and not adam_ext"  # the extension's own tests run in `optimizer`, once it is built
-    cmd = [
-        ctx.python,
-        "-m",
-        "pytest",
-        "-m",
-        select,
-        "-q",
-        "-rA",
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={junit}",
-    ]
+    args = ["-m", select, "-q", "-rA", f"--junitxml={junit}"]
     if ctx.profile == "quick":
-        cmd += ["-k", f"not {RESUME_TWIN_TEST}"]
-    if (os.cpu_count() or 1) >= 8:
-        cmd += ["-n", str(GPU_TEST_WORKERS), "--dist", "loadfile"]
-    cmd.append("tests")
+        args += ["-k", f"not {RESUME_TWIN_TEST}"]
+    workers = GPU_TEST_WORKERS if (os.cpu_count() or 1) >= 8 else 1
+    cmd = pytest_command(ctx, *args, workers=workers)
     limit = ctx.limit(GPU_TESTS_LIMIT_S)
     code, output = run_command(
-        cmd, ctx, timeout_s=limit, log_name="gpu-tests.log", env={**ctx.env, "TRM_REQUIRE_GPU": "1"}
+        cmd,
+        ctx,
+        timeout_s=limit,
+        log_name="gpu-tests.log",
+        env={**ctx.env, **PYTEST_ENV, "TRM_REQUIRE_GPU": "1"},
     )
     if code is None:
         return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
@@ -601,9 +595,8 @@ def optimizer(ctx: Context) -> Outcome:
     data["build"] = build_note
     junit = ctx.work / "adam-ext-tests.xml"
     code, test_output = run_command(
-        [ctx.python, "-m", "pytest", "-m", "gpu and adam_ext", "-q", "-p", "no:cacheprovider",
-         f"--junitxml={junit}", "tests"],
-        ctx, timeout_s=ctx.limit(120), log_name="adam-ext-tests.log", env={**env, "TRM_REQUIRE_GPU": "1"},
+        pytest_command(ctx, "-m", "gpu and adam_ext", "-q", f"--junitxml={junit}"),
+        ctx, timeout_s=ctx.limit(120), log_name="adam-ext-tests.log", env={**env, **PYTEST_ENV, "TRM_REQUIRE_GPU": "1"},
     )  # fmt: skip
     data["extension_tests"] = junit_counts(junit)
     bad = {k: v for k, v in data["max_abs_diff"].items() if v > OPTIMIZER_ATOL[k]}

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 
 from trm.errors import TRMError
@@ -70,6 +71,36 @@ def probe_schedule(overrides: list[str], recipe_epochs: int, probe_steps: int) -
     return [f"epochs={longer}", f"eval_interval={longer}"]
 
 
+@cache
+def torchrun_has_shutdown_timeout() -> bool:
+    """Whether this torch's torchrun takes --shutdown-timeout (torch 2.12 and later). Older ones (2.10, 2.11)
+    reject the flag and kill the ranks 30 s after SIGTERM, whatever SHUTDOWN_TIMEOUT says."""
+    from torch.distributed.run import get_args_parser
+
+    return any("--shutdown-timeout" in action.option_strings for action in get_args_parser()._actions)
+
+
+def shutdown_timeout_args(shutdown_timeout: int) -> list[str]:
+    """torchrun's --shutdown-timeout where this torch has it; else nothing, and a warning on stderr once."""
+    if torchrun_has_shutdown_timeout():
+        return [f"--shutdown-timeout={shutdown_timeout}"]
+    _warn_fixed_shutdown_timeout(shutdown_timeout)
+    return []
+
+
+@cache
+def _warn_fixed_shutdown_timeout(shutdown_timeout: int) -> None:
+    import torch
+
+    print(
+        f"warning: torch {torch.__version__}'s torchrun has no --shutdown-timeout (torch 2.12 added it): it"
+        f" kills the ranks 30 s after SIGTERM, not SHUTDOWN_TIMEOUT={shutdown_timeout} s. A save on SIGTERM"
+        " that takes longer is lost (the run resumes from the checkpoint before); give it time with torch"
+        " >= 2.12 (our images have it).",
+        file=sys.stderr,
+    )
+
+
 def torchrun_command(
     python: str,
     overrides: list[str],
@@ -86,7 +117,7 @@ def torchrun_command(
         *(python, "-m", "torch.distributed.run"),
         *(rendezvous or ["--standalone"]),
         f"--nproc-per-node={nproc_per_node}",
-        f"--shutdown-timeout={shutdown_timeout}",
+        *shutdown_timeout_args(shutdown_timeout),
         *("-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--"),
         *(python, "-m", trainer_module),
         *overrides,
