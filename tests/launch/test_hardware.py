@@ -123,6 +123,34 @@ def test_broken_table_is_reported(tmp_path):
         load_table(path)
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ('source = "measured"', "says what was measured"),
+        ('source = "estimate"\nmeasured = "2026-11-26, H100"', "says what was measured"),
+        ('source = "guess"', "use one of estimate, measured"),
+    ],
+)
+def test_a_tier_is_an_estimate_or_says_what_was_measured(tmp_path, extra, message):
+    from trm.launch.hardware import TABLE_PATH
+
+    text = TABLE_PATH.read_text()
+    head, sep, rest = text.partition('name = "a100-80g"')
+    rest = rest.replace('source = "estimate"\n', extra + "\n", 1)
+    path = tmp_path / "hw.toml"
+    path.write_text(head + sep + rest)
+    with pytest.raises(TRMError, match=message):
+        load_table(path)
+
+
+def test_the_h100_tier_is_measured_and_select_config_says_so():
+    table = load_table()
+    h100 = next(t for t in table.tiers if t.name == "h100-80g")
+    assert h100.source == "measured" and "driver 580.159.04, torch 2.11.0+cu130" in h100.measured
+    layout = select_layout(gpus_of("h100x4"), table=table)
+    assert f"table values: measured ({h100.measured})" in layout.describe()
+
+
 def test_plain_banner_parsing():
     driver, cuda = parse_plain_header((FIXTURES / "h100x4" / "nvidia-smi.txt").read_text())
     assert (driver, cuda) == ("550.127.05", "12.4")

@@ -278,6 +278,7 @@ def test_probe_of_a_one_step_epoch_recipe_trains_past_the_warm_up(tmp_path):
     assert f"eval_interval={epochs}" in trainer_args and "max_steps=4" in trainer_args
     cfg = compose(trainer_args)
     assert cfg.epochs == epochs
+    assert cfg.evaluate is False  # the probe times steps; arc2-smoke's evaluation took 183 s on an H100
     # One epoch of arc2-smoke is one step (1.5 global batches of rows, rounded down).
     groups, mean, batch = 768, 1.5, cfg.global_batch_size
     assert total_steps(1, groups, mean, batch) == 1

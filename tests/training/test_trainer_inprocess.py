@@ -125,6 +125,15 @@ def test_stop_at_end_of_pass_resumes_into_the_evaluation(tmp_path: Path) -> None
     assert any("eval/all/count" in row and row["step"] == 4 for row in metric_rows(tmp_path / "b"))
 
 
+def test_evaluate_false_trains_the_same_steps_without_any_evaluation(tmp_path: Path) -> None:
+    code, plain = run(tmp_path / "plain")
+    code_off, off = run(tmp_path / "off", "evaluate=false")
+    assert code == code_off == exit_codes.OK and off.progress.step == plain.progress.step == 8
+    assert any(any(k.startswith("eval/") for k in row) for row in metric_rows(tmp_path / "plain"))
+    assert not any(any(k.startswith("eval/") for k in row) for row in metric_rows(tmp_path / "off"))
+    assert_same_state(plain, off)  # evaluation leaves the training state alone (its RNG is restored)
+
+
 def run_stopped_in_evaluation(run_dir: Path, *extra: str, evaluation: int) -> tuple[int, Trainer]:
     """Run; SIGTERM arrives during the `evaluation`-th evaluation, after its first of two test batches."""
     trainer = make_trainer(run_dir, *extra)

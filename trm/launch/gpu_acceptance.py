@@ -16,22 +16,24 @@ pass / fail / error / skip with its numbers, its output's tail, its planned and 
   extension-build  starts building adam-atan2 from the kit's sdist for the visible GPUs' SM, in the
                    background while the parts below run (when it does not import already)
   collect          the test suite collects on this host (no error, no module skipped as a whole)
-  gpu-tests        the `gpu`-marked tests, TRM_REQUIRE_GPU=1 (a skipped gpu test counts as a failure); the
-                   quick profile leaves out the test the `resume` part repeats
+  bench            `python -m trm.bench.model --config paper`: ms/step, MFU and compile time (and upstream's
+                   with TRM_UPSTREAM, or the kit's upstream checkout); first of the parts that compile it
+  probe            `select-config --probe` of the paper config: peak memory and seconds per optimizer step
+                   (no evaluation)
   optimizer        waits for the extension build; the extension against our AdamATan2 over 100 steps (fp32,
                    bf16) and the extension's own gpu tests
   resume           a CUDA bf16 + compile=auto run SIGTERMed after step 2, resumed, equal to an uninterrupted
                    run (RESUME_RTOL / RESUME_ATOL; bitwise recorded); records the AdamATan2 backend that ran
-  probe            `select-config --probe` of the paper config: peak memory and seconds per optimizer step
-  bench            `python -m trm.bench.model --config paper`: ms/step and MFU (and upstream's with
-                   TRM_UPSTREAM, or the kit's upstream checkout)
+  gpu-tests        the `gpu`-marked tests, TRM_REQUIRE_GPU=1 (a skipped gpu test counts as a failure); the
+                   quick profile leaves out the test the `resume` part repeats
   checkpoint       `python -m trm.bench.checkpoint --device cuda`: the paper-size state saved from the GPU,
                    how long the loop is blocked asynchronously (pinned buffers) vs synchronously, same sha256s
   eval             `python -m trm.bench.eval --config paper`: an evaluation pass at paper size (every row
                    to halting), rows/s eager and compiled, the compiling pass's seconds
 
 Budget: a part starts only when its planned H100 time fits in what is left of `--budget-s`, and runs at
-most that long; otherwise it is "skipped for time". Without a CUDA device the CUDA parts are "skipped: no
+most that long; otherwise it is "skipped for time" (for the optional parts, checkpoint and eval, that
+leaves the verdict alone: the required parts' plan is what must fit the budget). Without a CUDA device the CUDA parts are "skipped: no
 GPU" and the others still run. The extension is required only with `--require-extension` (hosts and
 image variants without it train with the torch backend).
 
@@ -927,20 +929,23 @@ CHECKPOINT_LIMIT_S = 180  # builds a 2.4 GB puzzle table and writes three ~5 GB 
 EVAL_LIMIT_S = 240
 EVAL_REPEATS = {"quick": "2", "full": "3"}
 
-# Planned seconds on one H100 per profile. Estimates until a report from a real H100 replaces them: tiny
-# runs compile in ~20 s there, the paper config in ~60 s; the quick profile fits DEFAULT_BUDGET_S.
+# Planned seconds on one H100 per profile, from the first H100 run (docs/gpu-runs/2026-11-26-h100: facts 0.3 s,
+# imports 14, collect 23, bench 124 with both models' compiles, probe 76 before its evaluation (removed since),
+# optimizer 32 once the extension is built (the build: 65-89 s in the background), resume 90, checkpoint 48,
+# eval 88); gpu-tests is still an estimate (it did not start there). The required parts of the quick profile
+# fit DEFAULT_BUDGET_S.
 PARTS: tuple[Part, ...] = (
-    Part("facts", "versions and GPU facts (nvidia-smi, MIG, CUDA devices)", {"quick": 10, "full": 10}, 60, facts, needs_cuda=False),
-    Part("imports", "what the check and training import (the GPU kit on a bare host)", {"quick": 10, "full": 10}, 120, imports, needs_cuda=False),
+    Part("facts", "versions and GPU facts (nvidia-smi, MIG, CUDA devices)", {"quick": 5, "full": 5}, 60, facts, needs_cuda=False),
+    Part("imports", "what the check and training import (the GPU kit on a bare host)", {"quick": 15, "full": 15}, 120, imports, needs_cuda=False),
     Part("extension-build", "adam-atan2 from the kit's sdist for this GPU's SM, in the background", {"quick": 2, "full": 2}, 30, extension_build),
-    Part("collect", "the test suite collects here (no error, no module skipped whole)", {"quick": 20, "full": 20}, 180, collect, needs_cuda=False),
-    Part("bench", "trm.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 75, "full": 240}, BENCH_LIMIT_S, bench),
-    Part("probe", "select-config --probe (arc2-smoke, paper config): peak memory, s/step", {"quick": 120, "full": 180}, PROBE_LIMIT_S, probe),
-    Part("optimizer", f"adam-atan2 extension vs our AdamATan2, {OPTIMIZER_STEPS} steps, fp32 and bf16", {"quick": 30, "full": 60}, OPTIMIZER_LIMIT_S, optimizer),
+    Part("collect", "the test suite collects here (no error, no module skipped whole)", {"quick": 25, "full": 25}, 180, collect, needs_cuda=False),
+    Part("bench", "trm.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 125, "full": 240}, BENCH_LIMIT_S, bench),
+    Part("probe", "select-config --probe (arc2-smoke, paper config): peak memory, s/step", {"quick": 80, "full": 120}, PROBE_LIMIT_S, probe),
+    Part("optimizer", f"adam-atan2 extension vs our AdamATan2, {OPTIMIZER_STEPS} steps, fp32 and bf16", {"quick": 35, "full": 60}, OPTIMIZER_LIMIT_S, optimizer),
     Part("resume", "CUDA bf16 + compile=auto run: SIGTERM, resume, equal to uninterrupted; the optimizer backend", {"quick": 90, "full": 120}, 120 + 3 * RUN_LIMIT_S, resume),
     Part("gpu-tests", "pytest -m gpu tests with TRM_REQUIRE_GPU=1 (a skip is a failure)", {"quick": 150, "full": 400}, GPU_TESTS_LIMIT_S, gpu_tests),
-    Part("checkpoint", "trm.bench.checkpoint --device cuda: loop blocked by an async save vs a synchronous one", {"quick": 45, "full": 60}, CHECKPOINT_LIMIT_S, checkpoint_save, required=False),
-    Part("eval", "trm.bench.eval --config paper: evaluation rows/s eager and compiled", {"quick": 60, "full": 90}, EVAL_LIMIT_S, evaluation, required=False),
+    Part("checkpoint", "trm.bench.checkpoint --device cuda: loop blocked by an async save vs a synchronous one", {"quick": 50, "full": 60}, CHECKPOINT_LIMIT_S, checkpoint_save, required=False),
+    Part("eval", "trm.bench.eval --config paper: evaluation rows/s eager and compiled", {"quick": 90, "full": 120}, EVAL_LIMIT_S, evaluation, required=False),
 )  # fmt: skip
 
 

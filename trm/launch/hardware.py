@@ -28,7 +28,14 @@ class Tier:
     max_micro_batch: int
     compile: bool
     source: str = "estimate"
+    measured: str = ""
+    """With source "measured": when, on what (GPU, driver, torch) and what was measured."""
     note: str = ""
+
+    @property
+    def provenance(self) -> str:
+        """`estimate`, or `measured (date, GPU, driver, torch: figures)`."""
+        return f"{self.source} ({self.measured})" if self.measured else self.source
 
     def matches_name(self, gpu_name: str) -> bool:
         """Whether one of the `match` substrings occurs in the nvidia-smi name."""
@@ -161,21 +168,35 @@ class BatchLayout:
         return "\n".join(lines)
 
 
+TIER_SOURCES = ("estimate", "measured")
+
+
 def _tier(raw: dict[str, object], where: str) -> Tier:
     try:
-        return Tier(
+        tier = Tier(
             name=str(raw["name"]),
             match=tuple(str(m) for m in raw.get("match", [])),  # type: ignore[union-attr]
             min_vram_gib=float(raw.get("min_vram_gib", 0.0)),  # type: ignore[arg-type]
             max_micro_batch=int(raw["max_micro_batch"]),  # type: ignore[call-overload]
             compile=bool(raw["compile"]),
             source=str(raw.get("source", "estimate")),
+            measured=str(raw.get("measured", "")),
             note=str(raw.get("note", "")),
         )
     except KeyError as err:
         raise TRMError(
             f"hardware table {where}: missing key {err}; add it (see the header of hardware.toml)"
         ) from err
+    if tier.source not in TIER_SOURCES:
+        raise TRMError(
+            f"hardware table {where}: source = {tier.source!r}; use one of {', '.join(TIER_SOURCES)}"
+        )
+    if (tier.source == "measured") != bool(tier.measured):
+        raise TRMError(
+            f'hardware table {where}: a tier with source = "measured" says what was measured in `measured`'
+            " (date, GPU, driver, torch, figures) and only such a tier has it"
+        )
+    return tier
 
 
 def _sizing(raw: object, path: Path) -> Sizing:
@@ -277,7 +298,7 @@ def select_layout(
         notes.append(f"global_batch_size {gbs} differs from the run's {expected}: the training math changes")
     return BatchLayout(
         tier=device.tier.name,
-        tier_source=device.tier.source,
+        tier_source=device.tier.provenance,
         matched_by=device.matched_by,
         gpu_name=device.name,
         vram_gib=round(device.vram_gib, 1),

@@ -56,11 +56,12 @@ def merge_overrides(base: list[str] | tuple[str, ...], extra: list[str] | tuple[
 
 
 def probe_schedule(overrides: list[str], recipe_epochs: int, probe_steps: int) -> list[str]:
-    """Overrides that stretch a run's schedule to at least `probe_steps` optimizer steps.
+    """Overrides that stretch a run's schedule to at least `probe_steps` optimizer steps, without evaluation.
 
     A recipe whose epoch is a single optimizer step (arc2-smoke) would stop the probe at step 1, before
     the probe's warm-up steps, so no step would be timed. A run of E epochs with at least one step has at
-    least `probe_steps` steps over E × probe_steps epochs; its one evaluation comes at the end (max_steps).
+    least `probe_steps` steps over E × probe_steps epochs. The probe does not evaluate: at the paper size the
+    end-of-run evaluation of arc2-smoke's 14,645 test rows took 183 s of a 259 s probe on an H100.
     """
     epochs = recipe_epochs
     for item in overrides:
@@ -68,7 +69,7 @@ def probe_schedule(overrides: list[str], recipe_epochs: int, probe_steps: int) -
         if key == "epochs" and value.isdigit():
             epochs = int(value)
     longer = epochs * probe_steps
-    return [f"epochs={longer}", f"eval_interval={longer}"]
+    return [f"epochs={longer}", f"eval_interval={longer}", "evaluate=false"]
 
 
 @cache

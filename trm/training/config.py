@@ -51,6 +51,7 @@ RUN_ONLY_KEYS = frozenset(
         "async_checkpoint",
         "min_eval_interval",
         "evaluators",
+        "evaluate",
         "data_paths_test",
         "hang_timeout_minutes",
         "hang_first_step_minutes",
@@ -84,6 +85,8 @@ class TrainConfig:
     epochs: int = 100000
     eval_interval: int | None = 10000
     """Epochs between evaluations; must divide epochs."""
+    evaluate: bool = True
+    """False: no evaluation at all, not even at the end (the launcher's probe times training steps only)."""
     checkpoint_every_eval: bool = True
     lr: float = 1e-4
     lr_min_ratio: float = 1.0

@@ -447,7 +447,7 @@ class Trainer:
         votes pooled, the RNG as it was before it)."""
         from trm.evaluation.runner import EvaluationStopped, evaluate
 
-        if self.components.test_loader is None:
+        if self.components.test_loader is None or not self.cfg.evaluate:
             return True
 
         def should_stop() -> bool:  # asked before every test batch
