@@ -439,7 +439,8 @@ def driver_fix(
     tags = variants_for_host(gpus, driver, catalog, families)
     if tags:
         return (
-            head + f"Use the image variant {' or '.join(tags)} (launch it by digest: python -m trm image ref)"
+            head
+            + f"Use the image variant {' or '.join(tags)} (launch it by digest: python -m tools.images ref)"
         )
     covering = [
         (min_driver, tag)
