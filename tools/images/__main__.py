@@ -1,4 +1,4 @@
-"""`python -m tools.images …`: container images: lock, wheelhouse, build, push, ref, docs."""
+"""`python -m tools.images …` (its flags: tools/images/cli.py; the task list: tools.cli.TASKS)."""
 
 from __future__ import annotations
 

@@ -170,12 +170,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tools.images ARGS`: parse `argv` (default: sys.argv[1:]) and run."""
+    """`python -m tools.images ARGS`: parse `argv` (default: sys.argv[1:]) and run (tools.cli.TASKS)."""
     from tools.cli import main as run_task
 
-    return run_task(
-        "python -m tools.images",
-        "container images: lock, wheelhouse, build, push, ref, docs",
-        configure,
-        argv,
-    )
+    return run_task("images", argv)

@@ -1,4 +1,4 @@
-"""`python -m tools.jobs …`: render, validate or image-pin the Kubernetes jobs."""
+"""`python -m tools.jobs …` (its flags: tools/jobs/cli.py; the task list: tools.cli.TASKS)."""
 
 from __future__ import annotations
 

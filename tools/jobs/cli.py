@@ -29,13 +29,16 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from tools.cli import task_parsers
     from tools.jobs import k8s
     from tools.jobs.experiments import experiments_job
     from trm.commands import build_parser
 
     overlay = args.root / DEFAULT_OVERLAY
     extra = [(overlay, experiments_job(args.experiments, overlay))]
-    problems = k8s.check_jobs(args.root, build_parser(), version=args.kubernetes_version, extra=extra)
+    problems = k8s.check_jobs(
+        args.root, build_parser(), version=args.kubernetes_version, extra=extra, tasks=task_parsers()
+    )
     for problem in problems:
         print(problem)
     print(f"jobs: {len(problems)} problem(s) (Kubernetes {args.kubernetes_version} schemas, strict)")
@@ -156,9 +159,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tools.jobs ARGS`: parse `argv` (default: sys.argv[1:]) and run."""
+    """`python -m tools.jobs ARGS`: parse `argv` (default: sys.argv[1:]) and run (tools.cli.TASKS)."""
     from tools.cli import main as run_task
 
-    return run_task(
-        "python -m tools.jobs", "render, validate or image-pin the Kubernetes jobs", configure, argv
-    )
+    return run_task("jobs", argv)

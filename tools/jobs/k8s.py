@@ -13,7 +13,7 @@ import functools
 import os
 import shutil
 import subprocess
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import yaml
@@ -197,6 +197,7 @@ def check_jobs(
     *,
     version: str = KUBERNETES_VERSION,
     extra: list[tuple[Path, list[dict]]] | None = None,
+    tasks: Mapping[str, argparse.ArgumentParser] | None = None,
 ) -> list[str]:
     """Render every overlay and report schema errors, stale image pins and policy violations (the
     `python -m trm` commands of the pods against `cli`, the full parser of `trm.commands`); `extra`:
@@ -206,7 +207,7 @@ def check_jobs(
 
     root = Path(root)
     images = read_lock(root)
-    refs = RefChecker(root, cli)
+    refs = RefChecker(root, cli, tasks)
     rendered = {d: render(d) for d in overlay_dirs(root)}
     rwx = jobpolicy.rwx_claim_names(rendered)
     from tools.jobs.sky import check_task_families, pin_tasks

@@ -1,4 +1,4 @@
-"""`python -m tools.release …`: release images: build, push, pin the lock by registry digest, re-stamp runbooks and jobs (make release)."""
+"""`python -m tools.release …` (its flags: tools/release/cli.py; the task list: tools.cli.TASKS)."""
 
 from __future__ import annotations
 

@@ -45,12 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tools.release ARGS`: parse `argv` (default: sys.argv[1:]) and run."""
+    """`python -m tools.release ARGS`: parse `argv` (default: sys.argv[1:]) and run (tools.cli.TASKS)."""
     from tools.cli import main as run_task
 
-    return run_task(
-        "python -m tools.release",
-        "release images: build, push, pin the lock by registry digest, re-stamp runbooks and jobs (make release)",
-        configure,
-        argv,
-    )
+    return run_task("release", argv)

@@ -1,4 +1,4 @@
-"""`python -m tools.runbooks …`: check, run (cpu tier) or version-stamp the runbooks."""
+"""`python -m tools.runbooks …` (its flags: tools/runbooks/cli.py; the task list: tools.cli.TASKS)."""
 
 from __future__ import annotations
 

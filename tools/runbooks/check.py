@@ -12,6 +12,7 @@ import argparse
 import datetime
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from tools.images.imagelock import LOCK_PATH, LockedImage, read_lock
@@ -91,9 +92,14 @@ def header_problems(book: Runbook, images: dict[str, LockedImage], changelog: di
     return problems
 
 
-def check_runbooks(root: str | Path, cli: argparse.ArgumentParser) -> list[str]:
+def check_runbooks(
+    root: str | Path,
+    cli: argparse.ArgumentParser,
+    tasks: Mapping[str, argparse.ArgumentParser] | None = None,
+) -> list[str]:
     """Every problem in every runbook: headers, versions, shell syntax and project references (the
-    `python -m trm` commands against `cli`, the full parser of `trm.commands`)."""
+    `python -m trm` commands against `cli`, the full parser of `trm.commands`; `python -m tools.<task>`
+    against `tasks`, see RefChecker)."""
     root = Path(root)
     books = load_all(root / RUNBOOKS_DIR)
     images = lock_images(root)
@@ -101,7 +107,7 @@ def check_runbooks(root: str | Path, cli: argparse.ArgumentParser) -> list[str]:
     if not changelog_path.exists():
         raise TRMError(f"{changelog_path} is missing; create it with `python -m tools.runbooks stamp`.")
     changelog = changelog_entries(changelog_path.read_text(encoding="utf-8"))
-    refs = RefChecker(root, cli)
+    refs = RefChecker(root, cli, tasks)
     problems = stale_figures(root)
     for book in books:
         problems += header_problems(book, images, changelog)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 
 def _check(args: argparse.Namespace) -> int:
+    from tools.cli import task_parsers
     from tools.runbooks.check import check_runbooks
     from trm.commands import build_parser
 
-    problems = check_runbooks(args.root, build_parser())
+    problems = check_runbooks(args.root, build_parser(), task_parsers())
     for problem in problems:
         print(problem)
     print(f"runbooks: {len(problems)} problem(s)")
@@ -68,9 +69,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tools.runbooks ARGS`: parse `argv` (default: sys.argv[1:]) and run."""
+    """`python -m tools.runbooks ARGS`: parse `argv` (default: sys.argv[1:]) and run (tools.cli.TASKS)."""
     from tools.cli import main as run_task
 
-    return run_task(
-        "python -m tools.runbooks", "check, run (cpu tier) or version-stamp the runbooks", configure, argv
-    )
+    return run_task("runbooks", argv)

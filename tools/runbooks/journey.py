@@ -182,10 +182,23 @@ def environment_problems(block: Block) -> list[str]:
             and ("scripts/" in env.missing_paths)
         ):
             problems.append(f"{block.where}: {words[1]} does not exist in env={name} ({env.description})")
+        elif "scripts/" in env.missing_paths and _runs_repository_tooling(words):
+            problems.append(
+                f"{block.where}: `{' '.join(words[:3])}` is repository tooling (tools/, not in the image or "
+                f"the wheel) and env={name} has no checkout ({env.description}): run it on the laptop"
+            )
     for path in env.missing_paths:
         if path != "scripts/" and path in block.code:
             problems.append(f"{block.where}: {path} does not exist in env={name} ({env.description})")
     return problems
+
+
+def _runs_repository_tooling(words: list[str]) -> bool:
+    """`python -m tools…`: only a checkout has tools/ (the wheel and the image ship trm/ only)."""
+    return any(
+        words[i] == "-m" and (words[i + 1] == "tools" or words[i + 1].startswith("tools."))
+        for i in range(1, len(words) - 1)
+    ) and words[0].rsplit("/", 1)[-1].startswith("python")
 
 
 def variable_problems(book: Runbook) -> list[str]:

@@ -1,4 +1,4 @@
-"""`python -m tools.secrets …`: scan the repository for API keys, tokens, private keys (detect-secrets)."""
+"""`python -m tools.secrets …` (its flags: tools/secrets/cli.py; the task list: tools.cli.TASKS)."""
 
 from __future__ import annotations
 

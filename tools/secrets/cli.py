@@ -38,12 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tools.secrets ARGS`: parse `argv` (default: sys.argv[1:]) and run."""
+    """`python -m tools.secrets ARGS`: parse `argv` (default: sys.argv[1:]) and run (tools.cli.TASKS)."""
     from tools.cli import main as run_task
 
-    return run_task(
-        "python -m tools.secrets",
-        "scan the repository for API keys, tokens, private keys (detect-secrets)",
-        configure,
-        argv,
-    )
+    return run_task("secrets", argv)

@@ -2,8 +2,8 @@
 
 The checker splits a bash snippet into simple commands and verifies, for each one that points into the
 project: scripts exist (and accept the flags given, read from their `--help`), make targets and nox
-sessions are defined, `python -m trm …` subcommands and flags exist (argparse introspection of
-the `python -m trm` parser the caller passes in), `python -m <module>` / `torchrun -m <module>` modules of `trm` and `tools` exist,
+sessions are defined, `python -m trm …` and `python -m tools.<task> …` subcommands and flags exist (argparse
+introspection of the parsers the caller passes in), `python -m <module>` / `torchrun -m <module>` modules of `trm` and `tools` exist,
 and paths given to `kubectl -k/-f` exist. Commands of other tools (git, kubectl verbs, vastai) pass.
 """
 
@@ -16,7 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 _OPERATORS = {"&&", "||", ";", "|", "&", "(", ")", "{", "}", "|&", ";;", "!"}
@@ -136,11 +136,19 @@ def env_assignments(words: list[str]) -> list[str]:
 class RefChecker:
     """Verifies simple commands against one project tree (`root`)."""
 
-    def __init__(self, root: str | Path, parser: argparse.ArgumentParser):
-        """`parser`: the full `python -m trm` parser (`trm.commands.build_parser()`), passed in because
-        the command line runs these checks (the commands import the checkers, never the reverse)."""
+    def __init__(
+        self,
+        root: str | Path,
+        parser: argparse.ArgumentParser,
+        tasks: Mapping[str, argparse.ArgumentParser] | None = None,
+    ):
+        """`parser`: the full `python -m trm` parser (`trm.commands.build_parser()`); `tasks`: the parser of
+        each repository task by module (`tools.cli.task_parsers()`: `tools.jobs` -> its parser), whose
+        flags are then checked too. Passed in because the command line runs these checks (the commands
+        import the checkers, never the reverse)."""
         self.root = Path(root).resolve()
         self.parser = parser
+        self.tasks = dict(tasks or {})
 
     @functools.cached_property
     def make_targets(self) -> set[str]:
@@ -277,6 +285,8 @@ class RefChecker:
             return [f"module {module} does not exist (no {rel}.py)"]
         if module == "trm.train":
             return check_train_overrides(args)
+        if module in self.tasks:
+            return check_argv(self.tasks[module], args)
         return []
 
     def _inner_command(self, args: list[str]) -> list[str]:

@@ -95,12 +95,24 @@ def test_declared_host_variables_are_allowed():
         ),
         ("vast-venv", "docker exec trm df -h /dev/shm", "`docker` is not available in env=vast-venv"),
         ("docker-host", "bash scripts/train_prod.sh --dry-run", "does not exist in env=docker-host"),
+        ("image", "python -m tools.images ref sm90", "is repository tooling (tools/, not in the image"),
+        ("docker-host", "python3 -m tools.jobs check", "env=docker-host has no checkout"),
     ],
 )
 def test_commands_missing_from_the_blocks_environment(env, code, expected):
     (block,) = parse_blocks(f"```bash gpu env={env}\n{code}\n```\n", Path("rb.md"))
     problems = journey.environment_problems(block)
     assert len(problems) == 1 and expected in problems[0]
+
+
+def test_repository_tooling_runs_where_there_is_a_checkout():
+    for env in ("laptop", "vast-venv"):
+        (block,) = parse_blocks(
+            f"```bash gpu env={env}\npython -m tools.images ref sm90\n```\n", Path("rb.md")
+        )
+        assert journey.environment_problems(block) == []
+    (block,) = parse_blocks("```bash gpu env=image\npython -m trm version\n```\n", Path("rb.md"))
+    assert journey.environment_problems(block) == []
 
 
 def test_gpu_blocks_must_say_where_they_run():

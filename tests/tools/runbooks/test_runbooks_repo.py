@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tools.cli import task_parsers
 from tools.runbooks.check import check_runbooks
 from tools.runbooks.run import run_cpu_blocks
 from tools.runbooks.runbook import load_all
@@ -53,7 +54,7 @@ def _sections(text: str) -> list[str]:
 
 
 def test_repository_runbooks_pass_every_static_check():
-    assert check_runbooks(ROOT, build_parser()) == []
+    assert check_runbooks(ROOT, build_parser(), task_parsers()) == []
 
 
 def test_every_procedure_exists_and_is_indexed():

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tools.cli import task_parsers
 from tools.shell.refs import RefChecker, check_argv, env_assignments, simple_commands, strip_prefix
 from trm.commands import build_parser
 
@@ -116,6 +117,17 @@ def test_ref_checker_uses_the_real_cli():
     refs = RefChecker(Path(__file__).resolve().parents[3], build_parser())
     assert refs.check_code("python -m trm version --json") == []
     assert "no option --jsn" in refs.check_code("python -m trm version --jsn")[0]
+
+
+def test_repository_tasks_are_checked_against_their_own_parsers():
+    refs = RefChecker(Path(__file__).resolve().parents[3], build_parser(), task_parsers())
+    assert refs.check_code("python -m tools.jobs render --experiments exp03 jobs/overlays/prod-4xh100") == []
+    assert refs.check_code("python -m tools.images ref sm90 --driver 550.127.05") == []
+    assert "no option --experimentz" in refs.check_code("python -m tools.jobs render --experimentz exp03")[0]
+    assert "runbooks stampp" in refs.check_code("python -m tools.runbooks stampp -m x")[0]
+    assert "does not exist" in refs.check_code("python -m tools.nope check")[0]
+    # a moved command is not a `python -m trm` command any more
+    assert refs.check_code("python -m trm jobs check") != []
 
 
 def test_trainer_overrides_are_composed_with_the_real_config():
