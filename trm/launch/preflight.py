@@ -392,7 +392,7 @@ def variants_for_host(
     families: tuple = image_catalog.FAMILIES,
 ) -> list[str]:
     """The tag of the image variant for this host: its driver picks the family (trm.images.families, the
-    one decision the bootstrap and `trm image ref --driver` also make), its GPUs the variant; [] if none."""
+    one decision the bootstrap and `python -m tools.images ref --driver` also make), its GPUs the variant; [] if none."""
     if not driver or not gpus:
         return []
     try:
