@@ -59,19 +59,19 @@ IMAGE_BASES = $(if $(BUILD_BASE),--build-base '$(BUILD_BASE)') $(if $(RUNTIME_BA
 .PHONY: lock wheelhouse image push release image-test
 
 lock: venv ## re-resolve the hash-locked image requirements in docker/requirements/ (needs the index)
-	$(PY) -m trm image lock $(IMAGE_SELECT)
+	$(PY) -m tools.images lock $(IMAGE_SELECT)
 
 wheelhouse: venv ## download the locked packages of VARIANTS once into docker/wheelhouse/<lock>/
-	$(PY) -m trm image wheelhouse $(IMAGE_SELECT)
+	$(PY) -m tools.images wheelhouse $(IMAGE_SELECT)
 
 image: wheelhouse ## build images for VARIANTS (default all); BUILD_BASE/RUNTIME_BASE override the bases
-	$(PY) -m trm image build $(IMAGE_SELECT) $(IMAGE_BASES)
+	$(PY) -m tools.images build $(IMAGE_SELECT) $(IMAGE_BASES)
 
 push: venv ## push the built VARIANTS to REGISTRY=host[:port][/path]; digests go to docker/images.lock.json
-	$(PY) -m trm image push --registry '$(REGISTRY)' --lock-file '$(IMAGES_LOCK)' $(IMAGE_SELECT) $(IMAGE_BASES)
+	$(PY) -m tools.images push --registry '$(REGISTRY)' --lock-file '$(IMAGES_LOCK)' $(IMAGE_SELECT) $(IMAGE_BASES)
 
 release: venv ## clean checkout -> build, push, pin docker/images.lock.json by registry digest, re-stamp runbooks + jobs/
-	$(PY) -m trm publish --registry '$(REGISTRY)' $(IMAGE_SELECT) $(IMAGE_BASES)
+	$(PY) -m tools.release --registry '$(REGISTRY)' $(IMAGE_SELECT) $(IMAGE_BASES)
 
 image-test: venv ## real image test: engine, local base, build cpu, smoke, local registry, push, pull by digest
 	$(NOX) -s docker
@@ -101,10 +101,10 @@ KIT_PYTHON ?= 3.12
 SIM_PYTHON ?= python3.12
 SIM_TORCH ?= torch==$(TORCH_VERSION) --index-url https://download.pytorch.org/whl/cpu
 gpu-check: ## on a GPU host: one report in build/gpu-acceptance/ within --budget-s (ARGS="--dry-run" prints the plan)
-	$(GPU_PYTHON) -m trm.launch.gpu_acceptance $(ARGS)
+	$(GPU_PYTHON) -m tools.gpu.check $(ARGS)
 
 gpu-kit: venv ## build/gpu-kit/: wheels (Python KIT_PYTHON) + adam-atan2 sdist for a bare GPU host, offline (UPSTREAM=DIR adds it; HOST_HAS="numpy …" leaves out what the host has)
-	$(PY) -m trm.launch.gpu_kit build --python-version '$(KIT_PYTHON)' $(if $(UPSTREAM),--upstream '$(UPSTREAM)') $(if $(HOST_HAS),--host-has $(HOST_HAS))
+	$(PY) -m tools.gpu.kit build --python-version '$(KIT_PYTHON)' $(if $(UPSTREAM),--upstream '$(UPSTREAM)') $(if $(HOST_HAS),--host-has $(HOST_HAS))
 
 gpu-check-sim: venv ## rehearse a bare GPU host here: SIM_PYTHON venv + SIM_TORCH (CPU) + the kit --no-index, then gpu-check
-	$(PY) -m trm.launch.gpu_kit simulate --python '$(SIM_PYTHON)' --torch '$(SIM_TORCH)' --budget-s $(or $(BUDGET_S),540)
+	$(PY) -m tools.gpu.kit simulate --python '$(SIM_PYTHON)' --torch '$(SIM_TORCH)' --budget-s $(or $(BUDGET_S),540)

@@ -25,8 +25,8 @@ def shell_scripts() -> list[str]:
 def lint(session: nox.Session) -> None:
     """Static checks: ruff on Python, shellcheck on every shell script, actionlint on the CI workflows."""
     bin_dir = Path(PYTHON).parent
-    session.run(PYTHON, "-m", "ruff", "check", "trm", "tests", "noxfile.py")
-    session.run(PYTHON, "-m", "ruff", "format", "--check", "trm", "tests", "noxfile.py")
+    session.run(PYTHON, "-m", "ruff", "check", "trm", "tools", "tests", "noxfile.py")
+    session.run(PYTHON, "-m", "ruff", "format", "--check", "trm", "tools", "tests", "noxfile.py")
     session.run(str(bin_dir / "shellcheck"), *shell_scripts(), external=True)
     # actionlint also shellchecks each `run:` script with the shellcheck it finds on PATH (the venv's).
     workflows = sorted(str(p) for p in Path(".github/workflows").glob("*.yml"))
@@ -106,32 +106,32 @@ def gpu(session: nox.Session) -> None:
 def gpu_acceptance(session: nox.Session) -> None:
     """One report on a GPU host (build/gpu-acceptance/) within a budget: facts, gpu tests, extension, resume,
     probe, bench (`-- --budget-s 540 --profile full` …)."""
-    session.run(PYTHON, "-m", "trm.launch.gpu_acceptance", *session.posargs)
+    session.run(PYTHON, "-m", "tools.gpu.check", *session.posargs)
 
 
 @nox.session(default=False)
 def runbooks(session: nox.Session) -> None:
     """Runbooks and jobs: static checks, secret scan, jobs tests (kustomize required), every `bash cpu` block."""
     session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"
-    session.run(PYTHON, "-m", "trm", "runbooks", "check")
-    session.run(PYTHON, "-m", "trm", "scan-secrets")
+    session.run(PYTHON, "-m", "tools.runbooks", "check")
+    session.run(PYTHON, "-m", "tools.secrets")
     session.run(PYTHON, "-m", "pytest", "-q", "-m", "kube or runbooks")
-    session.run(PYTHON, "-m", "trm", "runbooks", "run", *session.posargs)
+    session.run(PYTHON, "-m", "tools.runbooks", "run", *session.posargs)
 
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module trm.bench.<name> (e.g. `data`)."""
+    """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module tools.bench.<name> (e.g. `data`)."""
     helpers = {
         "__init__",
         "upstream_trainer",
         "urm_reference",
-    }  # modules of trm/bench that are not benchmarks
-    available = sorted(p.stem for p in (ROOT / "trm" / "bench").glob("*.py") if p.stem not in helpers)
+    }  # modules of tools/bench that are not benchmarks
+    available = sorted(p.stem for p in (ROOT / "tools" / "bench").glob("*.py") if p.stem not in helpers)
     if not session.posargs or session.posargs[0] not in available:
         session.error(f"name a benchmark: nox -s bench -- <{'|'.join(available)}> [args]")
     name, *args = session.posargs
-    session.run(PYTHON, "-m", f"trm.bench.{name}", *args)
+    session.run(PYTHON, "-m", f"tools.bench.{name}", *args)
 
 
 @nox.session(default=False)
@@ -147,7 +147,7 @@ def docker_gpu(session: nox.Session) -> None:
         "bash",
         "scripts/image_test.sh",
         *session.posargs,
-        env={"PYTHON": PYTHON, "TRM_IMAGE_TESTS": "tests/images/test_docker_gpu.py"},
+        env={"PYTHON": PYTHON, "TRM_IMAGE_TESTS": "tests/tools/images/test_docker_gpu.py"},
         external=True,
     )
 

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3}
 PORT=${TRM_TEST_REGISTRY_PORT:-5000}
-TESTS=${TRM_IMAGE_TESTS:-tests/images/test_docker.py}
+TESTS=${TRM_IMAGE_TESTS:-tests/tools/images/test_docker.py}
 work=$(mktemp -d)
 dockerd_pid=""
 registry_pid=""

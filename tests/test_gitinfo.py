@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from tools.images import context
 from trm import gitinfo
-from trm.images import context, entrypoint
+from trm.images import entrypoint
 from trm.launch import handoff
 from trm.training import checkpoint
 

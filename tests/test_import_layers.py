@@ -1,30 +1,30 @@
-"""Layers point one way: the import graph of trm/, read with `ast` (nothing is imported).
+"""Layers point one way: the import graph of trm/ and tools/, read with `ast` (nothing is imported).
 
 Every `import` counts, at module level and inside functions (a function-level import is a dependency
 that is only deferred); imports under `if TYPE_CHECKING:` do not (they never run). Nodes are modules;
-a subpackage is `trm.<name>` with everything below it, and a top-level module (`trm.errors`,
-`trm.distributed`, …) is a node of its own.
+a subpackage is `trm.<name>` or `tools.<name>` with everything below it, and a top-level module
+(`trm.errors`, `tools.cli`, …) is a node of its own. tools/ (repository tooling, not in the wheel) may
+import trm/; trm/ never imports tools/.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+import sys
 import tomllib
 from collections import defaultdict
 from collections.abc import Iterator
-from fnmatch import fnmatch
 from pathlib import Path
 
-from trm.commands import COMMANDS
-
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "trm"
+PACKAGES = ("trm", "tools")
 
 
 def module_files() -> dict[str, Path]:
-    """`trm.launch.plan` -> its file, for every module of the package."""
+    """`trm.launch.plan` -> its file, for every module of trm/ and tools/."""
     modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -54,14 +54,14 @@ def _import_nodes(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
 
 
 def _known(name: str) -> str | None:
-    """The trm module `name` refers to (an attribute of a module resolves to that module)."""
+    """The trm/tools module `name` refers to (an attribute of a module resolves to that module)."""
     while name not in MODULES and "." in name:
         name = name.rsplit(".", 1)[0]
-    return name if name in MODULES and name != "trm" else None
+    return name if name in MODULES and name not in PACKAGES else None
 
 
 def imports_of(module: str) -> set[str]:
-    """The trm modules that `module` imports."""
+    """The trm/tools modules that `module` imports."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
@@ -82,8 +82,18 @@ GRAPH = {module: imports_of(module) for module in MODULES}
 
 
 def unit(module: str) -> str:
-    """`trm.launch.plan` -> `trm.launch`; `trm.errors` -> `trm.errors`."""
+    """`trm.launch.plan` -> `trm.launch`; `trm.errors` -> `trm.errors`; `tools.jobs.k8s` -> `tools.jobs`."""
     return ".".join(module.split(".")[:2])
+
+
+def is_command_line(module: str) -> bool:
+    """`python -m trm` (trm.commands, trm.__main__) and each repository task's `python -m tools.<task>`."""
+    parts = module.split(".")
+    return (
+        module == "trm.__main__"
+        or unit(module) == "trm.commands"
+        or (parts[0] == "tools" and parts[-1] in ("cli", "__main__"))
+    )
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -137,18 +147,20 @@ def test_the_graph_sees_module_and_function_level_imports():
     assert "trm.launch.settings" in GRAPH["trm.launch.plan"]  # module level
     assert "trm.evaluation.arc" in GRAPH["trm.training.builder"]  # inside a function
     assert "trm.launch.runner" in GRAPH["trm.commands.launch"]  # inside a function of a command
+    assert "tools.images.imagelock" in GRAPH["tools.jobs.k8s"]  # tools/ is read too
+    assert "trm.errors" in GRAPH["tools.jobs.k8s"]
 
 
 def test_no_library_module_imports_the_command_line():
     offenders = sorted(
         f"{module} imports {target}"
         for module, targets in GRAPH.items()
-        if not (module == "trm.__main__" or unit(module) == "trm.commands")
+        if not is_command_line(module)
         for target in targets
         if unit(target) == "trm.commands"
     )
-    assert offenders == [], "trm.commands is argv -> library calls; nothing may import it:\n" + "\n".join(
-        offenders
+    assert offenders == [], (
+        "trm.commands is argv -> library calls; only a command line may import it:\n" + "\n".join(offenders)
     )
 
 
@@ -169,29 +181,66 @@ def test_no_cycle_among_modules():
     assert found == [], f"import cycles between modules:\n  {details}"
 
 
-def wheel_exclusions() -> list[str]:
-    """The package patterns pyproject.toml keeps out of the wheel (repository tooling)."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    return config["tool"]["setuptools"]["packages"]["find"]["exclude"]
-
-
-def test_the_wheel_imports_nothing_it_leaves_out():
-    excluded = wheel_exclusions()
-    assert "trm.ops" in excluded and "trm.bench" in excluded
-
-    def left_out(module: str) -> str | None:
-        package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
-        return next((p for p in excluded if fnmatch(package, p)), None)
-
-    needs = {c.module: c.needs for c in COMMANDS}
+def test_trm_never_imports_tools():
     offenders = sorted(
         f"{module} imports {target}"
         for module, targets in GRAPH.items()
-        if left_out(module) is None
+        if module.startswith("trm.")
         for target in targets
-        if left_out(target) is not None and needs.get(module) != unit(target)
+        if target.startswith("tools.") or target == "tools"
     )
     assert offenders == [], (
-        "modules in the wheel import repository tooling that pyproject.toml leaves out (a command may, "
-        "when its `needs=` in trm.commands.COMMANDS names the package):\n" + "\n".join(offenders)
+        "trm/ is what the wheel ships and the image runs; repository tooling (tools/) may import trm, "
+        "never the other way (move the shared part into trm/):\n" + "\n".join(offenders)
+    )
+
+
+def test_the_wheel_ships_trm_only():
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "packages"
+    ]["find"]
+    assert find["include"] == ["trm", "trm.*"] and "exclude" not in find
+
+
+def docker_build_scripts() -> dict[str, Path]:
+    """The Python files a `docker build` stage runs before trm is installed: those the Dockerfile COPYs as
+    single files (e.g. trm/images/venvtools.py, shared with the host bootstrap), and any .py under docker/."""
+    dockerfile = (ROOT / "docker/Dockerfile").read_text(encoding="utf-8")
+    copied = re.findall(r"^COPY\s+(?!--from)(\S+\.py)\s", dockerfile, flags=re.MULTILINE)
+    paths = [ROOT / p for p in copied] + sorted((ROOT / "docker").rglob("*.py"))
+    return {p.stem: p for p in paths}
+
+
+def _module_level_imports(tree: ast.Module) -> Iterator[tuple[str, bool]]:
+    """(top-level name, has an `except ImportError` fallback) for each import run when the file loads."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Try):
+            guarded = any(
+                isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError")
+                for h in stmt.handlers
+            )
+            for inner in stmt.body:
+                for name, _ in _module_level_imports(ast.Module(body=[inner], type_ignores=[])):
+                    yield name, guarded
+            for handler in stmt.handlers:
+                yield from _module_level_imports(ast.Module(body=handler.body, type_ignores=[]))
+        elif isinstance(stmt, ast.Import):
+            yield from ((alias.name.split(".")[0], False) for alias in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and not stmt.level and stmt.module != "__future__":
+            yield stmt.module.split(".")[0], False
+
+
+def test_docker_build_scripts_load_with_the_standard_library_only():
+    scripts = docker_build_scripts()
+    assert {"venvtools", "buildtools"} <= set(scripts)  # the Dockerfile is read
+    offenders = sorted(
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in scripts.values()
+        for name, guarded in _module_level_imports(ast.parse(path.read_text(encoding="utf-8")))
+        if not (name in sys.stdlib_module_names or name in scripts or guarded)
+    )
+    assert offenders == [], (
+        "a script a `docker build` stage runs loads before trm or any dependency is installed: standard "
+        "library and its sibling scripts only at module level (defer the rest into the function that needs "
+        "it, or give it an `except ImportError` fallback):\n" + "\n".join(offenders)
     )

@@ -1,16 +1,12 @@
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import trm
 import trm.commands
-from trm.errors import TRMError
 
 
 def test_version_command_prints_json():
@@ -53,7 +49,7 @@ def imported_modules(module: str, *args: str) -> set[str]:
 def test_top_level_help_imports_no_command_and_no_heavy_library():
     modules = imported_modules("trm", "--help")
     assert "trm.commands" in modules  # the measurement sees our modules
-    heavy = {"yaml", "docker", "torch", "numpy", "omegaconf", "trm.images", "trm.ops", "trm.bench"}
+    heavy = {"yaml", "docker", "torch", "numpy", "omegaconf", "trm.images", "tools"}
     assert modules & heavy == set()
     assert sorted(m for m in modules if m.startswith("trm.commands.")) == []
 
@@ -81,13 +77,6 @@ def test_every_command_module_is_listed_and_configures_its_parser():
     parser = build_parser()  # every command configured, as the runbook checker uses it
     args = parser.parse_args(["select-config", "--cpu", "--json"])
     assert args.func.__module__ == "trm.commands.select_config" and args.json
-
-
-def test_tooling_command_without_its_package_says_to_use_a_checkout():
-    from trm.commands import Command, _configure
-
-    with pytest.raises(TRMError, match=r"repository tooling: it needs trm\.no_such_tooling.*source checkout"):
-        _configure(Command("runbooks", "…", needs="trm.no_such_tooling"), argparse.ArgumentParser())
 
 
 def test_bad_compile_value_names_its_source():

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tools.images import lockfile
+from tools.images.driver import ImageDriver, connect, parse_registry
+from tools.images.variants import load_config
 from trm.errors import TRMError
-from trm.images import entrypoint, lockfile
-from trm.images.driver import ImageDriver, connect, parse_registry
-from trm.images.variants import load_config
+from trm.images import entrypoint
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "d" * 64

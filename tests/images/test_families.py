@@ -1,5 +1,5 @@
 """The one decision from a host's NVIDIA driver to an image family and variant (trm.images.families), and
-every place that uses it: the generated catalog, `trm image ref --driver`, the launch plan."""
+every place that uses it: the generated catalog, `python -m tools.images ref --driver`, the launch plan."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import fake_smi_env
+from tools.images.variants import load_config
 from trm.errors import TRMError
 from trm.images import catalog
 from trm.images.families import catalog_families, driver_major, family_for_driver, variant_for_host
-from trm.images.variants import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = catalog_families()
@@ -86,7 +86,7 @@ def _lock(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(("driver", "variant"), [("550.127.05", "sm90-cu128"), ("580.95.05", "sm90")])
 def test_image_ref_with_the_hosts_driver(tmp_path, driver, variant):
     proc = subprocess.run(
-        [sys.executable, "-m", "trm", "image", "ref", "sm90", "--driver", driver, "--lock-file", str(_lock(tmp_path))],
+        [sys.executable, "-m", "tools.images", "ref", "sm90", "--driver", driver, "--lock-file", str(_lock(tmp_path))],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -95,7 +95,7 @@ def test_image_ref_with_the_hosts_driver(tmp_path, driver, variant):
 
 def test_image_ref_refuses_an_old_driver(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "trm", "image", "ref", "sm90", "--driver", "470.256.02", "--lock-file", str(_lock(tmp_path))],
+        [sys.executable, "-m", "tools.images", "ref", "sm90", "--driver", "470.256.02", "--lock-file", str(_lock(tmp_path))],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert (

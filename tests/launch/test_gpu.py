@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from trm.bench.model import peak_flops
+from tools.bench.model import peak_flops
 from trm.launch.gpu_checks import allreduce_check, matmul_check
 from trm.launch.hardware import select_layout
 from trm.launch.nvidia_smi import query_gpus, query_memory_used

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not UPSTREAM, reason="set TRM_UPSTREAM to a Tiny
 
 def _upstream_head(config, loss_type, arch="trm"):
     require_modules("pydantic", "einops")
-    from trm.bench.model import build_upstream
+    from tools.bench.model import build_upstream
 
     return build_upstream(config, torch.device("cpu"), UPSTREAM, loss_type, get_spec(arch).model_id)
 

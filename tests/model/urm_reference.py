@@ -1,5 +1,5 @@
 """Importing the URM reference (TRM_URM checkout) on CPU for parity tests: the builder lives in
-`trm.bench.urm_reference` (shared with the model bench); this adds the tests' skip on missing imports."""
+`tools.bench.urm_reference` (shared with the model bench); this adds the tests' skip on missing imports."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from tests.helpers import require_modules
-from trm.bench import urm_reference
+from tools.bench import urm_reference
 
 
 def import_reference(path: str) -> tuple[type, type]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -25,8 +24,6 @@ class Command:
 
     name: str
     help: str
-    needs: str | None = None
-    """A package of repository tooling that the installed wheel leaves out (see pyproject.toml)."""
 
     @property
     def module(self) -> str:
@@ -49,30 +46,17 @@ COMMANDS: tuple[Command, ...] = (
         "handoff",
         "write the handoff bundle (handoff.json, run.info, logs, metrics, plot, submission) of a run",
     ),
-    Command("image", "container images: lock, wheelhouse, build, push, ref, docs"),
     Command("infer", "offline ARC inference with a Kaggle bundle"),
-    Command("jobs", "render, validate or image-pin the Kubernetes jobs", needs="trm.ops"),
     Command(
         "launch", "run the production launch (what scripts/train_prod.sh calls); configured by environment"
     ),
     Command("package", "package a checkpoint for offline use"),
-    Command(
-        "publish",
-        "release images: build, push, pin the lock by registry digest, re-stamp runbooks and jobs (make release)",
-        needs="trm.ops",
-    ),
     Command(
         "publish-checkpoint",
         "upload one checkpoint of a run to the Hugging Face Hub with its provenance and a model card",
     ),
     Command("preflight", "check GPUs, driver, SM coverage, /dev/shm, disk, NCCL before a run"),
     Command("report", "compare runs: report.md with tables and plots from run directories or a batch"),
-    Command("runbooks", "check, run (cpu tier) or version-stamp the runbooks", needs="trm.ops"),
-    Command(
-        "scan-secrets",
-        "scan the repository for API keys, tokens, private keys (detect-secrets)",
-        needs="trm.ops",
-    ),
     Command(
         "select-config", "pick micro-batch / accumulation / compile for this host from the hardware table"
     ),
@@ -87,11 +71,6 @@ NAMES = tuple(c.name for c in COMMANDS)
 
 
 def _configure(command: Command, parser: argparse.ArgumentParser) -> None:
-    if command.needs is not None and importlib.util.find_spec(command.needs) is None:
-        raise TRMError(
-            f"`python -m trm {command.name}` is repository tooling: it needs {command.needs}, which the "
-            "installed trm-stack wheel leaves out; run it from a source checkout (`make venv`)"
-        )
     importlib.import_module(command.module).configure(parser)
 
 

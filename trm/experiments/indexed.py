@@ -1,6 +1,6 @@
 """One experiment per pod of a Kubernetes Indexed Job: `python -m trm launch --experiments a,b,c`.
 
-The Job (`python -m trm jobs render --experiments P`) lists its experiments in the launcher's arguments;
+The Job (`python -m tools.jobs render --experiments P`) lists its experiments in the launcher's arguments;
 pod i (`JOB_COMPLETION_INDEX=i`, set by Kubernetes) runs the i-th through the production launcher
 (preflight, dataset build + verify, hardware tier, smoke gate, supervised torchrun, resume, handoff):
 `TASK` is the experiment's recipe, `RUN_NAME` its run name, its overrides come after `TRAIN_OVERRIDES`,

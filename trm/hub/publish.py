@@ -173,7 +173,7 @@ def runtime_lock(manifest: dict[str, Any]) -> dict[str, str] | None:
     build that trained) of the commit that trained, read from this checkout when it is at that very commit
     (clean); None otherwise (the git sha still names it)."""
     from trm import gitinfo
-    from trm.images.requirements import runtime_lock as lock_path
+    from trm.images.requirement_locks import runtime_lock as lock_path
 
     sha, torch_version = manifest.get("git_sha"), str(manifest.get("torch_version") or "")
     if not sha or sha.endswith("-dirty") or gitinfo.checkout_sha(gitinfo.PACKAGE_ROOT) != sha:

@@ -1,4 +1,4 @@
-"""GPU image variants: generated from docker/images.toml by `python -m trm image docs`; do not edit.
+"""GPU image variants: generated from docker/images.toml by `python -m tools.images docs`; do not edit.
 
 FAMILIES (trm.images.families.Family, newest first): family (= lock group), CUDA release, torch,
 oldest driver branch, AdamATan2 backend its images ship.

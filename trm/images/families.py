@@ -1,6 +1,6 @@
 """The one decision that picks an image family (CUDA release, torch, optimizer backend) from a host's driver.
 
-The families live in `docker/images.toml` ([families]); `python -m trm image docs` copies them into
+The families live in `docker/images.toml` ([families]); `python -m tools.images docs` copies them into
 trm/images/catalog.py so that code without the checkout's images.toml (preflight inside an image, the
 host bootstrap) reads the same table. Standard library only: scripts/bootstrap_host.sh imports it before
 anything is installed.

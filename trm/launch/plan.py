@@ -459,7 +459,7 @@ class LaunchPlan:
 
 def host_image(gpus: list[GpuInfo], environ: dict[str, str]) -> str:
     """The image family and variant this host's driver runs (trm.images.families, one decision for
-    preflight, the bootstrap and `trm image ref --driver`), and the one this launch runs in."""
+    preflight, the bootstrap and `python -m tools.images ref --driver`), and the one this launch runs in."""
     from trm.images.families import variant_for_host
 
     running = environ.get("TRM_IMAGE_VARIANT")

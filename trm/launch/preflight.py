@@ -392,7 +392,7 @@ def variants_for_host(
     families: tuple = image_catalog.FAMILIES,
 ) -> list[str]:
     """The tag of the image variant for this host: its driver picks the family (trm.images.families, the
-    one decision the bootstrap and `trm image ref --driver` also make), its GPUs the variant; [] if none."""
+    one decision the bootstrap and `python -m tools.images ref --driver` also make), its GPUs the variant; [] if none."""
     if not driver or not gpus:
         return []
     try:
@@ -439,7 +439,8 @@ def driver_fix(
     tags = variants_for_host(gpus, driver, catalog, families)
     if tags:
         return (
-            head + f"Use the image variant {' or '.join(tags)} (launch it by digest: python -m trm image ref)"
+            head
+            + f"Use the image variant {' or '.join(tags)} (launch it by digest: python -m tools.images ref)"
         )
     covering = [
         (min_driver, tag)

@@ -225,7 +225,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
 )
 # Set by the trm images (read by preflight and the handoff bundle), listed for completeness; except
 # TRM_IMAGE_DIGEST: an image cannot know its own digest, so whoever starts it passes it from
-# docker/images.lock.json (`python -m trm jobs pin` into the Jobs, `-e TRM_IMAGE_DIGEST` in the runbooks).
+# docker/images.lock.json (`python -m tools.jobs pin` into the Jobs, `-e TRM_IMAGE_DIGEST` in the runbooks).
 IMAGE_VARS: tuple[EnvVar, ...] = (
     EnvVar("TRM_IMAGE_CUDA", "the torch build's CUDA", "CUDA version of the image (driver check)", "image"),
     EnvVar(

@@ -1,0 +1,144 @@
+"""The trainer benchmark's plumbing: upstream's progress parsing, epoch sizing, and the CPU shim."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tools.bench.train import tqdm_step_seconds, upstream_epochs_for
+from tools.bench.upstream_trainer import DEVICE_SWITCH, patched_source
+from trm.errors import TRMError
+
+TQDM_STDERR = (
+    "  0%|          | 0/44 [00:00<?, ?it/s]"
+    "  2%|▏         | 1/44 [00:03<02:09,  3.01s/it]"
+    " 14%|█▎        | 6/44 [00:09<00:50,  1.33s/it]"
+    " 16%|█▌        | 7/44 [00:10<00:47,  1.25s/it]"
+    " 18%|█▊        | 8/44 [00:11<00:30,  1.20it/s]"
+    " 18%|█▊        | 8/44 [00:40<01:30,  2.08s/it]\n"  # refresh at close, after evaluation
+)
+
+
+def test_tqdm_records_after_warmup_give_seconds_per_step_and_the_close_refresh_is_dropped():
+    assert tqdm_step_seconds(TQDM_STDERR, warmup=5) == pytest.approx([1.33, 1.25, 1 / 1.20])
+    assert tqdm_step_seconds("no progress here") == []
+
+
+def test_upstream_epochs_match_the_requested_steps(tmp_path):
+    (tmp_path / "train").mkdir()
+    meta = {"total_groups": 32, "mean_puzzle_examples": 3.6875}
+    (tmp_path / "train" / "dataset.json").write_text(json.dumps(meta))
+    assert upstream_epochs_for(tmp_path, steps=40, batch=32) == 11  # 11 × 3.69 ≈ 40.6 steps
+    assert upstream_epochs_for(tmp_path, steps=1, batch=32) == 1
+
+
+def test_every_device_switch_pattern_is_required(tmp_path):
+    source = "\n".join(pattern for pattern, _ in DEVICE_SWITCH)
+    patched = patched_source(source, tmp_path / "pretrain.py")
+    assert "cuda" not in patched and "nccl" not in patched
+    with pytest.raises(TRMError, match=r"expected `\.cuda\(\)`.*DEVICE_SWITCH"):
+        patched_source(source.replace(".cuda()", ".to(dev)"), tmp_path / "pretrain.py")
+
+
+FAKE_PRETRAIN = """
+import os, sys, json, typing
+import torch
+from adam_atan2 import AdamATan2
+
+class Config:
+    field: "Arch"  # resolved through sys.modules["__main__"], as pydantic does
+
+class Arch:
+    pass
+
+def main():
+    hints = typing.get_type_hints(Config, globalns=vars(sys.modules[Config.__module__]))
+    with torch.device("cuda"):
+        made = torch.zeros(2)
+    moved = made.cuda()
+    opt = AdamATan2([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+    try:
+        torch.load(os.devnull, map_location="cuda")
+    except Exception:
+        pass
+    if False:
+        torch.distributed.init_process_group(backend="nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.zeros(1, device="cuda")
+    out = {"argv": sys.argv[1:], "device": str(moved.device), "opt": type(opt).__module__,
+           "hint": hints["field"].__name__, "file": __file__}
+    open(sys.argv[1], "w").write(json.dumps(out))
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_shim_runs_a_cuda_only_trainer_on_cpu_with_our_optimizer(tmp_path):
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "pretrain.py").write_text(FAKE_PRETRAIN)
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", str(checkout), str(out), "lr=1"]
+    subprocess.run(cmd, check=True, cwd=tmp_path)
+    result = json.loads(out.read_text())
+    assert result == {
+        "argv": [str(out), "lr=1"],
+        "device": "cpu",
+        "opt": "trm.optim.adam_atan2",
+        "hint": "Arch",
+        "file": str(checkout / "pretrain.py"),
+    }
+
+
+def test_shim_names_a_checkout_without_a_trainer(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.bench.upstream_trainer", str(tmp_path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "has no pretrain.py" in proc.stderr
+
+
+def test_setups_give_both_trainers_the_same_run_and_compile_only_the_paper_setup(tmp_path, monkeypatch):
+    from tools.bench import train as bench
+
+    calls = []
+
+    def fake_run(cmd, **kwargs):
+        calls.append((cmd, kwargs["env"]))
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr=" 9/9 [00:09<00:00,  1.00s/it]")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.setattr(bench, "step_times", lambda _path: [1.0])
+    monkeypatch.setenv("DISABLE_COMPILE", "1")
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "dataset.json").write_text('{"total_groups": 10, "mean_puzzle_examples": 1.0}')
+    for name, compiled in (("tiny", False), ("paper", True)):
+        setup = bench.SETUPS[name]
+        calls.clear()
+        bench.bench_ours(setup, tmp_path, tmp_path / "ours", steps=4)
+        assert bench.bench_upstream(setup, tmp_path / "up", tmp_path, steps=4)["median_s_per_step"] == 1.0
+        (ours_cmd, ours_env), (up_cmd, up_env) = calls
+        assert f"device={setup.device}" in ours_cmd and up_cmd[3:5] == ["--device", setup.device]
+        for override in (*setup.overrides, f"global_batch_size={setup.batch}", "evaluators=[]"):
+            assert override in ours_cmd and override in up_cmd, override
+        assert ("DISABLE_COMPILE" in ours_env) == ("DISABLE_COMPILE" in up_env) == (not compiled)
+        assert ours_env["WANDB_MODE"] == up_env["WANDB_MODE"] == "disabled"
+
+
+def test_cuda_mode_runs_the_script_unchanged_and_stands_in_only_for_a_missing_extension(tmp_path):
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    script = (
+        "import json, sys\n"
+        "from adam_atan2 import AdamATan2\n"
+        "MARK = 'x.cuda()'\n"
+        "json.dump({'mark': MARK, 'opt': AdamATan2.__module__}, open(sys.argv[1], 'w'))\n"
+    )
+    (checkout / "pretrain.py").write_text(script)
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", "cuda", str(checkout), str(out)]
+    subprocess.run(cmd, check=True, cwd=tmp_path)
+    assert json.loads(out.read_text()) == {"mark": "x.cuda()", "opt": "trm.optim.adam_atan2"}

@@ -1,0 +1,95 @@
+"""The GPU kit's contents (from pyproject.toml and the image lock) and the rehearsal's verdict on a report."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tools.gpu import kit as gpu_kit
+from tools.gpu.check import NO_GPU, NO_TIME, PARTS
+from trm.errors import TRMError
+
+ROOT = Path(__file__).resolve().parents[3]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _names(requirements: list[str]) -> set[str]:
+    return {r.split("==")[0].lower() for r in requirements}
+
+
+def test_kit_holds_the_runtime_dependencies_but_torch_and_the_checks_test_runner() -> None:
+    wanted = gpu_kit.kit_requirements(PYPROJECT, upstream=False)
+    runtime = _names(PYPROJECT["project"]["dependencies"]) - {"torch"}
+    assert _names(wanted) == runtime | {"pytest", "pytest-xdist", "pyyaml"}
+    assert all("==" in r for r in wanted)  # downloaded at the project's pins
+    with_upstream = _names(gpu_kit.kit_requirements(PYPROJECT, upstream=True))
+    assert {"pydantic", "argdantic", "einops"} <= with_upstream and "numba" not in with_upstream
+
+
+def test_an_unpinned_dependency_is_named() -> None:
+    broken = {"project": {**PYPROJECT["project"], "dependencies": ["torch==2.13.0", "numpy>=2"]}}
+    with pytest.raises(TRMError, match=r"'numpy>=2' is not pinned with ==; pin it exactly"):
+        gpu_kit.kit_requirements(broken, upstream=False)
+
+
+def test_lock_pins_drop_torch_and_local_versions() -> None:
+    text = "torch==2.13.0+cpu \\\n    --hash=sha256:aa\nnumpy==2.4.6 \\\n    --hash=sha256:bb\n    # via x\n"
+    assert gpu_kit.lock_pins(text) == ["numpy==2.4.6"]
+    pins = gpu_kit.lock_pins((ROOT / gpu_kit.RUNTIME_LOCK).read_text())
+    assert "antlr4-python3-runtime==4.9.3" in pins and not any(p.startswith("torch==") for p in pins)
+
+
+def _report(**changes) -> dict:
+    cuda = {p.name for p in PARTS if p.needs_cuda}
+    parts = [
+        {"name": p.name, "status": "skip" if p.name in cuda else "pass", "skipped": NO_GPU if p.name in cuda else None,
+         "summary": "…", "seconds": 1.0}
+        for p in PARTS
+    ]  # fmt: skip
+    return {"status": "incomplete", "plan_fits_budget": True, "planned_h100_s": 500, "budget_s": 540, "parts": parts,
+            **changes}  # fmt: skip
+
+
+def test_the_rehearsal_passes_only_when_cuda_parts_skip_for_no_gpu_and_the_rest_pass() -> None:
+    cuda = {p.name for p in PARTS if p.needs_cuda}
+    assert cuda == {p.name for p in PARTS} - {"facts", "imports", "collect"}  # all that touch the GPU
+    assert gpu_kit.check_simulated_report(_report(), cuda) == []
+    report = _report()
+    report["parts"][1]["status"] = "fail"  # imports
+    assert gpu_kit.check_simulated_report(report, cuda) == ["imports: fail (…), expected pass"]
+    report = _report()
+    gpu_tests = next(p for p in report["parts"] if p["name"] == "gpu-tests")
+    gpu_tests["skipped"] = NO_TIME  # skipped for time, not for the missing GPU
+    assert gpu_kit.check_simulated_report(report, cuda) == ["gpu-tests: skip (…), expected 'skipped: no GPU'"]
+    problems = gpu_kit.check_simulated_report(_report(plan_fits_budget=False, planned_h100_s=900), cuda)
+    assert problems == ["the plan (900 s on an H100) exceeds the budget 540"]
+
+
+def test_wheels_the_host_has_are_named_by_their_distribution() -> None:
+    assert (
+        gpu_kit.wheel_dist_name("pydantic_core-2.50.4-cp312-cp312-manylinux2014_x86_64.whl")
+        == "pydantic-core"
+    )
+    assert gpu_kit.wheel_dist_name("numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl") == "numpy"
+
+
+def test_the_kit_leaves_out_the_upstream_checkouts_notebooks_and_images(tmp_path: Path) -> None:
+    import shutil
+
+    src = tmp_path / "upstream"
+    for rel in (
+        "pretrain.py",
+        "models/recursive_reasoning/trm.py",
+        "kaggle/data.json",
+        "assets/fig.png",
+        "README.md",
+    ):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("x")
+    shutil.copytree(src, tmp_path / "copy", ignore=shutil.ignore_patterns(*gpu_kit.UPSTREAM_SKIP_FILES))
+    kept = sorted(
+        str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()
+    )
+    assert kept == ["README.md", "models/recursive_reasoning/trm.py", "pretrain.py"]

@@ -1,0 +1,165 @@
+"""`python -m tools.jobs render|check|pin|copy-out|teardown`: the Kubernetes manifests under jobs/."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+# The overlay an experiment Job is made from unless another is named (its GPUs, deadline, image, volumes).
+DEFAULT_OVERLAY = Path("jobs/overlays/prod-4xh100")
+
+
+def _render(args: argparse.Namespace) -> int:
+    from tools.jobs import k8s
+    from trm.errors import TRMError
+
+    if args.experiments is not None:
+        from tools.jobs.experiments import experiments_job
+
+        objects = experiments_job(args.experiments, args.directory or DEFAULT_OVERLAY, args.parallelism)
+    elif args.directory is None:
+        raise TRMError("name a kustomization directory (e.g. jobs/overlays/prod-8xh200), or --experiments P")
+    else:
+        objects = k8s.render(args.directory)
+    yaml.safe_dump_all(objects, sys.stdout, sort_keys=False, default_flow_style=False, width=200)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from tools.cli import task_parsers
+    from tools.jobs import k8s
+    from tools.jobs.experiments import experiments_job
+    from trm.commands import build_parser
+
+    overlay = args.root / DEFAULT_OVERLAY
+    extra = [(overlay, experiments_job(args.experiments, overlay))]
+    problems = k8s.check_jobs(
+        args.root, build_parser(), version=args.kubernetes_version, extra=extra, tasks=task_parsers()
+    )
+    for problem in problems:
+        print(problem)
+    print(f"jobs: {len(problems)} problem(s) (Kubernetes {args.kubernetes_version} schemas, strict)")
+    return 1 if problems else 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    from tools.images.imagelock import read_lock
+    from tools.jobs import k8s
+    from tools.jobs import sky as skytasks
+
+    changed = k8s.pin_images(args.root, check=args.check)
+    for directory in changed:
+        print(f"{'stale' if args.check else 'pinned'}: {directory}/kustomization.yaml")
+    tasks = skytasks.pin_tasks(args.root, read_lock(args.root), check=args.check)
+    for path in tasks:
+        print(f"{'stale' if args.check else 'pinned'}: {path} (image_id)")
+    changed += tasks
+    if args.check and changed:
+        print("run `python -m tools.jobs pin` to write the digests from docker/images.lock.json")
+        return 1
+    print(f"jobs: {len(changed)} overlay(s) and task(s) {'stale' if args.check else 'updated'}")
+    return 0
+
+
+def _copy_out(args: argparse.Namespace) -> int:
+    from tools.jobs.copyout import copy_out_objects
+
+    objects = copy_out_objects(args.overlay, args.sync_to)
+    yaml.safe_dump_all(objects, sys.stdout, sort_keys=False, default_flow_style=False, width=200)
+    return 0
+
+
+def _teardown(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from tools.jobs.copyout import teardown
+
+    def run(cmd: list[str]) -> subprocess.CompletedProcess:
+        if args.dry_run and cmd[1] == "delete":
+            print("would run:", " ".join(cmd))
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+
+    deleted = teardown(args.overlay, run)
+    if not args.dry_run:
+        for cmd in deleted:
+            print("done:", " ".join(cmd))
+    return 0
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from tools.jobs.k8s import KUBERNETES_VERSION
+
+    sub = parser.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    render = sub.add_parser("render", help="print the objects a kustomization directory renders to")
+    render.add_argument(
+        "directory",
+        type=Path,
+        nargs="?",
+        help="e.g. jobs/overlays/prod-8xh200; with --experiments the overlay the Job is made from "
+        f"(default {DEFAULT_OVERLAY})",
+    )
+    render.add_argument(
+        "--experiments",
+        metavar="P",
+        help="render one Indexed Job running the experiments that P selects (a glob or a prefix of names, "
+        "`python -m trm experiment list`): pod i runs experiment i through the launcher",
+    )
+    render.add_argument(
+        "--parallelism",
+        type=int,
+        help="with --experiments: pods at a time (default: all experiments at once)",
+    )
+    render.set_defaults(func=_render)
+    check = sub.add_parser("check", help="schema-validate every overlay offline and check the job rules")
+    check.add_argument(
+        "--kubernetes-version", default=KUBERNETES_VERSION, help="schema version (default %(default)s)"
+    )
+    check.add_argument(
+        "--experiments",
+        metavar="P",
+        default="exp",
+        help="also check the Indexed Job of these experiments, made from "
+        f"{DEFAULT_OVERLAY} (default %(default)s: the paper's suites)",
+    )
+    check.set_defaults(func=_check)
+    pin = sub.add_parser(
+        "pin",
+        help="write each overlay's image digest and each SkyPilot task's image_id from docker/images.lock.json",
+    )
+    pin.add_argument("--check", action="store_true", help="only report stale overlays (exit 1)")
+    pin.set_defaults(func=_pin)
+    copy_out = sub.add_parser(
+        "copy-out",
+        help="print the copy-out pod for OVERLAY's run and volume (pipe into kubectl apply -f -): it copies "
+        "the run to SYNC_TO/RUN_NAME and verifies the copy (rclone check)",
+    )
+    copy_out.add_argument(
+        "overlay", type=Path, help="the overlay that trained the run, e.g. jobs/overlays/prod-4xh100"
+    )
+    copy_out.add_argument(
+        "--sync-to", required=True, metavar="REMOTE", help="rclone remote:path, e.g. store:bucket/runs"
+    )
+    copy_out.set_defaults(func=_copy_out)
+    teardown = sub.add_parser(
+        "teardown",
+        help="after a verified copy-out of OVERLAY's run: delete its finished Job, the copy-out pod, the volume "
+        "(PVC) and the Secrets trm-wandb / trm-rclone; without the verified copy it deletes nothing (exit 2)",
+    )
+    teardown.add_argument("overlay", type=Path, help="the overlay that trained the run")
+    teardown.add_argument(
+        "--dry-run", action="store_true", help="check the copy-out, print the deletes, run none"
+    )
+    teardown.set_defaults(func=_teardown)
+    for p in (check, pin):
+        p.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tools.jobs ARGS`: parse `argv` (default: sys.argv[1:]) and run (tools.cli.TASKS)."""
+    from tools.cli import main as run_task
+
+    return run_task("jobs", argv)

@@ -1,1 +1,0 @@
-"""Operations tooling: versioned runbooks, Kubernetes job manifests, image pins and the secret scan."""
