@@ -79,3 +79,10 @@ def test_a_broken_command_in_a_docs_page_fails_the_check(tmp_path: Path):
 def test_a_docs_page_with_bad_shell_syntax_fails_the_check(tmp_path: Path):
     problems = check_runbooks(_repo(tmp_path, "```bash\nif true; then\n```\n"), build_parser())
     assert len(problems) == 1 and problems[0].startswith("docs/data.md:2: bash -n:"), problems
+
+
+def test_a_broken_link_in_a_docs_page_fails_the_check(tmp_path: Path):
+    repo = _repo(tmp_path, "# Data\n\n[launch](launch.md) and [data](#data), [gone](#nowhere)\n")
+    problems = check_runbooks(repo, build_parser())
+    assert [p.split(": ", 1)[0] for p in problems] == ["docs/data.md:3"] * 2, problems
+    assert "'launch.md' points to a file that does not exist" in problems[0] and "#nowhere" in problems[1]
