@@ -92,7 +92,7 @@ launch-test: venv ## train_prod.sh end to end on CPU: data, torchrun 2 gloo rank
 kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv install, inference (slow)
 	$(NOX) -s kaggle
 
-# ---- GPU host check (README: GPU host checks) ----------------------------------------------------------
+# ---- GPU host check (docs/gpu-host-checks.md) -----------------------------------------------------------
 # A GPU host may have no venv: its own Python with its own CUDA torch runs the check (never installs torch);
 # on a bare host, install the kit first: pip install --no-index --find-links build/gpu-kit -r build/gpu-kit/requirements.txt
 .PHONY: gpu-kit gpu-check-sim

@@ -50,7 +50,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> objec
         report.outcome = "failed"
         report.longrepr = (
             f"TRM_REQUIRE_GPU=1: gpu test {item.nodeid} was skipped ({reason}); a GPU run must run every gpu "
-            "test: install what it needs (README: GPU host checks) or fix the host"
+            "test: install what it needs (docs/gpu-host-checks.md) or fix the host"
         )
     return report
 

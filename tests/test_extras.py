@@ -8,6 +8,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+from tools.runbooks.pages import reference_pages
 from trm.extras import extra_pins, install_hint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +46,11 @@ def test_every_image_variant_ships_the_hub_and_its_lock_has_it():
         )
 
 
-def test_every_test_file_the_readmes_name_exists():
+def test_every_test_file_the_docs_name_exists():
     named = {
-        (doc, path)
-        for doc in ("README.md", "docker/README.md", "jobs/README.md", "runbooks/README.md")
-        for path in re.findall(r"`(tests/[\w/]+\.py)", (ROOT / doc).read_text())
+        (doc.relative_to(ROOT).as_posix(), path)
+        for doc in reference_pages(ROOT)
+        for path in re.findall(r"`(tests/[\w/]+\.py)", doc.read_text())
     }
     missing = sorted((doc, path) for doc, path in named if not (ROOT / path).is_file())
     assert named and missing == [], f"stale test paths: {missing}"

@@ -218,7 +218,7 @@ def test_counts_match_upstream_builds(tmp_path):
 
 @pytest.mark.slow
 def test_full_arc2_concept_build_counts(tmp_path):
-    """ARC-AGI-2 + ConceptARC at aug 1000 (compact): shape of the README dataset, verified end to end."""
+    """ARC-AGI-2 + ConceptARC at aug 1000 (compact): shape of the dataset docs/data.md builds, verified end to end."""
     m = build_arc_dataset(tmp_path / "full")
     assert m["counts"]["train"]["groups"] == 1280 and m["counts"]["test"]["groups"] == 120
     assert 1_150_000 < m["counts"]["train"]["puzzles"] < 1_281_280

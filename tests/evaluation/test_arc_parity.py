@@ -74,7 +74,7 @@ def test_pooled_votes_survive_a_checkpoint(name: str, world: int, tmp_path) -> N
 
 def test_upstream_depends_on_the_world_size_only_where_ties_are_broken() -> None:
     """Upstream merges ranks rank by rank, so its first-seen candidate can change with the world size;
-    ours does not (README: ARC evaluation). Here that happens in the scenarios with exact ties, metrics
+    ours does not (docs/arc-evaluation.md). Here that happens in the scenarios with exact ties, metrics
     included, and nowhere else."""
     differs = {n for n in SCENARIOS for m in VOTING if EXPECTED[n][m]["1"] != EXPECTED[n][m]["2"]}
     assert differs == set(TIES)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tools.runbooks.pages import reference_pages
 from trm.images import buildtools, venvtools
 from trm.images.buildtools import BuildCheckError
 
@@ -482,7 +483,7 @@ def test_every_build_instruction_points_at_the_patched_build(capsys):
     plain = re.compile(r"pip install[^`\n]*adam[-_]atan2(==|-0\.0\.3\.tar)")  # a command, not a cause
     texts = [
         *root.glob("trm/**/*.py"),
-        root / "README.md",
+        *reference_pages(root),  # the READMEs and docs/
         *root.glob("runbooks/**/*.md"),
         *root.glob("docker/*.md"),
     ]

@@ -171,15 +171,15 @@ def test_help_lists_every_variable_with_its_default(tmp_path):
         assert f"[{var.default}]" in line
 
 
-def test_readme_documents_the_same_variables_and_defaults():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## GPU host", 1)[1].split("\n## ", 1)[0]
+def test_the_docs_document_the_same_variables_and_defaults():
+    page = (ROOT / "docs" / "launch.md").read_text()
+    section = page.split("\n## Environment\n", 1)[1].split("\n## ", 1)[0]
     for var in ALL_VARS:
         row = next((line for line in section.splitlines() if line.startswith(f"| `{var.name}` |")), None)
         assert row is not None, (
-            f"README 'GPU host' table lacks {var.name}: regenerate it with python -m trm launch --markdown-env"
+            f"docs/launch.md 'Environment' table lacks {var.name}: regenerate it with python -m trm launch --markdown-env"
         )
-        assert f"| {var.default} |" in row, f"README default of {var.name} differs from --help"
+        assert f"| {var.default} |" in row, f"docs/launch.md default of {var.name} differs from --help"
     documented = {
         m.group(1) for line in section.splitlines() if (m := re.match(r"\| `([A-Z0-9_]+)` \|", line))
     }

@@ -6,8 +6,8 @@
 
 It runs with the Python it is started with and that Python's own torch (2.10–2.13 accepted, never
 installed or replaced) from a checkout of this repository: a dev venv, or a host Python with the GPU kit
-(`make gpu-kit`, installed `--no-index`), or our GPU image with the checkout and kit mounted (README: GPU
-host checks). Parts, ordered by the evidence they give per second of an H100, each recorded as
+(`make gpu-kit`, installed `--no-index`), or our GPU image with the checkout and kit mounted
+(docs/gpu-host-checks.md). Parts, ordered by the evidence they give per second of an H100, each recorded as
 pass / fail / error / skip with its numbers, its output's tail, its planned and measured time:
 
   facts            versions (python, the host's torch and its CUDA, cuDNN, NCCL, triton, adam-atan2, git) and

@@ -163,7 +163,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p = actions.add_parser(
         "docs",
         help="regenerate the tag table in docker/README.md, trm/images/catalog.py (preflight's) and the "
-        "host driver table (README, docker/README, runbooks 01 and 08)",
+        "host driver table (docs/images.md, docker/README, runbooks 01 and 08)",
     )
     p.add_argument("--check", action="store_true", help="fail (exit 2) when the table is stale instead")
     parser.set_defaults(func=run)

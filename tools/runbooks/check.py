@@ -1,4 +1,5 @@
-"""Static checks of the runbooks, and `stamp`, which bumps versions when a procedure changed.
+"""Static checks of the runbooks and the documentation pages, and `stamp`, which bumps versions when a
+procedure changed.
 
 Versioning: each runbook header records `procedure_sha256`, the hash of its body. A check fails when
 the body no longer matches it, or when `runbooks/CHANGELOG.md` has no entry `## <runbook> v<version>`
@@ -16,8 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from tools.images.imagelock import LOCK_PATH, LockedImage, read_lock
-from tools.runbooks.journey import journey_problems
+from tools.runbooks.journey import journey_problems, stop_timeout_problems
+from tools.runbooks.links import broken_links
 from tools.runbooks.measured import stale as stale_figures
+from tools.runbooks.pages import reference_pages
 from tools.runbooks.runbook import Runbook, load_all, procedure_hash, render_header
 from tools.shell.refs import RefChecker
 from trm.errors import TRMError
@@ -30,6 +33,7 @@ _ENTRY = re.compile(r"^## (?P<name>[a-z0-9-]+) v(?P<version>\d+) — (?P<date>\d
 # (nothing pushed to a registry): the runbook then claims no image, and pushing one forces a re-stamp.
 UNRELEASED = "unreleased"
 _HASH_LINE = re.compile(r"procedure sha256 `(?P<hash>[0-9a-f]{64})`")
+_SHELL_BLOCK = re.compile(r"^```(?:bash|sh)\b[^\n]*\n(?P<code>.*?)^```", re.S | re.M)
 
 
 def changelog_entries(text: str) -> dict[tuple[str, int], str]:
@@ -92,6 +96,23 @@ def header_problems(book: Runbook, images: dict[str, LockedImage], changelog: di
     return problems
 
 
+def page_command_problems(root: Path, refs: RefChecker) -> list[str]:
+    """The shell blocks of the READMEs and docs/ pages (not docs/gpu-runs/), checked as a runbook's are:
+    `bash -n`, project references, and a trainer's `docker run` given the time to save."""
+    problems = []
+    for page in reference_pages(root):
+        text = page.read_text(encoding="utf-8")
+        for match in _SHELL_BLOCK.finditer(text):
+            where = f"{page.relative_to(root)}:{text.count(chr(10), 0, match.start()) + 2}"
+            error = bash_syntax(match["code"])
+            if error:
+                problems.append(f"{where}: bash -n: {error}")
+                continue
+            problems += [f"{where}: {p}" for p in refs.check_code(match["code"])]
+            problems += stop_timeout_problems(match["code"], where)
+    return problems
+
+
 def check_runbooks(
     root: str | Path,
     cli: argparse.ArgumentParser,
@@ -99,7 +120,8 @@ def check_runbooks(
 ) -> list[str]:
     """Every problem in every runbook: headers, versions, shell syntax and project references (the
     `python -m trm` commands against `cli`, the full parser of `trm.commands`; `python -m tools.<task>`
-    against `tasks`, see RefChecker)."""
+    against `tasks`, see RefChecker); and in every documentation page (READMEs, docs/, runbooks): stale
+    measured figures, broken relative links, and the shell blocks of the READMEs and docs/."""
     root = Path(root)
     books = load_all(root / RUNBOOKS_DIR)
     images = lock_images(root)
@@ -108,7 +130,7 @@ def check_runbooks(
         raise TRMError(f"{changelog_path} is missing; create it with `python -m tools.runbooks stamp`.")
     changelog = changelog_entries(changelog_path.read_text(encoding="utf-8"))
     refs = RefChecker(root, cli, tasks)
-    problems = stale_figures(root)
+    problems = stale_figures(root) + broken_links(root) + page_command_problems(root, refs)
     for book in books:
         problems += header_problems(book, images, changelog)
         problems += journey_problems(book)

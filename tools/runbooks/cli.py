@@ -50,7 +50,10 @@ def _measured(args: argparse.Namespace) -> int:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="runbooks_command", metavar="ACTION", required=True)
-    check = sub.add_parser("check", help="headers, versions, image pins, bash syntax, commands that exist")
+    check = sub.add_parser(
+        "check",
+        help="headers, versions, image pins, bash syntax, commands that exist; links and figures of the docs",
+    )
     run = sub.add_parser("run", help="execute every `bash cpu` block, in order, on a copy of the project")
     run.add_argument("names", nargs="*", help="only these runbooks (default: all)")
     run.add_argument("--workdir", type=Path, help="keep the copy and workspace here (default: a temp dir)")

@@ -14,11 +14,11 @@ import re
 import tomllib
 from pathlib import Path
 
+from tools.runbooks.pages import reference_pages, runbook_pages
 from trm.errors import TRMError
 from trm.io import atomic_write_text
 
 TABLE = Path("runbooks/measured.toml")
-DOCS = ("README.md", "docker/README.md", "jobs/README.md", "runbooks/README.md")
 _MARKER = re.compile(r"<!-- measured:(?P<key>[a-z0-9_]+) -->(?P<text>.*?)<!-- /measured -->", re.S)
 FIELDS = ("value", "how", "date")
 
@@ -42,8 +42,8 @@ def load_table(root: Path) -> dict[str, dict]:
 
 
 def doc_paths(root: Path) -> list[Path]:
-    paths = [root / d for d in DOCS if (root / d).exists()]
-    return paths + sorted((root / "runbooks").glob("v*/*.md"))
+    """Every page that may carry a marker: the READMEs, docs/ (not docs/gpu-runs/) and the runbooks."""
+    return reference_pages(root) + runbook_pages(root)
 
 
 def render(text: str, table: dict[str, dict], where: str) -> str:

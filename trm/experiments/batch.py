@@ -3,7 +3,7 @@
 For every experiment it builds (if missing) and verifies the dataset, starts the trainer with the
 experiment's overrides into `<checkpoint dir>/<run name>`, writes `<log dir>/<name>_stdout.log` and
 `_stderr.log`, and rewrites `<log dir>/batch_results.json` atomically whenever a run starts or ends (the
-schema is `results_document`; README "Experiments" documents it). The same batch run again skips the
+schema is `results_document`; docs/experiments.md documents it). The same batch run again skips the
 runs whose final checkpoint says finished and starts the others, which resume from their newest complete
 checkpoint (the trainer's own resume). SIGTERM/SIGINT/SIGHUP of the batch are forwarded as SIGTERM to the
 running trainers, which save and exit 75; the batch then exits 75 (`exit_codes.SAVED_RETRY`). A failed run

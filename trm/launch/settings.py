@@ -1,6 +1,6 @@
 """The environment variables of `scripts/train_prod.sh`: declared once here, with defaults and help.
 
-`--help` of the script, the README's "GPU host" table and `LaunchSettings.from_env` all read this list.
+`--help` of the script, the environment table of docs/launch.md and `LaunchSettings.from_env` all read this list.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ def help_text(script: str = "scripts/train_prod.sh") -> str:
 
 
 def markdown_table() -> str:
-    """The README table of the same variables."""
+    """The Markdown table of the same variables (docs/launch.md, "Environment")."""
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for var in ALL_VARS:
         rows.append(f"| `{var.name}` | {var.default} | {var.help.replace('|', '/')} |")

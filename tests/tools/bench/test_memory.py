@@ -39,7 +39,7 @@ def test_every_gpu_tier_keeps_its_micro_batch_activations_within_its_vram():
     # Gradient-free H cycles save nothing, so H_cycles=1 keeps what the paper config saves, at 1/3 the work.
     config = dataclasses.replace(paper_config(), H_cycles=1)
     per_row, fixed = per_row_bytes(_build, config)
-    assert 150 * 2**20 < per_row < 300 * 2**20  # 200 MB at seq 916, hidden 512, bf16 (README)
+    assert 150 * 2**20 < per_row < 300 * 2**20  # 200 MB at seq 916, hidden 512, bf16 (docs/models.md)
     params = sum(p.numel() for p in _build(dataclasses.replace(config, batch_size=1)).parameters())
     for tier in load_table().tiers:
         need = tier.max_micro_batch * per_row + fixed + STATE_BYTES_PER_PARAM * params

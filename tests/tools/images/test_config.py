@@ -171,7 +171,7 @@ def test_driver_table_rows_follow_the_families(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(f"x\n{docs.DRIVER_BEGIN}\nold\n{docs.DRIVER_END}\ny\n")
     with pytest.raises(
-        TRMError, match=r"driver table in \S*README.md is stale: run `python -m tools.images docs`"
+        TRMError, match=r"driver table in \S*docs/images.md is stale: run `python -m tools.images docs`"
     ):
         docs.write_driver_tables(config, tmp_path, check=True)
     assert docs.write_driver_tables(config, tmp_path) == list(docs.DRIVER_TABLE_PATHS)

@@ -9,6 +9,7 @@ import pytest
 
 from tools.cli import task_parsers
 from tools.runbooks.check import check_runbooks
+from tools.runbooks.pages import reference_pages
 from tools.runbooks.run import run_cpu_blocks
 from tools.runbooks.runbook import load_all
 from trm.commands import build_parser
@@ -88,7 +89,14 @@ def test_fast_cpu_blocks_run_against_the_project(tmp_path: Path):
     assert "global batch      768" in plan and "world size        8" in plan
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docker/README.md", "jobs/README.md"])
+@pytest.mark.parametrize(
+    "doc",
+    [
+        p.relative_to(ROOT).as_posix()
+        for p in reference_pages(ROOT)
+        if "```bash" in p.read_text(encoding="utf-8")
+    ],
+)
 def test_documented_docker_runs_of_the_trainer_wait_for_its_save(doc: str):
     from tools.runbooks.journey import stop_timeout_problems
 
