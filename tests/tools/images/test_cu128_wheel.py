@@ -5,7 +5,7 @@ which CUDA minor-version compatibility does not give an R525-R575 driver.
 
 Downloads the ~900 MB torch wheel and NVIDIA's cuobjdump wheel (the build-cu130 lock's pin) with their
 locked hashes into TRM_WHEEL_CACHE (default build/wheel-cache/, kept between runs): slow, opt-in
-(`nox -s tests -- -m slow tests/tools/images/test_cu128_wheel.py`).
+(`nox -s tests -- -m download tests/tools/images/test_cu128_wheel.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tools.images import requirements
 from trm.images.buildtools import parse_cuobjdump_elf
 from trm.images.venvtools import subset_lock
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.download
 
 ROOT = Path(__file__).resolve().parents[3]
 TARGET_SASS = {"sm_80", "sm_86", "sm_89", "sm_90"}
