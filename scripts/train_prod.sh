@@ -4,7 +4,7 @@
 #   [VAR=value ...] bash scripts/train_prod.sh [--dry-run | --help] [TRAINER_OVERRIDE ...]
 #
 # Every setting is an environment variable; `--help` lists each one with its default (the list lives in
-# trm/launch/settings.py). The steps (preflight, dataset, hardware tier, smoke gate, supervised torchrun,
+# trm/launch/planning/settings.py). The steps (preflight, dataset, hardware tier, smoke gate, supervised torchrun,
 # cost guard) are `python -m trm launch`; this script only adds tmux, signal forwarding and the handoff
 # trap. Running the same command again resumes the run.
 #

@@ -10,7 +10,7 @@ import pytest
 
 from trm import gitinfo
 from trm.images import context, entrypoint
-from trm.launch import handoff
+from trm.launch.after_run import handoff
 from trm.training import checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import pytest
 
 from tests.helpers import fake_smi_env
 from trm.errors import TRMError
-from trm.launch.plan import build_plan, merge_overrides
-from trm.launch.settings import ALL_VARS, ENV_VARS, LaunchSettings, help_text
+from trm.launch.planning.plan import build_plan, merge_overrides
+from trm.launch.planning.settings import ALL_VARS, ENV_VARS, LaunchSettings, help_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "train_prod.sh"
@@ -65,7 +65,7 @@ def test_user_overrides_replace_task_and_table_values():
     assert merge_overrides(["a=1", "+b=2"], ["b=3", "c=4"]) == ["a=1", "b=3", "c=4"]
     settings = LaunchSettings.from_env({"TRAIN_OVERRIDES": "eval_interval=400 compile=false"}, ("lr=3e-4",))
     from tests.helpers import FIXTURES
-    from trm.launch.nvidia_smi import parse_query_csv
+    from trm.launch.host.nvidia_smi import parse_query_csv
 
     plan = build_plan(settings, parse_query_csv((FIXTURES / "h100x4" / "query.csv").read_text()), {})
     assert plan.overrides.count("compile=false") == 1 and "compile=true" not in plan.overrides
@@ -106,7 +106,7 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
     assert f"global_batch_size=768 micro_batch_size={micro} compile=true device=cuda" in out
     train = [line for line in out.splitlines() if "torch.distributed.run" in line][-1]
     assert f"--standalone --nproc-per-node={nproc}" in train
-    assert "-m trm.launch.worker" in train and "-m trm.train" in train
+    assert "-m trm.launch.running.worker" in train and "-m trm.train" in train
     assert f"checkpoint_path={tmp_path}/ws/checkpoints/trm-arc2" in train and "max_steps" not in train
     assert "$2.49/GPU-hour" in out
     resume = out.splitlines()[-1]
@@ -120,7 +120,7 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
 
 
 def test_resume_where_names_the_image_digest_or_asks_for_it():
-    from trm.launch.plan import resume_where
+    from trm.launch.planning.plan import resume_where
 
     pinned = resume_where({"TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_DIGEST": "sha256:" + "a" * 64})
     assert pinned.startswith("inside the trm image sha256:aaaa") and "same volumes" in pinned
@@ -187,8 +187,10 @@ def test_readme_documents_the_same_variables_and_defaults():
 
 
 def test_every_variable_is_read_by_from_env():
-    source = (ROOT / "trm" / "launch" / "settings.py").read_text().split("def from_env", 1)[1]
-    source += (ROOT / "trm" / "launch" / "release.py").read_text()  # ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*
+    source = (ROOT / "trm" / "launch" / "planning" / "settings.py").read_text().split("def from_env", 1)[1]
+    source += (
+        ROOT / "trm" / "launch" / "after_run" / "release.py"
+    ).read_text()  # ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*
     for var in ENV_VARS:
         if var.name != "WORKSPACE":
             assert f'"{var.name}"' in source, var.name
@@ -214,7 +216,7 @@ def test_tmux_session_inherits_the_environment(tmp_path):
             time.sleep(0.1)
         assert marker.read_text().strip() == "1 s3cret lr=1"
         # the secret travelled through the environment, never through the tmux command line
-        from trm.launch.tmux import tmux_command
+        from trm.launch.running.tmux import tmux_command
 
         argv = tmux_command(LaunchSettings.from_env(env), str(fake), ["lr=1"])
         assert not any("s3cret" in a for a in argv)
@@ -263,8 +265,8 @@ def test_probe_of_a_one_step_epoch_recipe_trains_past_the_warm_up(tmp_path):
     """arc2-smoke's epoch is one optimizer step: the probe must still run PROBE_STEPS steps, so that steps
     after WARMUP_STEPS are timed (before, max_steps=4 met a 1-step schedule and nothing was measured)."""
     from tests.helpers import FIXTURES
-    from trm.launch.nvidia_smi import parse_query_csv
-    from trm.launch.probe import WARMUP_STEPS
+    from trm.launch.host.nvidia_smi import parse_query_csv
+    from trm.launch.planning.probe import WARMUP_STEPS
     from trm.training.config import compose
     from trm.training.throughput import total_steps
 
@@ -302,7 +304,7 @@ def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch
     and exited 2 on it); where the flag is missing, the command drops it and says what that means."""
     from torch.distributed.run import get_args_parser
 
-    from trm.launch import plan
+    from trm.launch.planning import plan
 
     cmd = plan.torchrun_command(
         sys.executable, ["epochs=1"], exit_dir=tmp_path, nproc_per_node=2, shutdown_timeout=300

@@ -1,6 +1,6 @@
 """A restart policy (Docker's `--restart on-failure`, a recreated Kubernetes Job, a Vast.ai on-start hook)
 starts the launcher again with the same environment and run directory. The run's ledger
-(trm.launch.ledger) keeps that from training in a loop after a terminal end, and MAX_HOURS bounds the run."""
+(trm.launch.after_run.ledger) keeps that from training in a loop after a terminal end, and MAX_HOURS bounds the run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trm import exit_codes
-from trm.launch.ledger import RunLedger, admit, last_launch_refused
+from trm.launch.after_run.ledger import RunLedger, admit, last_launch_refused
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
@@ -150,8 +150,9 @@ def test_the_ledger_survives_a_save_and_names_a_broken_file(tmp_path):
 
 def test_train_prods_exit_trap_releases_nothing_after_a_refused_launch(tmp_path, monkeypatch):
     """A refusal exits 0, which ON_END would take for a finished run: the trap must keep the machine."""
-    from trm.launch import release, runner
-    from trm.launch.settings import LaunchSettings
+    from trm.launch.after_run import release
+    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.running import runner
 
     env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "RUN_NAME": RUN_NAME}
     settings = LaunchSettings.from_env(env)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from trm import exit_codes
-from trm.launch.settings import ENV_VARS, LaunchSettings
+from trm.launch.planning.settings import ENV_VARS, LaunchSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = sorted((ROOT / "jobs" / "skypilot").glob("*.yaml"))

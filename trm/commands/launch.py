@@ -9,7 +9,7 @@ from trm.errors import TRMError
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.launch.settings import LaunchSettings, help_text, markdown_table
+    from trm.launch.planning.settings import LaunchSettings, help_text, markdown_table
 
     if args.help_env:
         print(help_text())
@@ -37,12 +37,12 @@ def run(args: argparse.Namespace) -> int:
             return 0
         raise
     if args.onstart_script:
-        from trm.launch.onstart import render
+        from trm.launch.running.onstart import render
 
         print(render(settings, environ, args.checkout), end="")
         return 0
     if args.handoff:
-        from trm.launch.runner import hand_off
+        from trm.launch.running.runner import hand_off
 
         bundle = hand_off(settings)
         print(
@@ -51,18 +51,18 @@ def run(args: argparse.Namespace) -> int:
             else f"no run directory {settings.run_dir} yet: nothing to hand off"
         )
         if args.exit_code is not None:
-            from trm.launch.runner import finish_outside
+            from trm.launch.running.runner import finish_outside
 
             finish_outside(settings, environ, args.exit_code)
         return 0
     if args.tmux:
-        from trm.launch.tmux import start_in_tmux
+        from trm.launch.running.tmux import start_in_tmux
 
         print(start_in_tmux(settings, args.tmux, args.overrides, environ))
         return 0
-    from trm.launch.runner import Launch, resolve
-    from trm.launch.supervisor import Console
-    from trm.launch.workspace import ensure_writable
+    from trm.launch.running.runner import Launch, resolve
+    from trm.launch.running.supervisor import Console
+    from trm.launch.running.workspace import ensure_writable
 
     plan = resolve(settings, environ, recipe=recipe)
     if args.dry_run:

@@ -10,10 +10,10 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from trm.errors import TRMError
-from trm.launch.estimate import RunEstimate, estimate_run, probe_step_seconds
-from trm.launch.hardware import BatchLayout, select_layout, workload_of
-from trm.launch.nvidia_smi import GpuInfo
-from trm.launch.settings import ENV_VARS, LaunchSettings, arch_override
+from trm.launch.host.hardware import BatchLayout, select_layout, workload_of
+from trm.launch.host.nvidia_smi import GpuInfo
+from trm.launch.planning.estimate import RunEstimate, estimate_run, probe_step_seconds
+from trm.launch.planning.settings import ENV_VARS, LaunchSettings, arch_override
 from trm.training.config import TrainConfig, compose
 from trm.training.recipes import Recipe, get_recipe
 
@@ -113,13 +113,13 @@ def torchrun_command(
     rendezvous: list[str] | None = None,
 ) -> list[str]:
     """torchrun (`--standalone` without `rendezvous` flags) of `nproc_per_node` ranks, each running the
-    trainer under `trm.launch.worker`, which records its exit code in `exit_dir`."""
+    trainer under `trm.launch.running.worker`, which records its exit code in `exit_dir`."""
     return [
         *(python, "-m", "torch.distributed.run"),
         *(rendezvous or ["--standalone"]),
         f"--nproc-per-node={nproc_per_node}",
         *shutdown_timeout_args(shutdown_timeout),
-        *("-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--"),
+        *("-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--"),
         *(python, "-m", trainer_module),
         *overrides,
     ]
@@ -187,7 +187,7 @@ class LaunchPlan:
         return compose(self.overrides)
 
     def estimate(self) -> RunEstimate | str:
-        """The whole run's expected time and cost, or why it is unknown yet (trm.launch.estimate)."""
+        """The whole run's expected time and cost, or why it is unknown yet (trm.launch.planning.estimate)."""
         return estimate_run(
             self.train_config,
             self.dataset_dir,
@@ -274,7 +274,7 @@ class LaunchPlan:
         return [self.settings.python, "-m", "trm", "launch", "--handoff"]
 
     def exit_dir(self) -> Path:
-        """Where each rank's exit code is recorded (trm.launch.worker)."""
+        """Where each rank's exit code is recorded (trm.launch.running.worker)."""
         return self.settings.launch_dir / "exit_codes"
 
     def smoke_dir(self) -> Path:
@@ -427,7 +427,7 @@ class LaunchPlan:
 
     def release_step(self) -> Step:
         """ON_END / ON_BUDGET: release the machine once everything is written and synced."""
-        from trm.launch.release import describe
+        from trm.launch.after_run.release import describe
 
         what = describe(self.settings.release, self.environ)
         if not self.handoff_by_launcher and self.settings.release.releases:

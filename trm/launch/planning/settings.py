@@ -14,8 +14,8 @@ from pathlib import Path
 
 from trm.compile_setting import parse_compile
 from trm.errors import TRMError
-from trm.launch.release import ReleasePolicy, policy_from_env
-from trm.launch.sync import check_remote
+from trm.launch.after_run.release import ReleasePolicy, policy_from_env
+from trm.launch.after_run.sync import check_remote
 from trm.training.metrics_log import wandb_api_key
 from trm.training.recipes import RECIPES
 
@@ -387,7 +387,7 @@ class LaunchSettings:
     wandb_project: str
     tensorboard: bool = False
     continue_run: str = ""
-    """CONTINUE_RUN: the end id (trm.launch.ledger) this launch may train after."""
+    """CONTINUE_RUN: the end id (trm.launch.after_run.ledger) this launch may train after."""
     """TENSORBOARD: the trainer writes event files (default: where the tensorboard package is installed)."""
     wandb_entity: str = ""
     """WANDB_ENTITY (empty: the key's default)."""
@@ -401,7 +401,7 @@ class LaunchSettings:
     """SYNC_TO: the rclone remote:path the run directory is copied under (empty: off)."""
     sync_every_minutes: float = 15.0
     sync_prune: bool = True
-    """SYNC_PRUNE: delete remote checkpoints that the run directory no longer has (trm.launch.sync)."""
+    """SYNC_PRUNE: delete remote checkpoints that the run directory no longer has (trm.launch.after_run.sync)."""
     release: ReleasePolicy = field(default_factory=ReleasePolicy)
     cli_overrides: tuple[str, ...] = ()
     """Overrides given as script arguments (also part of train_overrides; kept for the resume command)."""

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from trm.errors import TRMError
-from trm.launch.settings import LaunchSettings
+from trm.launch.planning.settings import LaunchSettings
 
 
 def tmux_command(settings: LaunchSettings, script: str, args: list[str]) -> list[str]:

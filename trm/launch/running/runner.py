@@ -15,11 +15,18 @@ from trm import exit_codes
 from trm.compile_setting import FALLBACK_FILE, compile_failure
 from trm.errors import TRMError
 from trm.io import atomic_write_json
-from trm.launch import cuda_visible
-from trm.launch.estimate import ESTIMATE_FILE, RunEstimate
-from trm.launch.ledger import TERMINAL_ENDS, RunLedger, admit, config_fingerprint, last_launch_refused
-from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
-from trm.launch.plan import (
+from trm.launch.after_run.ledger import (
+    TERMINAL_ENDS,
+    RunLedger,
+    admit,
+    config_fingerprint,
+    last_launch_refused,
+)
+from trm.launch.after_run.sync import Syncer, SyncError
+from trm.launch.host import cuda_visible
+from trm.launch.host.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
+from trm.launch.planning.estimate import ESTIMATE_FILE, RunEstimate
+from trm.launch.planning.plan import (
     LaunchFailed,
     LaunchPlan,
     Step,
@@ -28,10 +35,9 @@ from trm.launch.plan import (
     override_key,
     resume_where,
 )
-from trm.launch.settings import LaunchSettings
-from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
-from trm.launch.sync import Syncer, SyncError
-from trm.launch.workspace import ensure_writable
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
+from trm.launch.running.workspace import ensure_writable
 from trm.training.recipes import Recipe
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
@@ -260,7 +266,7 @@ class Launch:
 
     def probe(self, step: Step) -> None:
         """Measure the micro-batch on the real GPUs and train with what fits."""
-        from trm.launch.probe import run_probe
+        from trm.launch.planning.probe import run_probe
 
         micro = run_probe(self)
         if micro != self.plan.hardware.micro_batch_size:
@@ -419,13 +425,13 @@ class Launch:
             if self.settings.release.releases:
                 self.console.log("release: left to train_prod.sh's exit trap (after its handoff)")
             return
-        from trm.launch.release import release
+        from trm.launch.after_run.release import release
 
         release(self.settings.release, self.exit_code, self.environ, self.console.log, synced=self.synced)
 
     def _check_release_ready(self) -> None:
         """ON_END / ON_BUDGET must be able to act at the end: find out now, before any training."""
-        from trm.launch.release import readiness_problem
+        from trm.launch.after_run.release import readiness_problem
 
         problem = readiness_problem(self.settings.release, self.environ)
         if problem:
@@ -456,7 +462,7 @@ class Launch:
         self.step_action(step)(step)
 
     def admitted(self) -> bool:
-        """Whether this launch may train (trm.launch.ledger): not when the run's MAX_HOURS is spent or it
+        """Whether this launch may train (trm.launch.after_run.ledger): not when the run's MAX_HOURS is spent or it
         ended with 78 or 2 and the configuration is the same. Node 0 keeps the ledger."""
         s = self.settings
         ledger = RunLedger.load(s.launch_dir)
@@ -546,7 +552,7 @@ def hand_off(settings: LaunchSettings) -> Path | None:
 
     The handoff step of a launch and `python -m trm launch --handoff` (train_prod.sh's exit trap) both
     call this."""
-    from trm.launch.handoff import build_bundle
+    from trm.launch.after_run.handoff import build_bundle
 
     if not settings.run_dir.is_dir():
         return None
@@ -576,7 +582,7 @@ def finish_outside(settings: LaunchSettings, environ: dict[str, str], exit_code:
     """train_prod.sh's exit trap, after its handoff: the final sync, then ON_END / ON_BUDGET.
 
     The launcher's own at-exit steps do the same when it writes the handoff itself."""
-    from trm.launch.release import release
+    from trm.launch.after_run.release import release
 
     log = Console(settings.launch_dir / "launch.log" if settings.run_dir.is_dir() else None).log
     if last_launch_refused(settings.launch_dir):
@@ -598,6 +604,6 @@ def probe_configured_launch(environ: dict[str, str], stream: IO[str]) -> tuple[i
     launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", stream))
     launch.supervisor.install_signal_handlers()
     launch.data(plan.data_step())
-    from trm.launch.probe import run_probe
+    from trm.launch.planning.probe import run_probe
 
     return run_probe(launch), settings.launch_dir / "probe.json"
