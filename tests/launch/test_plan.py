@@ -200,28 +200,60 @@ def test_tmux_session_inherits_the_environment(tmp_path):
     import shutil
     import time
 
+    from trm.launch.running.tmux import start_in_tmux, tmux_command
+
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     marker = tmp_path / "marker"
-    fake = tmp_path / "fake_script.sh"
+    fake = tmp_path / "fake_launch.sh"
     fake.write_text(f'#!/usr/bin/env bash\necho "$TRM_IN_TMUX $SECRET_FOR_TEST $*" > {marker}\n')
     env = script_env(tmp_path, None, RUN_NAME=f"t{os.getpid()}", SECRET_FOR_TEST="s3cret")
-    cmd = [sys.executable, "-m", "trm", "launch", "--tmux", str(fake), "lr=1"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    settings = LaunchSettings.from_env(env)
     try:
-        assert proc.returncode == 0, proc.stderr
-        assert f"tmux -L trm-t{os.getpid()} attach -t t{os.getpid()}" in proc.stdout
+        text = start_in_tmux(settings, ["bash", str(fake), "lr=1"], env)
+        assert f"tmux -L trm-t{os.getpid()} attach -t t{os.getpid()}" in text
         deadline = time.time() + 20
         while not marker.exists() and time.time() < deadline:
             time.sleep(0.1)
         assert marker.read_text().strip() == "1 s3cret lr=1"
         # the secret travelled through the environment, never through the tmux command line
-        from trm.launch.running.tmux import tmux_command
-
-        argv = tmux_command(LaunchSettings.from_env(env), str(fake), ["lr=1"])
-        assert not any("s3cret" in a for a in argv)
+        assert not any("s3cret" in a for a in tmux_command(settings, ["bash", str(fake), "lr=1"]))
     finally:
         subprocess.run(["tmux", "-L", f"trm-t{os.getpid()}", "kill-server"], capture_output=True)
+
+
+@pytest.mark.parametrize(("inside_tmux", "dry_run"), [(False, False), (True, False), (False, True)])
+def test_use_tmux_reruns_this_launch_in_tmux_once(tmp_path, monkeypatch, inside_tmux, dry_run):
+    """USE_TMUX=1 outside tmux: the launcher starts `python -m trm launch` with the same arguments in tmux
+    and returns; inside the session ($TMUX) and for --dry-run it goes on itself."""
+    from trm.commands import main
+    from trm.launch.running import runner, tmux
+
+    for key, value in script_env(tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", USE_TMUX="1").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("TMUX", raising=False)
+    if inside_tmux:
+        monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    started: list[list[str]] = []
+    monkeypatch.setattr(
+        tmux, "start_in_tmux", lambda settings, command, environ: started.append(command) or ""
+    )
+
+    class Ran(Exception):
+        pass
+
+    def launched(*args: object, **kwargs: object) -> None:
+        raise Ran
+
+    monkeypatch.setattr(runner, "resolve", launched)
+    argv = ["launch", *(["--dry-run"] if dry_run else []), "lr=1"]
+    if inside_tmux or dry_run:
+        with pytest.raises(Ran):
+            main(argv)
+        assert started == []
+    else:
+        assert main(argv) == 0
+        assert started == [[sys.executable, "-m", "trm", "launch", "lr=1"]]
 
 
 def test_unwritable_workspace_is_a_clean_error(tmp_path):
@@ -238,7 +270,7 @@ def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("TASK='sudoku' is not a recipe") == 1 and "Traceback" not in proc.stderr
-    assert "handoff skipped" in proc.stdout
+    assert proc.stdout == ""  # no run these settings could name: nothing to hand off, nothing else said
 
 
 def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
@@ -257,7 +289,7 @@ def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
         "store:bucket/runs/trm-arc2" in out and "python -m trm sync --from store:bucket/runs/trm-arc2" in out
     )
     assert "exit 0 -> keep, exit 79 (MAX_HOURS) -> destroy" in out and "via vast" in out
-    assert "train_prod.sh's exit trap" in out
+    assert "the launcher bundles the run" in out and "the launcher copies the run" in out
     assert "scoped-key-never-printed" not in out
 
 
@@ -322,3 +354,19 @@ def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch
     assert old == [a for a in cmd if not a.startswith("--shutdown-timeout")]
     err = capsys.readouterr().err
     assert "kills the ranks 30 s after SIGTERM, not SHUTDOWN_TIMEOUT=120 s" in err
+
+
+def test_a_launch_that_fails_before_its_plan_still_hands_off_the_run(tmp_path):
+    """A bad setting found while resolving the hardware (a resumed run, MICRO_BATCH_SIZE wrong for this
+    host): exit 2 with one error, and the launcher still bundles the run it names."""
+    run_dir = tmp_path / "ws" / "checkpoints" / "trm-arc2"
+    (run_dir / "launch").mkdir(parents=True)
+    (run_dir / "launch" / "launch.log").write_text("an earlier session\n")
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)], env=script_env(tmp_path, "l40sx4", MICRO_BATCH_SIZE="100"), capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "MICRO_BATCH_SIZE=100 must divide" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "ws" / "artifacts" / "trm-arc2" / "handoff.json").is_file()
+    assert "exit 2 before the launch started; handoff bundle:" in proc.stdout

@@ -216,38 +216,62 @@ def _all_text(*roots: Path) -> str:
     return "\n".join(parts)
 
 
-def test_the_trap_path_hands_off_then_releases_and_no_file_holds_a_token(tmp_path):
-    """train_prod.sh's exit trap: `python -m trm launch --handoff --exit-code=79` with ON_BUDGET=stop on a
-    Vast.ai instance; every file of the run directory and of the bundle is free of both secrets."""
+def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_path):
+    """A launch whose training ends 79 (MAX_HOURS) with ON_BUDGET=stop on a Vast.ai instance: the launcher
+    itself writes the bundle, then stops the instance; `--handoff` by hand rebuilds the bundle and releases
+    nothing; every file of the run directory and of the bundle is free of both secrets."""
+    from trm.launch.running.runner import Launch
+    from trm.launch.running.supervisor import Console
+
     ws = tmp_path / "ws"
-    run_dir = ws / "checkpoints" / "trm-debug-tiny"
-    (run_dir / "launch").mkdir(parents=True)
-    (run_dir / "launch" / "launch.log").write_text("budget spent\n")
-    env = {
+    environ = {
         **{
             k: v
             for k, v in os.environ.items()
-            if k not in ("TASK", "RUN_NAME", "SYNC_TO", "ON_END", "ON_BUDGET")
+            if k not in ("TASK", "RUN_NAME", "SYNC_TO", "ON_END", "ON_BUDGET", "MAX_HOURS")
         },
         **vast_env(tmp_path, ON_BUDGET="stop"),
-        "TASK": "debug-tiny",
-        "WORKSPACE": str(ws),
+        "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(ws), "PYTHON": sys.executable,
+        "SMOKE_STEPS": "0", "PREFLIGHT": "0",
         "PRIME_API_KEY": TOKEN,  # set in the environment: must not leak either
         "TRM_LAUNCHER": "scripts/train_prod.sh",
         "PYTHONPATH": str(ROOT),
-    }
+    }  # fmt: skip
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.dataset_dir.mkdir(parents=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    out = io.StringIO()
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", out))
+
+    def budget_spent(step: object) -> None:
+        launch.exit_code = exit_codes.BUDGET_STOPPED
+
+    launch.train = budget_spent  # type: ignore[method-assign]
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == exit_codes.BUDGET_STOPPED, out.getvalue()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    log = (settings.launch_dir / "launch.log").read_text()
+    assert log.index("handoff bundle:") < log.index("release: vastai stop instance 4242 --api-key ***"), log
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"stop instance 4242 --api-key {VAST_KEY}"
+    ]
+    bundle = settings.artifacts_run_dir
+    (bundle / "handoff.json").unlink()
     proc = subprocess.run(
-        [sys.executable, "-m", "trm", "launch", "--handoff", "--exit-code=79"],
-        env=env, capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        [sys.executable, "-m", "trm", "launch", "--handoff"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )  # by hand: the bundle again, no second release
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "vastai.calls").read_text().startswith("stop instance 4242")
-    bundle = ws / "artifacts" / "trm-debug-tiny"
     assert (bundle / "handoff.json").is_file() and (bundle / "run.info").is_file()
-    assert (
-        "release: vastai stop instance 4242 --api-key ***" in (run_dir / "launch" / "launch.log").read_text()
-    )
-    text = _all_text(run_dir, bundle) + proc.stdout + proc.stderr
+    assert len((tmp_path / "vastai.calls").read_text().splitlines()) == 1
+    text = _all_text(settings.run_dir, bundle) + out.getvalue() + proc.stdout + proc.stderr
     assert VAST_KEY not in text and TOKEN not in text
 
 

@@ -42,7 +42,6 @@ def make_launch(tmp_path: Path, mode: str, **env: str) -> tuple[Launch, io.Strin
         "WORKSPACE": str(tmp_path / "ws"),
         "PYTHON": sys.executable,
         "SMOKE_STEPS": "2",
-        "TRM_LAUNCH_HANDOFF": "0",
         **env,
     }
     settings = LaunchSettings.from_env(environ)
@@ -286,7 +285,7 @@ def _step_lines(text: str) -> list[str]:
 def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals):
     launch, out = make_launch(
         tmp_path, "finish", PROBE="1", PROBE_STEPS="2", MAX_HOURS="1", GPU_HOURLY_USD="1", PREFLIGHT="0",
-        FAKE_STEP_SECONDS="0", FAKE_TRAINER_STEPS="3", TRM_LAUNCH_HANDOFF="1", CPU_PROCS="1",
+        FAKE_STEP_SECONDS="0", FAKE_TRAINER_STEPS="3", CPU_PROCS="1",
     )  # fmt: skip
     printed = _step_lines(launch.plan.render(launch.environ))
     assert [line.split(": ", 1)[1] for line in printed] == [

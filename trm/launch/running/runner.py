@@ -20,7 +20,6 @@ from trm.launch.after_run.ledger import (
     RunLedger,
     admit,
     config_fingerprint,
-    last_launch_refused,
 )
 from trm.launch.after_run.sync import Syncer, SyncError
 from trm.launch.host import cuda_visible
@@ -398,10 +397,7 @@ class Launch:
             return
 
     def handoff(self, step: Step) -> None:
-        """Write the handoff bundle, unless the calling script's exit trap does (TRM_LAUNCH_HANDOFF=0)."""
-        if not self.plan.handoff_by_launcher:
-            self.console.log("handoff: left to train_prod.sh's exit trap (TRM_LAUNCH_HANDOFF=0)")
-            return
+        """Write the handoff bundle (at exit, whatever the outcome)."""
         try:
             bundle = hand_off(self.settings)
         except (OSError, TRMError) as err:
@@ -410,21 +406,14 @@ class Launch:
         self.console.log(f"handoff bundle: {bundle}" if bundle else "handoff: no run directory yet")
 
     def final_sync(self, step: Step) -> None:
-        """The last upload, after the handoff bundle (left to train_prod.sh's trap when it hands off)."""
-        if not self.plan.handoff_by_launcher:
-            self.console.log("final sync: left to train_prod.sh's exit trap (after its handoff)")
-            return
+        """The last upload, after the handoff bundle (node 0)."""
         if self.settings.node_rank != 0:
             return
         syncer = self.syncer or make_syncer(self.settings, self.console.log)
         self.synced = syncer.final()
 
     def release(self, step: Step) -> None:
-        """ON_END / ON_BUDGET, once the bundle is written and synced (train_prod.sh's trap does it there)."""
-        if not self.plan.handoff_by_launcher:
-            if self.settings.release.releases:
-                self.console.log("release: left to train_prod.sh's exit trap (after its handoff)")
-            return
+        """ON_END / ON_BUDGET, once the bundle is written and synced."""
         from trm.launch.after_run.release import release
 
         release(self.settings.release, self.exit_code, self.environ, self.console.log, synced=self.synced)
@@ -508,9 +497,11 @@ class Launch:
         A launch the ledger refuses returns 0 at once: nothing runs, nothing is released."""
         s = self.settings
         self.session_start = time.time()
+        # From here on a stop request (SIGTERM/SIGINT/SIGHUP) reaches whatever runs, and the at-exit steps
+        # (handoff, final sync, release) still run.
+        self.supervisor.install_signal_handlers()
         if not self.admitted():
             return exit_codes.OK
-        self.supervisor.install_signal_handlers()
         self.write_plan()
         hardware = self.plan.hardware
         gpus = hardware.world_size if hardware.device == "cuda" else 0
@@ -550,8 +541,7 @@ class Launch:
 def hand_off(settings: LaunchSettings) -> Path | None:
     """Bundle the run these settings name into ARTIFACTS_DIR/RUN_NAME; None when it has no directory yet.
 
-    The handoff step of a launch and `python -m trm launch --handoff` (train_prod.sh's exit trap) both
-    call this."""
+    The handoff step of a launch and `python -m trm launch --handoff` (by hand) both call this."""
     from trm.launch.after_run.handoff import build_bundle
 
     if not settings.run_dir.is_dir():
@@ -578,20 +568,21 @@ def make_syncer(settings: LaunchSettings, log: Callable[[str], None]) -> Syncer:
     )
 
 
-def finish_outside(settings: LaunchSettings, environ: dict[str, str], exit_code: int) -> None:
-    """train_prod.sh's exit trap, after its handoff: the final sync, then ON_END / ON_BUDGET.
-
-    The launcher's own at-exit steps do the same when it writes the handoff itself."""
-    from trm.launch.after_run.release import release
-
-    log = Console(settings.launch_dir / "launch.log" if settings.run_dir.is_dir() else None).log
-    if last_launch_refused(settings.launch_dir):
-        log("release: the launch was refused (the run had already ended): the machine is kept")
+def finish_unplanned(settings: LaunchSettings, exit_code: int) -> None:
+    """The at-exit steps of a launch that failed before its plan existed (a bad setting found while resolving
+    the hardware): the handoff bundle of the run, if it has a directory, and its final sync. Nothing is
+    released: ON_END / ON_BUDGET act on exits 0 and 79 only."""
+    if not settings.run_dir.is_dir():
         return
-    synced = True
-    if settings.sync_to and settings.node_rank == 0 and settings.run_dir.is_dir():
-        synced = make_syncer(settings, log).final()
-    release(settings.release, exit_code, environ, log, synced=synced)
+    log = Console(settings.launch_dir / "launch.log").log
+    try:
+        bundle = hand_off(settings)
+    except (OSError, TRMError) as err:
+        log(f"handoff failed ({err}); rerun: python -m trm launch --handoff")
+        return
+    log(f"exit {exit_code} before the launch started; handoff bundle: {bundle}")
+    if settings.sync_to and settings.node_rank == 0:
+        make_syncer(settings, log).final()
 
 
 def probe_configured_launch(environ: dict[str, str], stream: IO[str]) -> tuple[int, Path]:
