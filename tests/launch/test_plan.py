@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import pytest
 from tests.helpers import fake_smi_env
 from trm.errors import TRMError
 from trm.launch.planning.plan import build_plan, merge_overrides
-from trm.launch.planning.settings import ALL_VARS, ENV_VARS, LaunchSettings, help_text
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.planning.variables import ALL_VARS, ENV_VARS, Derived, help_text, markdown_table, read_all
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "train_prod.sh"
@@ -186,14 +188,47 @@ def test_readme_documents_the_same_variables_and_defaults():
     assert documented == set(LAUNCH_VARS)
 
 
-def test_every_variable_is_read_by_from_env():
-    source = (ROOT / "trm" / "launch" / "planning" / "settings.py").read_text().split("def from_env", 1)[1]
-    source += (
-        ROOT / "trm" / "launch" / "after_run" / "release.py"
-    ).read_text()  # ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*
+def test_the_readme_table_is_the_rendered_declarations():
+    readme = (ROOT / "README.md").read_text()
+    assert markdown_table() in readme, (
+        "README 'GPU host' table: regenerate it with python -m trm launch --markdown-env"
+    )
+
+
+def test_every_variable_fills_a_setting_or_is_read_where_it_is_used():
+    """One declaration per variable: each one with a setting names a LaunchSettings field, and every field
+    (but the two the launcher composes) comes from one variable."""
+    names = {f.name for f in fields(LaunchSettings)}
+    settings_of = [var.setting for var in ENV_VARS if var.setting is not None]
+    assert len(settings_of) == len(set(settings_of))
+    assert set(settings_of) == names - {"cli_overrides", "release"}
+    # the others are read where they are used: the release (ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*), the
+    # workspace (the default of DATA_DIR, CHECKPOINT_DIR, ARTIFACTS_DIR)
+    source = (ROOT / "trm" / "launch" / "after_run" / "release.py").read_text()
     for var in ENV_VARS:
-        if var.name != "WORKSPACE":
+        if var.setting is None and var.name.startswith("PRIME_"):
             assert f'"{var.name}"' in source, var.name
+
+
+def test_the_default_shown_is_the_value_an_unset_variable_gets():
+    values = read_all({})
+    for var in ENV_VARS:
+        shown = var.default
+        if isinstance(var.unset, Derived) or shown.startswith(("(", "$")) or var.unset is None:
+            continue
+        assert var.parse(var.name, shown) == var.unset == values[var.name], var.name
+    s = LaunchSettings.from_env({"TASK": "debug-tiny", "WORKSPACE": "/w"})
+    assert (s.data_dir, s.run_name, s.wandb_project) == (Path("/w/data"), "trm-debug-tiny", "trm-debug-tiny")
+    assert s.release.on_budget == s.release.on_end == "keep"
+
+
+def test_train_prod_sets_no_default_of_the_launcher():
+    """scripts/train_prod.sh picks the interpreter and execs the launcher; every other default is Python's."""
+    script = SCRIPT.read_text()
+    for var in ENV_VARS:
+        if var.name != "PYTHON":
+            assert not re.search(rf"\b{var.name}\b", script.split("set -euo pipefail", 1)[1]), var.name
+    assert script.rstrip().endswith('exec "${PYTHON:-python}" -m trm launch "$@"')
 
 
 def test_tmux_session_inherits_the_environment(tmp_path):

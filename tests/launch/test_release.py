@@ -18,9 +18,9 @@ import pytest
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.launch.after_run.release import VASTAI_CLI, ReleasePolicy, policy_from_env, release
+from trm.launch.after_run.release import VASTAI_CLI, ReleasePolicy, release
 from trm.launch.planning.plan import build_plan
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.planning.settings import LaunchSettings, policy_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "pi-test-token-7f3c9a1e5b"

@@ -32,7 +32,8 @@ def relaunch_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.launch.planning.settings import LaunchSettings, help_text, markdown_table
+    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.planning.variables import help_text, markdown_table
 
     if args.help_env:
         print(help_text())
@@ -107,7 +108,7 @@ def script_help(parser: argparse.ArgumentParser) -> None:
 
     def print_help(file: IO[str] | None = None) -> None:
         if os.environ.get(LAUNCHER_ENV) == SCRIPT:
-            from trm.launch.planning.settings import help_text
+            from trm.launch.planning.variables import help_text
 
             print(help_text(SCRIPT), file=file)
         else:

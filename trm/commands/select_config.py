@@ -16,7 +16,7 @@ def plan_from_args(args: argparse.Namespace) -> BatchLayout:
     from trm.compile_setting import parse_compile
     from trm.launch.host.hardware import select_layout, workload_of
     from trm.launch.host.nvidia_smi import NvidiaSmiMissing, query_gpus
-    from trm.launch.planning.settings import DEFAULT_RECIPE
+    from trm.launch.planning.variables import DEFAULT_RECIPE
     from trm.training.recipes import get_recipe
 
     task = args.task or DEFAULT_RECIPE  # --arch alone: that architecture on the launcher's default task

@@ -13,7 +13,8 @@ from trm.errors import TRMError
 from trm.launch.host.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.host.nvidia_smi import GpuInfo
 from trm.launch.planning.estimate import RunEstimate, estimate_run, probe_step_seconds
-from trm.launch.planning.settings import ENV_VARS, LaunchSettings, arch_override
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.planning.variables import ENV_VARS, arch_override
 from trm.training.config import TrainConfig, compose
 from trm.training.recipes import Recipe, get_recipe
 
