@@ -36,7 +36,7 @@ from trm.errors import TRMError
 from trm.images.families import Family, catalog_families, family_for_driver
 from trm.images.venvtools import subset_lock
 from trm.io import atomic_write_json, atomic_write_text
-from trm.launch.nvidia_smi import NvidiaSmiMissing, Runner, parse_plain_header, query_gpus, system_runner
+from trm.launch.host.nvidia_smi import NvidiaSmiMissing, Runner, parse_plain_header, query_gpus, system_runner
 
 REPO = Path(__file__).resolve().parents[1]
 STAMP = ".trm-bootstrap.json"

@@ -1,7 +1,7 @@
 """Process exit codes shared by the trainer, the launch script and the Kubernetes jobs."""
 
 OK = 0
-# OK is also what a launch exits with when it refuses to train (trm.launch.ledger): the run has spent its
+# OK is also what a launch exits with when it refuses to train (trm.launch.after_run.ledger): the run has spent its
 # MAX_HOURS, or it ended with NONFINITE or a trainer's CONFIG_ERROR and the configuration is the same. It is
 # the one code every restart policy stops on: Docker's `--restart on-failure` restarts on any other code, a
 # Kubernetes Job's pod that exits 0 completes it (podFailurePolicy only sees failures), a SkyPilot managed

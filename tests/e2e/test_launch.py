@@ -146,7 +146,7 @@ def test_sigterm_to_the_script_saves_and_the_same_command_resumes(tmp_path):
     shutil.which("rclone") is None, reason="rclone is not installed (apt-get install -y rclone)"
 )
 def test_train_prod_syncs_releases_and_a_new_machine_resumes_from_the_copy(tmp_path):
-    """SYNC_TO + ON_END=stop on a (faked) Vast.ai instance through train_prod.sh's exit trap; then a second
+    """SYNC_TO + ON_END=stop on a (faked) Vast.ai instance at the end of the launch; then a second
     machine restores the run from the remote and the same command resumes from the restored checkpoint."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -15,7 +15,7 @@ import pytest
 from trm import exit_codes
 from trm.experiments.batch import Batch, Options
 from trm.experiments.suite import Catalog
-from trm.launch.nvidia_smi import GpuInfo
+from trm.launch.host.nvidia_smi import GpuInfo
 
 # Stands in for `python`: data steps succeed; a trainer records its run name, GPUs and times, exits 75 on
 # SIGTERM (as the trainer does after saving), 1 when its run is $FAKE_FAIL.

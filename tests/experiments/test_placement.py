@@ -12,7 +12,7 @@ from trm.errors import TRMError
 from trm.experiments import placement
 from trm.experiments.batch import Batch, Options
 from trm.experiments.suite import Catalog
-from trm.launch.nvidia_smi import GpuInfo
+from trm.launch.host.nvidia_smi import GpuInfo
 
 
 def fake_gpus(n: int, name: str = "NVIDIA H100 80GB HBM3") -> list[GpuInfo]:

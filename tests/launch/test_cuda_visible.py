@@ -18,9 +18,9 @@ import pytest
 
 from tests.helpers import FIXTURES, install_fake_smi
 from trm import exit_codes
-from trm.launch import cuda_visible
-from trm.launch.cuda_visible import VisibleDevicesError
-from trm.launch.nvidia_smi import query_gpus, query_memory_used, smi_uuid
+from trm.launch.host import cuda_visible
+from trm.launch.host.cuda_visible import VisibleDevicesError
+from trm.launch.host.nvidia_smi import query_gpus, query_memory_used, smi_uuid
 
 H100X8 = [line.split(", ")[4] for line in (FIXTURES / "h100x8" / "query.csv").read_text().splitlines()]
 MIG_SLICE = "MIG-0b8a41e5-3c6f-5a0e-9d0e-2f71c1f0a6d3"  # the one slice of h100-mig-3g40gb
@@ -114,7 +114,7 @@ def test_memory_in_use_is_keyed_like_the_visible_gpus(monkeypatch, tmp_path):
 def test_preflight_checks_the_gpus_torch_sees(monkeypatch, tmp_path):
     """Before, preflight counted all 4 GPUs, so a torch that sees the 2 listed ones failed "torch cuda"."""
     from tests.launch.test_preflight import by_name, gpu_context
-    from trm.launch.preflight import run_preflight
+    from trm.launch.host.preflight import run_preflight
 
     install_fake_smi(monkeypatch, tmp_path, "h100x4")
     ranks: list[int] = []
@@ -136,7 +136,7 @@ def test_preflight_checks_the_gpus_torch_sees(monkeypatch, tmp_path):
 
 def test_preflight_with_every_gpu_hidden_or_a_bad_value(monkeypatch, tmp_path):
     from tests.launch.test_preflight import by_name, gpu_context
-    from trm.launch.preflight import run_preflight
+    from trm.launch.host.preflight import run_preflight
 
     install_fake_smi(monkeypatch, tmp_path, "h100x4")
     hidden = gpu_context(environ={"CUDA_VISIBLE_DEVICES": "-1"})
@@ -153,8 +153,8 @@ def test_preflight_with_every_gpu_hidden_or_a_bad_value(monkeypatch, tmp_path):
 def test_the_launchers_layout_counts_the_visible_gpus(monkeypatch, tmp_path):
     """Before, CUDA_VISIBLE_DEVICES=2,3 on 8 GPUs planned 8 ranks; ranks 2-7 hit "invalid device ordinal"."""
     from trm.errors import TRMError
-    from trm.launch.runner import resolve
-    from trm.launch.settings import LaunchSettings
+    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.running.runner import resolve
 
     install_fake_smi(monkeypatch, tmp_path, "h100x8")
     env = {"WORKSPACE": str(tmp_path / "ws"), "TASK": "arc1", "CUDA_VISIBLE_DEVICES": "2,3"}
@@ -190,7 +190,7 @@ def test_a_mig_slices_uuid_keeps_its_mig_prefix():
 
 TORCH_SEES = """
 import json, torch
-from trm.launch.nvidia_smi import query_gpus, smi_uuid
+from trm.launch.host.nvidia_smi import query_gpus, smi_uuid
 props = [torch.cuda.get_device_properties(i) for i in range(torch.cuda.device_count())]
 print(json.dumps({"torch": [smi_uuid(str(p.uuid), p.name) for p in props],
                   "smi": [g.uuid for g in query_gpus()]}))
@@ -219,7 +219,7 @@ def test_torch_sees_exactly_the_gpus_query_gpus_lists():
 
 def test_the_probes_memory_sampler_reads_only_the_visible_gpus(monkeypatch, tmp_path):
     """The probe's peak memory is per visible GPU, by CUDA index (not every GPU nvidia-smi lists)."""
-    from trm.launch.probe import MemorySampler
+    from trm.launch.planning.probe import MemorySampler
 
     install_fake_smi(monkeypatch, tmp_path, "h100x8")
     gpus = query_gpus(environ={"CUDA_VISIBLE_DEVICES": "6,4"})

@@ -10,10 +10,16 @@ import pytest
 from tests.launch.test_hardware import gpus_of
 from tests.launch.test_plan import dry_run
 from trm.errors import TRMError
-from trm.launch.estimate import ASSUMED_MFU, RunEstimate, estimate_run, evaluations, probe_step_seconds
-from trm.launch.hardware import select_layout
-from trm.launch.plan import build_plan
-from trm.launch.settings import LaunchSettings
+from trm.launch.host.hardware import select_layout
+from trm.launch.planning.estimate import (
+    ASSUMED_MFU,
+    RunEstimate,
+    estimate_run,
+    evaluations,
+    probe_step_seconds,
+)
+from trm.launch.planning.plan import build_plan
+from trm.launch.planning.settings import LaunchSettings
 from trm.training.config import compose
 from trm.training.recipes import get_recipe
 
@@ -114,8 +120,8 @@ def test_dry_run_prints_expected_time_and_cost(tmp_path: Path) -> None:
 
 
 def test_the_launch_records_the_estimate_for_the_handoff(tmp_path: Path) -> None:
-    from trm.launch.runner import Launch
-    from trm.launch.supervisor import Console
+    from trm.launch.running.runner import Launch
+    from trm.launch.running.supervisor import Console
 
     ws = tmp_path / "ws"
     write_dataset(ws / "data" / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from tools.bench.model import peak_flops
-from trm.launch.gpu_checks import allreduce_check, matmul_check
-from trm.launch.hardware import select_layout
-from trm.launch.nvidia_smi import query_gpus, query_memory_used
+from trm.launch.host.gpu_checks import allreduce_check, matmul_check
+from trm.launch.host.hardware import select_layout
+from trm.launch.host.nvidia_smi import query_gpus, query_memory_used
 
 
 @pytest.mark.gpu

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trm.launch.gpu_checks import ieee_fp32_matmul, matmul_check
+from trm.launch.host.gpu_checks import ieee_fp32_matmul, matmul_check
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,8 @@ import pytest
 
 from tests.helpers import FIXTURES, SHAPES, install_fake_smi
 from trm.errors import TRMError
-from trm.launch.hardware import load_table, select_layout
-from trm.launch.nvidia_smi import parse_plain_header, parse_query_csv, query_gpus
+from trm.launch.host.hardware import load_table, select_layout
+from trm.launch.host.nvidia_smi import parse_plain_header, parse_query_csv, query_gpus
 
 # (shape) -> (tier, micro-batch, accumulation): what the table must choose for each recorded host.
 EXPECTED = {
@@ -132,7 +132,7 @@ def test_broken_table_is_reported(tmp_path):
     ],
 )
 def test_a_tier_is_an_estimate_or_says_what_was_measured(tmp_path, extra, message):
-    from trm.launch.hardware import TABLE_PATH
+    from trm.launch.host.hardware import TABLE_PATH
 
     text = TABLE_PATH.read_text()
     head, sep, rest = text.partition('name = "a100-80g"')
@@ -197,7 +197,7 @@ def test_select_config_command_json_and_human(monkeypatch, tmp_path):
 
 
 def test_workloads_scale_the_reference_rows_and_keep_arc_trm_exactly():
-    from trm.launch.hardware import Workload, workload_of
+    from trm.launch.host.hardware import Workload, workload_of
 
     table = load_table()
     reference = workload_of("arc2")
@@ -217,7 +217,7 @@ def test_workloads_scale_the_reference_rows_and_keep_arc_trm_exactly():
 
 
 def test_an_arch_without_a_measurement_is_a_clear_error():
-    from trm.launch.hardware import Workload
+    from trm.launch.host.hardware import Workload
 
     table = load_table()
     with pytest.raises(TRMError, match=r"arch 'mystery' has no \[sizing.mb_per_row\] entry.*bench -- memory"):
@@ -227,7 +227,7 @@ def test_an_arch_without_a_measurement_is_a_clear_error():
 def test_select_config_and_the_launcher_size_by_task_and_arch(monkeypatch, capsys):
     from trm.__main__ import main
 
-    monkeypatch.setattr("trm.launch.nvidia_smi.query_gpus", lambda: gpus_of("h100x1"))
+    monkeypatch.setattr("trm.launch.host.nvidia_smi.query_gpus", lambda: gpus_of("h100x1"))
     assert main(["select-config", "--task", "sudoku-att", "--global-batch-size", "768", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 768
     assert main(["select-config", "--task", "arc2", "--arch", "urm", "--json"]) == 0
@@ -237,7 +237,7 @@ def test_select_config_and_the_launcher_size_by_task_and_arch(monkeypatch, capsy
 def test_select_config_arch_alone_uses_the_default_task_and_bad_names_are_clear(monkeypatch, capsys):
     from trm.__main__ import main
 
-    monkeypatch.setattr("trm.launch.nvidia_smi.query_gpus", lambda: gpus_of("h100x1"))
+    monkeypatch.setattr("trm.launch.host.nvidia_smi.query_gpus", lambda: gpus_of("h100x1"))
     assert main(["select-config", "--arch", "hrm", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["micro_batch_size"] == 192  # 243 rows cap; 768's divisor
     assert main(["select-config", "--arch", "nosuch"]) != 0

@@ -6,8 +6,8 @@ import pytest
 
 from tests.helpers import FIXTURES, install_fake_smi
 from trm.errors import TRMError
-from trm.launch.hardware import select_layout
-from trm.launch.nvidia_smi import (
+from trm.launch.host.hardware import select_layout
+from trm.launch.host.nvidia_smi import (
     GpuInfo,
     mig_memory_mib,
     parse_mig_listing,

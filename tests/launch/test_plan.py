@@ -4,14 +4,16 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import fake_smi_env
 from trm.errors import TRMError
-from trm.launch.plan import build_plan, merge_overrides
-from trm.launch.settings import ALL_VARS, ENV_VARS, LaunchSettings, help_text
+from trm.launch.planning.plan import build_plan, merge_overrides
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.planning.variables import ALL_VARS, ENV_VARS, Derived, help_text, markdown_table, read_all
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "train_prod.sh"
@@ -65,7 +67,7 @@ def test_user_overrides_replace_task_and_table_values():
     assert merge_overrides(["a=1", "+b=2"], ["b=3", "c=4"]) == ["a=1", "b=3", "c=4"]
     settings = LaunchSettings.from_env({"TRAIN_OVERRIDES": "eval_interval=400 compile=false"}, ("lr=3e-4",))
     from tests.helpers import FIXTURES
-    from trm.launch.nvidia_smi import parse_query_csv
+    from trm.launch.host.nvidia_smi import parse_query_csv
 
     plan = build_plan(settings, parse_query_csv((FIXTURES / "h100x4" / "query.csv").read_text()), {})
     assert plan.overrides.count("compile=false") == 1 and "compile=true" not in plan.overrides
@@ -106,7 +108,7 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
     assert f"global_batch_size=768 micro_batch_size={micro} compile=true device=cuda" in out
     train = [line for line in out.splitlines() if "torch.distributed.run" in line][-1]
     assert f"--standalone --nproc-per-node={nproc}" in train
-    assert "-m trm.launch.worker" in train and "-m trm.train" in train
+    assert "-m trm.launch.running.worker" in train and "-m trm.train" in train
     assert f"checkpoint_path={tmp_path}/ws/checkpoints/trm-arc2" in train and "max_steps" not in train
     assert "$2.49/GPU-hour" in out
     resume = out.splitlines()[-1]
@@ -120,7 +122,7 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
 
 
 def test_resume_where_names_the_image_digest_or_asks_for_it():
-    from trm.launch.plan import resume_where
+    from trm.launch.planning.plan import resume_where
 
     pinned = resume_where({"TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_DIGEST": "sha256:" + "a" * 64})
     assert pinned.startswith("inside the trm image sha256:aaaa") and "same volumes" in pinned
@@ -186,40 +188,107 @@ def test_the_docs_document_the_same_variables_and_defaults():
     assert documented == set(LAUNCH_VARS)
 
 
-def test_every_variable_is_read_by_from_env():
-    source = (ROOT / "trm" / "launch" / "settings.py").read_text().split("def from_env", 1)[1]
-    source += (ROOT / "trm" / "launch" / "release.py").read_text()  # ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*
+def test_the_docs_table_is_the_rendered_declarations():
+    page = (ROOT / "docs" / "launch.md").read_text()
+    assert markdown_table() in page, (
+        "docs/launch.md 'Environment' table: regenerate it with python -m trm launch --markdown-env"
+    )
+
+
+def test_every_variable_fills_a_setting_or_is_read_where_it_is_used():
+    """One declaration per variable: each one with a setting names a LaunchSettings field, and every field
+    (but the two the launcher composes) comes from one variable."""
+    names = {f.name for f in fields(LaunchSettings)}
+    settings_of = [var.setting for var in ENV_VARS if var.setting is not None]
+    assert len(settings_of) == len(set(settings_of))
+    assert set(settings_of) == names - {"cli_overrides", "release"}
+    # the others are read where they are used: the release (ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*), the
+    # workspace (the default of DATA_DIR, CHECKPOINT_DIR, ARTIFACTS_DIR)
+    source = (ROOT / "trm" / "launch" / "after_run" / "release.py").read_text()
     for var in ENV_VARS:
-        if var.name != "WORKSPACE":
+        if var.setting is None and var.name.startswith("PRIME_"):
             assert f'"{var.name}"' in source, var.name
+
+
+def test_the_default_shown_is_the_value_an_unset_variable_gets():
+    values = read_all({})
+    for var in ENV_VARS:
+        shown = var.default
+        if isinstance(var.unset, Derived) or shown.startswith(("(", "$")) or var.unset is None:
+            continue
+        assert var.parse(var.name, shown) == var.unset == values[var.name], var.name
+    s = LaunchSettings.from_env({"TASK": "debug-tiny", "WORKSPACE": "/w"})
+    assert (s.data_dir, s.run_name, s.wandb_project) == (Path("/w/data"), "trm-debug-tiny", "trm-debug-tiny")
+    assert s.release.on_budget == s.release.on_end == "keep"
+
+
+def test_train_prod_sets_no_default_of_the_launcher():
+    """scripts/train_prod.sh picks the interpreter and execs the launcher; every other default is Python's."""
+    script = SCRIPT.read_text()
+    for var in ENV_VARS:
+        if var.name != "PYTHON":
+            assert not re.search(rf"\b{var.name}\b", script.split("set -euo pipefail", 1)[1]), var.name
+    assert script.rstrip().endswith('exec "${PYTHON:-python}" -m trm launch "$@"')
 
 
 def test_tmux_session_inherits_the_environment(tmp_path):
     import shutil
     import time
 
+    from trm.launch.running.tmux import start_in_tmux, tmux_command
+
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
     marker = tmp_path / "marker"
-    fake = tmp_path / "fake_script.sh"
+    fake = tmp_path / "fake_launch.sh"
     fake.write_text(f'#!/usr/bin/env bash\necho "$TRM_IN_TMUX $SECRET_FOR_TEST $*" > {marker}\n')
     env = script_env(tmp_path, None, RUN_NAME=f"t{os.getpid()}", SECRET_FOR_TEST="s3cret")
-    cmd = [sys.executable, "-m", "trm", "launch", "--tmux", str(fake), "lr=1"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    settings = LaunchSettings.from_env(env)
     try:
-        assert proc.returncode == 0, proc.stderr
-        assert f"tmux -L trm-t{os.getpid()} attach -t t{os.getpid()}" in proc.stdout
+        text = start_in_tmux(settings, ["bash", str(fake), "lr=1"], env)
+        assert f"tmux -L trm-t{os.getpid()} attach -t t{os.getpid()}" in text
         deadline = time.time() + 20
         while not marker.exists() and time.time() < deadline:
             time.sleep(0.1)
         assert marker.read_text().strip() == "1 s3cret lr=1"
         # the secret travelled through the environment, never through the tmux command line
-        from trm.launch.tmux import tmux_command
-
-        argv = tmux_command(LaunchSettings.from_env(env), str(fake), ["lr=1"])
-        assert not any("s3cret" in a for a in argv)
+        assert not any("s3cret" in a for a in tmux_command(settings, ["bash", str(fake), "lr=1"]))
     finally:
         subprocess.run(["tmux", "-L", f"trm-t{os.getpid()}", "kill-server"], capture_output=True)
+
+
+@pytest.mark.parametrize(("inside_tmux", "dry_run"), [(False, False), (True, False), (False, True)])
+def test_use_tmux_reruns_this_launch_in_tmux_once(tmp_path, monkeypatch, inside_tmux, dry_run):
+    """USE_TMUX=1 outside tmux: the launcher starts `python -m trm launch` with the same arguments in tmux
+    and returns; inside the session ($TMUX) and for --dry-run it goes on itself."""
+    from trm.commands import main
+    from trm.launch.running import runner, tmux
+
+    for key, value in script_env(tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", USE_TMUX="1").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("TMUX", raising=False)
+    if inside_tmux:
+        monkeypatch.setenv("TMUX", "/tmp/tmux-0/default,1,0")
+    started: list[list[str]] = []
+    monkeypatch.setattr(
+        tmux, "start_in_tmux", lambda settings, command, environ: started.append(command) or ""
+    )
+
+    class Ran(Exception):
+        pass
+
+    def launched(*args: object, **kwargs: object) -> None:
+        raise Ran
+
+    monkeypatch.setattr(runner, "resolve", launched)
+    argv = ["launch", *(["--dry-run"] if dry_run else []), "lr=1"]
+    if inside_tmux or dry_run:
+        with pytest.raises(Ran):
+            main(argv)
+        assert started == []
+    else:
+        assert main(argv) == 0
+        assert started == [[sys.executable, "-m", "trm", "launch", "lr=1"]]
 
 
 def test_unwritable_workspace_is_a_clean_error(tmp_path):
@@ -236,7 +305,7 @@ def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("TASK='sudoku' is not a recipe") == 1 and "Traceback" not in proc.stderr
-    assert "handoff skipped" in proc.stdout
+    assert proc.stdout == ""  # no run these settings could name: nothing to hand off, nothing else said
 
 
 def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
@@ -255,7 +324,7 @@ def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
         "store:bucket/runs/trm-arc2" in out and "python -m trm sync --from store:bucket/runs/trm-arc2" in out
     )
     assert "exit 0 -> keep, exit 79 (MAX_HOURS) -> destroy" in out and "via vast" in out
-    assert "train_prod.sh's exit trap" in out
+    assert "the launcher bundles the run" in out and "the launcher copies the run" in out
     assert "scoped-key-never-printed" not in out
 
 
@@ -263,8 +332,8 @@ def test_probe_of_a_one_step_epoch_recipe_trains_past_the_warm_up(tmp_path):
     """arc2-smoke's epoch is one optimizer step: the probe must still run PROBE_STEPS steps, so that steps
     after WARMUP_STEPS are timed (before, max_steps=4 met a 1-step schedule and nothing was measured)."""
     from tests.helpers import FIXTURES
-    from trm.launch.nvidia_smi import parse_query_csv
-    from trm.launch.probe import WARMUP_STEPS
+    from trm.launch.host.nvidia_smi import parse_query_csv
+    from trm.launch.planning.probe import WARMUP_STEPS
     from trm.training.config import compose
     from trm.training.throughput import total_steps
 
@@ -302,7 +371,7 @@ def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch
     and exited 2 on it); where the flag is missing, the command drops it and says what that means."""
     from torch.distributed.run import get_args_parser
 
-    from trm.launch import plan
+    from trm.launch.planning import plan
 
     cmd = plan.torchrun_command(
         sys.executable, ["epochs=1"], exit_dir=tmp_path, nproc_per_node=2, shutdown_timeout=300
@@ -320,3 +389,19 @@ def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch
     assert old == [a for a in cmd if not a.startswith("--shutdown-timeout")]
     err = capsys.readouterr().err
     assert "kills the ranks 30 s after SIGTERM, not SHUTDOWN_TIMEOUT=120 s" in err
+
+
+def test_a_launch_that_fails_before_its_plan_still_hands_off_the_run(tmp_path):
+    """A bad setting found while resolving the hardware (a resumed run, MICRO_BATCH_SIZE wrong for this
+    host): exit 2 with one error, and the launcher still bundles the run it names."""
+    run_dir = tmp_path / "ws" / "checkpoints" / "trm-arc2"
+    (run_dir / "launch").mkdir(parents=True)
+    (run_dir / "launch" / "launch.log").write_text("an earlier session\n")
+    proc = subprocess.run(
+        ["bash", str(SCRIPT)], env=script_env(tmp_path, "l40sx4", MICRO_BATCH_SIZE="100"), capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "MICRO_BATCH_SIZE=100 must divide" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert (tmp_path / "ws" / "artifacts" / "trm-arc2" / "handoff.json").is_file()
+    assert "exit 2 before the launch started; handoff bundle:" in proc.stdout

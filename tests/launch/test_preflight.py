@@ -11,10 +11,10 @@ from tests.helpers import install_fake_smi
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.images import compat
-from trm.launch import preflight
-from trm.launch.gpu_checks import allreduce_check, matmul_check
-from trm.launch.nvidia_smi import system_runner
-from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight
+from trm.launch.host import preflight
+from trm.launch.host.gpu_checks import allreduce_check, matmul_check
+from trm.launch.host.nvidia_smi import system_runner
+from trm.launch.host.preflight import GIB, PreflightContext, print_report, run_preflight
 
 
 def gpu_context(**overrides) -> PreflightContext:
@@ -135,8 +135,8 @@ def test_cuda13_images_on_recorded_hosts_name_the_cuda128_image(monkeypatch, tmp
 
 def test_r470_host_gets_one_family_error_with_the_fix(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "old-driver-h100x1")
-    from trm.launch.nvidia_smi import query_gpus
-    from trm.launch.preflight import check_image_family
+    from trm.launch.host.nvidia_smi import query_gpus
+    from trm.launch.host.preflight import check_image_family
 
     gpus = query_gpus()
     result = check_image_family(gpus, "470.256.02", gpu_context())
@@ -377,7 +377,7 @@ def test_missing_c_toolchain_fails_because_compile_needs_it(monkeypatch, tmp_pat
 
 
 def test_c_toolchain_probe_reads_this_interpreter():
-    from trm.launch.preflight import _c_toolchain
+    from trm.launch.host.preflight import _c_toolchain
 
     _cc, include, has_python_h = _c_toolchain()
     assert include.name.startswith("python3") and has_python_h == (include / "Python.h").is_file()

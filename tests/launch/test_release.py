@@ -18,9 +18,9 @@ import pytest
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.launch.plan import build_plan
-from trm.launch.release import VASTAI_CLI, ReleasePolicy, policy_from_env, release
-from trm.launch.settings import LaunchSettings
+from trm.launch.after_run.release import VASTAI_CLI, ReleasePolicy, release
+from trm.launch.planning.plan import build_plan
+from trm.launch.planning.settings import LaunchSettings, policy_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "pi-test-token-7f3c9a1e5b"
@@ -216,38 +216,62 @@ def _all_text(*roots: Path) -> str:
     return "\n".join(parts)
 
 
-def test_the_trap_path_hands_off_then_releases_and_no_file_holds_a_token(tmp_path):
-    """train_prod.sh's exit trap: `python -m trm launch --handoff --exit-code=79` with ON_BUDGET=stop on a
-    Vast.ai instance; every file of the run directory and of the bundle is free of both secrets."""
+def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_path):
+    """A launch whose training ends 79 (MAX_HOURS) with ON_BUDGET=stop on a Vast.ai instance: the launcher
+    itself writes the bundle, then stops the instance; `--handoff` by hand rebuilds the bundle and releases
+    nothing; every file of the run directory and of the bundle is free of both secrets."""
+    from trm.launch.running.runner import Launch
+    from trm.launch.running.supervisor import Console
+
     ws = tmp_path / "ws"
-    run_dir = ws / "checkpoints" / "trm-debug-tiny"
-    (run_dir / "launch").mkdir(parents=True)
-    (run_dir / "launch" / "launch.log").write_text("budget spent\n")
-    env = {
+    environ = {
         **{
             k: v
             for k, v in os.environ.items()
-            if k not in ("TASK", "RUN_NAME", "SYNC_TO", "ON_END", "ON_BUDGET")
+            if k not in ("TASK", "RUN_NAME", "SYNC_TO", "ON_END", "ON_BUDGET", "MAX_HOURS")
         },
         **vast_env(tmp_path, ON_BUDGET="stop"),
-        "TASK": "debug-tiny",
-        "WORKSPACE": str(ws),
+        "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(ws), "PYTHON": sys.executable,
+        "SMOKE_STEPS": "0", "PREFLIGHT": "0",
         "PRIME_API_KEY": TOKEN,  # set in the environment: must not leak either
         "TRM_LAUNCHER": "scripts/train_prod.sh",
         "PYTHONPATH": str(ROOT),
-    }
+    }  # fmt: skip
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.dataset_dir.mkdir(parents=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    out = io.StringIO()
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", out))
+
+    def budget_spent(step: object) -> None:
+        launch.exit_code = exit_codes.BUDGET_STOPPED
+
+    launch.train = budget_spent  # type: ignore[method-assign]
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == exit_codes.BUDGET_STOPPED, out.getvalue()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    log = (settings.launch_dir / "launch.log").read_text()
+    assert log.index("handoff bundle:") < log.index("release: vastai stop instance 4242 --api-key ***"), log
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"stop instance 4242 --api-key {VAST_KEY}"
+    ]
+    bundle = settings.artifacts_run_dir
+    (bundle / "handoff.json").unlink()
     proc = subprocess.run(
-        [sys.executable, "-m", "trm", "launch", "--handoff", "--exit-code=79"],
-        env=env, capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+        [sys.executable, "-m", "trm", "launch", "--handoff"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )  # by hand: the bundle again, no second release
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "vastai.calls").read_text().startswith("stop instance 4242")
-    bundle = ws / "artifacts" / "trm-debug-tiny"
     assert (bundle / "handoff.json").is_file() and (bundle / "run.info").is_file()
-    assert (
-        "release: vastai stop instance 4242 --api-key ***" in (run_dir / "launch" / "launch.log").read_text()
-    )
-    text = _all_text(run_dir, bundle) + proc.stdout + proc.stderr
+    assert len((tmp_path / "vastai.calls").read_text().splitlines()) == 1
+    text = _all_text(settings.run_dir, bundle) + out.getvalue() + proc.stdout + proc.stderr
     assert VAST_KEY not in text and TOKEN not in text
 
 
@@ -270,8 +294,8 @@ def test_settings_carry_the_policy_and_the_resume_command_no_secret():
 def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monkeypatch):
     """A whole launch (trainer stubbed) with SYNC_TO and ON_END=destroy on a Vast.ai instance: the at-exit
     order is handoff -> final sync -> release, the remote holds the run and the bundle, no file holds a secret."""
-    from trm.launch.runner import Launch
-    from trm.launch.supervisor import AttemptResult, Console
+    from trm.launch.running.runner import Launch
+    from trm.launch.running.supervisor import AttemptResult, Console
 
     monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
     ws, bucket = tmp_path / "ws", tmp_path / "bucket"
@@ -321,7 +345,7 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
 
 
 def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path):
-    from trm.launch.release import readiness_problem
+    from trm.launch.after_run.release import readiness_problem
 
     env = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": VAST_KEY, "ON_BUDGET": "stop", "PATH": str(tmp_path)}
     problem = readiness_problem(policy_from_env(env, sync_to=""), env)
@@ -330,8 +354,8 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
     assert readiness_problem(policy_from_env(ready, sync_to=""), ready) is None
     host = {"ON_END": "stop", "RELEASE_VIA": "host", "PATH": str(tmp_path)}
     assert "not on PATH" in (readiness_problem(policy_from_env(host, sync_to=""), host) or "")
-    from trm.launch.runner import Launch
-    from trm.launch.supervisor import Console
+    from trm.launch.running.runner import Launch
+    from trm.launch.running.supervisor import Console
 
     launch_env = {**env, "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path / "ws")}
     settings = LaunchSettings.from_env(launch_env)
@@ -346,7 +370,7 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
 
 
 def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
-    from trm.launch.release import VASTAI_INSTALL
+    from trm.launch.after_run.release import VASTAI_INSTALL
 
     text = (Path(__file__).resolve().parents[2] / "runbooks" / "v1" / "03-production-run.md").read_text()
     assert f"pip install --quiet {VASTAI_CLI}" in text and "/opt/vastai-cli" in text

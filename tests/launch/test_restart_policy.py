@@ -1,6 +1,6 @@
 """A restart policy (Docker's `--restart on-failure`, a recreated Kubernetes Job, a Vast.ai on-start hook)
 starts the launcher again with the same environment and run directory. The run's ledger
-(trm.launch.ledger) keeps that from training in a loop after a terminal end, and MAX_HOURS bounds the run."""
+(trm.launch.after_run.ledger) keeps that from training in a loop after a terminal end, and MAX_HOURS bounds the run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trm import exit_codes
-from trm.launch.ledger import RunLedger, admit, last_launch_refused
+from trm.launch.after_run.ledger import RunLedger, admit, last_launch_refused
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
@@ -33,7 +33,6 @@ def launcher_env(tmp_path: Path, **env: str) -> dict[str, str]:
         "PYTHON": sys.executable,
         "SMOKE_STEPS": "0",
         "PREFLIGHT": "0",
-        "TRM_LAUNCH_HANDOFF": "0",
         **env,
     }
 
@@ -148,21 +147,32 @@ def test_the_ledger_survives_a_save_and_names_a_broken_file(tmp_path):
         RunLedger.load(ledger.path.parent)
 
 
-def test_train_prods_exit_trap_releases_nothing_after_a_refused_launch(tmp_path, monkeypatch):
-    """A refusal exits 0, which ON_END would take for a finished run: the trap must keep the machine."""
-    from trm.launch import release, runner
-    from trm.launch.settings import LaunchSettings
+def test_a_refused_launch_releases_nothing(tmp_path, monkeypatch):
+    """A refusal exits 0, which ON_END would take for a finished run: the launcher keeps the machine (its
+    at-exit steps run only for a launch that was admitted)."""
+    import signal
 
-    env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "RUN_NAME": RUN_NAME}
+    from trm.launch.after_run import release
+    from trm.launch.planning.plan import build_plan
+    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.running.runner import Launch
+    from trm.launch.running.supervisor import Console
+
+    env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "RUN_NAME": RUN_NAME,
+           "ON_END": "stop", "RELEASE_VIA": "host", "MAX_HOURS": "0.5"}  # fmt: skip
     settings = LaunchSettings.from_env(env)
-    settings.launch_dir.mkdir(parents=True)
+    ledger = RunLedger.load(settings.launch_dir)
+    ledger.hours = 1.0  # MAX_HOURS is spent: the launch is refused
+    ledger.save()
     calls = []
     monkeypatch.setattr(release, "release", lambda *args, **kwargs: calls.append(args))
-    runner.finish_outside(settings, env, exit_codes.OK)
-    assert len(calls) == 1  # a launch that trained: ON_END applies
-    ledger = RunLedger.load(settings.launch_dir)
-    ledger.refused_at = 1.0
-    ledger.save()
-    runner.finish_outside(settings, env, exit_codes.OK)
-    assert len(calls) == 1
-    assert "the machine is kept" in (settings.launch_dir / "launch.log").read_text()
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        launch = Launch(build_plan(settings, [], env), env, Console(settings.launch_dir / "launch.log"))
+        assert launch.run() == exit_codes.OK
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert calls == []
+    assert last_launch_refused(settings.launch_dir)
+    assert "handoff" not in (settings.launch_dir / "launch.log").read_text()

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from trm import exit_codes
-from trm.launch.plan import build_plan, merge_overrides
-from trm.launch.runner import Launch
-from trm.launch.settings import LaunchSettings
-from trm.launch.supervisor import AttemptResult, Console, CostGuard, read_events
+from trm.launch.planning.plan import build_plan, merge_overrides
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.running.runner import Launch
+from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
@@ -42,7 +42,6 @@ def make_launch(tmp_path: Path, mode: str, **env: str) -> tuple[Launch, io.Strin
         "WORKSPACE": str(tmp_path / "ws"),
         "PYTHON": sys.executable,
         "SMOKE_STEPS": "2",
-        "TRM_LAUNCH_HANDOFF": "0",
         **env,
     }
     settings = LaunchSettings.from_env(environ)
@@ -78,7 +77,7 @@ def test_attempt_outcomes():
 def test_worker_records_and_forwards(tmp_path):
     exit_dir = tmp_path / "codes"
     code = subprocess.call(
-        [sys.executable, "-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--", sys.executable, "-c",
+        [sys.executable, "-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--", sys.executable, "-c",
          "import sys; sys.exit(75)"],
         env={**os.environ, "RANK": "3"},
     )  # fmt: skip
@@ -94,7 +93,7 @@ def test_worker_records_and_forwards(tmp_path):
         [
             sys.executable,
             "-m",
-            "trm.launch.worker",
+            "trm.launch.running.worker",
             f"--exit-dir={exit_dir}",
             "--",
             sys.executable,
@@ -249,7 +248,7 @@ def test_probe_steps_down_on_out_of_memory(tmp_path, restore_signals):
 
 
 def test_probe_step_time_from_metrics(tmp_path):
-    from trm.launch.probe import step_seconds
+    from trm.launch.planning.probe import step_seconds
 
     rows = ["step,wall_time,name,value"] + [
         f"{s},{100 + 2 * s + (5 if s == 1 else 0)},train/lm_loss,1" for s in range(1, 8)
@@ -261,7 +260,7 @@ def test_probe_step_time_from_metrics(tmp_path):
 
 def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
     from tests.helpers import FIXTURES, install_fake_smi
-    from trm.launch.probe import MemorySampler
+    from trm.launch.planning.probe import MemorySampler
 
     shape = tmp_path / "shape"
     shape.mkdir()
@@ -286,7 +285,7 @@ def _step_lines(text: str) -> list[str]:
 def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals):
     launch, out = make_launch(
         tmp_path, "finish", PROBE="1", PROBE_STEPS="2", MAX_HOURS="1", GPU_HOURLY_USD="1", PREFLIGHT="0",
-        FAKE_STEP_SECONDS="0", FAKE_TRAINER_STEPS="3", TRM_LAUNCH_HANDOFF="1", CPU_PROCS="1",
+        FAKE_STEP_SECONDS="0", FAKE_TRAINER_STEPS="3", CPU_PROCS="1",
     )  # fmt: skip
     printed = _step_lines(launch.plan.render(launch.environ))
     assert [line.split(": ", 1)[1] for line in printed] == [
@@ -370,7 +369,7 @@ def test_a_compile_failure_in_the_smoke_gate_trains_eager_and_stays_eager(tmp_pa
     assert record["compile"] is False and "ptxas" in record["reason"]
     assert "compile=false" in json.loads((launch_dir / "plan.json").read_text())["overrides"]
     assert "compile_fallback" in [e["event"] for e in read_events(launch_dir / "events.jsonl")]
-    from trm.launch.handoff import collect
+    from trm.launch.after_run.handoff import collect
 
     assert collect(launch.settings.run_dir)["compile_fallback"]["reason"] == record["reason"]
     again, out2 = make_launch(

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.launch.plan import trainer_env
-from trm.launch.settings import LaunchSettings
+from trm.launch.planning.plan import trainer_env
+from trm.launch.planning.settings import LaunchSettings
 
 KEY = "local-feedfacefeedfacefeedfacefeedfacefeedface"
 

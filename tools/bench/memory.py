@@ -9,7 +9,7 @@ same tensors on any device in eager mode (PyTorch's CPU and CUDA flash-attention
 v, the output and the log-sum-exp), so it is measured on CPU: one ACT step at batch 1 and at batch 2,
 every distinct storage saved for backward counted once; the difference is the cost of one row, the rest
 is fixed. torch.compile may keep less (its partitioner recomputes cheap element-wise ops). The hardware
-table's micro-batches (trm/launch/hardware.toml) are checked against this figure.
+table's micro-batches (trm/launch/host/hardware.toml) are checked against this figure.
 """
 
 from __future__ import annotations

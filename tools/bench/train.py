@@ -35,6 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tools import checkout_env
 from trm.training.recipes import Recipe, get_recipe
 
 WARMUP_STEPS = 5
@@ -93,7 +94,7 @@ def build_data(out: Path, setup: Setup, form: str) -> None:
 
 def trainer_env(setup: Setup) -> dict[str, str]:
     """Environment for both trainers: no tracking; DISABLE_COMPILE (both honour it) for eager setups."""
-    env = dict(os.environ, WANDB_MODE="disabled")
+    env = checkout_env({**os.environ, "WANDB_MODE": "disabled"})  # upstream's runs through tools.bench
     if setup.compiled:
         env.pop("DISABLE_COMPILE", None)
     else:

@@ -344,7 +344,7 @@ def torch_supported(version: str) -> bool:
 def facts(ctx: Context) -> Outcome:
     import torch
 
-    from trm.launch.nvidia_smi import query_driver_cuda, query_gpus
+    from trm.launch.host.nvidia_smi import query_driver_cuda, query_gpus
     from trm.training.checkpoint import git_sha
 
     low, high = (".".join(map(str, v)) for v in TORCH_SUPPORTED)
@@ -735,7 +735,7 @@ def sigterm_after_step(
 
 
 def probe(ctx: Context) -> Outcome:
-    from trm.launch.hardware import load_table
+    from trm.launch.host.hardware import load_table
 
     workspace = ctx.work / "probe-ws"
     steps = PROBE_STEPS[ctx.profile]

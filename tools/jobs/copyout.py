@@ -63,7 +63,7 @@ def run_of(overlay: str | Path) -> RunOnCluster:
 
 def copy_out_objects(overlay: str | Path, sync_to: str, root: str | Path = ".") -> list[dict]:
     """jobs/tools/copy-out set to `overlay`'s run and volume, copying to SYNC_TO/RUN_NAME."""
-    from trm.launch.sync import check_remote
+    from trm.launch.after_run.sync import check_remote
 
     remote = check_remote(sync_to)
     if not remote:

@@ -42,7 +42,7 @@ GRACE_MARGIN_S = 60
 
 def launcher_env_names() -> set[str]:
     """The variables `python -m trm launch` documents (its --help-env list)."""
-    from trm.launch.settings import ALL_VARS
+    from trm.launch.planning.variables import ALL_VARS
 
     return {var.name for var in ALL_VARS}
 
@@ -315,7 +315,7 @@ def check_driver_affinity(name: str, pod: dict, variant: str | None) -> list[str
 
 def _shutdown_timeout(container: dict) -> int | None:
     """The container's SHUTDOWN_TIMEOUT (the launcher's default when unset); None when not a number."""
-    from trm.launch.settings import ALL_VARS
+    from trm.launch.planning.variables import ALL_VARS
 
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     default = next(v.default for v in ALL_VARS if v.name == "SHUTDOWN_TIMEOUT")

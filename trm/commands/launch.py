@@ -1,15 +1,39 @@
-"""`python -m trm launch`: the logic behind `scripts/train_prod.sh` (configured by environment variables)."""
+"""`python -m trm launch`: the logic behind `scripts/train_prod.sh` (configured by environment variables).
+
+The launcher owns the whole launch: it starts itself in tmux (USE_TMUX=1), forwards SIGTERM/SIGINT/SIGHUP to
+torchrun, and writes the handoff bundle at exit whatever the outcome."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
+import sys
+from typing import IO
 
 from trm.errors import TRMError
 
+NO_TORCH = (
+    "{python} has no torch; set PYTHON to the project's venv (make venv: .venv/bin/python; "
+    "bash scripts/bootstrap_host.sh on a GPU host) or activate it"
+)
+
+
+def require_torch() -> None:
+    """A Python that cannot train stops with one line instead of an import traceback."""
+    if importlib.util.find_spec("torch") is None:
+        raise TRMError(NO_TORCH.format(python=sys.executable))
+
+
+def relaunch_args(args: argparse.Namespace) -> list[str]:
+    """The `python -m trm launch …` command line of this launch (run again inside tmux)."""
+    experiments = ["--experiments", args.experiments] if args.experiments else []
+    return [sys.executable, "-m", "trm", "launch", *experiments, *args.overrides]
+
 
 def run(args: argparse.Namespace) -> int:
-    from trm.launch.settings import LaunchSettings, help_text, markdown_table
+    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.planning.variables import help_text, markdown_table
 
     if args.help_env:
         print(help_text())
@@ -17,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown_env:
         print(markdown_table())
         return 0
+    if not (args.handoff or args.onstart_script):
+        require_torch()
     environ = dict(os.environ)
     recipe = None
     if args.experiments:
@@ -32,17 +58,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = LaunchSettings.from_env(environ, tuple(args.overrides))
     except TRMError:
-        if args.handoff:  # the launcher already reported the bad setting; there is no run to hand off
+        if args.handoff:  # there is no run these settings name: nothing to hand off
             print("handoff skipped: the launch settings are invalid (see the error above)")
             return 0
         raise
     if args.onstart_script:
-        from trm.launch.onstart import render
+        from trm.launch.running.onstart import render
 
         print(render(settings, environ, args.checkout), end="")
         return 0
     if args.handoff:
-        from trm.launch.runner import hand_off
+        from trm.launch.running.runner import hand_off
 
         bundle = hand_off(settings)
         print(
@@ -50,21 +76,24 @@ def run(args: argparse.Namespace) -> int:
             if bundle
             else f"no run directory {settings.run_dir} yet: nothing to hand off"
         )
-        if args.exit_code is not None:
-            from trm.launch.runner import finish_outside
-
-            finish_outside(settings, environ, args.exit_code)
         return 0
-    if args.tmux:
-        from trm.launch.tmux import start_in_tmux
+    if settings.use_tmux and not args.dry_run and not environ.get("TMUX"):
+        from trm.launch.running.tmux import start_in_tmux
 
-        print(start_in_tmux(settings, args.tmux, args.overrides, environ))
+        print(start_in_tmux(settings, relaunch_args(args), environ))
         return 0
-    from trm.launch.runner import Launch, resolve
-    from trm.launch.supervisor import Console
-    from trm.launch.workspace import ensure_writable
+    from trm.launch.running.runner import Launch, finish_unplanned, resolve
+    from trm.launch.running.supervisor import Console
+    from trm.launch.running.workspace import ensure_writable
 
-    plan = resolve(settings, environ, recipe=recipe)
+    try:
+        plan = resolve(settings, environ, recipe=recipe)
+    except TRMError as err:
+        if not args.dry_run:
+            print(f"error: {err}", file=sys.stderr)
+            finish_unplanned(settings, err.exit_code)
+            return err.exit_code
+        raise
     if args.dry_run:
         print(plan.render(environ))
         return 0
@@ -72,28 +101,39 @@ def run(args: argparse.Namespace) -> int:
     return Launch(plan, environ, Console(settings.launch_dir / "launch.log")).run()
 
 
+def script_help(parser: argparse.ArgumentParser) -> None:
+    """-h/--help under scripts/train_prod.sh (TRM_LAUNCHER): the script's help, with the environment
+    variables; else this command's flags."""
+    from trm.launch.planning.plan import LAUNCHER_ENV, SCRIPT
+
+    def print_help(file: IO[str] | None = None) -> None:
+        if os.environ.get(LAUNCHER_ENV) == SCRIPT:
+            from trm.launch.planning.variables import help_text
+
+            print(help_text(SCRIPT), file=file)
+        else:
+            argparse.ArgumentParser.print_help(parser, file)
+
+    parser.print_help = print_help  # type: ignore[method-assign]
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Preflight, dataset build + verify, hardware tier, smoke gate, supervised torchrun. "
-        "Every setting is an environment variable: see --help-env."
+        "Preflight, dataset build + verify, hardware tier, smoke gate, supervised torchrun, and the handoff "
+        "bundle at exit. Every setting is an environment variable: see --help-env."
     )
+    script_help(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print every step and command; run nothing")
     mode.add_argument("--help-env", action="store_true", help="list the environment variables and defaults")
     mode.add_argument("--markdown-env", action="store_true", help="the same list as a Markdown table")
-    mode.add_argument("--handoff", action="store_true", help="write the handoff bundle of the configured run")
-    mode.add_argument("--tmux", metavar="SCRIPT", help="start SCRIPT in a detached tmux session")
+    mode.add_argument(
+        "--handoff", action="store_true", help="write the handoff bundle of the configured run (by hand)"
+    )
     mode.add_argument(
         "--onstart-script",
         action="store_true",
         help="print an on-start script (Vast.ai) that starts this launch at every instance start; it resumes",
-    )
-    parser.add_argument(
-        "--exit-code",
-        type=int,
-        metavar="RC",
-        help="with --handoff (train_prod.sh's exit trap): the launch ended with RC; after the bundle, copy "
-        "the run to SYNC_TO and apply ON_END / ON_BUDGET",
     )
     parser.add_argument(
         "--checkout",

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from trm.io import atomic_write_json
-from trm.launch.preflight import GIB, PreflightContext, print_report, run_preflight
+from trm.launch.host.preflight import GIB, PreflightContext, print_report, run_preflight
 
 
 def run(args: argparse.Namespace) -> int:

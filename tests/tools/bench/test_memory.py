@@ -10,7 +10,7 @@ import torch
 from tests.helpers import small_config
 from tools.bench.memory import per_row_bytes, saved_bytes
 from tools.bench.model import build_ours, paper_config
-from trm.launch.hardware import load_table
+from trm.launch.host.hardware import load_table
 
 GIB = 2**30
 # fp32 parameters, their gradients and AdamATan2's two moments.

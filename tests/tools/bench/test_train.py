@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tools import checkout_env
 from tools.bench.train import tqdm_step_seconds, upstream_epochs_for
 from tools.bench.upstream_trainer import DEVICE_SWITCH, patched_source
 from trm.errors import TRMError
@@ -83,7 +84,7 @@ def test_shim_runs_a_cuda_only_trainer_on_cpu_with_our_optimizer(tmp_path):
     (checkout / "pretrain.py").write_text(FAKE_PRETRAIN)
     out = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", str(checkout), str(out), "lr=1"]
-    subprocess.run(cmd, check=True, cwd=tmp_path)
+    subprocess.run(cmd, check=True, cwd=tmp_path, env=checkout_env())
     result = json.loads(out.read_text())
     assert result == {
         "argv": [str(out), "lr=1"],
@@ -140,5 +141,5 @@ def test_cuda_mode_runs_the_script_unchanged_and_stands_in_only_for_a_missing_ex
     (checkout / "pretrain.py").write_text(script)
     out = tmp_path / "out.json"
     cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", "cuda", str(checkout), str(out)]
-    subprocess.run(cmd, check=True, cwd=tmp_path)
+    subprocess.run(cmd, check=True, cwd=tmp_path, env=checkout_env())
     assert json.loads(out.read_text()) == {"mark": "x.cuda()", "opt": "trm.optim.adam_atan2"}

@@ -176,7 +176,7 @@ def _ctx(tmp_path: Path, **env: str) -> ga.Context:
 
 
 def _fake_probe(step_seconds: float | None, steps_timed: int):
-    """A `run_command` that writes the record trm.launch.probe writes for an H100 at micro-batch 192."""
+    """A `run_command` that writes the record trm.launch.planning.probe writes for an H100 at micro-batch 192."""
 
     def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
         assert (
@@ -198,7 +198,7 @@ def _fake_probe(step_seconds: float | None, steps_timed: int):
 
 
 def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
-    """The record as trm.launch.probe writes it; the part compares it with the table (GPU-free)."""
+    """The record as trm.launch.planning.probe writes it; the part compares it with the table (GPU-free)."""
     monkeypatch.setattr(ga, "run_command", _fake_probe(1.21, 2))
     outcome = ga.probe(_ctx(tmp_path))
     assert outcome.status == "pass", outcome

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 
-from trm.launch.nvidia_smi import smi_uuid
+from trm.launch.host.nvidia_smi import smi_uuid
 
 
 def free_port() -> int:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import shlex
 
-from trm.launch.plan import SCRIPT
-from trm.launch.settings import ENV_VARS, LaunchSettings
+from trm.launch.planning.plan import SCRIPT
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.planning.variables import ENV_VARS
 
 # What SSH sessions need from the container's environment (never secrets).
 SSH_VISIBLE = ("PATH", "TRM_IMAGE_VARIANT", "TRM_IMAGE_SM_LIST", "TRM_IMAGE_CUDA", "TRM_IMAGE_GIT_SHA",

@@ -62,8 +62,7 @@ class RunLedger:
     end: dict[str, Any] | None = None
     """The terminal end that blocks a restart: id, exit_code, reason, at, config."""
     refused_at: float | None = None
-    """When the latest launch was refused (cleared when one trains; train_prod.sh's exit trap then releases
-    nothing)."""
+    """When the latest launch was refused (cleared when one trains)."""
     history: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
@@ -165,7 +164,7 @@ def _hours(left: float | None) -> str:
 
 
 def last_launch_refused(launch_dir: Path) -> bool:
-    """Whether the latest launch of the run was refused (train_prod.sh's exit trap: release nothing)."""
+    """Whether the latest launch of the run was refused (it trained nothing and released nothing)."""
     try:
         return RunLedger.load(launch_dir).refused_at is not None
     except TRMError:

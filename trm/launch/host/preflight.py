@@ -14,8 +14,8 @@ from trm.errors import TRMError
 from trm.images import catalog as image_catalog
 from trm.images import compat
 from trm.images.families import variant_for_host
-from trm.launch import cuda_visible
-from trm.launch.nvidia_smi import (
+from trm.launch.host import cuda_visible
+from trm.launch.host.nvidia_smi import (
     GpuInfo,
     NvidiaSmiMissing,
     Runner,
@@ -149,14 +149,14 @@ def _adam_backend_importable() -> bool:
 
 
 def _allreduce(n: int) -> tuple[bool, str]:
-    from trm.launch.gpu_checks import allreduce_check
+    from trm.launch.host.gpu_checks import allreduce_check
 
     result = allreduce_check(n, backend="nccl")
     return result.ok, result.detail
 
 
 def _matmul(index: int) -> tuple[bool, str, float]:
-    from trm.launch.gpu_checks import matmul_check
+    from trm.launch.host.gpu_checks import matmul_check
 
     r = matmul_check(f"cuda:{index}")
     return r.ok, f"uuid {r.uuid}, max rel error {r.max_rel_error:.1e}", r.tflops

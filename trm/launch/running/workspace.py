@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from trm.errors import TRMError
-from trm.launch.settings import LaunchSettings
+from trm.launch.planning.settings import LaunchSettings
 
 
 def ensure_writable(settings: LaunchSettings) -> None:

@@ -15,11 +15,17 @@ from trm import exit_codes
 from trm.compile_setting import FALLBACK_FILE, compile_failure
 from trm.errors import TRMError
 from trm.io import atomic_write_json
-from trm.launch import cuda_visible
-from trm.launch.estimate import ESTIMATE_FILE, RunEstimate
-from trm.launch.ledger import TERMINAL_ENDS, RunLedger, admit, config_fingerprint, last_launch_refused
-from trm.launch.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
-from trm.launch.plan import (
+from trm.launch.after_run.ledger import (
+    TERMINAL_ENDS,
+    RunLedger,
+    admit,
+    config_fingerprint,
+)
+from trm.launch.after_run.sync import Syncer, SyncError
+from trm.launch.host import cuda_visible
+from trm.launch.host.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
+from trm.launch.planning.estimate import ESTIMATE_FILE, RunEstimate
+from trm.launch.planning.plan import (
     LaunchFailed,
     LaunchPlan,
     Step,
@@ -28,10 +34,9 @@ from trm.launch.plan import (
     override_key,
     resume_where,
 )
-from trm.launch.settings import LaunchSettings
-from trm.launch.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
-from trm.launch.sync import Syncer, SyncError
-from trm.launch.workspace import ensure_writable
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
+from trm.launch.running.workspace import ensure_writable
 from trm.training.recipes import Recipe
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
@@ -260,7 +265,7 @@ class Launch:
 
     def probe(self, step: Step) -> None:
         """Measure the micro-batch on the real GPUs and train with what fits."""
-        from trm.launch.probe import run_probe
+        from trm.launch.planning.probe import run_probe
 
         micro = run_probe(self)
         if micro != self.plan.hardware.micro_batch_size:
@@ -392,10 +397,7 @@ class Launch:
             return
 
     def handoff(self, step: Step) -> None:
-        """Write the handoff bundle, unless the calling script's exit trap does (TRM_LAUNCH_HANDOFF=0)."""
-        if not self.plan.handoff_by_launcher:
-            self.console.log("handoff: left to train_prod.sh's exit trap (TRM_LAUNCH_HANDOFF=0)")
-            return
+        """Write the handoff bundle (at exit, whatever the outcome)."""
         try:
             bundle = hand_off(self.settings)
         except (OSError, TRMError) as err:
@@ -404,28 +406,21 @@ class Launch:
         self.console.log(f"handoff bundle: {bundle}" if bundle else "handoff: no run directory yet")
 
     def final_sync(self, step: Step) -> None:
-        """The last upload, after the handoff bundle (left to train_prod.sh's trap when it hands off)."""
-        if not self.plan.handoff_by_launcher:
-            self.console.log("final sync: left to train_prod.sh's exit trap (after its handoff)")
-            return
+        """The last upload, after the handoff bundle (node 0)."""
         if self.settings.node_rank != 0:
             return
         syncer = self.syncer or make_syncer(self.settings, self.console.log)
         self.synced = syncer.final()
 
     def release(self, step: Step) -> None:
-        """ON_END / ON_BUDGET, once the bundle is written and synced (train_prod.sh's trap does it there)."""
-        if not self.plan.handoff_by_launcher:
-            if self.settings.release.releases:
-                self.console.log("release: left to train_prod.sh's exit trap (after its handoff)")
-            return
-        from trm.launch.release import release
+        """ON_END / ON_BUDGET, once the bundle is written and synced."""
+        from trm.launch.after_run.release import release
 
         release(self.settings.release, self.exit_code, self.environ, self.console.log, synced=self.synced)
 
     def _check_release_ready(self) -> None:
         """ON_END / ON_BUDGET must be able to act at the end: find out now, before any training."""
-        from trm.launch.release import readiness_problem
+        from trm.launch.after_run.release import readiness_problem
 
         problem = readiness_problem(self.settings.release, self.environ)
         if problem:
@@ -456,7 +451,7 @@ class Launch:
         self.step_action(step)(step)
 
     def admitted(self) -> bool:
-        """Whether this launch may train (trm.launch.ledger): not when the run's MAX_HOURS is spent or it
+        """Whether this launch may train (trm.launch.after_run.ledger): not when the run's MAX_HOURS is spent or it
         ended with 78 or 2 and the configuration is the same. Node 0 keeps the ledger."""
         s = self.settings
         ledger = RunLedger.load(s.launch_dir)
@@ -502,9 +497,11 @@ class Launch:
         A launch the ledger refuses returns 0 at once: nothing runs, nothing is released."""
         s = self.settings
         self.session_start = time.time()
+        # From here on a stop request (SIGTERM/SIGINT/SIGHUP) reaches whatever runs, and the at-exit steps
+        # (handoff, final sync, release) still run.
+        self.supervisor.install_signal_handlers()
         if not self.admitted():
             return exit_codes.OK
-        self.supervisor.install_signal_handlers()
         self.write_plan()
         hardware = self.plan.hardware
         gpus = hardware.world_size if hardware.device == "cuda" else 0
@@ -544,9 +541,8 @@ class Launch:
 def hand_off(settings: LaunchSettings) -> Path | None:
     """Bundle the run these settings name into ARTIFACTS_DIR/RUN_NAME; None when it has no directory yet.
 
-    The handoff step of a launch and `python -m trm launch --handoff` (train_prod.sh's exit trap) both
-    call this."""
-    from trm.launch.handoff import build_bundle
+    The handoff step of a launch and `python -m trm launch --handoff` (by hand) both call this."""
+    from trm.launch.after_run.handoff import build_bundle
 
     if not settings.run_dir.is_dir():
         return None
@@ -572,20 +568,21 @@ def make_syncer(settings: LaunchSettings, log: Callable[[str], None]) -> Syncer:
     )
 
 
-def finish_outside(settings: LaunchSettings, environ: dict[str, str], exit_code: int) -> None:
-    """train_prod.sh's exit trap, after its handoff: the final sync, then ON_END / ON_BUDGET.
-
-    The launcher's own at-exit steps do the same when it writes the handoff itself."""
-    from trm.launch.release import release
-
-    log = Console(settings.launch_dir / "launch.log" if settings.run_dir.is_dir() else None).log
-    if last_launch_refused(settings.launch_dir):
-        log("release: the launch was refused (the run had already ended): the machine is kept")
+def finish_unplanned(settings: LaunchSettings, exit_code: int) -> None:
+    """The at-exit steps of a launch that failed before its plan existed (a bad setting found while resolving
+    the hardware): the handoff bundle of the run, if it has a directory, and its final sync. Nothing is
+    released: ON_END / ON_BUDGET act on exits 0 and 79 only."""
+    if not settings.run_dir.is_dir():
         return
-    synced = True
-    if settings.sync_to and settings.node_rank == 0 and settings.run_dir.is_dir():
-        synced = make_syncer(settings, log).final()
-    release(settings.release, exit_code, environ, log, synced=synced)
+    log = Console(settings.launch_dir / "launch.log").log
+    try:
+        bundle = hand_off(settings)
+    except (OSError, TRMError) as err:
+        log(f"handoff failed ({err}); rerun: python -m trm launch --handoff")
+        return
+    log(f"exit {exit_code} before the launch started; handoff bundle: {bundle}")
+    if settings.sync_to and settings.node_rank == 0:
+        make_syncer(settings, log).final()
 
 
 def probe_configured_launch(environ: dict[str, str], stream: IO[str]) -> tuple[int, Path]:
@@ -598,6 +595,6 @@ def probe_configured_launch(environ: dict[str, str], stream: IO[str]) -> tuple[i
     launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", stream))
     launch.supervisor.install_signal_handlers()
     launch.data(plan.data_step())
-    from trm.launch.probe import run_probe
+    from trm.launch.planning.probe import run_probe
 
     return run_probe(launch), settings.launch_dir / "probe.json"

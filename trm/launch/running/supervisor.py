@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from trm import exit_codes
-from trm.launch.ledger import RunLedger
+from trm.launch.after_run.ledger import RunLedger
 
 LEDGER_EVERY_S = 60.0  # a killed launcher loses at most this much of the run's counted time
 
@@ -121,7 +121,7 @@ class AttemptResult:
 
 
 def read_rank_codes(exit_dir: Path) -> dict[int, int]:
-    """Exit codes recorded by `trm.launch.worker`, by rank."""
+    """Exit codes recorded by `trm.launch.running.worker`, by rank."""
     codes: dict[int, int] = {}
     if not exit_dir.is_dir():
         return codes

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from trm.batching import largest_divisor_at_most
 from trm.errors import TRMError
-from trm.launch.nvidia_smi import GpuInfo
+from trm.launch.host.nvidia_smi import GpuInfo
 from trm.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ class Sizing:
         if workload.arch not in self.mb_per_row:
             raise TRMError(
                 f"arch {workload.arch!r} has no [sizing.mb_per_row] entry in the hardware table; measure it "
-                f"with `nox -s bench -- memory --arch {workload.arch}` and add it to trm/launch/hardware.toml"
+                f"with `nox -s bench -- memory --arch {workload.arch}` and add it to trm/launch/host/hardware.toml"
             )
         return self.mb_per_row[workload.arch] * workload.tokens / self.measured_tokens
 
@@ -257,7 +257,7 @@ def match_tier(gpu: GpuInfo, table: HardwareTable) -> tuple[Tier, str]:
         raise TRMError(
             f"GPU {gpu.index} ({gpu.name}, {vram:.1f} GiB) is smaller than every tier of the hardware table "
             f"(smallest: {smallest:.0f} GiB); rent a GPU with more memory, or add a tier to "
-            "trm/launch/hardware.toml"
+            "trm/launch/host/hardware.toml"
         )
     return max(by_vram, key=lambda t: t.min_vram_gib), "vram"
 

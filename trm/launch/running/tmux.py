@@ -1,4 +1,4 @@
-"""USE_TMUX=1: run the launch script in a detached tmux session on a dedicated server."""
+"""USE_TMUX=1: run the launch in a detached tmux session on a dedicated server (it survives the SSH session)."""
 
 from __future__ import annotations
 
@@ -8,24 +8,24 @@ import shutil
 import subprocess
 
 from trm.errors import TRMError
-from trm.launch.settings import LaunchSettings
+from trm.launch.planning.settings import LaunchSettings
 
 
-def tmux_command(settings: LaunchSettings, script: str, args: list[str]) -> list[str]:
-    """Start the script in a detached tmux session on a dedicated server (it inherits this environment)."""
-    inner = (
-        shlex.join(["bash", script, *args]) + "; echo; echo '[trm launch] finished: press Enter'; read -r _"
-    )
+def tmux_command(settings: LaunchSettings, command: list[str]) -> list[str]:
+    """Run `command` in a detached tmux session on a dedicated server (it inherits this environment, so
+    secrets never appear on the tmux command line)."""
+    inner = shlex.join(command) + "; echo; echo '[trm launch] finished: press Enter'; read -r _"
     return [
         "tmux", "-L", f"trm-{settings.run_name}", "new-session", "-d", "-s", settings.run_name, "-c", os.getcwd(), inner,
     ]  # fmt: skip
 
 
-def start_in_tmux(settings: LaunchSettings, script: str, args: list[str], environ: dict[str, str]) -> str:
-    """Start the session; returns how to attach to it and where its log is."""
+def start_in_tmux(settings: LaunchSettings, command: list[str], environ: dict[str, str]) -> str:
+    """USE_TMUX=1: start `command` (this launch, again) in the session, where $TMUX keeps it from starting
+    another; returns how to attach to it and where its log is."""
     if shutil.which("tmux") is None:
         raise TRMError("USE_TMUX=1 but tmux is not installed: `apt-get install -y tmux`, or set USE_TMUX=0")
-    cmd = tmux_command(settings, script, args)
+    cmd = tmux_command(settings, command)
     proc = subprocess.run(cmd, env={**environ, "TRM_IN_TMUX": "1"}, capture_output=True, text=True)
     if proc.returncode != 0:
         raise TRMError(

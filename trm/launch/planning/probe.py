@@ -19,9 +19,9 @@ from typing import IO, Any, Protocol
 
 from trm.batching import largest_divisor_at_most
 from trm.io import atomic_write_json
-from trm.launch.nvidia_smi import GpuInfo, Runner, query_memory_used
-from trm.launch.plan import LaunchFailed, LaunchPlan
-from trm.launch.supervisor import AttemptResult, Console, Supervisor
+from trm.launch.host.nvidia_smi import GpuInfo, Runner, query_memory_used
+from trm.launch.planning.plan import LaunchFailed, LaunchPlan
+from trm.launch.running.supervisor import AttemptResult, Console, Supervisor
 
 OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 WARMUP_STEPS = 2  # compile and allocator warm-up are excluded from the step time
@@ -94,7 +94,7 @@ def drift_notes(record: dict[str, Any], table_micro: int, vram_mib: int | None) 
 
 
 class ProbeHost(Protocol):
-    """What the probe needs from the launch that runs it (`trm.launch.runner.Launch`)."""
+    """What the probe needs from the launch that runs it (`trm.launch.running.runner.Launch`)."""
 
     plan: LaunchPlan
     console: Console

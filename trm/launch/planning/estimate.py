@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
-from trm.launch.hardware import BatchLayout
+from trm.launch.host.hardware import BatchLayout
 from trm.training.config import TrainConfig
 from trm.training.throughput import act_step_flops, peak_flops, total_steps
 

@@ -27,8 +27,8 @@ from trm.compile_setting import FALLBACK_FILE
 from trm.errors import TRMError
 from trm.gitinfo import UNKNOWN, code_git_sha
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
-from trm.launch.estimate import ESTIMATE_FILE
-from trm.launch.supervisor import read_events
+from trm.launch.planning.estimate import ESTIMATE_FILE
+from trm.launch.running.supervisor import read_events
 from trm.training.throughput import summarize as summarize_throughput
 
 STEP_RE = re.compile(r"^step_(\d+)$")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 
 from trm.errors import TRMError
-from trm.launch import cuda_visible
+from trm.launch.host import cuda_visible
 
 QUERY_FIELDS = ("name", "memory.total", "compute_cap", "driver_version", "uuid")
 QUERY_ARGS = (f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits")
@@ -131,7 +131,7 @@ def query_gpus(runner: Runner | None = None, environ: Mapping[str, str] | None =
     names GPUs wrongly.
 
     nvidia-smi lists every GPU of the host; CUDA_VISIBLE_DEVICES keeps those it names, in its order
-    (`trm.launch.cuda_visible`). A GPU in MIG mode is replaced by its visible MIG slices, sized from the
+    (`trm.launch.host.cuda_visible`). A GPU in MIG mode is replaced by its visible MIG slices, sized from the
     slice: `--query-gpu` reports the parent GPU's memory, which would size the batch for 80 GB on a
     10-40 GB slice.
     """

@@ -57,13 +57,6 @@ class ReleasePolicy:
         return self.on_end != "keep" or self.on_budget != "keep"
 
 
-def parse_action(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = env.get(name, "").strip().lower() or default
-    if raw not in ACTIONS:
-        raise TRMError(f"{name}={raw!r}: use one of {', '.join(ACTIONS)}")
-    return raw
-
-
 def detect_provider(env: Mapping[str, str]) -> str | None:
     """Where this process runs, from what each platform sets; None for a plain host (never guessed)."""
     if env.get("KUBERNETES_SERVICE_HOST"):
@@ -75,18 +68,13 @@ def detect_provider(env: Mapping[str, str]) -> str | None:
     return None
 
 
-def policy_from_env(env: Mapping[str, str], *, sync_to: str) -> ReleasePolicy:
-    """ON_END, ON_BUDGET and RELEASE_VIA, checked against where the launch runs (errors name the fix)."""
-    on_end = parse_action(env, "ON_END", "keep")
-    on_budget = parse_action(env, "ON_BUDGET", on_end)
-    via = env.get("RELEASE_VIA", "").strip().lower() or "auto"
-    if via not in PROVIDERS:
-        raise TRMError(f"RELEASE_VIA={via!r}: use one of {', '.join(PROVIDERS)}")
-    policy = ReleasePolicy(on_end=on_end, on_budget=on_budget, via=via)
+def check_policy(policy: ReleasePolicy, env: Mapping[str, str], *, sync_to: str) -> ReleasePolicy:
+    """`policy` (ON_END, ON_BUDGET and RELEASE_VIA, parsed by trm.launch.planning.variables), checked
+    against where the launch runs (errors name the fix)."""
     if not policy.releases:
         return policy
     provider = resolve_provider(policy, env)
-    actions = {on_end, on_budget} - {"keep"}
+    actions = {policy.on_end, policy.on_budget} - {"keep"}
     if provider == "primeintellect" and "stop" in actions:
         raise TRMError(
             "Prime Intellect pods cannot be stopped, only terminated: use ON_END=destroy / ON_BUDGET=destroy "

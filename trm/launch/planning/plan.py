@@ -10,15 +10,13 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from trm.errors import TRMError
-from trm.launch.estimate import RunEstimate, estimate_run, probe_step_seconds
-from trm.launch.hardware import BatchLayout, select_layout, workload_of
-from trm.launch.nvidia_smi import GpuInfo
-from trm.launch.settings import ENV_VARS, LaunchSettings, arch_override
+from trm.launch.host.hardware import BatchLayout, select_layout, workload_of
+from trm.launch.host.nvidia_smi import GpuInfo
+from trm.launch.planning.estimate import RunEstimate, estimate_run, probe_step_seconds
+from trm.launch.planning.settings import LaunchSettings
+from trm.launch.planning.variables import ENV_VARS, arch_override
 from trm.training.config import TrainConfig, compose
 from trm.training.recipes import Recipe, get_recipe
-
-# Set to 0 by train_prod.sh, whose exit trap runs the handoff instead of the launcher.
-HANDOFF_VAR = "TRM_LAUNCH_HANDOFF"
 
 # scripts/train_prod.sh exports TRM_LAUNCHER=scripts/train_prod.sh, so the resume command names it; the
 # image has no scripts/ and runs `python -m trm launch` directly.
@@ -113,13 +111,13 @@ def torchrun_command(
     rendezvous: list[str] | None = None,
 ) -> list[str]:
     """torchrun (`--standalone` without `rendezvous` flags) of `nproc_per_node` ranks, each running the
-    trainer under `trm.launch.worker`, which records its exit code in `exit_dir`."""
+    trainer under `trm.launch.running.worker`, which records its exit code in `exit_dir`."""
     return [
         *(python, "-m", "torch.distributed.run"),
         *(rendezvous or ["--standalone"]),
         f"--nproc-per-node={nproc_per_node}",
         *shutdown_timeout_args(shutdown_timeout),
-        *("-m", "trm.launch.worker", f"--exit-dir={exit_dir}", "--"),
+        *("-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--"),
         *(python, "-m", trainer_module),
         *overrides,
     ]
@@ -162,9 +160,6 @@ class LaunchPlan:
     dataset_dir: Path
     overrides: list[str]
     env: dict[str, str]
-    handoff_by_launcher: bool = True
-    """False under train_prod.sh (TRM_LAUNCH_HANDOFF=0): its exit trap runs the handoff command (and the
-    final sync and the release after it)."""
     trainer_module: str = "trm.train"
     environ: dict[str, str] = field(default_factory=dict)
     """The launch's environment (where the release step detects its platform)."""
@@ -187,7 +182,7 @@ class LaunchPlan:
         return compose(self.overrides)
 
     def estimate(self) -> RunEstimate | str:
-        """The whole run's expected time and cost, or why it is unknown yet (trm.launch.estimate)."""
+        """The whole run's expected time and cost, or why it is unknown yet (trm.launch.planning.estimate)."""
         return estimate_run(
             self.train_config,
             self.dataset_dir,
@@ -270,11 +265,11 @@ class LaunchPlan:
         return [self.settings.python, "-m", "trm", "data", "verify", str(self.dataset_dir)]
 
     def handoff_command(self) -> list[str]:
-        """`python -m trm launch --handoff`: the bundle of the run these settings name (train_prod.sh's trap)."""
+        """`python -m trm launch --handoff`: the bundle of the run these settings name (by hand)."""
         return [self.settings.python, "-m", "trm", "launch", "--handoff"]
 
     def exit_dir(self) -> Path:
-        """Where each rank's exit code is recorded (trm.launch.worker)."""
+        """Where each rank's exit code is recorded (trm.launch.running.worker)."""
         return self.settings.launch_dir / "exit_codes"
 
     def smoke_dir(self) -> Path:
@@ -392,16 +387,12 @@ class LaunchPlan:
         return Step("train", what, (self.train_command,))
 
     def handoff_step(self) -> Step:
-        """The bundle, written at exit by the launcher, or by train_prod.sh's exit trap."""
-        where = self.settings.artifacts_run_dir
-        if self.handoff_by_launcher:
-            what = (
-                f"at exit, success or failure: the launcher bundles the run into {where} "
-                f"(by hand: {shlex.join(self.handoff_command())})"
-            )
-            return Step("handoff", what, at_exit=True)
-        what = f"at exit, success or failure: train_prod.sh's exit trap bundles the run into {where}"
-        return Step("handoff", what, (self.handoff_command,), at_exit=True)
+        """The bundle, written at exit by the launcher whatever the outcome."""
+        what = (
+            f"at exit, success, failure or SIGTERM: the launcher bundles the run into "
+            f"{self.settings.artifacts_run_dir} (by hand: {shlex.join(self.handoff_command())})"
+        )
+        return Step("handoff", what, at_exit=True)
 
     def sync_step(self) -> Step:
         """SYNC_TO: background uploads of the run while it trains."""
@@ -418,21 +409,17 @@ class LaunchPlan:
     def final_sync_step(self) -> Step:
         """SYNC_TO: the last upload, after the handoff bundle."""
         s = self.settings
-        who = "the launcher" if self.handoff_by_launcher else "train_prod.sh's exit trap"
         what = (
-            f"at exit, after the handoff: {who} copies the run and the bundle to {s.sync_remote} (bundle in "
+            f"at exit, after the handoff: the launcher copies the run and the bundle to {s.sync_remote} (bundle in "
             f"handoff/); restore elsewhere: python -m trm sync --from {s.sync_remote} {s.run_dir}"
         )
         return Step("final sync", what, at_exit=True)
 
     def release_step(self) -> Step:
         """ON_END / ON_BUDGET: release the machine once everything is written and synced."""
-        from trm.launch.release import describe
+        from trm.launch.after_run.release import describe
 
-        what = describe(self.settings.release, self.environ)
-        if not self.handoff_by_launcher and self.settings.release.releases:
-            what += " (run by train_prod.sh's exit trap, after its handoff)"
-        return Step("release", what, at_exit=True)
+        return Step("release", describe(self.settings.release, self.environ), at_exit=True)
 
     def render(self, environ: dict[str, str]) -> str:
         """The --dry-run text."""
@@ -556,6 +543,5 @@ def build_plan(
         dataset_dir=dataset_dir,
         overrides=overrides,
         env=trainer_env(settings, environ),
-        handoff_by_launcher=environ.get(HANDOFF_VAR, "1") != "0",
         environ=dict(environ),
     )

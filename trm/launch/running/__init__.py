@@ -1,0 +1,1 @@
+"""Running a launch: the launcher and its steps, the supervisor, the per-rank worker, tmux, on-start scripts."""
