@@ -13,7 +13,7 @@ NOX := $(VENV)/bin/nox
 TORCH_VERSION ?= 2.13.0
 DATA_DIR ?= data
 
-.PHONY: help venv test test-slow test-oldest-torch lint data runbooks gpu-check
+.PHONY: help venv test test-e2e test-oldest-torch lint data runbooks gpu-check
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
@@ -30,8 +30,8 @@ venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast wh
 test: venv ## run the CPU test suite (pytest-xdist)
 	$(NOX) -s tests
 
-test-slow: venv ## the slow end-to-end and multi-process CPU tests that `make test` leaves out (CI runs both)
-	$(NOX) -s tests_slow
+test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `make test` leaves out; CI runs both
+	$(NOX) -s tests_e2e
 
 test-oldest-torch: venv ## the core CPU tests under the CUDA 12.8 images' torch (2.10), in build/venv-torch-oldest
 	$(NOX) -s tests_oldest_torch

@@ -40,14 +40,10 @@ def tests(session: nox.Session) -> None:
     session.run(PYTHON, "-m", "pytest", "-n", "auto", *session.posargs)
 
 
-# What `tests_slow` selects: the slow tests that no other session runs (launch and kaggle have their own).
-SLOW_SELECTION = "slow and not launch and not kaggle and not docker and not gpu and not download"
-
-
 @nox.session(default=False)
-def tests_slow(session: nox.Session) -> None:
-    """The slow end-to-end and multi-process CPU tests that the default `tests` session leaves out."""
-    session.run(PYTHON, "-m", "pytest", "-n", "auto", "-m", SLOW_SELECTION, *session.posargs)
+def tests_e2e(session: nox.Session) -> None:
+    """The end-to-end and multi-process CPU tests (marker e2e) that the default `tests` session leaves out."""
+    session.run(PYTHON, "-m", "pytest", "-n", "auto", "-m", "e2e and not slow", *session.posargs)
 
 
 # The core of the CPU suite, run again under the oldest torch the code supports: the CUDA 12.8 images'
