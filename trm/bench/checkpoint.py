@@ -103,13 +103,13 @@ def file_hashes(run_dir: Path) -> dict[str, str]:
 
 def _timed_save(trainer: Any, asynchronous: bool, then: Any = None) -> tuple[float, float]:
     """(seconds the loop was blocked, seconds until the checkpoint was complete) of one save."""
-    trainer.writer.asynchronous = asynchronous
+    trainer.checkpointer.writer.asynchronous = asynchronous
     start = time.perf_counter()
     trainer.save_checkpoint()
     blocked = time.perf_counter() - start
     if then is not None:
         then()
-    trainer.writer.wait()
+    trainer.checkpointer.writer.wait()
     return blocked, time.perf_counter() - start
 
 
