@@ -12,7 +12,7 @@ import torch
 from trm.distributed import DistInfo
 from trm.training import checkpoint as ckpt
 from trm.training.checkpointer import Checkpointer, kind_on_disk
-from trm.training.config import train_config
+from trm.training.config import CheckpointConfig, train_config
 from trm.training.state import rng_state
 from trm.training.step_flags import WriterFlags
 
@@ -46,10 +46,7 @@ def make(
     tmp_path: Path, asynchronous: bool = False, rank: int = 0, **keys: Any
 ) -> tuple[Checkpointer, FakeRun]:
     cfg = train_config()
-    cfg.checkpoint_every_minutes = None
-    cfg.async_checkpoint = asynchronous
-    for key, value in keys.items():
-        setattr(cfg, key, value)
+    cfg.checkpoint = CheckpointConfig(every_minutes=None, asynchronous=asynchronous, **keys)
     run = FakeRun()
     info = DistInfo(rank=rank)
     return Checkpointer(cfg, info, tmp_path / "run", run, run.check_weights), run
@@ -89,7 +86,7 @@ def test_an_evaluation_upgrades_a_rolling_checkpoint_of_the_same_step_but_nothin
 
 
 def test_retention_keeps_the_newest_and_the_best(tmp_path: Path) -> None:
-    checkpointer, run = make(tmp_path, checkpoint_keep=1, checkpoint_keep_best=1)
+    checkpointer, run = make(tmp_path, keep=1, keep_best=1)
     save(checkpointer, run, 1, {"ARC/pass@2": 0.9})
     save(checkpointer, run, 2, {"ARC/pass@2": 0.1})
     save(checkpointer, run, 3)
@@ -98,8 +95,8 @@ def test_retention_keeps_the_newest_and_the_best(tmp_path: Path) -> None:
 
 
 def test_the_rolling_schedule_is_rank_0s(tmp_path: Path) -> None:
-    main, _ = make(tmp_path, checkpoint_every_steps=2)
-    other, _ = make(tmp_path, rank=1, checkpoint_every_steps=2)
+    main, _ = make(tmp_path, every_steps=2)
+    other, _ = make(tmp_path, rank=1, every_steps=2)
     assert [main.rolling_due(s) for s in (1, 2, 3, 4)] == [False, True, False, True]
     assert not any(other.rolling_due(s) for s in (1, 2, 3, 4))
     off, _ = make(tmp_path)

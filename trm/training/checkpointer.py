@@ -4,9 +4,9 @@ kept (retention), and how a failed save stops every rank.
 The training loop asks `rolling_due` after each step, shares the answer through its per-step flags
 (trm.training.step_flags) together with `writer_flags`, and calls `save`; everything else is here.
 A save snapshots the state to host memory (`trm.training.async_save`) and hands the writing to one
-writer thread (`async_checkpoint=false`: the same work inline). Every rank writes its shard, rank 0 the
-rest, publishes atomically (trm.training.checkpoint) and prunes to `checkpoint_keep` /
-`checkpoint_keep_best`. A full disk (ENOSPC/EDQUOT) removes the partial save and raises
+writer thread (`checkpoint.asynchronous=false`: the same work inline). Every rank writes its shard, rank 0 the
+rest, publishes atomically (trm.training.checkpoint) and prunes to `checkpoint.keep` /
+`checkpoint.keep_best`. A full disk (ENOSPC/EDQUOT) removes the partial save and raises
 CheckpointDiskFull on every rank; any other failed background save raises on every rank at the next step.
 """
 
@@ -87,12 +87,12 @@ class Checkpointer:
         self.run_dir = run_dir
         self.contents = contents
         self.check_weights = check_weights  # raises (on every rank) when the weights are not finite
-        self.every_eval = cfg.checkpoint_every_eval
-        self.keep = cfg.checkpoint_keep
-        self.keep_best = cfg.checkpoint_keep_best
+        self.every_eval = cfg.checkpoint.every_eval
+        self.keep = cfg.checkpoint.keep
+        self.keep_best = cfg.checkpoint.keep_best
         self.best_metric = best_metric(cfg)
-        self.rolling = RollingSchedule(cfg.checkpoint_every_minutes, cfg.checkpoint_every_steps)
-        self.writer = CheckpointWriter(asynchronous=cfg.async_checkpoint)
+        self.rolling = RollingSchedule(cfg.checkpoint.every_minutes, cfg.checkpoint.every_steps)
+        self.writer = CheckpointWriter(asynchronous=cfg.checkpoint.asynchronous)
         # Host memory for the snapshots (pinned on CUDA), kept from one save to the next: only the first
         # save pays for allocating it (and its page faults).
         self._buffers = (HostBuffers(), HostBuffers())
@@ -130,7 +130,7 @@ class Checkpointer:
         else:
             self._write_shards_then_submit(step, shard, main, facts)
         if not self.writer.asynchronous:
-            self.settle()  # async_checkpoint=false: every rank learns the outcome now
+            self.settle()  # checkpoint.asynchronous=false: every rank learns the outcome now
 
     def _write_shards_then_submit(self, step: int, shard: Any, main: Any, facts: dict[str, Any]) -> None:
         """Under torchrun every rank writes its shard now (from the snapshot); after each part every rank
