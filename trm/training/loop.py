@@ -1,9 +1,10 @@
 """The training run, top to bottom: resume, train passes, evaluate, checkpoint, stop on signals.
 
 One loader pass covers `eval_interval` epochs (upstream's iteration). After each pass: evaluate (EMA
-weights when ema=True), then save a checkpoint; rolling checkpoints follow `trm.training.rolling`, and
-saves are written in the background (`trm.training.async_save`). SIGTERM/SIGINT finish the current step, save and return
-SAVED_RETRY (75); SIGUSR1 saves and continues. A stop during an evaluation ends it at the next test batch
+weights when ema=True; trm.training.eval_run), then save a checkpoint. Saving, its schedule (rolling
+checkpoints) and retention belong to `trm.training.checkpointer`; resuming to `trm.training.resume`. After
+every step the ranks agree on one set of named flags (`trm.training.step_flags`) in one all-reduce.
+SIGTERM/SIGINT finish the current step, save and return SAVED_RETRY (75); SIGUSR1 saves and continues. A stop during an evaluation ends it at the next test batch
 (all ranks agree) and saves the training state as it was before that evaluation: its partial metrics and
 votes are dropped and the checkpoint does not count it, so the resumed run evaluates again. Starting again
 with the same checkpoint_path resumes from the newest complete checkpoint, bit-exactly.
@@ -11,15 +12,9 @@ with the same checkpoint_path resumes from the newest complete checkpoint, bit-e
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
 import logging
-import os
-import platform
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,29 +24,22 @@ from tqdm import tqdm
 from trm import distributed as dist_utils
 from trm import exit_codes
 from trm.distributed import DistInfo
-from trm.io import atomic_write_json
-from trm.training import checkpoint as ckpt
 from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build
 from trm.training.checkpointer import Checkpointer
 from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
-from trm.training.eval_passes import eval_passes, evaluate_passes
+from trm.training.eval_run import evaluate_or_undo
 from trm.training.eval_share import EvalShare
-from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
+from trm.training.metrics_log import MetricsLog
 from trm.training.nonfinite import NonFiniteGuard
 from trm.training.resume import InitialWeights, load_initial, resume
+from trm.training.run_record import open_metrics, write_run_json
 from trm.training.signals import StopRequests, handle_signals
-from trm.training.state import Progress, rank_shard, rng_state, set_rng_state
+from trm.training.state import Progress, rank_shard
 from trm.training.step_flags import StepFlags
-from trm.training.throughput import (
-    StepTimer,
-    act_step_flops,
-    peak_flops,
-    throughput_metrics,
-    total_steps,
-)
-from trm.versions import collect_versions
+from trm.training.throughput import StepTimer, total_steps
+from trm.training.train_log import perf_metrics, reduce_totals, train_metrics
 
 log = logging.getLogger(__name__)
 
@@ -126,41 +114,18 @@ class Trainer:
         }
 
     def _open_logs(self) -> None:
-        resume_step = self.progress.step if self.resumed_from is not None else None
-        self.metrics = MetricsLog(self.run_dir, resume_step=resume_step)
-        cfg = self.cfg
-        if wandb_wanted(cfg.wandb):
-            self.metrics.add_sink(
-                WandbSink(str(cfg.project_name), str(cfg.run_name), as_dict(cfg), self.run_dir)
-            )
-        if cfg.tensorboard:
-            self.metrics.add_sink(TensorBoardSink(self.run_dir))
-        atomic_write_json(
-            self.run_dir / "run.json",
-            {
-                "config": as_dict(cfg),
-                "config_hash": config_hash(cfg),
-                "world_size": self.info.world_size,
-                "device": str(self.info.device),
-                "micro_batch_size": self.components.plan.micro_batch_size,
-                "accum_steps": self.components.plan.accum_steps,
-                "total_steps": self.total_steps,
-                "step_limit": self.step_limit,
-                "resumed_from": str(self.resumed_from) if self.resumed_from else None,
-                "versions": collect_versions(),
-                "platform": platform.platform(),
-                "git_sha": ckpt.git_sha(),
-                "image_digest": os.environ.get("TRM_IMAGE_DIGEST") or None,
-                # which AdamATan2 ran: "ext" (the compiled adam-atan2 extension) or "torch" (trm's)
-                "optimizer_backends": {
-                    o.name: getattr(o.optimizer, "trm_backend", None)
-                    for o in self.components.optimizers
-                    if hasattr(o.optimizer, "trm_backend")
-                },
-                "command": sys.argv,
-            },
+        resumed = self.resumed_from is not None
+        self.metrics = open_metrics(self.cfg, self.run_dir, self.progress.step if resumed else None)
+        write_run_json(
+            self.cfg,
+            self.info,
+            self.components,
+            self.run_dir,
+            total_steps=self.total_steps,
+            step_limit=self.step_limit,
+            resumed_from=self.resumed_from,
         )
-        if self.resumed_from is None:
+        if not resumed:
             n = sum(p.numel() for p in self.components.model.parameters())
             self.metrics.log(0, {"num_params": float(n)})
 
@@ -308,20 +273,11 @@ class Trainer:
             self._log_train(step, totals, c.optimizers[-1].base_lr * lr_scale, bar)
 
     def _log_train(self, step: int, totals: dict[str, torch.Tensor], lr: float, bar: tqdm) -> None:
-        names = sorted(totals)
-        flat = torch.stack([totals[n].double() for n in names])
-        dist_utils.all_reduce_sum_([flat], self.info)
-        if not self.info.is_main:
+        values = reduce_totals(totals, self.info)
+        if values is None:  # not rank 0
             return
-        values = dict(zip(names, flat.tolist(), strict=True))  # waits for the GPU: the window ends here
-        perf = self._throughput()
-        count = values.get("count", 0.0)
-        out: dict[str, float] = {"train/count": count, "train/lr": lr}
-        for name, value in values.items():
-            if name.endswith("loss"):
-                out[f"train/{name}"] = value / self.cfg.global_batch_size
-            elif name != "count" and count > 0:
-                out[f"train/{name}"] = value / count
+        out = train_metrics(values, lr, self.cfg.global_batch_size)
+        perf = perf_metrics(self.timer, self.components, self.cfg.global_batch_size, self.info)
         assert self.metrics is not None
         self.metrics.log(step, {**out, **perf})
         postfix = {"loss": f"{out.get('train/lm_loss', float('nan')):.3f}"}
@@ -329,32 +285,10 @@ class Trainer:
             postfix["acc"] = f"{out['train/accuracy']:.3f}"
         bar.set_postfix(postfix, refresh=False)
 
-    def _throughput(self) -> dict[str, float]:
-        """`perf/*` of the steps since the last log point (rank 0's clock; no extra device sync)."""
-        c, device = self.components, self.info.device
-        peak = peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
-        try:
-            flops: float | None = act_step_flops(c.model.config).train
-        except ValueError as why:
-            flops = None
-            log.debug("no MFU: %s", why)
-        out = throughput_metrics(
-            self.timer.window(),
-            examples_per_step=self.cfg.global_batch_size,
-            tokens_per_example=c.train_loader.metadata.seq_len,
-            train_flops_per_example=flops,
-            peak_flops_total=peak * self.info.world_size if peak else None,
-        )
-        if device.type == "cuda":
-            out["perf/peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 1024**3
-        return out
-
     # ---------------------------------------------------------------- evaluation
     def _evaluate_and_log(self, requests: StopRequests | None = None) -> bool:
         """Evaluate and log; False when a stop request ended the evaluation early (nothing logged, no
         votes pooled, the RNG as it was before it)."""
-        from trm.evaluation.runner import EvaluationStopped, evaluate
-
         if self.components.test_loader is None or not self.cfg.evaluate:
             return True
 
@@ -363,37 +297,11 @@ class Trainer:
             return requests is not None and dist_utils.any_rank([requests.stop], self.info)[0]
 
         start = time.perf_counter()
-        rng_before = rng_state()
-        passes = eval_passes(self.cfg.arch)  # URM: also loops + 8 (arch.loop_deltas)
-        # A stop in a later pass must not leave the earlier passes' pooled votes behind (the resumed run
-        # evaluates every pass again).
-        votes_before = (
-            [copy.deepcopy(ev.state_dict()) for ev in self.components.evaluators] if len(passes) > 1 else None
-        )
-        try:
-            with self._eval_weights(), self.watchdog.evaluation():
-                metrics = evaluate_passes(
-                    self.cfg.arch,
-                    self.components.model.config,
-                    self.run_dir,
-                    lambda save_dir: evaluate(
-                        self.components.step_module,  # compiled when training is
-                        self.components.test_loader,
-                        self.components.evaluators,
-                        self.info,
-                        chunk_size=self.components.plan.micro_batch_size,
-                        save_dir=save_dir,
-                        step=self.progress.step,
-                        save_outputs=tuple(self.cfg.eval_save_outputs),
-                        should_stop=should_stop,
-                    ),
-                )
-        except EvaluationStopped as stopped:
-            for ev, saved in zip(self.components.evaluators, votes_before or [], strict=False):
-                ev.load_state_dict(saved)
-            set_rng_state(rng_before)
-            if self.info.is_main:
-                log.warning("%s; it runs again when the run resumes", stopped)
+        with self.watchdog.evaluation():
+            metrics = evaluate_or_undo(
+                self.cfg, self.info, self.components, self.run_dir, self.progress.step, should_stop
+            )
+        if metrics is None:
             return False
         self._evaluated_step = self.progress.step
         self._eval_metrics = metrics
@@ -405,23 +313,6 @@ class Trainer:
             }
             log.info("eval at step %d: %s", self.progress.step, json.dumps(shown))
         return True
-
-    @contextlib.contextmanager
-    def _eval_weights(self) -> Iterator[None]:
-        """Swap the EMA weights in for evaluation (ema=True) and put the live weights back afterwards."""
-        ema = self.components.ema
-        if ema is None:
-            yield
-            return
-        params = [p for p in self.components.model.parameters() if p.requires_grad]
-        backup = [p.detach().clone() for p in params]
-        ema.copy_to(self.components.model)
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for p, saved in zip(params, backup, strict=True):
-                    p.copy_(saved)
 
     # ---------------------------------------------------------------- checkpoints
     def save_checkpoint(self, *, replace: bool = False) -> None:
