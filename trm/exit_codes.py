@@ -23,7 +23,7 @@ NODE_FAULT = 76
 # (EX_IOERR in sysexits.h.)
 DISK_FULL = 74
 # The hang watchdog (trm.training.watchdog) saw no optimizer step (or evaluation batch) within its
-# allowance (hang_timeout_minutes; hang_first_step_minutes for a process's first step, hang_eval_minutes
+# allowance (watchdog.timeout_minutes; watchdog.first_step_minutes for a process's first step, watchdog.eval_minutes
 # during an evaluation): every rank wrote its Python thread stacks (hang_rank<r>.txt) and torch's flight
 # recorder of its recent collectives (hang_flight_recorder/) into the run directory, then exited. Nothing was saved; the newest
 # complete checkpoint is intact. Retryable: the launcher restarts the trainer (at most MAX_RESTARTS), a

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         from trm.training.loop import Trainer
         from trm.training.watchdog import enable_flight_recorder
 
-        if cfg.hang_timeout_minutes:  # before the process group exists: its hang dump needs the recorder
+        if cfg.watchdog.timeout_minutes:  # before the process group exists: its hang dump needs the recorder
             enable_flight_recorder()
         with initialize(cfg.device) as info:
             if not info.is_main:

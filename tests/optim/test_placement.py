@@ -128,14 +128,14 @@ def test_trainer_resume_places_state_for_the_extension_backend(tmp_path: Path, m
     tensors were stored as float64: every state tensor must come back in the extension's layout."""
     import tests.training.test_trainer_inprocess as inproc
     from trm import exit_codes
-    from trm.training import loop
+    from trm.training import resume
 
     monkeypatch.setattr(backend_module, "_extension_class", lambda: ExtensionLayout)
     monkeypatch.setattr(backend_module, "_extension_problem", lambda cls, devices: None)
     code, _ = inproc.run(tmp_path, stop_at=2)
     assert code == exit_codes.SAVED_RETRY
 
-    real_read = loop.read_main_state
+    real_read = resume.read_main_state
 
     def read_with_float64_steps(folder):
         state = real_read(folder)
@@ -145,7 +145,7 @@ def test_trainer_resume_places_state_for_the_extension_backend(tmp_path: Path, m
                     s["step"] = s["step"].to(torch.float64)
         return state
 
-    monkeypatch.setattr(loop, "read_main_state", read_with_float64_steps)
+    monkeypatch.setattr(resume, "read_main_state", read_with_float64_steps)
     trainer = inproc.make_trainer(tmp_path)
     try:
         adam = next(o.optimizer for o in trainer.components.optimizers if o.name == "adam_atan2")

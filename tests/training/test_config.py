@@ -8,7 +8,17 @@ import pytest
 
 from trm.errors import TRMError
 from trm.train import main
-from trm.training.config import SCHEMA_KEYS, compose, config_hash, fill_run_defaults
+from trm.training.config import (
+    SCHEMA_KEYS,
+    SECTIONS,
+    CheckpointConfig,
+    as_dict,
+    compose,
+    config_hash,
+    fill_run_defaults,
+    from_dict,
+    help_text,
+)
 
 # The published training commands (ARC-AGI-2/1 runs, smokes, a resume), with the entry point swapped: only the
 # overrides matter.
@@ -93,7 +103,7 @@ def every_key_overrides() -> list[str]:
     """One non-default value for every schema key (values chosen to pass validation together)."""
     out = []
     for key in SCHEMA_KEYS:
-        if key == "arch.loss":
+        if key == "arch.loss" or key in SECTIONS:  # sections: their keys are set one by one
             continue
         value = SPECIAL_VALUES.get(key)
         if value is None:
@@ -208,3 +218,57 @@ def test_help_lists_the_selected_architectures_keys(capsys: pytest.CaptureFixtur
     assert "arch.loops = 16" in text and "ConvSwiGLU" in text and "arch.L_layers" not in text
     assert main(["--help"]) == 0
     assert "arch.L_layers = 2" in capsys.readouterr().out
+
+
+OLD_KEYS = [
+    "checkpoint_every_minutes=5", "+checkpoint_every_steps=7", "checkpoint_every_eval=false", "checkpoint_keep=3",
+    "++checkpoint_keep_best=0", "checkpoint_best_metric=ARC/pass@1", "async_checkpoint=false",
+    "+hang_timeout_minutes=2", "hang_first_step_minutes=90", "hang_eval_minutes=1",
+]  # fmt: skip
+NEW_KEYS = [
+    "checkpoint.every_minutes=5", "checkpoint.every_steps=7", "checkpoint.every_eval=false", "checkpoint.keep=3",
+    "checkpoint.keep_best=0", "checkpoint.best_metric=ARC/pass@1", "checkpoint.asynchronous=false",
+    "watchdog.timeout_minutes=2", "watchdog.first_step_minutes=90", "watchdog.eval_minutes=1",
+]  # fmt: skip
+
+
+def test_old_flat_keys_mean_the_nested_ones_with_a_pointer(caplog: pytest.LogCaptureFixture) -> None:
+    old, new = compose(OLD_KEYS), compose(NEW_KEYS)
+    assert as_dict(old) == as_dict(new)
+    assert new.checkpoint.keep == 3 and new.checkpoint.asynchronous is False
+    assert new.watchdog.first_step_minutes == 90
+    fill_run_defaults(old)
+    fill_run_defaults(new)
+    assert old.run_name == new.run_name == compose_named([])  # run-only: the run name does not move
+    pointers = [r.getMessage() for r in caplog.records if "the old key still works" in r.getMessage()]
+    assert len(pointers) == len(OLD_KEYS)
+    assert "checkpoint_keep is now checkpoint.keep" in "\n".join(pointers)
+    assert "hang_timeout_minutes is now watchdog.timeout_minutes" in "\n".join(pointers)
+
+
+def compose_named(overrides: list[str]) -> str:
+    cfg = compose(overrides)
+    fill_run_defaults(cfg)
+    assert cfg.run_name is not None
+    return cfg.run_name
+
+
+def test_a_stored_config_with_flat_keys_loads_into_the_sections() -> None:
+    stored = as_dict(compose(NEW_KEYS))
+    flat = {k: v for k, v in stored.items() if k not in ("checkpoint", "watchdog")}
+    flat.update(checkpoint_keep=3, checkpoint_every_steps=7, hang_eval_minutes=1.0, async_checkpoint=False)
+    old = from_dict(flat)
+    assert old.checkpoint == CheckpointConfig(keep=3, every_steps=7, asynchronous=False)
+    assert old.watchdog.eval_minutes == 1.0 and old.watchdog.timeout_minutes == 15.0
+    assert as_dict(from_dict(stored)) == stored
+    assert config_hash(old) == config_hash(from_dict(stored))
+
+
+def test_nested_keys_are_checked_and_listed() -> None:
+    with pytest.raises(TRMError, match=r"checkpoint\.keep=-1 must be ≥ 0"):
+        compose(["checkpoint_keep=-1"])
+    with pytest.raises(TRMError, match=r"Did you mean 'checkpoint\.keep'"):
+        compose(["checkpoint.kep=1"])
+    text = help_text()
+    assert "checkpoint.keep = 2    # Keep the newest k rolling" in text
+    assert "watchdog.timeout_minutes = 15.0" in text and "checkpoint_keep is checkpoint.keep" in text

@@ -57,7 +57,7 @@ def test_run_only_keys_are_left_to_the_caller() -> None:
     # except the evaluators of the Sudoku/Maze recipes: none (exact accuracy only), as upstream's README runs them
     for recipe in RECIPES.values():
         assert not {o.split("=", 1)[0] for o in recipe.overrides} & (
-            RUN_ONLY_KEYS - {"checkpoint_every_eval", "evaluators"}
+            RUN_ONLY_KEYS - {"checkpoint_every_eval", "checkpoint.every_eval", "evaluators"}
         )
 
 

@@ -72,7 +72,7 @@ def test_resume_from_a_rolling_checkpoint_taken_mid_pass_is_bit_exact(tmp_path: 
 def test_rolling_by_time_is_measured_since_the_last_checkpoint(tmp_path: Path) -> None:
     trainer = inproc.make_trainer(tmp_path / "t", "checkpoint_every_minutes=20", "checkpoint_keep=0")
     # A fake clock: every optimizer step takes 7 minutes.
-    trainer.rolling = RollingSchedule(20, None, clock=lambda: 7 * 60.0 * trainer.progress.step)
+    trainer.checkpointer.rolling = RollingSchedule(20, None, clock=lambda: 7 * 60.0 * trainer.progress.step)
     try:
         assert trainer.train() == exit_codes.OK
     finally:
@@ -177,7 +177,9 @@ def test_async_and_sync_saves_write_identical_files(tmp_path: Path, monkeypatch:
         (tmp_path / str(asynchronous)).mkdir()
         monkeypatch.chdir(tmp_path / str(asynchronous))  # the same relative checkpoint_path: the same config
         trainer = inproc.make_trainer(Path("run"), "checkpoint_every_steps=3", "checkpoint_keep=0")
-        trainer.writer.asynchronous = asynchronous  # async_checkpoint=false, without changing the config
+        trainer.checkpointer.writer.asynchronous = (
+            asynchronous  # async_checkpoint=false, without changing the config
+        )
         try:
             assert trainer.train() == exit_codes.OK
         finally:
@@ -200,13 +202,13 @@ def test_a_writer_failure_is_raised_on_the_next_step_and_the_previous_checkpoint
 
     monkeypatch.setattr(ckpt, "publish", publish)
     trainer = inproc.make_trainer(run_dir, "checkpoint_every_steps=3")
-    submit = trainer.writer.submit
+    submit = trainer.checkpointer.writer.submit
 
     def submit_and_let_it_finish(job, *args):
         submit(job, *args)
-        trainer.writer.join()  # deterministic: the failure is there before the next step's check
+        trainer.checkpointer.writer.join()  # deterministic: the failure is there before the next step's check
 
-    trainer.writer.submit = submit_and_let_it_finish  # type: ignore[method-assign]
+    trainer.checkpointer.writer.submit = submit_and_let_it_finish  # type: ignore[method-assign]
     try:
         with pytest.raises(OSError, match="Input/output error"):
             trainer.train()
@@ -240,7 +242,7 @@ def test_sigterm_waits_for_the_writer_before_exit_75(tmp_path: Path, monkeypatch
     try:
         assert trainer.train() == exit_codes.SAVED_RETRY
         # Before close(): the save is complete when train() returns.
-        assert not trainer.writer.busy
+        assert not trainer.checkpointer.writer.busy
         assert [c.step for c in ckpt.find_complete(run_dir, verify_hashes=True)] == [3]
     finally:
         trainer.close()

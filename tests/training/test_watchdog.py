@@ -136,7 +136,7 @@ def test_allowances_from_the_config_and_checks():
     assert Allowances.from_config(cfg) == Allowances(step_s=120, first_step_s=120, eval_s=300)
     defaults = Allowances.from_config(compose([]))
     assert defaults == Allowances(step_s=15 * 60, first_step_s=60 * 60, eval_s=30 * 60)
-    with pytest.raises(TRMError, match=r"hang_eval_minutes=-1.0 must be ≥ 0"):
+    with pytest.raises(TRMError, match=r"watchdog\.eval_minutes=-1.0 must be ≥ 0"):
         compose(["hang_eval_minutes=-1"])
     # Run-only keys: they neither enter the hash nor block a resume.
     changed = compose(["hang_timeout_minutes=3", "hang_first_step_minutes=90", "hang_eval_minutes=1"])

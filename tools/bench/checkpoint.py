@@ -7,7 +7,7 @@ a puzzle-embedding table of the real ARC-AGI-2 + ConceptARC aug-1000 dataset (1,
 `python -m trm data build-arc --subsets training2 evaluation2 concept --test-set-name evaluation2`:
 1,191,730 × 512 fp32 = 2,440.7 MB) and rank 0's share of a 4-rank run (ACT carry of 192 rows), then
 times `Trainer.save_checkpoint` itself three times on the same state: asynchronously (the first save,
-which allocates the host buffers the trainer keeps for later saves), with `async_checkpoint=false`
+which allocates the host buffers the trainer keeps for later saves), with `checkpoint.asynchronous=false`
 (snapshot, torch.save, fsync, sha256, manifest, COMPLETE, rename in the loop), and asynchronously again
 (the steady state: the loop is blocked for the host snapshot only; the writer thread does the rest).
 Right after that last save returns, the benchmark changes every weight in place, as the next optimizer
@@ -56,14 +56,14 @@ def build_trainer(run_dir: Path, identifiers: int, tiny: bool, device: str = "cp
     """A Trainer at the arc2 recipe (or debug-tiny) with rank 0's carry and populated optimizer state."""
     from trm.distributed import DistInfo
     from trm.training.builder import build
-    from trm.training.config import compose, fill_run_defaults
+    from trm.training.config import CheckpointConfig, compose, fill_run_defaults
     from trm.training.loop import Trainer
     from trm.training.recipes import get_recipe
 
     batch = 4 if tiny else get_recipe("arc2").global_batch_size // RANKS
     recipe = get_recipe("debug-tiny" if tiny else "arc2").with_changes(
-        global_batch_size=batch, evaluators=[], compile="false", device=device, ema=True, checkpoint_keep=0,
-        checkpoint_every_minutes=None,
+        global_batch_size=batch, evaluators=[], compile="false", device=device, ema=True,
+        checkpoint=CheckpointConfig(keep=0, every_minutes=None),
     )  # fmt: skip
     cfg = compose([*recipe.overrides, f"checkpoint_path={run_dir}"])
     fill_run_defaults(cfg)
@@ -103,13 +103,13 @@ def file_hashes(run_dir: Path) -> dict[str, str]:
 
 def _timed_save(trainer: Any, asynchronous: bool, then: Any = None) -> tuple[float, float]:
     """(seconds the loop was blocked, seconds until the checkpoint was complete) of one save."""
-    trainer.writer.asynchronous = asynchronous
+    trainer.checkpointer.writer.asynchronous = asynchronous
     start = time.perf_counter()
     trainer.save_checkpoint()
     blocked = time.perf_counter() - start
     if then is not None:
         then()
-    trainer.writer.wait()
+    trainer.checkpointer.writer.wait()
     return blocked, time.perf_counter() - start
 
 

@@ -117,7 +117,7 @@ def bench_ours(setup: Setup, data: Path, run_dir: Path, steps: int) -> list[floa
     """Run our trainer for `steps` steps without evaluation; seconds per step from its metric timestamps."""
     cmd = [sys.executable, "-m", "trm.train", "arch=trm", *setup.overrides, f"data_paths=[{data}]",
            "epochs=100000", "eval_interval=100000", "evaluators=[]",
-           f"max_steps={steps}", "checkpoint_keep=1", f"device={setup.device}",
+           f"max_steps={steps}", "checkpoint.keep=1", f"device={setup.device}",
            f"+checkpoint_path={run_dir}"]  # fmt: skip
     proc = subprocess.run(
         cmd, env=trainer_env(setup), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True

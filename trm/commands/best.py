@@ -25,13 +25,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Print the path of the run's complete checkpoint with the highest value of an evaluation metric "
         "(its step and value go to stderr; --json prints all). Evaluation checkpoints record their "
-        "metrics; retention keeps the best checkpoint_keep_best of them."
+        "metrics; retention keeps the best checkpoint.keep_best of them."
     )
     parser.add_argument("run_dir", help="the run's checkpoint_path (holding step_N/ folders)")
     parser.add_argument(
         "--metric",
         default=None,
-        help="metric to rank by, higher is better (default: the run's checkpoint_best_metric: ARC/pass@2 "
+        help="metric to rank by, higher is better (default: the run's checkpoint.best_metric: ARC/pass@2 "
         "with an ARC evaluator, else eval/all/exact_accuracy)",
     )
     parser.add_argument("--json", action="store_true", help="print path, step, metric and value as JSON")

@@ -1,7 +1,7 @@
 """The best checkpoint of a run: the complete evaluation checkpoint with the highest value of one metric.
 
 Evaluation checkpoints carry their evaluation's metrics in the manifest (`eval_metrics`) and the name of
-the metric the run ranks by (`best_metric`: checkpoint_best_metric, else ARC/pass@2 with an ARC
+the metric the run ranks by (`best_metric`: checkpoint.best_metric, else ARC/pass@2 with an ARC
 evaluator, else eval/all/exact_accuracy). Higher is better; ties go to the later step.
 """
 
@@ -54,7 +54,7 @@ def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
     if not best:
         raise TRMError(
             f"no complete checkpoint in {run_dir} carries the metric {metric!r}: {_available(complete)}. "
-            "Pass one with --metric, or wait for an evaluation checkpoint (checkpoint_every_eval=true)."
+            "Pass one with --metric, or wait for an evaluation checkpoint (checkpoint.every_eval=true)."
         )
     value = metric_value(best[0], metric)
     assert value is not None

@@ -161,7 +161,7 @@ def disk_full_message(root: Path, step: int, needed: int, cause: OSError) -> str
     return (
         f"checkpoint {root / f'step_{step}'} could not be written: {os.strerror(cause.errno or errno.ENOSPC)} "
         f"(needs about {needed:,} bytes, {free:,} bytes free under {root}); the partial save was removed and "
-        f"{intact}. Free space there (or set a lower checkpoint_keep, or move checkpoint_path), then rerun."
+        f"{intact}. Free space there (or set a lower checkpoint.keep, or move checkpoint_path), then rerun."
     )
 
 

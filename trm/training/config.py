@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -23,10 +24,26 @@ from trm.errors import TRMError
 from trm.model.registry import ARCHS, get_spec, spec_of
 from trm.model.schema import LossConfig, TRMArch
 
+log = logging.getLogger(__name__)
+
 CONFIG_NAME = "trm_train"
 LOSS_TYPES = ("stablemax_cross_entropy", "softmax_cross_entropy")
 FORWARD_DTYPES = ("auto", "bfloat16", "float32", "float16")
 
+# The flat keys the checkpoint and watchdog settings had before they nested under their section: still
+# accepted on the command line and in stored configs, mapped to the new key with a warning.
+RENAMED_KEYS: dict[str, str] = {
+    "checkpoint_every_minutes": "checkpoint.every_minutes",
+    "checkpoint_every_steps": "checkpoint.every_steps",
+    "checkpoint_every_eval": "checkpoint.every_eval",
+    "checkpoint_keep": "checkpoint.keep",
+    "checkpoint_keep_best": "checkpoint.keep_best",
+    "checkpoint_best_metric": "checkpoint.best_metric",
+    "async_checkpoint": "checkpoint.asynchronous",
+    "hang_timeout_minutes": "watchdog.timeout_minutes",
+    "hang_first_step_minutes": "watchdog.first_step_minutes",
+    "hang_eval_minutes": "watchdog.eval_minutes",
+}
 # Keys that change neither the math nor the data: excluded from the config hash and from resume checks.
 RUN_ONLY_KEYS = frozenset(
     {
@@ -36,26 +53,23 @@ RUN_ONLY_KEYS = frozenset(
         "load_checkpoint",
         "micro_batch_size",
         "compile",
-        "checkpoint_keep",
         "log_interval",
         "device",
         "max_steps",
         "eval_save_outputs",
         "wandb",
         "tensorboard",
-        "checkpoint_every_eval",
-        "checkpoint_every_minutes",
-        "checkpoint_every_steps",
-        "checkpoint_keep_best",
-        "checkpoint_best_metric",
-        "async_checkpoint",
         "min_eval_interval",
         "evaluators",
         "evaluate",
         "data_paths_test",
-        "hang_timeout_minutes",
-        "hang_first_step_minutes",
-        "hang_eval_minutes",
+        # The sections of run-only keys (CheckpointConfig, WatchdogConfig): left out whole.
+        "checkpoint",
+        "watchdog",
+        # Both spellings of their keys, for configs flattened to dotted names (reports compare the
+        # run.json configs of old and new runs).
+        *RENAMED_KEYS,
+        *RENAMED_KEYS.values(),
     }
 )
 # Keys added after runs were named by their config hash: left out of the hash while at their default,
@@ -65,6 +79,42 @@ LATER_KEYS: dict[str, Any] = {"use_muon": False, "grad_clip_norm": None}
 ARCH_EVAL_ONLY_KEYS = frozenset({"loop_deltas"})
 # Architecture keys that may differ on resume: numerics or evaluation only, no shape or semantics change.
 ARCH_RESUMABLE_KEYS = frozenset({"forward_dtype", "name"}) | ARCH_EVAL_ONLY_KEYS
+
+
+@dataclass
+class CheckpointConfig:
+    """`checkpoint.*`: when checkpoints are written, how, and which are kept (run-only: not hashed)."""
+
+    every_minutes: float | None = 30
+    """Rolling checkpoint after this many minutes since the last checkpoint (0 or null: off)."""
+    every_steps: int | None = None
+    """Rolling checkpoint every k optimizer steps (null: off)."""
+    every_eval: bool = True
+    """An evaluation checkpoint after every evaluation."""
+    keep: int = 2
+    """Keep the newest k rolling and the newest k evaluation checkpoints (0 keeps all)."""
+    keep_best: int = 1
+    """Also keep the best k evaluation checkpoints by checkpoint.best_metric (higher is better)."""
+    best_metric: str | None = None
+    """Eval metric that ranks checkpoints; null: ARC/pass@2 with an ARC evaluator, else eval/all/exact_accuracy."""
+    asynchronous: bool = True
+    """Write checkpoints on a background thread (the loop only copies the state to host memory)."""
+
+
+@dataclass
+class WatchdogConfig:
+    """`watchdog.*`: the hang watchdog's allowances (run-only: not hashed)."""
+
+    timeout_minutes: float = 15.0
+    """No optimizer step for this long -> thread stacks in hang_rank<r>.txt, exit 77; 0 is off."""
+    first_step_minutes: float = 60.0
+    """Allowance for each process's first step (torch.compile, data warm-up)."""
+    eval_minutes: float = 30.0
+    """Allowance between two evaluation batches (the first one compiles the evaluation)."""
+
+
+# The nested sections of TrainConfig: field name -> dataclass.
+SECTIONS: dict[str, type] = {"checkpoint": CheckpointConfig, "watchdog": WatchdogConfig}
 
 
 @dataclass
@@ -87,7 +137,6 @@ class TrainConfig:
     """Epochs between evaluations; must divide epochs."""
     evaluate: bool = True
     """False: no evaluation at all, not even at the end (the launcher's probe times training steps only)."""
-    checkpoint_every_eval: bool = True
     lr: float = 1e-4
     lr_min_ratio: float = 1.0
     lr_warmup_steps: int = 2000
@@ -120,18 +169,8 @@ class TrainConfig:
     """Per-rank examples per forward; accumulation = (global/world)/micro. Memory only, never the math."""
     compile: str = "auto"
     """torch.compile: auto (on CUDA unless DISABLE_COMPILE) | true | false."""
-    checkpoint_keep: int = 2
-    """Keep the newest k rolling and the newest k evaluation checkpoints (0 keeps all)."""
-    checkpoint_every_minutes: float | None = 30
-    """Rolling checkpoint after this many minutes since the last checkpoint (0 or null: off)."""
-    checkpoint_every_steps: int | None = None
-    """Rolling checkpoint every k optimizer steps (null: off)."""
-    checkpoint_keep_best: int = 1
-    """Also keep the best k evaluation checkpoints by checkpoint_best_metric (higher is better)."""
-    checkpoint_best_metric: str | None = None
-    """Eval metric that ranks checkpoints; null: ARC/pass@2 with an ARC evaluator, else eval/all/exact_accuracy."""
-    async_checkpoint: bool = True
-    """Write checkpoints on a background thread (the loop only copies the state to host memory)."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """When checkpoints are written and which are kept (`checkpoint.keep=3`…)."""
     log_interval: int = 1
     """Log train metrics every k steps."""
     device: str = "auto"
@@ -142,12 +181,8 @@ class TrainConfig:
     """auto (on when WANDB_MODE is online/offline) | true | false. WANDB_DISABLED always wins."""
     tensorboard: bool = False
     """Also write TensorBoard events into checkpoint_path/tensorboard."""
-    hang_timeout_minutes: float = 15.0
-    """Watchdog: no optimizer step for this long -> thread stacks in hang_rank<r>.txt, exit 77; 0 is off."""
-    hang_first_step_minutes: float = 60.0
-    """Watchdog allowance for each process's first step (torch.compile, data warm-up)."""
-    hang_eval_minutes: float = 30.0
-    """Watchdog allowance between two evaluation batches (the first one compiles the evaluation)."""
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    """The hang watchdog's allowances (`watchdog.timeout_minutes=0` turns it off)."""
     grad_clip_norm: float | None = None
     """Clip the all-reduced dense gradients to this global L2 norm (null: off, as upstream)."""
 
@@ -229,6 +264,9 @@ def normalize_overrides(argv: list[str], arch: str | None = None) -> list[str]:
             continue
         if key in ALIASES:
             text = f"{ALIASES[key]}=[{override.value()}]"
+        elif key in RENAMED_KEYS:
+            text = text.replace(key, RENAMED_KEYS[key], 1)
+            log.warning("%r: %s is now %s (the old key still works)", arg, key, RENAMED_KEYS[key])
         elif key not in known and not key.startswith("evaluators."):
             raise TRMError(_unknown_key_message(key, arg, arch, known))
         out.append(text.lstrip("+") if text.startswith("++") else text)
@@ -319,23 +357,28 @@ def validate(cfg: TrainConfig) -> None:
         raise TRMError(
             "data_paths is empty: pass data_paths=[DIR] (built by `python -m trm data build-arc`)."
         )
-    for key in ("global_batch_size", "epochs", "checkpoint_keep", "log_interval", "checkpoint_keep_best"):
-        value = getattr(cfg, key)
-        if value < (0 if key.startswith("checkpoint_keep") else 1):
-            raise TRMError(f"{key}={value} must be positive.")
-    for key in ("checkpoint_every_minutes", "checkpoint_every_steps"):
-        value = getattr(cfg, key)
+    for key in ("global_batch_size", "epochs", "log_interval"):
+        if getattr(cfg, key) < 1:
+            raise TRMError(f"{key}={getattr(cfg, key)} must be positive.")
+    for key in ("keep", "keep_best"):
+        if getattr(cfg.checkpoint, key) < 0:
+            raise TRMError(f"checkpoint.{key}={getattr(cfg.checkpoint, key)} must be ≥ 0 (0 keeps all).")
+    for key in ("every_minutes", "every_steps"):
+        value = getattr(cfg.checkpoint, key)
         if value is not None and value < 0:
-            raise TRMError(f"{key}={value} must be ≥ 0 (0 or null turns rolling checkpoints by it off).")
+            raise TRMError(
+                f"checkpoint.{key}={value} must be ≥ 0 (0 or null turns rolling checkpoints by it off)."
+            )
     if cfg.eval_interval is not None and (cfg.eval_interval < 1 or cfg.epochs % cfg.eval_interval):
         raise TRMError(
             f"eval_interval={cfg.eval_interval} must divide epochs={cfg.epochs} "
             f"(e.g. eval_interval={largest_divisor_at_most(cfg.epochs, cfg.eval_interval)})."
         )
-    for key in ("hang_timeout_minutes", "hang_first_step_minutes", "hang_eval_minutes"):
-        if getattr(cfg, key) < 0:
+    for key in ("timeout_minutes", "first_step_minutes", "eval_minutes"):
+        if getattr(cfg.watchdog, key) < 0:
             raise TRMError(
-                f"{key}={getattr(cfg, key)} must be ≥ 0 (hang_timeout_minutes=0 turns the watchdog off)."
+                f"watchdog.{key}={getattr(cfg.watchdog, key)} must be ≥ 0 "
+                "(watchdog.timeout_minutes=0 turns the watchdog off)."
             )
     if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
         raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
@@ -364,13 +407,23 @@ def as_dict(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def from_dict(d: dict[str, Any]) -> TrainConfig:
-    """Rebuild a TrainConfig from `as_dict` output (a checkpoint's stored config)."""
+    """Rebuild a TrainConfig from `as_dict` output (a checkpoint's stored config; one stored before the
+    checkpoint and watchdog keys nested has them flat: they go into their section)."""
     d = dict(d)
     arch = dict(d.pop("arch"))
     arch["loss"] = LossConfig(**arch.get("loss", {}))
     schema = get_spec(arch.get("name", "trm")).schema
+    sections = {name: dict(d.pop(name, None) or {}) for name in SECTIONS}
+    for old, new in RENAMED_KEYS.items():
+        if old in d:
+            section, key = new.split(".")
+            sections[section].setdefault(key, d.pop(old))
     known = {f.name for f in dataclasses.fields(TrainConfig)}
-    return TrainConfig(arch=schema(**arch), **{k: v for k, v in d.items() if k in known})
+    return TrainConfig(
+        arch=schema(**arch),
+        **{name: SECTIONS[name](**values) for name, values in sections.items()},
+        **{k: v for k, v in d.items() if k in known},
+    )
 
 
 # The metric a run is ranked by (best checkpoint, experiment results, reports): ARC's pass@2 when an ARC
@@ -384,14 +437,14 @@ _EXACT_NAME = re.compile(r"^eval/(?P<set>[^/]+)/exact_accuracy$")
 def checkpoints_held(keep: int, keep_best: int | None = None) -> int:
     """The most complete checkpoints a run holds at once: the newest `keep` rolling and the newest `keep`
     evaluation ones, the best `keep_best` (default: TrainConfig's), and one more being written."""
-    keep_best = TrainConfig.checkpoint_keep_best if keep_best is None else keep_best
+    keep_best = CheckpointConfig.keep_best if keep_best is None else keep_best
     return 2 * keep + keep_best + 1
 
 
 def best_metric(cfg: TrainConfig) -> str:
-    """The eval metric that ranks checkpoints: checkpoint_best_metric, else by the evaluators run."""
-    if cfg.checkpoint_best_metric:
-        return cfg.checkpoint_best_metric
+    """The eval metric that ranks checkpoints: checkpoint.best_metric, else by the evaluators run."""
+    if cfg.checkpoint.best_metric:
+        return cfg.checkpoint.best_metric
     return ARC_HEADLINE if cfg.evaluators else EXACT_HEADLINE
 
 
@@ -464,6 +517,7 @@ def help_text(arch: str = "trm") -> str:
         "",
         "Special arguments: --help, --cfg (print the resolved config and exit).",
         f"Aliases: {', '.join(f'{a}=DIR means {b}=[DIR]' for a, b in ALIASES.items())}.",
+        f"Old spellings (still accepted): {', '.join(f'{a} is {b}' for a, b in RENAMED_KEYS.items())}.",
         "Environment: DISABLE_COMPILE, WANDB_MODE, WANDB_DISABLED, TRM_IMAGE_DIGEST.",
     ]
     return "\n".join(lines)
@@ -472,6 +526,8 @@ def help_text(arch: str = "trm") -> str:
 def _field_docs(arch_schema: type) -> dict[str, str]:
     """Field docstrings (the string literal under each field) of the run and architecture schemas."""
     docs = {k: v for k, v in _class_docs(TrainConfig).items()}
+    for name, section in SECTIONS.items():
+        docs.update({f"{name}.{k}": v for k, v in _class_docs(section).items()})
     docs.update({f"arch.{k}": v for k, v in _class_docs(arch_schema).items()})
     docs.update({f"arch.loss.{k}": v for k, v in _class_docs(LossConfig).items()})
     return docs

@@ -158,7 +158,6 @@ _GRID_RUN = dict(
     weight_decay=1.0,
     puzzle_emb_weight_decay=1.0,
     ema=True,
-    checkpoint_every_eval=True,
 )
 _SUDOKU_BUILD = ("--subsample-size", "1000", "--num-aug", "1000")
 # One shared puzzle-embedding row: the 5-7 M-parameter core, its EMA and two Adam moments.
@@ -166,7 +165,8 @@ _GRID_CHECKPOINT = 256 * 1024**2
 
 _ARC2_SUBSETS = ("--subsets", "training2", "evaluation2", "concept", "--test-set-name", "evaluation2")
 _ARC1_SUBSETS = ("--subsets", "training", "evaluation", "concept", "--test-set-name", "evaluation")
-_ARC_RUN = dict(ema=True, epochs=100000, eval_interval=800, checkpoint_every_eval=True)
+# Both checkpoint every evaluation (checkpoint.every_eval, the default), as upstream saves after each one.
+_ARC_RUN = dict(ema=True, epochs=100000, eval_interval=800)
 
 # The URM reference's scripts (URM_arcagi1.sh, URM_arcagi2.sh, URM_sudoku.sh): one model for all three
 # tasks, 4 blocks, H 2 (truncated backprop: the first cycle without gradient), L 6, 16 ACT loops.

@@ -1,5 +1,5 @@
-"""When a rolling checkpoint is due: every `checkpoint_every_steps` optimizer steps and/or
-`checkpoint_every_minutes` of wall time since the last checkpoint (of any kind).
+"""When a rolling checkpoint is due: every `checkpoint.every_steps` optimizer steps and/or
+`checkpoint.every_minutes` of wall time since the last checkpoint (of any kind).
 
 Under torchrun only rank 0 asks (its clock decides); the loop shares the answer through the per-step
 all-reduce it already makes for the stop flags, so every rank saves at the same step.

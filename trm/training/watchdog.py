@@ -1,9 +1,9 @@
 """Hang watchdog: a daemon thread per rank ends a run that stopped making progress.
 
 The training thread pets the watchdog after every optimizer step and every evaluation batch. When no pet
-comes within the allowance of the current phase (`hang_first_step_minutes` until the process's first
-step: torch.compile and the loader's warm-up; `hang_eval_minutes` between two evaluation batches;
-`hang_timeout_minutes` otherwise), the thread writes every Python thread's stack into
+comes within the allowance of the current phase (`watchdog.first_step_minutes` until the process's first
+step: torch.compile and the loader's warm-up; `watchdog.eval_minutes` between two evaluation batches;
+`watchdog.timeout_minutes` otherwise), the thread writes every Python thread's stack into
 `<run_dir>/hang_rank<r>.txt` and, when a process group exists, torch's flight recorder of its recent
 collectives (NCCL on GPUs, gloo on CPUs) into `<run_dir>/hang_flight_recorder/trace_rank<r>`, then ends
 the process with exit code HUNG (77). Every rank runs its own watchdog: a rank stuck in its loader and the ranks waiting for it in a
@@ -48,15 +48,15 @@ class Allowances:
 
     @classmethod
     def from_config(cls, cfg: Any) -> Allowances | None:
-        """From a TrainConfig's hang_* keys; None when hang_timeout_minutes is 0 (watchdog off)."""
-        if not cfg.hang_timeout_minutes:
+        """From a TrainConfig's watchdog.* keys; None when watchdog.timeout_minutes is 0 (watchdog off)."""
+        if not cfg.watchdog.timeout_minutes:
             return None
-        step = float(cfg.hang_timeout_minutes) * 60
+        step = float(cfg.watchdog.timeout_minutes) * 60
         # A phase allowance shorter than the step allowance would only make the watchdog stricter there.
         return cls(
             step_s=step,
-            first_step_s=max(step, float(cfg.hang_first_step_minutes) * 60),
-            eval_s=max(step, float(cfg.hang_eval_minutes) * 60),
+            first_step_s=max(step, float(cfg.watchdog.first_step_minutes) * 60),
+            eval_s=max(step, float(cfg.watchdog.eval_minutes) * 60),
         )
 
 
@@ -224,5 +224,5 @@ class Watchdog:
 
 
 def for_run(cfg: Any, run_dir: Path, rank: int) -> Watchdog:
-    """The run's watchdog, not started (inert when hang_timeout_minutes=0)."""
+    """The run's watchdog, not started (inert when watchdog.timeout_minutes=0)."""
     return Watchdog(run_dir, rank, Allowances.from_config(cfg))

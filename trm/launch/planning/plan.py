@@ -528,7 +528,7 @@ def build_plan(
             f"run_name={settings.run_name}",
             f"project_name={settings.wandb_project}",
             f"checkpoint_path={settings.run_dir}",
-            f"checkpoint_keep={settings.checkpoint_keep}",
+            f"checkpoint.keep={settings.checkpoint_keep}",
             f"wandb={'false' if settings.wandb == 'off' else 'true'}",
             f"tensorboard={'true' if settings.tensorboard else 'false'}",
             *hardware.overrides(),

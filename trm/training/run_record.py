@@ -1,0 +1,65 @@
+"""Rank 0's records of a run besides its checkpoints: `run.json` (what ran, where, with which code) and
+the metric log with its sinks (trm.training.metrics_log)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+
+from trm.distributed import DistInfo
+from trm.io import atomic_write_json
+from trm.training.builder import Components
+from trm.training.checkpoint import git_sha
+from trm.training.config import TrainConfig, as_dict, config_hash
+from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
+from trm.versions import collect_versions
+
+
+def open_metrics(cfg: TrainConfig, run_dir: Path, resume_step: int | None) -> MetricsLog:
+    """The run's metric log (rows after `resume_step` dropped) with the W&B / TensorBoard sinks asked for."""
+    metrics = MetricsLog(run_dir, resume_step=resume_step)
+    if wandb_wanted(cfg.wandb):
+        metrics.add_sink(WandbSink(str(cfg.project_name), str(cfg.run_name), as_dict(cfg), run_dir))
+    if cfg.tensorboard:
+        metrics.add_sink(TensorBoardSink(run_dir))
+    return metrics
+
+
+def write_run_json(
+    cfg: TrainConfig,
+    info: DistInfo,
+    comps: Components,
+    run_dir: Path,
+    *,
+    total_steps: int,
+    step_limit: int,
+    resumed_from: Path | None,
+) -> None:
+    """`run_dir/run.json`, written atomically at every start of the run."""
+    atomic_write_json(
+        run_dir / "run.json",
+        {
+            "config": as_dict(cfg),
+            "config_hash": config_hash(cfg),
+            "world_size": info.world_size,
+            "device": str(info.device),
+            "micro_batch_size": comps.plan.micro_batch_size,
+            "accum_steps": comps.plan.accum_steps,
+            "total_steps": total_steps,
+            "step_limit": step_limit,
+            "resumed_from": str(resumed_from) if resumed_from else None,
+            "versions": collect_versions(),
+            "platform": platform.platform(),
+            "git_sha": git_sha(),
+            "image_digest": os.environ.get("TRM_IMAGE_DIGEST") or None,
+            # which AdamATan2 ran: "ext" (the compiled adam-atan2 extension) or "torch" (trm's)
+            "optimizer_backends": {
+                o.name: getattr(o.optimizer, "trm_backend", None)
+                for o in comps.optimizers
+                if hasattr(o.optimizer, "trm_backend")
+            },
+            "command": sys.argv,
+        },
+    )
