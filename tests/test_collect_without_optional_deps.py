@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Importable only through an optional extra of pyproject.toml (dev, wandb, tensorboard, skypilot, upstream,
@@ -43,6 +45,7 @@ sys.exit(pytest.main(["--collect-only", "-q", "-rs", "-p", "no:cacheprovider", "
 """
 
 
+@pytest.mark.e2e
 def test_the_suite_collects_without_any_optional_extra() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run(

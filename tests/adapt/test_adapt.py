@@ -125,6 +125,7 @@ def test_embeddings_only_moves_nothing_but_the_table(
     assert set(state(result.checkpoint)["optimizers"]) == {"puzzle_emb"}
 
 
+@pytest.mark.e2e
 def test_sigterm_mid_adaptation_then_the_same_call_resumes_bit_exactly(
     smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -150,6 +151,7 @@ def test_sigterm_mid_adaptation_then_the_same_call_resumes_bit_exactly(
     assert_states_equal(state(straight.checkpoint), state(resumed.checkpoint))
 
 
+@pytest.mark.e2e
 def test_minutes_budget_saves_and_ends_the_run_there(
     smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,9 @@ import pytest
 from tests.e2e.test_train import build_dataset, final_state, rows, train
 from trm.training import checkpoint as ckpt
 
+# End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:

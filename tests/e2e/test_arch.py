@@ -29,6 +29,9 @@ from trm.model.registry import ARCHS
 from trm.model.upstream import to_upstream_state_dict
 from trm.training import checkpoint as ckpt
 
+# End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
+pytestmark = pytest.mark.e2e
+
 RUN = [
     "global_batch_size=2",
     "lr=1e-3",

@@ -21,6 +21,9 @@ from trm.training import checkpoint as ckpt
 from trm.training.config import compose
 from trm.training.recipes import RECIPES
 
+# End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
+pytestmark = pytest.mark.e2e
+
 BUILDS = {
     "sudoku-mlp": ["build-sudoku", "--num-aug", "2", "--subsample-size", "8"],
     "maze": ["build-maze", "--aug", "--subsample-size", "3"],

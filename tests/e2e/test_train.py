@@ -20,6 +20,9 @@ from trm.evaluation.voting import validate_submission
 from trm.training import checkpoint as ckpt
 from trm.training.recipes import get_recipe
 
+# End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 # The debug-tiny recipe at batch 2 with a metrics row per step; tests add the epochs they need.
 TINY = [

@@ -11,9 +11,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.test_train import ROOT, assert_states_equal, env, final_state
 from trm import exit_codes
 from trm.experiments import outcome
+
+# End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
+pytestmark = pytest.mark.e2e
 
 SUITE = """
 [tiny]

@@ -162,6 +162,7 @@ def test_cost_guard_stops_then_the_same_command_resumes(tmp_path, restore_signal
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_crash_fails_without_restart(tmp_path, restore_signals):
     launch, out = make_launch(tmp_path, "crash", SMOKE_STEPS="0", PREFLIGHT="0")
     code = launch.run()
@@ -173,6 +174,7 @@ def test_crash_fails_without_restart(tmp_path, restore_signals):
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_a_hang_restarts_from_the_newest_checkpoint(tmp_path, restore_signals):
     """Both ranks block after step 3; their watchdogs dump and exit 77; the launcher restarts, it resumes."""
     launch, out = make_launch(tmp_path, "hang-once", SMOKE_STEPS="0", PREFLIGHT="0", FAKE_STEP_SECONDS="0.05")
@@ -198,6 +200,7 @@ def test_a_hang_restarts_from_the_newest_checkpoint(tmp_path, restore_signals):
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_hang_beyond_max_restarts_exits_77_nonfinite_exits_78(tmp_path, restore_signals):
     launch, out = make_launch(
         tmp_path / "hang", "hang-once", SMOKE_STEPS="0", PREFLIGHT="0", FAKE_STEP_SECONDS="0.05", MAX_RESTARTS="0",
@@ -282,6 +285,7 @@ def _step_lines(text: str) -> list[str]:
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals):
     launch, out = make_launch(
         tmp_path, "finish", PROBE="1", PROBE_STEPS="2", MAX_HOURS="1", GPU_HOURLY_USD="1", PREFLIGHT="0",
@@ -355,6 +359,7 @@ def _compiling(launch: Launch) -> Launch:
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_a_compile_failure_in_the_smoke_gate_trains_eager_and_stays_eager(tmp_path, restore_signals):
     """compile=auto: the smoke gate's torch.compile failure falls back to eager with one loud line and a
     record; a restart of the run stays eager. Before, the launch failed at the smoke gate."""
@@ -386,6 +391,7 @@ def test_a_compile_failure_in_the_smoke_gate_trains_eager_and_stays_eager(tmp_pa
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_a_compile_failure_with_compile_asked_for_fails_the_smoke_gate(tmp_path, restore_signals):
     launch, out = make_launch(tmp_path, "compile-fails", PREFLIGHT="0", COMPILE="true")
     assert launch.plan.hardware.compile

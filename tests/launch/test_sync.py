@@ -103,6 +103,7 @@ def test_upload_skips_partial_and_torn_checkpoints_and_is_incremental(tmp_path, 
 
 
 @needs_rclone
+@pytest.mark.e2e
 def test_an_interrupted_upload_is_never_restored_and_the_next_upload_finishes_it(tmp_path, store):
     run_dir = make_run(tmp_path)
     sync_up(run_dir, store, print)

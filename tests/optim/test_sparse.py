@@ -113,6 +113,7 @@ def _rank_main(rank: int, world: int, port: int, out_path: str) -> None:
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_two_gloo_ranks_equal_single_process(tmp_path):
     out = str(tmp_path / "table")
     mp.spawn(_rank_main, args=(2, _free_port(), out), nprocs=2, join=True)

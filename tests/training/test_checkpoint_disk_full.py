@@ -186,6 +186,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.e2e
 def test_the_trainer_command_ends_with_one_line_and_exit_74(tmp_path: Path) -> None:
     from tests.e2e.test_train import ROOT, TINY, build_dataset, env
 
@@ -220,6 +221,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_one_rank_out_of_space_stops_every_rank_without_a_hang(tmp_path: Path) -> None:
     """Rank 1 alone fails to write its shard; rank 0 (which would publish) must stop too, nobody waits."""
     from tests.e2e.test_train import ROOT, TINY, build_dataset, env
@@ -259,6 +261,7 @@ from trm.train import main""",
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_rank_0s_background_writer_out_of_space_stops_every_rank(tmp_path: Path) -> None:
     """Rank 0's writer thread fails on state.pt after both shards were written: every rank stops with
     exit 74 at its next step (the failure travels in the per-step flag all-reduce), nothing published.

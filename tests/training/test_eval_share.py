@@ -6,6 +6,8 @@ import json
 import logging
 import time
 
+import pytest
+
 import tests.training.test_trainer_inprocess as inproc
 from trm import exit_codes
 from trm.training.eval_share import EvalShare, suggested_eval_interval
@@ -58,6 +60,7 @@ def test_capped_runs_get_the_metric_not_the_warning(caplog):
     assert caplog.records == []
 
 
+@pytest.mark.e2e
 def test_the_trainer_logs_the_share_and_warns_once(tmp_path, caplog, monkeypatch):
     """The tiny run evaluates every 4 steps of a fraction of a second; each evaluation is made to last 2 s
     more, so it is far more than 10 % of the wall time however fast or loaded the machine is."""

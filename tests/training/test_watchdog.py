@@ -157,6 +157,7 @@ def test_flight_recorder_is_sized_unless_the_user_did():
 HANGING_TRAINER = ROOT / "tests" / "fixtures" / "hanging_trainer.py"
 
 
+@pytest.mark.e2e
 def test_a_trainer_whose_loader_blocks_exits_77_with_the_stacks(tmp_path):
     """`python -m trm.train`'s exit path, in a subprocess because the watchdog ends the process."""
     run_dir = tmp_path / "run"
@@ -176,6 +177,7 @@ def test_a_trainer_whose_loader_blocks_exits_77_with_the_stacks(tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.e2e
 def test_two_ranks_one_blocked_loader_dump_stacks_and_flight_recorder(tmp_path):
     """Rank 1's loader blocks; rank 0 waits for it in the gradient all-reduce. Each rank whose watchdog
     fired first wrote where it waited and its recent collectives; the attempt counts as hung."""
