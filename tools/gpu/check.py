@@ -64,6 +64,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools import checkout_env
 from trm.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1006,8 +1007,7 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(names)}")
     chosen = [p for p in parts if not args.only or p.name in args.only]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env = checkout_env({**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"})
     args.kit = args.kit.resolve()
     args.adam_sdist = args.adam_sdist or args.kit / ADAM_SDIST
     print(plan_text(chosen, args.out, env, args.profile, args.budget_s, args.kit), flush=True)

@@ -39,6 +39,7 @@ from typing import Any
 
 from tools.gpu.check import ADAM_SDIST, DEFAULT_KIT, NO_GPU, PARTS, UPSTREAM_DIR
 from trm.errors import TRMError
+from trm.images.venvtools import normalize
 from trm.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +115,7 @@ def folder_bytes(folder: Path) -> int:
 
 def wheel_dist_name(filename: str) -> str:
     """The normalized distribution name of a wheel file (`Pydantic_Core-2.1-….whl` → `pydantic-core`)."""
-    return re.sub(r"[-_.]+", "-", filename.split("-", 1)[0]).lower()
+    return normalize(filename.split("-", 1)[0])
 
 
 def build_kit(
@@ -154,7 +155,7 @@ def build_kit(
         raise TRMError(f"{ADAM_SDIST}: sha256 is not the one {BUILD_LOCK} pins; refusing it")
     shutil.move(sdist, out / ADAM_SDIST)
     shutil.rmtree(work)
-    left_out = {re.sub(r"[-_.]+", "-", n).lower() for n in host_has}
+    left_out = {normalize(n) for n in host_has}
     for wheel in out.glob("*.whl"):
         if wheel_dist_name(wheel.name) in left_out:
             wheel.unlink()
