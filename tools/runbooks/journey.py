@@ -275,6 +275,18 @@ def _option(words: list[str], *names: str) -> str | None:
     return None
 
 
+def _options(words: list[str], *names: str) -> list[str]:
+    """Every value of a repeatable `--name value` / `--name=value` option among `words`."""
+    values = []
+    for i, word in enumerate(words):
+        for name in names:
+            if word == name and i + 1 < len(words):
+                values.append(words[i + 1])
+            elif word.startswith(name + "="):
+                values.append(word[len(name) + 1 :])
+    return values
+
+
 def _shutdown_timeout(words: list[str]) -> int:
     """The SHUTDOWN_TIMEOUT a `docker run` passes with `-e`, else the launcher's default."""
     from trm.launch.planning.variables import ALL_VARS
@@ -348,11 +360,13 @@ def _env_values(words: list[str]) -> dict[str, str]:
 
 # A detached launcher on a Docker host is restarted by its policy; these keep that from billing in a loop.
 DETACHED_LAUNCH_NEEDS = ("MAX_HOURS", "GPU_HOURLY_USD")
+# The port `python -m trm tensorboard` serves on inside the container, published on the host's loopback.
+TENSORBOARD_PUBLISH = "127.0.0.1:6006:6006"
 
 
 def docker_run_problems(code: str, where: str) -> list[str]:
     """`docker run` publishing a port beyond the host's loopback; a detached launcher without a restart
-    policy or without the run's budget (MAX_HOURS, GPU_HOURLY_USD)."""
+    policy, without the run's budget (MAX_HOURS, GPU_HOURLY_USD) or without the TensorBoard port."""
     problems = []
     for words in simple_commands(code):
         words = strip_prefix(words)
@@ -373,6 +387,13 @@ def docker_run_problems(code: str, where: str) -> list[str]:
                     f"{where}: a detached `docker run` of the launcher needs `--restart on-failure` (a crash or "
                     f"reboot resumes) and the run's budget `-e MAX_HOURS=… -e GPU_HOURLY_USD=…` (the restarts "
                     f"stop when it is spent); missing: {', '.join(missing) or '--restart on-failure'}"
+                )
+            published = [p.rsplit(":", 1)[-1] for p in _options(words, "-p", "--publish")]
+            if env.get("TENSORBOARD") != "0" and TENSORBOARD_PUBLISH.rsplit(":", 1)[-1] not in published:
+                problems.append(
+                    f"{where}: a detached `docker run` of the launcher writes TensorBoard event files, but the "
+                    f"live view cannot reach them: add `-p {TENSORBOARD_PUBLISH}` (loopback only; an SSH tunnel "
+                    "reaches it) or `-e TENSORBOARD=0`"
                 )
     return problems
 

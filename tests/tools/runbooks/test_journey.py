@@ -245,15 +245,20 @@ def test_applying_a_job_overlay_needs_the_job_deleted_first(code, flagged):
 
 _LAUNCH = "img python -m trm launch"
 _BUDGET = "-e MAX_HOURS=80 -e GPU_HOURLY_USD=2.5"
+_TB = "-p 127.0.0.1:6006:6006"
 
 
 @pytest.mark.parametrize(
     ("code", "flagged"),
     [
         # runbook 03 v8's W&B variant: detached, no restart policy, no MAX_HOURS / GPU_HOURLY_USD
-        (f"docker run -d --name r --stop-timeout 360 -e WANDB=online {_LAUNCH}", "missing: MAX_HOURS"),
-        (f"docker run -d --name r --stop-timeout 360 {_BUDGET} {_LAUNCH}", "--restart on-failure"),
-        (f"docker run -d --restart on-failure -e MAX_HOURS=80 {_LAUNCH}", "GPU_HOURLY_USD"),
+        (f"docker run -d --name r --stop-timeout 360 -e WANDB=online {_TB} {_LAUNCH}", "missing: MAX_HOURS"),
+        (f"docker run -d --name r --stop-timeout 360 {_BUDGET} {_TB} {_LAUNCH}", "--restart on-failure"),
+        (f"docker run -d --restart on-failure -e MAX_HOURS=80 {_TB} {_LAUNCH}", "GPU_HOURLY_USD"),
+        # runbook 03 v-old's Prime §3 and runbook 05's restart: detached launches without the TensorBoard port
+        (f"docker run -d --restart on-failure {_BUDGET} {_LAUNCH}", "TensorBoard"),
+        (f"docker run -d --restart on-failure {_BUDGET} -p 127.0.0.1:8888:8888 {_LAUNCH}", "TensorBoard"),
+        (f"docker run -d --restart on-failure {_BUDGET} -e TENSORBOARD=0 {_LAUNCH}", None),
         (f"docker run -d --restart on-failure {_BUDGET} -p 6006:6006 {_LAUNCH}", "every interface"),
         (f"docker run -d --restart on-failure {_BUDGET} -p 127.0.0.1:6006:6006 {_LAUNCH}", None),
         (f"docker run --rm {_LAUNCH} --dry-run", None),  # not detached, not training
