@@ -74,7 +74,7 @@ push: venv ## push the built VARIANTS to REGISTRY=host[:port][/path]; digests go
 	$(PY) -m tools.images push --registry '$(REGISTRY)' --lock-file '$(IMAGES_LOCK)' $(IMAGE_SELECT) $(IMAGE_BASES)
 
 release: venv ## clean checkout -> build, push, pin docker/images.lock.json by registry digest, re-stamp runbooks + jobs/
-	$(PY) -m tools.release --registry '$(REGISTRY)' $(IMAGE_SELECT) $(IMAGE_BASES)
+	$(PY) -m tools.release --registry '$(REGISTRY)' $(IMAGE_SELECT) $(IMAGE_BASES) $(RELEASE_ARGS)
 
 image-test: venv ## real image test: engine, local base, build cpu, smoke, local registry, push, pull by digest
 	$(NOX) -s docker

@@ -14,6 +14,11 @@ One run, for the selected variants:
    placeholder;
 5. prints one `variant reference` line per image.
 
+The same steps split over machines (the release workflow: one variant per runner, since one CUDA image with
+its wheelhouse does not fit one runner's disk beside another): `--push-only --pushed-out FILE` runs steps 1-2
+and records the pushed images in FILE; `--pin-from FILE …` reads each image back from the registry again
+and runs steps 3-5 for all of them at once.
+
 Idempotent: at the same commit the build is a cache hit, the push uploads nothing new and the registry
 returns the same digest, so the lock entry, the runbook headers and the overlays come out byte-identical
 and no runbook is bumped twice.
@@ -21,6 +26,7 @@ and no runbook is bumped twice.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -37,6 +43,7 @@ from tools.jobs import k8s
 from tools.jobs.sky import pin_tasks
 from tools.runbooks.check import stamp
 from trm.errors import TRMError
+from trm.io import atomic_write_json
 
 STAMP_MESSAGE = (
     "image pinned by `make release` (procedure unchanged; re-run its gpu blocks on this image to validate it)"
@@ -122,16 +129,10 @@ def _read_back(publisher: Publisher, pushed: PushedImage) -> None:
             )
 
 
-def release(
-    root: str | Path,
-    registry: str,
-    variants: Iterable[Variant],
-    publisher: Publisher,
-    *,
-    out: TextIO = sys.stdout,
-) -> Outcome:
-    """Build, push, read back, pin and re-stamp `variants` (see the module docstring)."""
-    root = Path(root)
+def push_variants(
+    root: Path, registry: str, variants: Iterable[Variant], publisher: Publisher
+) -> list[PushedImage]:
+    """Steps 1-2: refuse a bad registry or a dirty checkout, then build, push and read back each variant."""
     variants = list(variants)
     if not variants:
         raise TRMError("no variants selected: name them, e.g. VARIANTS=cpu (see docker/images.toml)")
@@ -143,6 +144,11 @@ def release(
         image = publisher.push(variant, registry)
         _read_back(publisher, image)
         pushed.append(image)
+    return pushed
+
+
+def pin(root: Path, pushed: list[PushedImage], *, out: TextIO = sys.stdout) -> Outcome:
+    """Steps 3-5 for images already pushed and read back: the lock, the runbook stamps, the pins, the lines."""
     lock_path = root / lockfile.LOCK_PATH
     lockfile.record_pushes(lock_path, {image.variant: image.entry for image in pushed})
     bumped = stamp(root, STAMP_MESSAGE)
@@ -157,3 +163,67 @@ def release(
         print(f"pinned {directory.relative_to(root)}", file=out)
     print(f"released {len(pushed)} image(s); commit docker/images.lock.json, runbooks/ and jobs/", file=out)
     return Outcome(tuple(pushed), tuple(bumped), tuple(pinned))
+
+
+def release(
+    root: str | Path,
+    registry: str,
+    variants: Iterable[Variant],
+    publisher: Publisher,
+    *,
+    out: TextIO = sys.stdout,
+) -> Outcome:
+    """Build, push, read back, pin and re-stamp `variants` (see the module docstring)."""
+    root = Path(root)
+    return pin(root, push_variants(root, registry, variants, publisher), out=out)
+
+
+# --- a release split over machines: one variant per machine pushes, one machine pins them all --------------
+PUSHED_FORMAT = 1
+
+
+def write_pushed(path: Path, pushed: list[PushedImage]) -> None:
+    """Record what `push_variants` pushed (and read back) in `path`, for the pinning step (`--pin-from`)."""
+    images = [
+        {
+            "variant": i.variant,
+            "repository": i.repository,
+            "digest": i.digest,
+            "tags": i.tags,
+            "entry": i.entry,
+        }
+        for i in pushed
+    ]
+    atomic_write_json(path, {"format": PUSHED_FORMAT, "images": images})
+
+
+def read_pushed(paths: Iterable[Path], publisher: Publisher) -> list[PushedImage]:
+    """The images recorded by `write_pushed`, each read back from the registry again before it is pinned.
+
+    A file that is not such a record, or two records of one variant, is refused: the lock gets exactly what
+    the registry serves now, once per variant."""
+    pushed: dict[str, PushedImage] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            if data.get("format") != PUSHED_FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, expected {PUSHED_FORMAT}")
+            images = [
+                PushedImage(i["variant"], i["repository"], i["digest"], list(i["tags"]), dict(i["entry"]))
+                for i in data["images"]
+            ]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise TRMError(
+                f"{path}: not a record of pushed images ({err}); pass the files that "
+                "`python -m tools.release --push-only --pushed-out FILE` wrote"
+            ) from None
+        for image in images:
+            if image.variant in pushed:
+                raise TRMError(
+                    f"{path}: variant {image.variant!r} is recorded twice; pass one record per variant"
+                )
+            _read_back(publisher, image)
+            pushed[image.variant] = image
+    if not pushed:
+        raise TRMError("no pushed images to pin: pass the records with --pin-from FILE [FILE …]")
+    return list(pushed.values())

@@ -17,7 +17,9 @@
    settings, run name) over an existing Job fails, and over a finished one changes nothing. A block that
    applies a Job overlay first deletes the Job with `--cascade=foreground` (kubectl waits until its pods
    saved and exited; the volume stays) and `--ignore-not-found` (the first time there is none).
-5. **Measured figures.** Durations and sizes come from `runbooks/measured.toml` (see
+5. **Copies from a Job.** `kubectl cp` from a Job's pod runs tar through `exec`, which a finished pod refuses:
+   the copy-out pod (`python -m tools.jobs copy-out`) is the way.
+6. **Measured figures.** Durations and sizes come from `runbooks/measured.toml` (see
    `tools.runbooks.measured`); a prose estimate such as "takes 15 minutes" outside a measured marker is flagged.
 """
 
@@ -327,6 +329,20 @@ def stop_timeout_problems(code: str, where: str) -> list[str]:
     return problems
 
 
+def job_copy_problems(code: str, where: str) -> list[str]:
+    """`kubectl cp` from a Job's pod: it needs `exec`, which a finished (Completed/Failed) pod refuses."""
+    problems = []
+    for words in simple_commands(code):
+        words = strip_prefix(words)
+        if words[:2] == ["kubectl", "cp"] and any("job-name=" in w for w in words):
+            problems.append(
+                f"{where}: `kubectl cp` from a Job's pod fails once the Job has finished (it runs tar through "
+                "exec, which a Completed or Failed pod refuses): copy the run with `python -m tools.jobs "
+                "copy-out OVERLAY` (runbook 06)"
+            )
+    return problems
+
+
 def job_apply_problems(code: str, where: str) -> list[str]:
     """`kubectl apply` of a Job overlay without deleting the Job first (foreground) in the same block."""
     problems, deleted = [], False
@@ -415,5 +431,6 @@ def journey_problems(book: Runbook) -> list[str]:
         if block.tier is not None:
             problems += stop_timeout_problems(block.code, block.where)
             problems += job_apply_problems(block.code, block.where)
+            problems += job_copy_problems(block.code, block.where)
             problems += docker_run_problems(block.code, block.where)
     return problems + variable_problems(book) + prose_figure_problems(book) + section_number_problems(book)

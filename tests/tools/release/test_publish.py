@@ -217,3 +217,51 @@ def test_the_command_refuses_before_contacting_an_engine(repo, capsys, monkeypat
     (repo / "x").write_text("x")
     assert main(["--root", str(repo), "--registry", REGISTRY, "--variants", "cpu"]) == 2
     assert "uncommitted change(s)" in capsys.readouterr().err
+
+
+def test_a_release_split_over_runners_pins_what_one_release_would(repo, tmp_path_factory):
+    """The workflow's matrix: each variant pushed on its own runner and recorded, then one pin of all."""
+    from tools.release.publish import pin, push_variants, read_pushed, write_pushed
+
+    whole = tmp_path_factory.mktemp("whole")
+    shutil.copytree(repo, whole, dirs_exist_ok=True)
+    release(whole, REGISTRY, _variants("cpu", "sm90"), FakeRegistry(), out=io.StringIO())
+
+    fake = FakeRegistry()
+    records = []
+    for name in ("cpu", "sm90"):  # one runner each: the checkout stays clean, the record goes outside it
+        record = tmp_path_factory.mktemp("runner") / f"pushed-{name}.json"
+        write_pushed(record, push_variants(repo, REGISTRY, _variants(name), fake))
+        records.append(record)
+    assert _git(repo, "status", "--porcelain") == ""
+    fake.calls.clear()
+    pin(repo, read_pushed(records, fake), out=io.StringIO())
+    # the pinning runner read every tag back from the registry again, and built nothing
+    assert {kind for kind, _ in fake.calls} == {"read-back"}
+    assert _snapshot(repo) == _snapshot(whole)
+
+
+def test_pinning_refuses_a_moved_tag_a_repeated_variant_and_a_file_that_is_no_record(repo, tmp_path):
+    from tools.release.publish import push_variants, read_pushed, write_pushed
+
+    fake = FakeRegistry()
+    record = tmp_path / "pushed-cpu.json"
+    write_pushed(record, push_variants(repo, REGISTRY, _variants("cpu"), fake))
+    with pytest.raises(TRMError, match="is recorded twice"):
+        read_pushed([record, record], fake)
+    not_a_record = tmp_path / "release.log"
+    not_a_record.write_text("cpu\tregistry.example.com/team/trm@sha256:…\n")
+    with pytest.raises(TRMError, match=r"release.log: not a record of pushed images .*--pushed-out FILE"):
+        read_pushed([not_a_record], fake)
+    fake.tampered = True  # another push moved the tag between the push and the pin
+    with pytest.raises(TRMError, match="another push to that tag raced this one"):
+        read_pushed([record], fake)
+    assert not (repo / "docker" / "images.lock.json").exists()
+
+
+def test_the_cli_needs_a_record_file_for_push_only_and_refuses_both_modes(repo, capsys):
+    assert main(["--root", str(repo), "--registry", REGISTRY, "--variants", "cpu", "--push-only"]) == 2
+    assert "add --pushed-out FILE" in capsys.readouterr().err
+    args = ["--root", str(repo), "--push-only", "--pushed-out", "x.json", "--pin-from", "y.json"]
+    assert main(args) == 2
+    assert "give one of them" in capsys.readouterr().err

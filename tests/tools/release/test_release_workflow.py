@@ -3,6 +3,7 @@ published (digests on the GitHub release, the pins as a pull request). actionlin
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,28 +23,63 @@ def _workflow() -> dict:
     return data
 
 
-def test_a_tag_runs_make_release_as_the_single_build_step():
+def _runs(job: dict) -> list[str]:
+    return [step["run"] for step in job["steps"] if "run" in step]
+
+
+def _building(job: dict) -> list[str]:
+    return [run for run in _runs(job) if re.search(r"\bmake\b|trm (publish|image)|docker (build|push)", run)]
+
+
+def test_a_tag_pushes_each_variant_on_its_own_runner_then_pins_them_all_at_once():
     workflow = _workflow()
     assert workflow["on"] == {"push": {"tags": ["v*"]}}
-    (job,) = workflow["jobs"].values()
-    runs = [step["run"] for step in job["steps"] if "run" in step]
-    building = [run for run in runs if re.search(r"\bmake\b|trm (publish|image)|docker (build|push)", run)]
-    assert len(building) == 1 and building[0].startswith("make release REGISTRY=")
-    # make release refuses a dirty checkout: nothing it runs beside may write into the checkout first.
-    assert "$RUNNER_TEMP/release.log" in building[0]
-    publishing = runs[runs.index(building[0]) + 1]
+    jobs = workflow["jobs"]
+    assert set(jobs) == {"plan", "images", "pin"}
+    assert jobs["images"]["needs"] == "plan" and jobs["pin"]["needs"] == "images"
+    assert jobs["images"]["strategy"]["matrix"]["variant"] == "${{ fromJSON(needs.plan.outputs.variants) }}"
+    # one variant per runner: build + push + read back only, recorded outside the checkout
+    (push,) = _building(jobs["images"])
+    assert push.startswith("make release REGISTRY=") and 'VARIANTS="$VARIANT"' in push
+    assert "--push-only --pushed-out $RUNNER_TEMP/pushed-$VARIANT.json" in push
+    room = next(run for run in _runs(jobs["images"]) if "docker system prune" in run)
+    assert room.count("df -h /") == 2, "the disk figures are printed before and after making room"
+    # one runner pins every record: make release refuses a dirty checkout, so its log goes outside it
+    (pin,) = _building(jobs["pin"])
+    assert pin.startswith("make release REGISTRY=") and "--pin-from $RUNNER_TEMP/pushed/*.json" in pin
+    assert "$RUNNER_TEMP/release.log" in pin
+    runs = _runs(jobs["pin"])
+    publishing = runs[runs.index(pin) + 1]
     assert "gh release create" in publishing and "docker/images.lock.json" in publishing
     assert "git add docker/images.lock.json runbooks jobs" in publishing and "gh pr create" in publishing
     assert set(workflow["permissions"]) == {"contents", "packages", "pull-requests"}
 
 
+def test_the_plan_lists_exactly_the_variants_of_images_toml(tmp_path):
+    from tools.images.variants import load_config
+
+    (script,) = _runs(_workflow()["jobs"]["plan"])
+    output = tmp_path / "github_output"
+    subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "GITHUB_OUTPUT": str(output)},
+        check=True,
+    )
+    (line,) = output.read_text().splitlines()
+    assert line.startswith("variants=")
+    assert json.loads(line.removeprefix("variants=")) == list(
+        load_config(ROOT / "docker/images.toml").variants
+    )
+
+
 def test_actions_are_pinned_by_commit_and_no_secret_is_inlined_in_a_script():
-    (job,) = _workflow()["jobs"].values()
-    for step in job["steps"]:
-        if "uses" in step:
-            assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
-        if "run" in step:
-            assert "${{" not in step["run"], "pass expressions through env:, not into the script"
+    for job in _workflow()["jobs"].values():
+        for step in job["steps"]:
+            if "uses" in step:
+                assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+            if "run" in step:
+                assert "${{" not in step["run"], "pass expressions through env:, not into the script"
 
 
 def test_lint_runs_actionlint_on_the_workflows():

@@ -277,3 +277,23 @@ def test_two_sections_with_one_number_are_flagged(tmp_path):
     path.write_text("## 2a. Docker\n\n## 2b. Vast\n\n## 2b. 8xH200\n\n## 3. Release\n")
     problems = journey.section_number_problems(Runbook(path, {}, path.read_text(), 1, []))
     assert problems == [f"{path}: section number 2b is used by more than one `##` heading"]
+
+
+@pytest.mark.parametrize(
+    ("code", "flagged"),
+    [
+        # runbook 06 v-old's handoff by hand on Kubernetes
+        (
+            'kubectl cp "$(kubectl get pods -l job-name=trm-train-prod-4xh100 -o name | head -n 1 | cut -d/ -f2)"'
+            ":/workspace/artifacts ./artifacts",
+            True,
+        ),
+        ("kubectl cp ./notes.txt debug-pod:/tmp/notes.txt", False),
+        ("python -m tools.jobs copy-out jobs/overlays/prod-4xh100", False),
+    ],
+)
+def test_kubectl_cp_from_a_jobs_pod_is_flagged(code, flagged):
+    problems = journey.job_copy_problems(code, "rb.md:1")
+    assert bool(problems) is flagged, problems
+    if flagged:
+        assert "copy-out" in problems[0]
