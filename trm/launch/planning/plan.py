@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -73,31 +72,18 @@ def probe_schedule(overrides: list[str], recipe_epochs: int, probe_steps: int) -
 @cache
 def torchrun_has_shutdown_timeout() -> bool:
     """Whether this torch's torchrun takes --shutdown-timeout (torch 2.12 and later). Older ones (2.10, 2.11)
-    reject the flag and kill the ranks 30 s after SIGTERM, whatever SHUTDOWN_TIMEOUT says."""
+    reject the flag and kill the ranks 30 s after a SIGTERM that reaches torchrun itself."""
     from torch.distributed.run import get_args_parser
 
     return any("--shutdown-timeout" in action.option_strings for action in get_args_parser()._actions)
 
 
 def shutdown_timeout_args(shutdown_timeout: int) -> list[str]:
-    """torchrun's --shutdown-timeout where this torch has it; else nothing, and a warning on stderr once."""
-    if torchrun_has_shutdown_timeout():
-        return [f"--shutdown-timeout={shutdown_timeout}"]
-    _warn_fixed_shutdown_timeout(shutdown_timeout)
-    return []
+    """torchrun's --shutdown-timeout where this torch has it; else nothing.
 
-
-@cache
-def _warn_fixed_shutdown_timeout(shutdown_timeout: int) -> None:
-    import torch
-
-    print(
-        f"warning: torch {torch.__version__}'s torchrun has no --shutdown-timeout (torch 2.12 added it): it"
-        f" kills the ranks 30 s after SIGTERM, not SHUTDOWN_TIMEOUT={shutdown_timeout} s. A save on SIGTERM"
-        " that takes longer is lost (the run resumes from the checkpoint before); give it time with torch"
-        " >= 2.12 (our images have it).",
-        file=sys.stderr,
-    )
+    It matters only when a SIGTERM reaches torchrun itself: the launcher's own stop requests go to the
+    ranks directly and give them SHUTDOWN_TIMEOUT on every torch (trm.launch.running.supervisor)."""
+    return [f"--shutdown-timeout={shutdown_timeout}"] if torchrun_has_shutdown_timeout() else []
 
 
 def torchrun_command(
@@ -117,7 +103,7 @@ def torchrun_command(
         *(rendezvous or ["--standalone"]),
         f"--nproc-per-node={nproc_per_node}",
         *shutdown_timeout_args(shutdown_timeout),
-        *("-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--"),
+        *("-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--saved-exits-zero", "--"),
         *(python, "-m", trainer_module),
         *overrides,
     ]

@@ -280,7 +280,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar(
         "SHUTDOWN_TIMEOUT",
-        "seconds workers get to save after SIGTERM before torchrun kills them",
+        "seconds the ranks get to save after a stop request (SIGTERM, MAX_HOURS) before torchrun is stopped, "
+        "on every torch version",
         parse=integer(1),
         unset=300,
     ),

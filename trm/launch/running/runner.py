@@ -109,7 +109,7 @@ class Launch:
         self.environ = environ
         self.console = console
         self.events = EventLog(self.settings.launch_dir / "events.jsonl")
-        self.supervisor = Supervisor(console, self.events)
+        self.supervisor = Supervisor(console, self.events, shutdown_timeout=self.settings.shutdown_timeout)
         self.child_env = {**environ, **plan.env}
         self.session_start = time.time()
         self.guard: CostGuard | None = None

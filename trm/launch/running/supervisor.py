@@ -3,6 +3,7 @@ torchrun outcomes by the exit codes each rank recorded, and stop the trainer at 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -99,7 +100,8 @@ class AttemptResult:
     def outcome(self) -> str:
         """ok, saved, hung or failed.
 
-        saved: some rank exited 75 and no rank failed otherwise. The trainer exits 75 only after the
+        saved: some rank exited 75 and no rank failed otherwise (torchrun itself exits 0 then: the rank
+        wrappers run with --saved-exits-zero). The trainer exits 75 only after the
         collective save completed, and once one rank has exited torchrun SIGTERMs the others; a rank
         that was already shutting down then dies of that SIGTERM (-15 / 143), which is not a failure.
         hung: some rank's watchdog exited 77 and no rank exited with a code that forbids a retry (2, 74,
@@ -108,16 +110,31 @@ class AttemptResult:
         peer exited mid-collective fails there (gloo: connection closed, NCCL: abort), or is SIGKILLed by
         torchrun when it ignores the SIGTERM.
         """
-        if self.returncode == 0:
-            return "ok"
         codes = set(self.rank_codes.values())
         benign = {0, exit_codes.SAVED_RETRY, -signal.SIGTERM, 128 + signal.SIGTERM}
         if exit_codes.SAVED_RETRY in codes and codes <= benign:
-            return "saved"
+            return "saved"  # also with torchrun's 0: each rank wrapper exits 0 for a trainer's 75
+        if self.returncode == 0:
+            return "ok"
         final = {exit_codes.CONFIG_ERROR, exit_codes.DISK_FULL, exit_codes.NONFINITE}
         if exit_codes.HUNG in codes and not codes & final:
             return "hung"
         return "failed"
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (Linux /proc; empty where it cannot be read)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # exited while scanning
+            continue
+        # "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after its last ')'
+        fields = text[text.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == str(pid):
+            children.append(int(stat.parent.name))
+    return sorted(children)
 
 
 def read_rank_codes(exit_dir: Path) -> dict[int, int]:
@@ -135,14 +152,24 @@ def read_rank_codes(exit_dir: Path) -> dict[int, int]:
 
 
 class Supervisor:
-    """Owns the running child; stop requests (signals, cost guard) become SIGTERM to it."""
+    """Owns the running child; stop requests (signals, cost guard) become SIGTERM to it.
 
-    def __init__(self, console: Console, events: EventLog) -> None:
+    A torchrun child (a run with an `exit_dir`) is stopped through its ranks: each rank wrapper gets the
+    SIGTERM, not torchrun. torchrun would turn a SIGTERM of its own into a SignalException traceback on the
+    console and, before torch 2.12, SIGKILL the ranks 30 s later whatever SHUTDOWN_TIMEOUT says; its ranks
+    save for as long as they need and exit 75, and torchrun ends quietly. Only when the ranks have not
+    finished `shutdown_timeout` seconds after the request does torchrun itself get the SIGTERM (then its own
+    shutdown applies)."""
+
+    def __init__(self, console: Console, events: EventLog, *, shutdown_timeout: float | None = None) -> None:
         self.console = console
         self.events = events
+        self.shutdown_timeout = shutdown_timeout
         self.stop_reason: str | None = None
         self.budget_stop = False  # the first stop request came from the cost guard (MAX_HOURS)
         self._child: subprocess.Popen[bytes] | None = None
+        self._child_is_torchrun = False
+        self._escalation: threading.Timer | None = None
         self._lock = threading.Lock()
 
     def install_signal_handlers(self) -> None:
@@ -165,10 +192,36 @@ class Supervisor:
                 self.stop_reason = reason
                 self.budget_stop = budget
             child = self._child
+            torchrun = self._child_is_torchrun
         if first:
             self.console.log(f"stop requested ({reason}): asking the trainer to save and exit")
             self.events.write("stop_requested", reason=reason)
         if child is not None and child.poll() is None:
+            self._stop(child, torchrun)
+
+    def _stop(self, child: subprocess.Popen[bytes], torchrun: bool) -> None:
+        """SIGTERM to torchrun's ranks (then, after shutdown_timeout, to torchrun), or to the child itself."""
+        ranks = child_pids(child.pid) if torchrun else []
+        if not ranks:  # not torchrun, or no rank started yet: nothing can be lost by stopping it directly
+            child.send_signal(signal.SIGTERM)
+            return
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        if self.shutdown_timeout is not None:
+            with self._lock:
+                if self._escalation is None:
+                    self._escalation = threading.Timer(self.shutdown_timeout, self._escalate, args=(child,))
+                    self._escalation.daemon = True
+                    self._escalation.start()
+
+    def _escalate(self, child: subprocess.Popen[bytes]) -> None:
+        """The ranks did not finish within shutdown_timeout: stop torchrun itself."""
+        if child.poll() is None:
+            self.console.log(
+                f"the ranks have not finished {self.shutdown_timeout:g} s after the stop request "
+                "(SHUTDOWN_TIMEOUT): stopping torchrun"
+            )
             child.send_signal(signal.SIGTERM)
 
     def run(
@@ -202,6 +255,7 @@ class Supervisor:
                     cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
                 )
                 self._child = proc
+                self._child_is_torchrun = exit_dir is not None
                 pending_stop = self.stop_reason is not None
             if pending_stop:
                 proc.send_signal(signal.SIGTERM)
@@ -217,6 +271,10 @@ class Supervisor:
         finally:
             with self._lock:
                 self._child = None
+                self._child_is_torchrun = False
+                if self._escalation is not None:
+                    self._escalation.cancel()
+                    self._escalation = None
             for h in handles:
                 h.close()
         result = AttemptResult(code, read_rank_codes(exit_dir) if exit_dir is not None else {})
