@@ -19,7 +19,7 @@ exec -a trm-fake-launcher sleep 60
 """
 
 
-def render(tmp_path: Path, *extra: str) -> str:
+def render(tmp_path: Path, *extra: str, **settings: str) -> str:
     env = {
         **os.environ,
         "RUN_NAME": "vast-run1",
@@ -28,6 +28,8 @@ def render(tmp_path: Path, *extra: str) -> str:
         "WORKSPACE": str(tmp_path / "ws"),
         "TRM_IMAGE_SM_LIST": "80 90",
         "WANDB_API_KEY": "not-a-real-key",  # pragma: allowlist secret
+        "HOME": str(tmp_path / "render-home"),
+        **settings,
     }
     proc = subprocess.run(
         [sys.executable, "-m", "trm", "launch", "--onstart-script", *extra],
@@ -105,3 +107,51 @@ def test_onstart_for_a_bootstrapped_checkout_runs_the_script_there(tmp_path):
     assert "cd /workspace/trm-stack\n" in script
     assert "setsid bash scripts/train_prod.sh >>" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_a_key_the_restart_needs_reaches_it_through_a_root_only_file_never_the_script(tmp_path):
+    script = render(tmp_path, WANDB="online")
+    key_file = tmp_path / "render-home" / ".config" / "trm-stack" / "vast-run1" / "WANDB_API_KEY"
+    assert "not-a-real-key" not in script
+    assert f"export WANDB_API_KEY_FILE={key_file}\n" in script
+    assert key_file.read_text().strip() == "not-a-real-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600 and key_file.parent.stat().st_mode & 0o777 == 0o700
+    # the instance's restart runs the script without the key in its environment: the launcher starts
+    first = start(tmp_path, script)
+    assert first.returncode == 0, first.stderr
+    pid = int(wait_for(tmp_path / "ws" / "checkpoints" / "vast-run1" / "launch" / "onstart.pid"))
+    os.kill(pid, 15)
+
+
+def test_a_restart_without_the_key_stops_before_starting_a_launcher_that_would_exit_2(tmp_path):
+    script = render(tmp_path, WANDB="online", WANDB_API_KEY_FILE=str(tmp_path / "mounted-key"))
+    (tmp_path / "mounted-key").write_text("k\n")
+    assert "not-a-real-key" not in script
+    (
+        tmp_path / "mounted-key"
+    ).unlink()  # the file is gone at the next start, and no key is in the environment
+    proc = start(tmp_path, script)
+    assert proc.returncode == 2
+    assert "this launch needs WANDB_API_KEY (or WANDB_API_KEY_FILE naming a readable file)" in proc.stderr
+    assert not (tmp_path / "ws" / "checkpoints" / "vast-run1" / "launch" / "onstart.pid").exists()
+
+
+def test_a_second_run_with_other_settings_names_them_instead_of_silently_keeping_the_old_ones(tmp_path):
+    """Production run §2b, then §3 adds SYNC_TO and ON_END: the running launcher keeps its settings, so the
+    hook says which differ and how to apply them (exit 2); the same settings again are still exit 0."""
+    first = start(tmp_path, render(tmp_path))
+    assert first.returncode == 0, first.stderr
+    launch = tmp_path / "ws" / "checkpoints" / "vast-run1" / "launch"
+    pid = int(wait_for(launch / "onstart.pid"))
+    try:
+        again = start(tmp_path, render(tmp_path))
+        assert again.returncode == 0 and "already running" in again.stdout
+        changed = render(tmp_path, MAX_HOURS="90", SYNC_TO="store:bucket/runs")
+        proc = start(tmp_path, changed)
+        assert proc.returncode == 2
+        assert f"the launcher (pid {pid}) is already running vast-run1 with other settings" in proc.stderr
+        assert "differ: MAX_HOURS SYNC_TO (they apply only when a launcher starts)" in proc.stderr
+        assert f"kill -TERM {pid}" in proc.stderr
+        assert int((launch / "onstart.pid").read_text()) == pid  # the running launcher is left alone
+    finally:
+        os.kill(pid, 15)

@@ -389,7 +389,11 @@ def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch
     assert not any(a.startswith("--shutdown-timeout") for a in old)
     assert old == [a for a in cmd if not a.startswith("--shutdown-timeout")]
     assert capsys.readouterr().err == ""
-    assert cmd[cmd.index("trm.launch.running.worker") + 1 :][:3] == [f"--exit-dir={tmp_path}", "--saved-exits-zero", "--"]
+    assert cmd[cmd.index("trm.launch.running.worker") + 1 :][:3] == [
+        f"--exit-dir={tmp_path}",
+        "--saved-exits-zero",
+        "--",
+    ]
 
 
 def test_a_launch_that_fails_before_its_plan_still_hands_off_the_run(tmp_path):

@@ -1,4 +1,4 @@
-"""`python -m tools.jobs render|check|pin|copy-out|teardown`: the Kubernetes manifests under jobs/."""
+"""`python -m tools.jobs render|check|pin|family|copy-out|teardown`: the Kubernetes manifests under jobs/."""
 
 from __future__ import annotations
 
@@ -90,6 +90,20 @@ def _teardown(args: argparse.Namespace) -> int:
     return 0
 
 
+def _family(args: argparse.Namespace) -> int:
+    from tools.jobs.family import choose, read_nodes, write
+
+    choice = choose(args.overlay, read_nodes(args.nodes))
+    print(choice.summary())
+    if args.write:
+        for path in write(choice):
+            print(f"wrote {path}")
+        print("next: python -m tools.jobs pin (the variant's pushed digest), python -m tools.jobs check")
+    elif choice.variant != choice.current:
+        print(f"run again with --write to deploy {choice.variant} from {args.overlay}")
+    return 0
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from tools.jobs.k8s import KUBERNETES_VERSION
 
@@ -154,6 +168,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="check the copy-out, print the deletes, run none"
     )
     teardown.set_defaults(func=_teardown)
+    family = sub.add_parser(
+        "family",
+        help="pick OVERLAY's image (CUDA 13.0 or 12.8 family) from the cluster's GPU nodes: their "
+        "nvidia.com/gpu.product and nvidia.com/cuda.driver.major labels; --write puts it into the overlay",
+    )
+    family.add_argument("overlay", type=Path, help="e.g. jobs/overlays/prod-4xh100")
+    family.add_argument(
+        "--nodes",
+        required=True,
+        metavar="FILE",
+        help="`kubectl get nodes -o json` saved to FILE, or - to read it from standard input",
+    )
+    family.add_argument(
+        "--write",
+        action="store_true",
+        help="write the variant annotation and the driver floor into the overlay",
+    )
+    family.set_defaults(func=_family)
     for p in (check, pin):
         p.add_argument("--root", type=Path, default=Path("."), help="repository root (default: .)")
 

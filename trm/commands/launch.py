@@ -9,6 +9,7 @@ import argparse
 import importlib.util
 import os
 import sys
+from pathlib import Path
 from typing import IO
 
 from trm.errors import TRMError
@@ -63,9 +64,10 @@ def run(args: argparse.Namespace) -> int:
             return 0
         raise
     if args.onstart_script:
-        from trm.launch.running.onstart import render
+        from trm.launch.running.onstart import render, stash_restart_secrets
 
-        print(render(settings, environ, args.checkout), end="")
+        secret_files = stash_restart_secrets(settings, environ, Path.home())
+        print(render(settings, environ, args.checkout, secret_files), end="")
         return 0
     if args.handoff:
         from trm.launch.running.runner import hand_off
