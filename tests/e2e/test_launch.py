@@ -181,3 +181,117 @@ def test_train_prod_syncs_releases_and_a_new_machine_resumes_from_the_copy(tmp_p
     second = subprocess.run(["bash", str(SCRIPT)], env=env2, capture_output=True, text=True, timeout=500)
     assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
     assert f"resumed from {run_dir2 / f'step_{saved[-1]}'}" in (run_dir2 / "launch" / "train.log").read_text()
+
+
+def _multinode_env(tmp_path: Path, node_rank: int, port: int) -> dict[str, str]:
+    """The launch environment the multi-node overlay gives each pod (NNODES, MASTER_PORT, the Indexed Job's
+    completion index as NODE_RANK, the RWX volume as one WORKSPACE), on 127.0.0.1 and CPU ranks."""
+    import yaml
+
+    patch = yaml.safe_load(
+        (SCRIPT.parents[1] / "jobs/overlays/multinode-2x8xh200/job-patch.yaml").read_text()
+    )
+    (trainer,) = patch["spec"]["template"]["spec"]["containers"]
+    rendered = {e["name"]: e.get("value") for e in trainer["env"]}
+    assert rendered["NNODES"] == "2" and "NODE_RANK" in rendered and "MASTER_ADDR" in rendered
+    return script_env(
+        tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", CPU_PROCS="1", SMOKE_STEPS="0",
+        TRAIN_OVERRIDES="epochs=6 eval_interval=3", NNODES=rendered["NNODES"], NODE_RANK=str(node_rank),
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_nodes(tmp_path: Path, name: str, port: int) -> list[subprocess.Popen]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for node in (0, 1):
+        log = open(tmp_path / f"{name}-node{node}.log", "w")  # noqa: SIM115 (the child keeps it)
+        procs.append(
+            subprocess.Popen(
+                ["bash", str(SCRIPT)],
+                env=_multinode_env(tmp_path, node, port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+    return procs
+
+
+def _weights(run_dir: Path) -> tuple[dict, int]:
+    """The model weights of the run's newest complete checkpoint (its hashes verified), and its step."""
+    from trm.training.checkpoint import find_complete
+    from trm.training.state import read_main_state
+
+    newest = find_complete(run_dir, verify_hashes=True)[-1]
+    return read_main_state(newest.path)["model"], newest.step
+
+
+@pytest.mark.e2e
+@pytest.mark.dist
+def test_two_nodes_stop_together_on_one_nodes_sigterm_and_the_same_commands_resume_bit_exactly(tmp_path):
+    """The multi-node path for real: two launchers (torchrun agents, --nnodes=2, node ranks 0 and 1) on
+    127.0.0.1 with gloo over one shared run directory. A SIGTERM to node 1 (its pod evicted) makes every rank
+    of both nodes save and both launchers exit 75; the same command on both resumes and finishes with the
+    weights of an uninterrupted two-node run."""
+    reference = tmp_path / "reference"
+    procs = _two_nodes(reference, "whole", _free_port())
+    try:
+        codes = [p.wait(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert codes == [0, 0], (reference / "whole-node0.log").read_text()[-3000:]
+    want, last_step = _weights(reference / "ws" / "checkpoints" / "trm-debug-tiny")
+
+    work = tmp_path / "stopped"
+    run_dir = work / "ws" / "checkpoints" / "trm-debug-tiny"
+    procs = _two_nodes(work, "first", _free_port())
+    try:
+        deadline = time.time() + 600
+        while not train_steps(run_dir / "metrics.csv") or max(train_steps(run_dir / "metrics.csv")) < 2:
+            assert all(p.poll() is None for p in procs) and time.time() < deadline, (
+                work / "first-node0.log"
+            ).read_text()[-3000:]
+            time.sleep(0.5)
+        procs[1].send_signal(signal.SIGTERM)  # node 1's pod is evicted: kubelet signals its PID 1
+        codes = [p.wait(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    logs = [(work / f"first-node{n}.log").read_text() for n in (0, 1)]
+    assert codes == [75, 75], logs[0][-3000:] + logs[1][-3000:]
+    _saved, saved_step = _weights(run_dir)
+    assert 0 < saved_step < last_step
+    for log in logs:
+        assert "Traceback" not in log, log[-3000:]
+
+    procs = _two_nodes(work, "second", _free_port())
+    try:
+        codes = [p.wait(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert codes == [0, 0], (work / "second-node0.log").read_text()[-3000:]
+    got, step = _weights(run_dir)
+    assert step == last_step
+    assert got.keys() == want.keys()
+    for key in want:
+        assert torch_equal(got[key], want[key]), key
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))

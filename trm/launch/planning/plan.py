@@ -255,8 +255,10 @@ class LaunchPlan:
         return [self.settings.python, "-m", "trm", "launch", "--handoff"]
 
     def exit_dir(self) -> Path:
-        """Where each rank's exit code is recorded (trm.launch.running.worker)."""
-        return self.settings.launch_dir / "exit_codes"
+        """Where each rank of this node records its exit code (trm.launch.running.worker): one folder per
+        node, since the nodes of a multi-node run share the run directory and each launcher clears its
+        folder before an attempt."""
+        return self.settings.launch_dir / "exit_codes" / f"node_{self.settings.node_rank}"
 
     def smoke_dir(self) -> Path:
         """The smoke gate's scratch run directory."""

@@ -369,6 +369,16 @@ class Launch:
                     self.console.log(f"{what}; stop requested ({self.supervisor.stop_reason}): not restarted")
                     self.exit_code = code
                     return
+                if s.nnodes > 1:
+                    # Another node's stop (an evicted pod) or hang ended every rank; a restart here alone would
+                    # wait at the rendezvous for nodes that are not coming back: the run restarts as a whole.
+                    self.console.log(
+                        f"{what} (node {s.node_rank} of {s.nnodes}: the stop or hang may have come from another "
+                        f"node); a multi-node run restarts as a whole: exiting {code}, the same command on every "
+                        "node resumes from the newest complete checkpoint"
+                    )
+                    self.exit_code = code
+                    return
                 if restarts < s.max_restarts:
                     restarts += 1
                     self.console.log(
