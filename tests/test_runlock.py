@@ -132,3 +132,22 @@ def test_the_bare_trainer_holds_the_lock_while_it_trains(tmp_path, monkeypatch):
     (holder,) = seen
     assert holder is not None and holder.pid == os.getpid()  # held by the trainer during train()
     RunLock(run_dir, "launch").acquire("after").release()  # and released at its end
+
+
+def test_a_holder_on_another_host_is_waited_for_a_while(tmp_path):
+    """On NFS a dead node's lock lasts until its lease expires: the launcher replacing it waits that long
+    when the holder is on another host, then refuses as usual."""
+    import threading
+
+    run_dir = tmp_path / "run"
+    first = RunLock(run_dir, "launch").acquire("on node a")
+    os.ftruncate(first.fd, 0)  # its record, as a launcher on another node wrote it
+    os.pwrite(
+        first.fd, json.dumps({"pid": 4242, "host": "node-a", "started": "t", "command": "c"}).encode(), 0
+    )
+    told = []
+    with pytest.raises(RunLocked, match="pid 4242 on host node-a"):
+        RunLock(run_dir, "launch").acquire("b", wait_other_host_s=0.3, log=told.append, poll_s=0.05)
+    assert len(told) == 1 and "waiting up to" in told[0]
+    threading.Timer(0.2, first.release).start()  # the lease expires while it waits
+    RunLock(run_dir, "launch").acquire("b", wait_other_host_s=30, log=told.append, poll_s=0.05).release()

@@ -24,7 +24,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,12 +128,34 @@ class RunLock:
         self.fd = fd
         return None
 
-    def acquire(self, command: str) -> RunLock:
-        """Take the lock or raise RunLocked naming the holder and the fix."""
-        holder = self.try_acquire(command)
-        if holder is not None:
-            raise RunLocked(self.refusal(holder))
-        return self
+    def acquire(
+        self,
+        command: str,
+        *,
+        wait_other_host_s: float = 0.0,
+        log: Callable[[str], None] | None = None,
+        poll_s: float = 1.0,
+    ) -> RunLock:
+        """Take the lock or raise RunLocked naming the holder and the fix.
+
+        `wait_other_host_s`: when the holder is on another host, keep trying this long first. On a shared
+        volume (NFSv4) the lock of a node that died is held by the server until the node's lease expires
+        (90 s by default): the pod that replaces it must not fail for that."""
+        deadline = time.monotonic() + wait_other_host_s
+        told = False
+        while True:
+            holder = self.try_acquire(command)
+            if holder is None:
+                return self
+            if holder.host in ("?", socket.gethostname()) or time.monotonic() >= deadline:
+                raise RunLocked(self.refusal(holder))
+            if log is not None and not told:
+                log(
+                    f"{self.run_dir} is locked by host {holder.host} (pid {holder.pid}); waiting up to "
+                    f"{wait_other_host_s:.0f} s in case that host is gone and its lease has still to expire"
+                )
+                told = True
+            time.sleep(poll_s)
 
     def refusal(self, holder: Holder) -> str:
         return (

@@ -43,6 +43,9 @@ from trm.runlock import HOLDER_ENV, RunLock, RunLocked
 from trm.training.recipes import Recipe
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
+# How long a launcher waits for the run's lock held from another host: longer than NFSv4's default lease
+# (90 s), after which the server drops the lock of a node that died (trm.runlock).
+LOCK_WAIT_OTHER_HOST_S = 120.0
 PRODUCTION_RECIPES = ("arc1", "arc2")
 
 
@@ -533,7 +536,7 @@ class Launch:
             return True
         try:
             self.lock = RunLock(self.settings.run_dir, "launch").acquire(
-                " ".join([sys.executable, *sys.argv])
+                " ".join([sys.executable, *sys.argv]), wait_other_host_s=LOCK_WAIT_OTHER_HOST_S, log=print
             )
         except RunLocked as err:
             print(f"error: {err}", file=sys.stderr)
