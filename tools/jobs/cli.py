@@ -75,16 +75,17 @@ def _copy_out(args: argparse.Namespace) -> int:
 def _teardown(args: argparse.Namespace) -> int:
     import subprocess
 
-    from tools.jobs.copyout import REMOVED_LINE, teardown
+    from tools.jobs.copyout import REMOVED_LINE, run_of, teardown
+
+    run_name = run_of(args.overlay).run_name
 
     def run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
         acts = cmd[1] in ("delete", "apply", "wait") or (cmd[1] == "logs" and "trm-remove-run-" in cmd[-1])
         if args.dry_run and acts:
             print("would run:", " ".join(cmd))
             # the remover's log as it would read, so that the dry run walks every step
-            return subprocess.CompletedProcess(
-                cmd, 0, f"{REMOVED_LINE}: (dry run)" if cmd[1] == "logs" else "", ""
-            )
+            log = f"{REMOVED_LINE}: /workspace/checkpoints/{run_name}" if cmd[1] == "logs" else ""
+            return subprocess.CompletedProcess(cmd, 0, log, "")
         return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False, timeout=2400)
 
     done = teardown(args.overlay, run, secrets=args.delete_secrets)

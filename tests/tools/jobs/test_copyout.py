@@ -221,3 +221,28 @@ def test_the_gpu_affinity_follows_the_overlay(kustomize):
     assert "stays Pending" in jobpolicy.check_gpu_follows_overlay("Job/smoke", h100_only)[0]
     unnamed = {**smoke, "metadata": {"name": "trm-train-smoke"}}
     assert "must name the GPU" in jobpolicy.check_gpu_follows_overlay("Job/smoke", unnamed)[0]
+
+
+def test_the_dry_run_walks_every_step_and_runs_no_delete(kustomize, monkeypatch, capsys):
+    from tools.jobs import cli
+
+    cluster = FakeKubectl()
+    ran: list[list[str]] = []
+    real_run = subprocess.run
+
+    def subprocess_run(cmd, input=None, **kwargs):
+        if cmd[1] == "kustomize" or cmd[0].endswith("kustomize"):
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        ran.append(cmd)
+        return cluster(cmd, input)
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(subprocess, "run", subprocess_run)
+    assert cli.main(["teardown", "jobs/overlays/prod-4xh100", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would run: kubectl apply -f -" in out
+    assert (
+        out.strip().splitlines()[-1]
+        == "would run: kubectl delete pod trm-copy-out-prod-4xh100 --ignore-not-found"
+    )
+    assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"get", "logs"}  # reads only
