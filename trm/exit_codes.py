@@ -2,12 +2,14 @@
 
 OK = 0
 # OK is also what a launch exits with when it refuses to train (trm.launch.after_run.ledger): the run has spent its
-# MAX_HOURS, or it ended with NONFINITE or a trainer's CONFIG_ERROR and the configuration is the same. It is
+# MAX_HOURS, or it ended with NONFINITE, a trainer's CONFIG_ERROR or a failure of the launcher itself after
+# admission (exit 1, recorded in the run's ledger) and the configuration is the same. It is
 # the one code every restart policy stops on: Docker's `--restart on-failure` restarts on any other code, a
 # Kubernetes Job's pod that exits 0 completes it (podFailurePolicy only sees failures), a SkyPilot managed
 # job ends. The message says why and how to continue (raise MAX_HOURS; CONTINUE_RUN=<end id>).
-# A user-fixable configuration or input error (bad key, missing dataset, incompatible resume).
-# Orchestrators must not retry it.
+# A user-fixable configuration or input error (bad key, a NaN/infinite/out-of-range number, missing
+# dataset, incompatible resume), or a run directory another launcher or trainer owns (trm.runlock: the
+# message names the holder). Orchestrators must not retry it.
 CONFIG_ERROR = 2
 # The trainer was asked to stop (SIGTERM/SIGINT, the launcher's cost guard), saved a complete checkpoint
 # and exited. Safe to retry: the same command resumes from that checkpoint. (EX_TEMPFAIL in sysexits.h.)

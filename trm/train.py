@@ -1,6 +1,7 @@
 """`python -m trm.train key=value …` (also under torchrun): parse the config, build, train, close.
 
-Exit codes (trm.exit_codes): 0 finished, 2 configuration/input error, 74 a checkpoint save found the disk
+Exit codes (trm.exit_codes): 0 finished, 2 configuration/input error (also: another launcher or trainer
+owns the run directory, trm.runlock), 74 a checkpoint save found the disk
 full (the previous checkpoint is intact), 75 stopped by SIGTERM/SIGINT after saving a complete checkpoint
 (run the same command again to resume), 77 the hang watchdog saw no progress (thread stacks in
 hang_rank<r>.txt; rerun to resume), 78 a non-finite loss or gradient (repro in nonfinite_step<N>_rank<r>.pt;
@@ -38,13 +39,17 @@ def main(argv: list[str] | None = None) -> int:
         if "--cfg" in args:
             print(config.to_yaml(cfg))
             return exit_codes.OK
+        from pathlib import Path
+
         from trm.distributed import initialize
+        from trm.runlock import trainer_lock
         from trm.training.loop import Trainer
         from trm.training.watchdog import enable_flight_recorder
 
         if cfg.watchdog.timeout_minutes:  # before the process group exists: its hang dump needs the recorder
             enable_flight_recorder()
-        with initialize(cfg.device) as info:
+        # One owner per run directory (global rank 0; under the launcher, the launcher's lock covers it).
+        with trainer_lock(Path(str(cfg.checkpoint_path))), initialize(cfg.device) as info:
             if not info.is_main:
                 logging.getLogger().setLevel(logging.WARNING)
             trainer = Trainer.create(cfg, info)

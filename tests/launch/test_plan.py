@@ -63,6 +63,51 @@ def test_bad_settings_name_the_variable(env, message):
         LaunchSettings.from_env(env)
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # Before: NaN and infinity passed (every comparison with NaN is False) and crashed the launcher after
+        # admission; a negative or zero MAX_HOURS passed too.
+        ({"MAX_HOURS": "nan"}, r"^MAX_HOURS='nan' is not a finite number; set e\.g\. MAX_HOURS=2\.5"),
+        ({"MAX_HOURS": "inf"}, "^MAX_HOURS='inf' is not a finite number"),
+        ({"MAX_HOURS": "-1"}, "^MAX_HOURS=-1 must be > 0"),
+        ({"MAX_HOURS": "0"}, "^MAX_HOURS=0 must be > 0"),
+        ({"MAX_HOURS": "1e9"}, "^MAX_HOURS=1e\\+09 must be <= 8784"),
+        ({"GPU_HOURLY_USD": "NaN"}, "^GPU_HOURLY_USD='NaN' is not a finite number"),
+        ({"GPU_HOURLY_USD": "250000"}, "^GPU_HOURLY_USD=250000 must be <= 1000"),
+        ({"STOP_MARGIN_MINUTES": "-inf"}, "^STOP_MARGIN_MINUTES='-inf' is not a finite number"),
+        ({"COST_LOG_MINUTES": "inf"}, "^COST_LOG_MINUTES='inf' is not a finite number"),
+        ({"SYNC_EVERY_MINUTES": "nan"}, "^SYNC_EVERY_MINUTES='nan' is not a finite number"),
+        ({"MASTER_PORT": "70000"}, "^MASTER_PORT=70000 must be <= 65535"),
+    ],
+)
+def test_numbers_reject_nan_infinity_and_out_of_range(env, message):
+    with pytest.raises(TRMError, match=message) as caught:
+        LaunchSettings.from_env(env)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_nan_max_hours_exits_2_with_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME")}
+    for value in ("nan", "inf", "-1"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "trm", "launch", "--dry-run"],
+            env={
+                **env,
+                "MAX_HOURS": value,
+                "TASK": "debug-tiny",
+                "NUM_GPUS": "0",
+                "WORKSPACE": str(tmp_path),
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.strip().count("\n") == 0 and "MAX_HOURS=" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 def test_user_overrides_replace_task_and_table_values():
     assert merge_overrides(["a=1", "+b=2"], ["b=3", "c=4"]) == ["a=1", "b=3", "c=4"]
     settings = LaunchSettings.from_env({"TRAIN_OVERRIDES": "eval_interval=400 compile=false"}, ("lr=3e-4",))

@@ -139,6 +139,25 @@ def test_bad_values_are_config_errors() -> None:
         compose(["arch.puzzle_emb_ndim=0"])
 
 
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        # Before: NaN passed every `< 0` check (and Hydra parses nan/inf as floats), so a NaN learning rate or
+        # watchdog allowance started training.
+        ("lr=nan", r"^lr=nan is not a finite number"),
+        ("watchdog.timeout_minutes=inf", r"^watchdog\.timeout_minutes=inf is not a finite number"),
+        ("checkpoint.every_minutes=nan", r"^checkpoint\.every_minutes=nan is not a finite number"),
+        ("ema_rate=-inf", r"^ema_rate=-inf is not a finite number"),
+        ("lr=-1e-4", r"^lr=-0\.0001 is out of range: it must be >= 0\."),
+        ("beta2=1.0", r"^beta2=1\.0 is out of range: it must be >= 0 and < 1\."),
+        ("lr_min_ratio=2", r"^lr_min_ratio=2\.0 is out of range: it must be >= 0 and <= 1\."),
+    ],
+)
+def test_numbers_reject_nan_infinity_and_out_of_range(override: str, message: str) -> None:
+    with pytest.raises(TRMError, match=message):
+        compose([override])
+
+
 def test_disable_compile_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISABLE_COMPILE", "1")
     assert compose([]).compile == "false"

@@ -75,17 +75,22 @@ def _copy_out(args: argparse.Namespace) -> int:
 def _teardown(args: argparse.Namespace) -> int:
     import subprocess
 
-    from tools.jobs.copyout import teardown
+    from tools.jobs.copyout import REMOVED_LINE, run_of, teardown
 
-    def run(cmd: list[str]) -> subprocess.CompletedProcess:
-        if args.dry_run and cmd[1] == "delete":
+    run_name = run_of(args.overlay).run_name
+
+    def run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+        acts = cmd[1] in ("delete", "apply", "wait") or (cmd[1] == "logs" and "trm-remove-run-" in cmd[-1])
+        if args.dry_run and acts:
             print("would run:", " ".join(cmd))
-            return subprocess.CompletedProcess(cmd, 0, "", "")
-        return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=900)
+            # the remover's log as it would read, so that the dry run walks every step
+            log = f"{REMOVED_LINE}: /workspace/checkpoints/{run_name}" if cmd[1] == "logs" else ""
+            return subprocess.CompletedProcess(cmd, 0, log, "")
+        return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False, timeout=2400)
 
-    deleted = teardown(args.overlay, run)
+    done = teardown(args.overlay, run, secrets=args.delete_secrets)
     if not args.dry_run:
-        for cmd in deleted:
+        for cmd in done:
             print("done:", " ".join(cmd))
     return 0
 
@@ -160,12 +165,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     copy_out.set_defaults(func=_copy_out)
     teardown = sub.add_parser(
         "teardown",
-        help="after a verified copy-out of OVERLAY's run: delete its finished Job, the copy-out pod, the volume "
-        "(PVC) and the Secrets trm-wandb / trm-rclone; without the verified copy it deletes nothing (exit 2)",
+        help="after the verified copy-out of OVERLAY's run (that RUN_NAME, that claim): delete its finished Job, "
+        "its volume when the claim is the run's own (annotated trm-stack/run=RUN_NAME) or else only its "
+        "directories on the shared volume, and the copy-out pod last; without the verified copy it deletes "
+        "nothing (exit 2); after a failed step a rerun finishes the job",
     )
     teardown.add_argument("overlay", type=Path, help="the overlay that trained the run")
     teardown.add_argument(
         "--dry-run", action="store_true", help="check the copy-out, print the deletes, run none"
+    )
+    teardown.add_argument(
+        "--delete-secrets",
+        action="store_true",
+        help="also delete the Secrets trm-wandb and trm-rclone (they serve every run on the cluster: only "
+        "after the last one)",
     )
     teardown.set_defaults(func=_teardown)
     family = sub.add_parser(

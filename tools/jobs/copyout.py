@@ -3,19 +3,23 @@
 `python -m tools.jobs copy-out OVERLAY --sync-to REMOTE` renders jobs/tools/copy-out for the run the overlay
 trains: the overlay's RUN_NAME and the volume its Job mounts (the single-node claim or the multi-node
 RWX one). The pod copies, then `rclone check --one-way` compares every copied file with the volume and
-prints VERIFIED_LINE only when they match. `python -m tools.jobs teardown OVERLAY` deletes the finished Job,
-the copy-out pod, the volume (PVC) and the Secrets only after that pod succeeded and printed the line;
-otherwise it deletes nothing.
+prints VERIFIED_LINE only when they match. `python -m tools.jobs teardown OVERLAY` deletes only what belongs
+to that one run, and only after that pod (for this RUN_NAME and claim) succeeded and printed the line for
+this run: the finished Job, then the volume when the claim is the run's own (annotated RUN_ANNOTATION), else
+the run's directories on the shared volume, and the copy-out pod last.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+
+import yaml
 
 from tools.jobs import k8s
 from trm.errors import TRMError
@@ -25,6 +29,19 @@ VERIFIED_LINE = "copy-out verified"
 # The Secrets the runbooks create by hand for a run (W&B key, the object store's keys).
 RUN_SECRETS = ("trm-wandb", "trm-rclone")
 WORKSPACE_VOLUME = "workspace"
+# A claim made for one run carries this annotation with the run's RUN_NAME; teardown deletes only such a
+# claim. Any other claim (trm-workspace, trm-workspace-shared) is shared: teardown removes the run's
+# directories from it and leaves the claim to the other runs.
+RUN_ANNOTATION = "trm-stack/run"
+REMOVED_LINE = "run directory removed"
+
+
+class Kubectl(Protocol):
+    """Runs one kubectl command line (with `stdin` for `apply -f -`) and returns how it ended."""
+
+    def __call__(self, cmd: list[str], stdin: str | None = None, /) -> subprocess.CompletedProcess: ...
+
+
 _REFERENCE = re.compile(r"\$\(")
 
 
@@ -39,6 +56,10 @@ class RunOnCluster:
     @property
     def pod(self) -> str:
         return f"trm-copy-out-{self.job.removeprefix('trm-train-')}"
+
+    @property
+    def remover(self) -> str:
+        return f"trm-remove-run-{self.job.removeprefix('trm-train-')}"
 
 
 def run_of(overlay: str | Path) -> RunOnCluster:
@@ -86,30 +107,130 @@ def copy_out_objects(overlay: str | Path, sync_to: str, root: str | Path = ".") 
     return objects
 
 
-def teardown(
-    overlay: str | Path, run: Callable[[list[str]], subprocess.CompletedProcess], root: str | Path = "."
-) -> list[list[str]]:
-    """Delete the overlay's Job, copy-out pod, PVC and run Secrets once the copy-out is verified; returns
-    the delete commands run. Raises TRMError (deleting nothing) when it is not."""
-    target = run_of(Path(root) / overlay)
-    phase = run(["kubectl", "get", "pod", target.pod, "-o", "jsonpath={.status.phase}"])
-    logs = run(["kubectl", "logs", f"pod/{target.pod}"])
-    if phase.returncode != 0 or phase.stdout.strip() != "Succeeded" or VERIFIED_LINE not in logs.stdout:
-        raise TRMError(
-            f"copy-out pod {target.pod} has not verified a copy of {target.run_name} (phase "
-            f"{phase.stdout.strip() or 'unknown'}; no '{VERIFIED_LINE}' in its log): nothing deleted. Run "
-            f"`python -m tools.jobs copy-out {overlay} --sync-to REMOTE | kubectl apply -f -` and wait for it"
-        )
-    deletes = [
-        ["kubectl", "delete", "job", target.job, "--cascade=foreground", "--ignore-not-found"],
-        ["kubectl", "delete", "pod", target.pod, "--ignore-not-found"],
-        ["kubectl", "delete", "pvc", target.claim, "--ignore-not-found"],
-        ["kubectl", "delete", "secret", *RUN_SECRETS, "--ignore-not-found"],
+def remover_objects(target: RunOnCluster, root: str | Path = ".") -> list[dict]:
+    """The pod that removes `target`'s own directories (checkpoints/RUN_NAME, artifacts/RUN_NAME) from a
+    shared volume: the copy-out pod's image and security context, the volume mounted read-write, no Secret.
+    Its log ends with REMOVED_LINE and lists the runs still on the volume."""
+    objects = copy.deepcopy(k8s.render(Path(root) / COPY_OUT_DIR))
+    (pod,) = [o for o in objects if o["kind"] == "Pod"]
+    pod["metadata"]["name"] = target.remover
+    pod["metadata"]["labels"]["app.kubernetes.io/component"] = "remove-run"
+    spec = pod["spec"]
+    spec["activeDeadlineSeconds"] = 3600
+    for volume in spec["volumes"]:
+        if volume["name"] == WORKSPACE_VOLUME:
+            volume["persistentVolumeClaim"] = {"claimName": target.claim}
+    (container,) = spec["containers"]
+    container["name"] = "remove-run"
+    container.pop("envFrom", None)
+    container["env"] = [{"name": "HOME", "value": "/tmp"}, {"name": "RUN_NAME", "value": target.run_name}]
+    for mount in container["volumeMounts"]:
+        mount.pop("readOnly", None)
+    container["args"] = [
+        'case "$RUN_NAME" in ""|.|..|*/*) echo "RUN_NAME=$RUN_NAME names no run directory" >&2; exit 2;; esac\n'
+        'rm -rf -- "/workspace/checkpoints/${RUN_NAME}" "/workspace/artifacts/${RUN_NAME}"\n'
+        'echo "runs left on the volume:" $(ls -A /workspace/checkpoints)\n'
+        f'echo "{REMOVED_LINE}: /workspace/checkpoints/${{RUN_NAME}}"\n'
     ]
-    for cmd in deletes:
-        result = run(cmd)
+    return objects
+
+
+def _json(result: subprocess.CompletedProcess) -> dict:
+    try:
+        data = json.loads(result.stdout or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def verified_copy_problem(target: RunOnCluster, run: Kubectl) -> str | None:
+    """Why the copy-out pod of `target` is no proof of a verified copy of THAT run (None: it is): it must
+    have succeeded, copied this RUN_NAME from this claim, and printed the verified line for this run."""
+    got = run(["kubectl", "get", "pod", target.pod, "--ignore-not-found", "-o", "json"])
+    pod = _json(got) if got.returncode == 0 else {}
+    if not pod:
+        return f"there is no copy-out pod {target.pod}"
+    phase = pod.get("status", {}).get("phase", "unknown")
+    if phase != "Succeeded":
+        return f"copy-out pod {target.pod} is {phase}, not Succeeded"
+    spec = pod.get("spec", {})
+    env = {e.get("name"): e.get("value") for c in spec.get("containers", []) for e in c.get("env", [])}
+    if env.get("RUN_NAME") != target.run_name:
+        return f"copy-out pod {target.pod} copied run {env.get('RUN_NAME')!r}, not {target.run_name!r}"
+    claims = {
+        v["persistentVolumeClaim"].get("claimName")
+        for v in spec.get("volumes", [])
+        if v.get("name") == WORKSPACE_VOLUME and "persistentVolumeClaim" in v
+    }
+    if claims != {target.claim}:
+        return f"copy-out pod {target.pod} read the volume {sorted(claims)}, not {target.claim!r}"
+    logs = run(["kubectl", "logs", f"pod/{target.pod}"])
+    if f"{VERIFIED_LINE}: /workspace/checkpoints/{target.run_name} -> " not in logs.stdout:
+        return f"the log of copy-out pod {target.pod} has no '{VERIFIED_LINE}' line for {target.run_name}"
+    return None
+
+
+def claim_is_the_runs(target: RunOnCluster, run: Kubectl) -> bool | None:
+    """Whether the claim was made for this one run (annotated RUN_ANNOTATION=RUN_NAME); None when it no
+    longer exists (an earlier teardown deleted it)."""
+    got = run(["kubectl", "get", "pvc", target.claim, "--ignore-not-found", "-o", "json"])
+    if got.returncode != 0:
+        raise TRMError(
+            f"`kubectl get pvc {target.claim}` failed ({got.stderr.strip()}); nothing more deleted"
+        )
+    claim = _json(got)
+    if not claim:
+        return None
+    return claim.get("metadata", {}).get("annotations", {}).get(RUN_ANNOTATION) == target.run_name
+
+
+def teardown(
+    overlay: str | Path, run: Kubectl, root: str | Path = ".", *, secrets: bool = False
+) -> list[list[str]]:
+    """Delete what belongs to the overlay's one run, once the copy-out of that run is verified: its Job; its
+    volume when the claim is the run's own (annotated RUN_ANNOTATION=RUN_NAME), else only its directories on
+    the shared volume (a remover pod); the run Secrets only with `secrets`; the copy-out pod, the proof,
+    last, so that a rerun after a partial failure still finds it and finishes. Returns the commands run.
+    Raises TRMError (deleting nothing) without the verified copy, or naming the step that failed."""
+    target = run_of(Path(root) / overlay)
+    problem = verified_copy_problem(target, run)
+    if problem:
+        raise TRMError(
+            f"{problem}: no verified copy of {target.run_name}, nothing deleted. Run `python -m tools.jobs "
+            f"copy-out {overlay} --sync-to REMOTE | kubectl apply -f -` and wait for it"
+        )
+    done: list[list[str]] = []
+
+    def step(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+        result = run(cmd) if stdin is None else run(cmd, stdin)
+        done.append(cmd)
         if result.returncode != 0:
             raise TRMError(
-                f"`{' '.join(cmd)}` failed ({result.stderr.strip()}); rerun teardown (it is idempotent)"
+                f"`{' '.join(cmd)}` failed ({result.stderr.strip()}); the copy-out pod {target.pod} is kept: "
+                "fix the cause and rerun teardown, it finishes the job"
             )
-    return deletes
+        return result
+
+    step(["kubectl", "delete", "job", target.job, "--cascade=foreground", "--ignore-not-found"])
+    own = claim_is_the_runs(target, run)
+    if own:
+        step(["kubectl", "delete", "pvc", target.claim, "--ignore-not-found"])
+    elif own is False:  # a shared claim: only this run's directories go, the claim stays for the others
+        manifest = yaml.safe_dump_all(remover_objects(target, root), sort_keys=False)
+        step(["kubectl", "delete", "pod", target.remover, "--ignore-not-found"])
+        step(["kubectl", "apply", "-f", "-"], manifest)
+        step(
+            ["kubectl", "wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/{target.remover}",
+             "--timeout=30m"]
+        )  # fmt: skip
+        log = step(["kubectl", "logs", f"pod/{target.remover}"]).stdout
+        if f"{REMOVED_LINE}: /workspace/checkpoints/{target.run_name}" not in log:
+            raise TRMError(
+                f"pod {target.remover} did not confirm removing {target.run_name} from {target.claim}; the "
+                f"copy-out pod {target.pod} is kept: read `kubectl logs pod/{target.remover}` and rerun teardown"
+            )
+        step(["kubectl", "delete", "pod", target.remover, "--ignore-not-found"])
+    if secrets:
+        step(["kubectl", "delete", "secret", *RUN_SECRETS, "--ignore-not-found"])
+    step(["kubectl", "delete", "pod", target.pod, "--ignore-not-found"])
+    return done

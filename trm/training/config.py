@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Iterable
@@ -336,8 +337,55 @@ def apply_environment(cfg: TrainConfig) -> None:
         cfg.compile = "false"
 
 
+def non_finite_keys(obj: Any, prefix: str = "") -> list[tuple[str, float]]:
+    """Every float of the config (its sections and the architecture's keys included) that is NaN or infinite,
+    by dotted key."""
+    found: list[tuple[str, float]] = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            found += non_finite_keys(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            found.append((f"{prefix}{f.name}", value))
+    return found
+
+
+# Keys whose sensible values lie in a range: (low, high, high included). A value outside is a typo that would
+# train nonsense (a negative learning rate climbs the loss) rather than fail.
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "lr": (0.0, math.inf, False),
+    "puzzle_emb_lr": (0.0, math.inf, False),
+    "weight_decay": (0.0, math.inf, False),
+    "puzzle_emb_weight_decay": (0.0, math.inf, False),
+    "lr_min_ratio": (0.0, 1.0, True),
+    "beta1": (0.0, 1.0, False),
+    "beta2": (0.0, 1.0, False),
+    "ema_rate": (0.0, 1.0, True),
+}
+
+
+def check_numbers(cfg: TrainConfig) -> None:
+    """No NaN or infinity anywhere, and the ranged keys in their range (one line naming the key)."""
+    bad = non_finite_keys(cfg)
+    if bad:
+        key, value = bad[0]
+        raise TRMError(
+            f"{key}={value} is not a finite number: give a finite value (see `--help` for the default)."
+        )
+    for key, (low, high, high_included) in RANGES.items():
+        value = getattr(cfg, key)
+        if value < low or value > high or (value == high and not high_included):
+            upper = f"<= {high:g}" if high_included else f"< {high:g}"
+            raise TRMError(
+                f"{key}={value} is out of range: it must be >= {low:g}"
+                + (f" and {upper}" if math.isfinite(high) else "")
+                + "."
+            )
+
+
 def validate(cfg: TrainConfig) -> None:
     """Check values a user can get wrong; each message names the key and the fix."""
+    check_numbers(cfg)
     a = cfg.arch
     spec = spec_of(a)
     if get_spec(a.name) is not spec:

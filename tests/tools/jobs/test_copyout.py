@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tools.jobs import copyout, k8s
 from tools.jobs import policy as jobpolicy
@@ -47,13 +49,70 @@ def test_the_smokes_scratch_runs_have_no_copy_out(kustomize):
 
 
 class FakeKubectl:
-    def __init__(self, phase: str, log: str) -> None:
-        self.phase, self.log, self.calls = phase, log, []
+    """The cluster teardown talks to: the copy-out pod (its phase, RUN_NAME, claim and log), the claim (its
+    annotations; None: it does not exist), the remover pod; `fail` makes the first command starting with it
+    fail once (a partial failure)."""
 
-    def __call__(self, cmd: list[str]) -> subprocess.CompletedProcess:
+    def __init__(
+        self,
+        phase: str = "Succeeded",
+        log: str | None = None,
+        *,
+        run_name: str = "trm-arc2-4xh100",
+        claim: str = "trm-workspace",
+        annotations: dict[str, str] | None = None,
+        claim_exists: bool = True,
+        fail: list[str] | None = None,
+    ) -> None:
+        self.phase, self.run_name, self.claim = phase, run_name, claim
+        self.log = (
+            log if log is not None else f"{copyout.VERIFIED_LINE}: /workspace/checkpoints/{run_name} -> x"
+        )
+        self.annotations, self.claim_exists = annotations or {}, claim_exists
+        self.fail = list(fail or [])
+        self.calls: list[list[str]] = []
+        self.pods_deleted: set[str] = set()
+        self.applied: list[str] = []
+
+    def __call__(self, cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
         self.calls.append(cmd)
-        out = {"get": self.phase, "logs": self.log}.get(cmd[1], "")
+        line = " ".join(cmd)
+        for prefix in self.fail:
+            if line.startswith(prefix):
+                self.fail.remove(prefix)
+                return subprocess.CompletedProcess(cmd, 1, "", "error: the server is currently unable")
+        out = ""
+        if cmd[1:3] == ["get", "pod"] and cmd[-1].startswith("jsonpath="):  # a phase query alone
+            out = self.phase if cmd[3] not in self.pods_deleted else ""
+        elif cmd[1:3] == ["get", "pod"]:
+            if cmd[3] not in self.pods_deleted:
+                out = json.dumps({
+                    "status": {"phase": self.phase},
+                    "spec": {"containers": [{"env": [{"name": "RUN_NAME", "value": self.run_name}]}],
+                             "volumes": [{"name": "workspace",
+                                          "persistentVolumeClaim": {"claimName": self.claim}}]},
+                })  # fmt: skip
+        elif cmd[1:3] == ["get", "pvc"] and self.claim_exists:
+            out = json.dumps({"metadata": {"name": cmd[3], "annotations": self.annotations}})
+        elif cmd[1] == "logs":
+            name = cmd[2].removeprefix("pod/")
+            if name.startswith("trm-remove-run-"):
+                script = yaml.safe_load(self.applied[-1])["spec"]["containers"][0]["args"][0]
+                out = "runs left on the volume: other-run\n" + script.splitlines()[-1].split('"')[1].replace(
+                    "${RUN_NAME}", self.run_name
+                )
+            elif name not in self.pods_deleted:
+                out = self.log
+        elif cmd[1] == "apply":
+            self.applied.append(stdin or "")
+        elif cmd[1:3] == ["delete", "pod"]:
+            self.pods_deleted.add(cmd[3])
+        elif cmd[1:3] == ["delete", "pvc"]:
+            self.claim_exists = False
         return subprocess.CompletedProcess(cmd, 0, out, "")
+
+    def deletes(self) -> list[list[str]]:
+        return [cmd[2:] for cmd in self.calls if cmd[1] == "delete"]
 
 
 @pytest.mark.parametrize(
@@ -67,16 +126,86 @@ def test_teardown_deletes_nothing_without_a_verified_copy(kustomize, phase, log)
     assert not any(cmd[1] == "delete" for cmd in kubectl.calls)
 
 
-def test_teardown_after_the_verified_copy_deletes_job_volume_and_secrets(kustomize):
+def test_the_copy_out_of_another_run_is_no_proof(kustomize):
+    # Before: any 'copy-out verified' line in the pod's log was accepted, whichever run it copied.
+    other = f"{copyout.VERIFIED_LINE}: /workspace/checkpoints/trm-arc2-8xh200 -> store:bucket/runs/trm-arc2-8xh200"
+    for kubectl, why in (
+        (FakeKubectl(log=other), "no 'copy-out verified' line for trm-arc2-4xh100"),
+        (FakeKubectl(run_name="trm-arc2-8xh200", log=other), "copied run 'trm-arc2-8xh200'"),
+        (FakeKubectl(claim="trm-workspace-shared"), "read the volume"),
+    ):
+        with pytest.raises(TRMError, match=why):
+            copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+        assert kubectl.deletes() == []
+
+
+def test_teardown_never_deletes_the_shared_claim_only_the_runs_directories(kustomize):
+    # Before: `kubectl delete pvc trm-workspace`, the volume every single-node overlay trains on.
+    kubectl = FakeKubectl()
+    copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+    deletes = kubectl.deletes()
+    assert not any(d[0] == "pvc" for d in deletes)
+    assert not any(d[0] == "secret" for d in deletes)  # the Secrets serve every run: only on request
+    (manifest,) = kubectl.applied
+    (pod,) = yaml.safe_load_all(manifest)
+    assert pod["metadata"]["name"] == "trm-remove-run-prod-4xh100"
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "trm-workspace"}
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["RUN_NAME"] == "trm-arc2-4xh100" and "envFrom" not in pod["spec"]["containers"][0]
+    script = pod["spec"]["containers"][0]["args"][0]
+    assert 'rm -rf -- "/workspace/checkpoints/${RUN_NAME}" "/workspace/artifacts/${RUN_NAME}"' in script
+    assert k8s.validate([pod]) == []
+    # The proof goes last, after the run's directories are gone.
+    assert deletes[-1] == ["pod", "trm-copy-out-prod-4xh100", "--ignore-not-found"]
+    assert kubectl.calls.index(["kubectl", "apply", "-f", "-"]) < len(kubectl.calls) - 1
+
+
+def test_teardown_deletes_a_claim_made_for_the_run_and_the_proof_last(kustomize):
     kubectl = FakeKubectl(
-        "Succeeded", f"{copyout.VERIFIED_LINE}: /workspace/checkpoints/trm-arc2-2x8xh200 -> x"
+        run_name="trm-arc2-2x8xh200",
+        claim="trm-workspace-shared",
+        annotations={copyout.RUN_ANNOTATION: "trm-arc2-2x8xh200"},
     )
-    copyout.teardown("jobs/overlays/multinode-2x8xh200", kubectl, ROOT)
-    deletes = [cmd[2:] for cmd in kubectl.calls if cmd[1] == "delete"]
-    assert ["job", "trm-train-multinode-2x8xh200", "--cascade=foreground", "--ignore-not-found"] in deletes
-    assert ["pvc", "trm-workspace-shared", "--ignore-not-found"] in deletes
-    assert ["secret", "trm-wandb", "trm-rclone", "--ignore-not-found"] in deletes
-    assert ["pod", "trm-copy-out-multinode-2x8xh200", "--ignore-not-found"] in deletes
+    copyout.teardown("jobs/overlays/multinode-2x8xh200", kubectl, ROOT, secrets=True)
+    assert kubectl.deletes() == [
+        ["job", "trm-train-multinode-2x8xh200", "--cascade=foreground", "--ignore-not-found"],
+        ["pvc", "trm-workspace-shared", "--ignore-not-found"],
+        ["secret", "trm-wandb", "trm-rclone", "--ignore-not-found"],
+        ["pod", "trm-copy-out-multinode-2x8xh200", "--ignore-not-found"],
+    ]
+    assert kubectl.applied == []
+    # A claim annotated for another run is shared as far as this run is concerned.
+    other = FakeKubectl(annotations={copyout.RUN_ANNOTATION: "someone-else"})
+    copyout.teardown("jobs/overlays/prod-4xh100", other, ROOT)
+    assert not any(d[0] == "pvc" for d in other.deletes()) and other.applied
+
+
+def test_a_rerun_after_a_failed_volume_delete_finishes_the_job(kustomize):
+    # Before: the proof was deleted before the volume; once the volume delete failed every rerun refused
+    # ("no verified copy") and the volume stayed, billing.
+    kubectl = FakeKubectl(
+        annotations={copyout.RUN_ANNOTATION: "trm-arc2-4xh100"}, fail=["kubectl delete pvc"]
+    )
+    with pytest.raises(TRMError, match="rerun teardown, it finishes the job"):
+        copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+    assert "trm-copy-out-prod-4xh100" not in kubectl.pods_deleted and kubectl.claim_exists
+    copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+    assert not kubectl.claim_exists and "trm-copy-out-prod-4xh100" in kubectl.pods_deleted
+    # Once finished, the proof is gone: a further rerun refuses and deletes nothing more.
+    before = len(kubectl.deletes())
+    with pytest.raises(TRMError, match="there is no copy-out pod"):
+        copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+    assert len(kubectl.deletes()) == before
+
+
+def test_a_rerun_after_a_failed_removal_on_the_shared_volume_finishes_it(kustomize):
+    kubectl = FakeKubectl(fail=["kubectl wait"])
+    with pytest.raises(TRMError, match="is kept"):
+        copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+    assert "trm-copy-out-prod-4xh100" not in kubectl.pods_deleted
+    copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+    assert kubectl.deletes()[-1] == ["pod", "trm-copy-out-prod-4xh100", "--ignore-not-found"]
+    assert len(kubectl.applied) == 2  # the remover was made again, not trusted half-done
 
 
 def test_the_gpu_affinity_follows_the_overlay(kustomize):
@@ -92,3 +221,28 @@ def test_the_gpu_affinity_follows_the_overlay(kustomize):
     assert "stays Pending" in jobpolicy.check_gpu_follows_overlay("Job/smoke", h100_only)[0]
     unnamed = {**smoke, "metadata": {"name": "trm-train-smoke"}}
     assert "must name the GPU" in jobpolicy.check_gpu_follows_overlay("Job/smoke", unnamed)[0]
+
+
+def test_the_dry_run_walks_every_step_and_runs_no_delete(kustomize, monkeypatch, capsys):
+    from tools.jobs import cli
+
+    cluster = FakeKubectl()
+    ran: list[list[str]] = []
+    real_run = subprocess.run
+
+    def subprocess_run(cmd, input=None, **kwargs):
+        if cmd[1] == "kustomize" or cmd[0].endswith("kustomize"):
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        ran.append(cmd)
+        return cluster(cmd, input)
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(subprocess, "run", subprocess_run)
+    assert cli.main(["teardown", "jobs/overlays/prod-4xh100", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "would run: kubectl apply -f -" in out
+    assert (
+        out.strip().splitlines()[-1]
+        == "would run: kubectl delete pod trm-copy-out-prod-4xh100 --ignore-not-found"
+    )
+    assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"get", "logs"}  # reads only

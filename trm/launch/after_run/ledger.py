@@ -10,6 +10,8 @@ starts the launcher again with the same environment. Two things keep that from b
   configuration does not start again. A changed one (other overrides, lr, data path: another train
   command) starts; so does `CONTINUE_RUN=<end id>` (the id the refusal prints), once: a later terminal end
   gets a new id, so the setting left in a container's environment never reopens a loop.
+- A launcher that failed itself after admission (a defect, exit 1) is kept the same way, with its reason:
+  the restart exits 0 and says why instead of failing again forever; `CONTINUE_RUN` starts it once more.
 
 A refused launch exits OK (0), the one code every restart policy takes as the end: Docker's
 `on-failure` restarts on any other code, a Kubernetes Job completes instead of retrying, SkyPilot ends
@@ -103,13 +105,16 @@ class RunLedger:
             return None
         return max_hours - margin_minutes / 60 - self.hours
 
-    def record_end(self, exit_code: int, config: str, *, at: float | None = None) -> None:
-        """Keep a terminal end (79, 78, 2) so that a restart with the same configuration does not train."""
+    def record_end(
+        self, exit_code: int, config: str, *, at: float | None = None, reason: str | None = None
+    ) -> None:
+        """Keep a terminal end (79, 78, 2; or any code with its `reason`: a launcher failure after admission)
+        so that a restart with the same configuration does not train."""
         at = time.time() if at is None else at
         end = {
             "id": f"end{len(self.history) + 1}-exit{exit_code}",
             "exit_code": exit_code,
-            "reason": TERMINAL_ENDS[exit_code],
+            "reason": reason or TERMINAL_ENDS[exit_code],
             "at": _stamp(at),
             "config": config,
         }

@@ -9,6 +9,7 @@ values an unset variable gets.
 from __future__ import annotations
 
 import importlib.util
+import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ Parser = Callable[[str, str], Any]
 """(variable name, its stripped non-empty value) -> the setting; raises TRMError naming the fix."""
 
 DEFAULT_RECIPE = "arc2"  # TASK when unset
+MAX_HOURS_LIMIT = 24 * 366.0  # a year: a larger MAX_HOURS is a typo, not a budget
+MINUTES_LIMIT = 24 * 60 * 366.0  # the same year, for the *_MINUTES settings
+GPU_HOURLY_USD_LIMIT = 1000.0  # no GPU-hour is sold above it: a larger price is a typo (cents as dollars)
 
 
 # -- parsers -------------------------------------------------------------------------------------------
@@ -32,7 +36,7 @@ def text(_name: str, raw: str) -> str:
     return raw
 
 
-def integer(minimum: int = 0) -> Parser:
+def integer(minimum: int = 0, maximum: int | None = None) -> Parser:
     def parse(name: str, raw: str) -> int:
         try:
             value = int(raw)
@@ -42,21 +46,32 @@ def integer(minimum: int = 0) -> Parser:
             ) from None
         if value < minimum:
             raise TRMError(f"{name}={value} must be >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise TRMError(f"{name}={value} must be <= {maximum}")
         return value
 
     return parse
 
 
-def number(positive: bool = False) -> Parser:
+def number(positive: bool = False, maximum: float | None = None) -> Parser:
+    """A finite decimal number, >= 0 (> 0 when `positive`), at most `maximum`: NaN and infinities are
+    rejected here, so that no later comparison or deadline computed from them can misbehave."""
+
     def parse(name: str, raw: str) -> float:
         try:
             value = float(raw)
         except ValueError:
             raise TRMError(f"{name}={raw!r} is not a number; set e.g. {name}=2.5 or unset it") from None
+        if not math.isfinite(value):
+            raise TRMError(
+                f"{name}={raw!r} is not a finite number; set e.g. {name}=2.5, or unset it for the default"
+            )
         if value < 0 or (positive and value == 0):
             raise TRMError(
                 f"{name}={value:g} must be {'> 0' if positive else '>= 0'}; unset it for the default"
             )
+        if maximum is not None and value > maximum:
+            raise TRMError(f"{name}={value:g} must be <= {maximum:g}; unset it for the default")
         return value
 
     return parse
@@ -258,7 +273,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
         unset=0,
     ),
     EnvVar("MASTER_ADDR", "address of node 0 (multi-node only)", "hardware"),
-    EnvVar("MASTER_PORT", "port on node 0 (multi-node only)", "hardware", parse=integer(1), unset=29500),
+    EnvVar(
+        "MASTER_PORT", "port on node 0 (multi-node only)", "hardware", parse=integer(1, 65535), unset=29500
+    ),
     EnvVar(
         "CHECKPOINT_KEEP",
         "newest complete checkpoints kept of each kind, rolling and evaluation, besides the best (preflight "
@@ -300,7 +317,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "save and stop (exit 79); a launch of a run that has spent them does not train and exits 0: raise "
         "MAX_HOURS to continue",
         "cost",
-        parse=number(),
+        parse=number(positive=True, maximum=MAX_HOURS_LIMIT),
         unset=None,
         shown="(empty: no limit)",
     ),
@@ -314,14 +331,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "STOP_MARGIN_MINUTES",
         "the cost guard stops this long before MAX_HOURS, leaving time to save",
         "cost",
-        parse=number(),
+        parse=number(maximum=MINUTES_LIMIT),
         unset=10.0,
     ),
     EnvVar(
         "GPU_HOURLY_USD",
         "price of one GPU-hour; when set the running cost estimate is logged",
         "cost",
-        parse=number(),
+        parse=number(maximum=GPU_HOURLY_USD_LIMIT),
         unset=None,
         shown="(empty)",
     ),
@@ -329,7 +346,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "COST_LOG_MINUTES",
         "how often the cost estimate is logged",
         "cost",
-        parse=number(positive=True),
+        parse=number(positive=True, maximum=MINUTES_LIMIT),
         unset=30.0,
     ),
     EnvVar(
@@ -387,7 +404,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "SYNC_EVERY_MINUTES",
         "how often the run is copied to SYNC_TO while it trains",
         "sync",
-        parse=number(positive=True),
+        parse=number(positive=True, maximum=MINUTES_LIMIT),
         unset=15.0,
     ),
     EnvVar(

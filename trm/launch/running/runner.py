@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -37,9 +39,13 @@ from trm.launch.planning.plan import (
 from trm.launch.planning.settings import LaunchSettings
 from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.launch.running.workspace import ensure_writable
+from trm.runlock import HOLDER_ENV, RunLock, RunLocked
 from trm.training.recipes import Recipe
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
+# How long a launcher waits for the run's lock held from another host: longer than NFSv4's default lease
+# (90 s), after which the server drops the lock of a node that died (trm.runlock).
+LOCK_WAIT_OTHER_HOST_S = 120.0
 PRODUCTION_RECIPES = ("arc1", "arc2")
 
 
@@ -119,6 +125,8 @@ class Launch:
         self.ledger: RunLedger | None = None
         self.trainer_ran = False  # a smoke gate, probe or training torchrun started this session
         self.config = ""  # the configuration's fingerprint, taken before the probe may change the micro-batch
+        self.failure: str | None = None  # why the launcher itself failed after admission (not the trainer)
+        self.lock: RunLock | None = None  # the run directory's lock (node 0), held for the whole session
 
     # -- helpers ---------------------------------------------------------------------------------
     def _check(self, cmd: list[str], label: str, failure: str, passed_on: tuple[int, ...] = ()) -> None:
@@ -137,8 +145,11 @@ class Launch:
         """Run one torchrun command line under supervision, its output teed into `log`."""
         exit_dir = self.plan.exit_dir()
         self.trainer_ran = True
+        # The lock's descriptor goes with torchrun: a trainer left running after this launcher was killed
+        # keeps the run locked, so no second launcher trains beside it.
+        keep = (self.lock.inheritable_fd(),) if self.lock is not None else ()
         return self.supervisor.run(
-            cmd, env=self.child_env, logs=[log], exit_dir=exit_dir, label=label, stream=stream
+            cmd, env=self.child_env, logs=[log], exit_dir=exit_dir, label=label, stream=stream, pass_fds=keep
         )
 
     def write_plan(self) -> None:
@@ -489,8 +500,21 @@ class Launch:
         return True
 
     def record_end(self) -> None:
-        """Keep a terminal end in the ledger, so that a restart with the same configuration stops."""
-        if self.ledger is None or self.exit_code not in TERMINAL_ENDS:
+        """Keep a terminal end in the ledger, so that a restart with the same configuration stops: the
+        trainer's 79, 78 or 2, or a failure of the launcher itself after admission (a restart policy would
+        repeat it forever)."""
+        if self.ledger is None:
+            return
+        if self.failure is not None:
+            self.ledger.record_end(self.exit_code, self.config, reason=self.failure)
+            self.ledger.save()
+            self.console.log(
+                f"recorded in {self.ledger.path}: a restart with this configuration does not start (id "
+                f"{self.ledger.end['id'] if self.ledger.end else ''}); fix the cause, then set "
+                f"CONTINUE_RUN to that id or change the configuration"
+            )
+            return
+        if self.exit_code not in TERMINAL_ENDS:
             return
         if self.exit_code != exit_codes.BUDGET_STOPPED and not self.trainer_ran:
             return  # a preflight or data error: a restart repeats it without training
@@ -504,7 +528,33 @@ class Launch:
     def run(self) -> int:
         """Every step of the plan in order; returns the launcher exit code (0, 2, 74-79 or the trainer's).
 
-        A launch the ledger refuses returns 0 at once: nothing runs, nothing is released."""
+        A launch the ledger refuses returns 0 at once: nothing runs, nothing is released. A launch whose run
+        directory another launcher or trainer owns (trm.runlock) returns CONFIG_ERROR and touches nothing."""
+        if not self.take_lock():
+            return exit_codes.CONFIG_ERROR
+        try:
+            return self._run_locked()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def take_lock(self) -> bool:
+        """Own the run directory (node 0; the other nodes share it on a ReadWriteMany volume) before the
+        ledger or anything else is touched; False, with one line on stderr naming the holder, when another
+        launcher or trainer owns it."""
+        if self.settings.node_rank != 0:
+            return True
+        try:
+            self.lock = RunLock(self.settings.run_dir, "launch").acquire(
+                " ".join([sys.executable, *sys.argv]), wait_other_host_s=LOCK_WAIT_OTHER_HOST_S, log=print
+            )
+        except RunLocked as err:
+            print(f"error: {err}", file=sys.stderr)
+            return False
+        self.child_env[HOLDER_ENV] = str(os.getpid())
+        return True
+
+    def _run_locked(self) -> int:
         s = self.settings
         self.session_start = time.time()
         # From here on a stop request (SIGTERM/SIGINT/SIGHUP) reaches whatever runs, and the at-exit steps
@@ -536,6 +586,13 @@ class Launch:
         except TRMError as err:
             self.console.log(f"error: {err}")
             self.exit_code = err.exit_code
+        except Exception as err:  # a defect of the launcher itself, recorded below
+            self.console.log(
+                f"the launcher failed after admission ({type(err).__name__}: {err}); traceback:\n"
+                + traceback.format_exc().rstrip()
+            )
+            self.exit_code = 1
+            self.failure = f"the launcher failed after admission ({type(err).__name__}: {err})"
         finally:
             if self.guard is not None:
                 self.guard.stop()

@@ -234,8 +234,10 @@ class Supervisor:
         label: str,
         stream: IO[str] | None = None,
         on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> AttemptResult:
-        """Run `cmd` in its own session, tee its output into `logs`, return how it ended."""
+        """Run `cmd` in its own session, tee its output into `logs`, return how it ended; `pass_fds` are
+        descriptors the child keeps open (the run directory's lock)."""
         stream = stream or self.console.stream
         if exit_dir is not None:
             for old in exit_dir.glob("rank_*.json"):
@@ -252,7 +254,12 @@ class Supervisor:
             self.events.write("process_start", label=label)
             with self._lock:
                 proc = subprocess.Popen(
-                    cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+                    cmd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=pass_fds,
                 )
                 self._child = proc
                 self._child_is_torchrun = exit_dir is not None
