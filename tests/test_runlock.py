@@ -151,3 +151,16 @@ def test_a_holder_on_another_host_is_waited_for_a_while(tmp_path):
     assert len(told) == 1 and "waiting up to" in told[0]
     threading.Timer(0.2, first.release).start()  # the lease expires while it waits
     RunLock(run_dir, "launch").acquire("b", wait_other_host_s=30, log=told.append, poll_s=0.05).release()
+
+
+def test_the_lock_file_never_holds_a_credential_from_the_command_line(tmp_path):
+    """The run directory is synced, handed off and published: a key given as an override stays out of it."""
+    lock = RunLock(tmp_path, "trainer").acquire(
+        "python -m trm.train +wandb_api_key=abc123def lr=1e-4 HF_TOKEN=hf_x"
+    )
+    try:
+        text = (tmp_path / LOCK_FILE).read_text()
+        assert "abc123def" not in text and "hf_x" not in text
+        assert "+wandb_api_key=*** lr=1e-4 HF_TOKEN=***" in text
+    finally:
+        lock.release()

@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import socket
 import sys
 import time
@@ -52,7 +53,18 @@ class RunLocked(TRMError):
     """Another process owns the run directory (exit CONFIG_ERROR)."""
 
 
+# `name=value` words whose name says it holds a credential: their values never reach the lock file (it lives in
+# the run directory, which is synced, handed off and published).
+_SECRET_ASSIGNMENT = re.compile(r"(?i)(\S*(?:key|token|secret|password)[\w.-]*=)\S+")
+
+
+def redact(command: str) -> str:
+    """`command` with the value of every key=/token=/secret=/password= word replaced by `***`."""
+    return _SECRET_ASSIGNMENT.sub(r"\1***", command)
+
+
 def _record(command: str) -> bytes:
+    command = redact(command)
     return (
         json.dumps(
             {
