@@ -19,7 +19,9 @@ def _render(args: argparse.Namespace) -> int:
     if args.experiments is not None:
         from tools.jobs.experiments import experiments_job
 
-        objects = experiments_job(args.experiments, args.directory or DEFAULT_OVERLAY, args.parallelism)
+        objects = experiments_job(
+            args.experiments, args.directory or DEFAULT_OVERLAY, args.parallelism, claim=args.claim
+        )
     elif args.directory is None:
         raise TRMError("name a kustomization directory (e.g. jobs/overlays/prod-8xh200), or --experiments P")
     else:
@@ -130,7 +132,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     render.add_argument(
         "--parallelism",
         type=int,
-        help="with --experiments: pods at a time (default: all experiments at once)",
+        help="with --experiments: pods at a time (default: all experiments at once on a ReadWriteMany "
+        "claim, one at a time on a ReadWriteOnce one, where more is refused)",
+    )
+    render.add_argument(
+        "--claim",
+        metavar="NAME",
+        help="with --experiments: the PersistentVolumeClaim to mount instead of the overlay's (e.g. "
+        "trm-workspace-shared, ReadWriteMany, for pods on several nodes at once)",
     )
     render.set_defaults(func=_render)
     check = sub.add_parser("check", help="schema-validate every overlay offline and check the job rules")

@@ -24,8 +24,31 @@ PER_EXPERIMENT_ENV = ("TASK", "RUN_NAME")
 EXPERIMENTS_ANNOTATION = "trm-stack/experiments"
 
 
-def experiments_job(pattern: str, overlay: str | Path, parallelism: int | None = None) -> list[dict]:
-    """The objects of `overlay` with its Job made an Indexed Job over the experiments `pattern` selects."""
+def claim_access_modes(jobs_dir: Path) -> dict[str, list[str]]:
+    """Access modes of the claims jobs/storage/ defines, by claim name."""
+    import yaml
+
+    modes: dict[str, list[str]] = {}
+    for path in sorted((jobs_dir / "storage").glob("*/pvc.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "PersistentVolumeClaim":
+                modes[doc["metadata"]["name"]] = list(doc["spec"].get("accessModes", []))
+    return modes
+
+
+def _workspace_claims(pod: dict) -> list[dict]:
+    return [v["persistentVolumeClaim"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v]
+
+
+def experiments_job(
+    pattern: str, overlay: str | Path, parallelism: int | None = None, claim: str | None = None
+) -> list[dict]:
+    """The objects of `overlay` with its Job made an Indexed Job over the experiments `pattern` selects.
+
+    Pods run at once only on a claim every node can mount: a ReadWriteOnce claim (the single-node overlays'
+    `trm-workspace`) attaches to one node, so a second pod scheduled elsewhere hangs in ContainerCreating
+    with `Multi-Attach error`. On such a claim the default is one pod at a time and `--parallelism` > 1 is
+    refused; `claim` mounts another claim (e.g. the ReadWriteMany `trm-workspace-shared`) instead."""
     names = [e.name for e in Catalog.load().select(pattern=pattern)]
     objects = copy.deepcopy(k8s.render(overlay))
     jobs = [o for o in objects if o["kind"] == "Job"]
@@ -35,9 +58,22 @@ def experiments_job(pattern: str, overlay: str | Path, parallelism: int | None =
     spec = job["spec"]
     if (spec.get("parallelism") or 1) > 1:
         raise TRMError(f"{overlay} is a multi-node Job; an experiment Job runs one single-node run per pod")
-    width = min(parallelism or len(names), len(names))
-    if width < 1:
+    pod = spec["template"]["spec"]
+    claims = _workspace_claims(pod)
+    if claim is not None:
+        for volume_claim in claims:
+            volume_claim["claimName"] = claim
+    modes = claim_access_modes(Path(overlay).resolve().parents[1])
+    single_node = [c["claimName"] for c in claims if "ReadWriteMany" not in modes.get(c["claimName"], [])]
+    if parallelism is not None and parallelism < 1:
         raise TRMError(f"--parallelism {parallelism}: give 1 or more")
+    width = min(parallelism or (1 if single_node else len(names)), len(names))
+    if width > 1 and single_node:
+        raise TRMError(
+            f"--parallelism {parallelism} with claim {', '.join(single_node)}, which is not ReadWriteMany "
+            "(jobs/storage/): pods on a second node would hang with `Multi-Attach error`. Use --parallelism 1, "
+            "or add --claim trm-workspace-shared (the ReadWriteMany claim of jobs/storage/rwx)"
+        )
     ident = batch_id(names)
     job["metadata"]["name"] = f"trm-{ident}"
     job["metadata"].setdefault("annotations", {})[EXPERIMENTS_ANNOTATION] = pattern

@@ -29,7 +29,7 @@ def _job(objects: list[dict]) -> dict:
 
 @pytest.mark.kube
 def test_the_experiment_job_is_indexed_over_the_names_and_passes_jobs_check(tree, kustomize):  # noqa: F811
-    objects = experiments_job("exp03", tree / OVERLAY, parallelism=3)
+    objects = experiments_job("exp03", tree / OVERLAY, parallelism=3, claim="trm-workspace-shared")
     job = _job(objects)
     spec = job["spec"]
     names = ["exp03a", "exp03b", "exp03c", "exp03d"]
@@ -44,6 +44,23 @@ def test_the_experiment_job_is_indexed_over_the_names_and_passes_jobs_check(tree
     assert k8s.validate(objects) == []
     problems = k8s.check_jobs(tree, build_parser(), extra=[(tree / OVERLAY, objects)])
     assert problems == []
+
+
+@pytest.mark.kube
+def test_pods_at_once_need_a_claim_every_node_can_mount(tree, kustomize):  # noqa: F811
+    """The single-node overlays mount the ReadWriteOnce claim: a second pod on another node would hang with
+    Multi-Attach, so the default is one at a time there and more is refused (it was rendered before)."""
+    spec = _job(experiments_job("exp03", tree / OVERLAY))["spec"]
+    assert spec["parallelism"] == 1 and spec["completions"] == 4
+    assert (
+        spec["activeDeadlineSeconds"] == 4 * _job(k8s.render(tree / OVERLAY))["spec"]["activeDeadlineSeconds"]
+    )
+    with pytest.raises(TRMError, match=r"claim trm-workspace, which is not ReadWriteMany .*Multi-Attach"):
+        experiments_job("exp03", tree / OVERLAY, parallelism=3)
+    shared = _job(experiments_job("exp03", tree / OVERLAY, claim="trm-workspace-shared"))["spec"]
+    assert shared["parallelism"] == 4
+    (volume,) = [v for v in shared["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert volume["persistentVolumeClaim"]["claimName"] == "trm-workspace-shared"
 
 
 @pytest.mark.kube
