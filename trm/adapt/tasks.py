@@ -79,9 +79,10 @@ def stage_tasks(challenges: Path, solutions: Path | None, inputs_dir: Path) -> S
     skipped = {task_id: why for task_id, task in tasks.items() if (why := _unusable(task)) is not None}
     kept = [task_id for task_id in tasks if task_id not in skipped]
     if not kept:
+        first, why = next(iter(skipped.items()), ("-", "the file holds no task"))
         raise TRMError(
-            f"--challenges {challenges}: no task has usable demonstration pairs ({len(skipped)} left out); "
-            "pass a task file with 'train' pairs"
+            f"--challenges {challenges}: no usable task ({len(skipped)} left out; task {first!r}: {why}); "
+            "fix or remove those tasks (grids 1..30 per side, colours 0..9, 'train' pairs), or pass another file"
         )
     inputs_dir.mkdir(parents=True, exist_ok=True)
     prefix = inputs_dir / PREFIX
@@ -95,8 +96,6 @@ def stage_tasks(challenges: Path, solutions: Path | None, inputs_dir: Path) -> S
                 "the solutions of this task file, or leave --solutions out"
             )
         atomic_write_text(staged_solutions, json.dumps({t: answers[t] for t in kept}))
-    elif staged_solutions.exists():
-        staged_solutions.unlink()
     return StagedTasks(prefix, kept, skipped)
 
 

@@ -124,7 +124,7 @@ def write_dataset(
     """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
     counts: dict[str, dict[str, int]] = {}
     known: dict[str, str] = {}
-    with atomic_directory(output_dir, overwrite=True) as tmp:
+    with atomic_directory(output_dir, overwrite=True, kind="dataset", tool=builder) as tmp:
         for split, data in splits.items():
             (tmp / split).mkdir()
             if isinstance(data, LinkedSplit):
