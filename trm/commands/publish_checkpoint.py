@@ -26,7 +26,9 @@ def _run(args: argparse.Namespace) -> int:
         out = args.out or Path("hub-publish") / args.repo.replace("/", "--")
         provenance = stage(run_dir, out, overwrite=True, **common)
         print(f"dry run: nothing uploaded; the folder hf://{args.repo} would receive is {out}:")
-        for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        from trm.safe_remove import MARKER
+
+        for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != MARKER):
             print(f"  {path.relative_to(out).as_posix()}  ({path.stat().st_size:,} bytes)")
         print(f"step {provenance['step']} ({provenance['selected']['by']})")
         return 0

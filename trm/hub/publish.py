@@ -29,6 +29,7 @@ import trm
 from trm.errors import TRMError
 from trm.extras import install_hint
 from trm.hub.ref import CHECKPOINT_DIR, DATASET_DIR, PROVENANCE, SCHEME, parse
+from trm.safe_remove import MARKER
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from trm.training.checkpoint import (
     COMPLETE,
@@ -277,7 +278,11 @@ def upload(folder: Path, repo_id: str, *, private: bool, message: str) -> Any:
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
         return api.upload_folder(
-            repo_id=repo_id, repo_type="model", folder_path=str(folder), commit_message=message
+            repo_id=repo_id,
+            repo_type="model",
+            folder_path=str(folder),
+            commit_message=message,
+            ignore_patterns=[MARKER],  # the local creation marker (trm.safe_remove) stays local
         )
     except HfHubHTTPError as err:
         raise TRMError(
