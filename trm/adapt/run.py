@@ -21,7 +21,14 @@ import torch
 
 from trm import exit_codes
 from trm.adapt.rows import initial_rows
-from trm.adapt.tasks import build_demonstrations, default_solutions, stage_tasks
+from trm.adapt.tasks import (
+    SelectedTasks,
+    StagedTasks,
+    build_demonstrations,
+    default_solutions,
+    select_tasks,
+    write_tasks,
+)
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.model.upstream import PUZZLE_EMB_KEY
@@ -168,8 +175,9 @@ def adapt(
     with initialize(source.config.device) as info:
         staged = None
         if info.is_main:
+            selected = select_tasks(challenges, solutions)  # bad tasks stop before a file is written
             claim_out(out, [challenges, *([solutions] if solutions is not None else [])])
-            staged = stage_and_build(challenges, solutions, out, settings)
+            staged = stage_and_build(selected, out, settings)
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
         metadata = DatasetMetadata.read(dataset / "train" / "dataset.json")
@@ -246,7 +254,7 @@ def claim_out(out: Path, sources: list[Path]) -> None:
     write_marker(out, tool="trm adapt", kind=ADAPT_KIND)
 
 
-def stage_and_build(challenges: Path, solutions: Path | None, out: Path, settings: AdaptSettings) -> Any:
+def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings) -> StagedTasks:
     """Stage the task file in a temporary folder inside `out`, build (or reuse) `out/dataset` from it, and
     only then put the staged files at `out/inputs/`: a refused dataset leaves the earlier inputs as they were."""
     import os
@@ -257,7 +265,7 @@ def stage_and_build(challenges: Path, solutions: Path | None, out: Path, setting
     inputs = out / "inputs"
     tmp = Path(tempfile.mkdtemp(prefix=".inputs.", suffix=".partial", dir=out))
     try:
-        staged = stage_tasks(challenges, solutions, tmp)
+        staged = write_tasks(selected, tmp)
         build_demonstrations(
             staged, out / "dataset", num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
         )

@@ -29,8 +29,8 @@ import trm
 from trm.errors import TRMError
 from trm.extras import install_hint
 from trm.hub.ref import CHECKPOINT_DIR, DATASET_DIR, PROVENANCE, SCHEME, parse
-from trm.safe_remove import MARKER
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
+from trm.safe_remove import MARKER
 from trm.training.checkpoint import (
     COMPLETE,
     MANIFEST,
