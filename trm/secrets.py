@@ -30,10 +30,10 @@ TOKEN_PATTERNS: dict[str, re.Pattern[str]] = {
     "Private Key": re.compile(r"(-----BEGIN [A-Z ]*PRIVATE KEY-----)"),
 }
 # A word that makes a neighbouring 40-hex string (or any value of a key so named) a credential.
-KEY_WORD = re.compile(r"api[_-]?key|wandb[_-]?key|secret|token|passw(?:or)?d|credential|access[_-]?key", re.I)
+KEY_WORD = re.compile(r"api[_-]?key|wandb|secret|token|passw(?:or)?d|auth|credential|access[_-]?key", re.I)
 HEX40 = re.compile(r"(?<![0-9a-fA-F])([0-9a-f]{40})(?![0-9a-fA-F])")
 # A value that only refers to a secret: a variable, a placeholder, a template.
-REFERENCE = re.compile(r"^(?:\$|<|\{\{|%\(|\.\.\.|your[_-]|xxx|changeme|redacted|example|none$|null$)", re.I)
+REFERENCE = re.compile(r"^(?:\$|<|\{\{|%\(|\.\.\.|your[_-]|xxx|changeme|redacted|example)", re.I)
 # Key names that hold a secret whatever its shape (a W&B key, a password): `api_key`, `HF_TOKEN`, `secret`.
 SECRET_KEY = re.compile(
     r"(?:^|[_\-.])(?:api[_-]?key|apikey|token|secret|password|passwd|access[_-]?key)$", re.I
