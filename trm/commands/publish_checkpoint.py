@@ -77,6 +77,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="write the exact folder it would upload to --out and list it"
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="with --dry-run: the folder (default hub-publish/ORG--NAME)"
+        "--out",
+        type=Path,
+        default=None,
+        help="with --dry-run: the folder (default hub-publish/ORG--NAME); new, empty or an earlier dry run's "
+        "(never a folder holding anything else, a run, a checkpoint or a dataset)",
     )
     parser.set_defaults(func=_run)
