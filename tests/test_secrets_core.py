@@ -75,4 +75,4 @@ def test_the_repository_scan_uses_the_same_token_formats() -> None:
         detectors.GoogleApiKeyDetector,
         detectors.BearerTokenDetector,
     ):
-        assert plugin.denylist == (TOKEN_PATTERNS[plugin.secret_type],)
+        assert plugin.denylist[0] is TOKEN_PATTERNS[plugin.secret_type]  # one definition, not a copy
