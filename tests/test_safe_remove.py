@@ -159,3 +159,29 @@ def test_retired_checkpoint_removal_takes_checkpoint_folders_only(tmp_path: Path
     (tmp_path / "step_2").mkdir()
     remove_retired_checkpoint(tmp_path / "step_2")
     assert not (tmp_path / "step_2").exists()
+
+
+def test_a_dataset_is_listed_by_its_own_manifest_and_carries_no_marker(tmp_path: Path) -> None:
+    from trm.data.manifest import FORMAT, listed_files
+
+    target = tmp_path / "ds"
+
+    def build(extra: str) -> None:
+        with atomic_directory(target, overwrite=True, kind="dataset", listed_by=listed_files) as tmp:
+            (tmp / "train").mkdir()
+            (tmp / "train" / "a.npy").write_text(extra)
+            files = {"train/a.npy": {"bytes": len(extra), "sha256": "0" * 64}}
+            (tmp / "manifest.json").write_text(json.dumps({"format": FORMAT, "files": files}))
+
+    build("one")
+    assert not (target / MARKER).exists()  # the files stay exactly the builder's
+    build("two")  # a rebuild (--overwrite) replaces its own dataset
+    assert (target / "train" / "a.npy").read_text() == "two"
+    (target / "train" / "notes.md").write_text("mine")
+    with pytest.raises(TRMError, match=r"train/notes\.md, which trm-stack did not write"):
+        build("three")
+    (target / "train" / "notes.md").unlink()
+    (target / "manifest.json").write_text("{}")  # not a trm-stack dataset manifest
+    with pytest.raises(TRMError, match="no manifest of a trm-stack dataset"):
+        build("three")
+    assert (target / "train" / "a.npy").read_text() == "two"

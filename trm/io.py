@@ -114,6 +114,7 @@ def atomic_directory(
     kind: str = "output",
     tool: str = "trm-stack",
     sources: Iterable[str | os.PathLike[str]] = (),
+    listed_by: safe_remove.ListedBy | None = None,
 ) -> Iterator[Path]:
     """Yield a fresh temp directory next to `target`; on success publish it at `target` by rename.
 
@@ -122,12 +123,13 @@ def atomic_directory(
     only when `trm.safe_remove` allows it: an output of the same `kind` that trm-stack wrote, holding
     nothing else, not a run, checkpoint or dataset, and not one of the `sources` the command reads. The
     check runs before anything is staged and again right before the rename. The published folder carries
-    the creation marker (`tool`, `kind`, its files). Leftovers of earlier writers that were killed
+    the creation marker (`tool`, `kind`, its files), unless `listed_by` names the files from the folder's
+    own manifest (a dataset, whose files must be upstream's exactly). Leftovers of earlier writers that were killed
     (SIGKILL, OOM) are removed first.
     """
     target = Path(target)
     sources = list(sources)
-    safe_remove.check_replaceable(target, kind=kind, sources=sources)
+    safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by)
     if target.exists() and not overwrite:
         raise TRMError(
             f"{target} already exists: choose another folder, or pass --overwrite to replace what "
@@ -139,11 +141,13 @@ def atomic_directory(
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{owner}.", suffix=".partial", dir=target.parent))
     try:
         yield tmp
-        safe_remove.write_marker(tmp, tool=tool, kind=kind)
+        if listed_by is None:
+            safe_remove.write_marker(tmp, tool=tool, kind=kind)
         fsync_tree(tmp)
         old = None
         if target.exists() or target.is_symlink():
-            safe_remove.check_replaceable(target, kind=kind, sources=sources)  # changed while staging?
+            # Changed while staging?
+            safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by)
             old = target.with_name(f".{target.name}.old-{owner}")
             os.replace(target, old)
         os.replace(tmp, target)

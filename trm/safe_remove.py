@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +96,18 @@ def _overlaps(target: Path, source: Path) -> bool:
     return t == s or t in s.parents or s in t.parents
 
 
+# An output whose own manifest lists its files (a dataset: byte-identical to upstream's builder, so no
+# marker file) names them through a function: the files it lists (with the manifest), or None when the
+# folder holds no such manifest of trm-stack.
+ListedBy = Callable[[Path], "list[str] | None"]
+
+
 def refusal(
-    target: str | os.PathLike[str], *, kind: str, sources: Iterable[str | os.PathLike[str]] = ()
+    target: str | os.PathLike[str],
+    *,
+    kind: str,
+    sources: Iterable[str | os.PathLike[str]] = (),
+    listed_by: ListedBy | None = None,
 ) -> str | None:
     """Why `target` may not be replaced by an output of `kind` (None: it may, or it does not exist)."""
     target = Path(target)
@@ -115,7 +125,13 @@ def refusal(
     what = _protected(target, kind)
     if what is not None:
         return f"it is or holds {what}"
-    record = read_marker(target)
+    if listed_by is not None:
+        listed = listed_by(target)
+        if listed is None:
+            return f"it holds files trm-stack did not write (no manifest of a trm-stack {kind})"
+        record = {"kind": kind, "files": listed}
+    else:
+        record = read_marker(target)
     if record is None:
         return f"it holds files trm-stack did not write (no {MARKER} marker)"
     if record.get("kind") != kind:
@@ -134,9 +150,10 @@ def check_replaceable(
     kind: str,
     sources: Iterable[str | os.PathLike[str]] = (),
     flag: str = "the output folder",
+    listed_by: ListedBy | None = None,
 ) -> None:
     """Raise TRMError (one line, exit 2) when `target` may not be replaced; see the module doc."""
-    why = refusal(target, kind=kind, sources=sources)
+    why = refusal(target, kind=kind, sources=sources, listed_by=listed_by)
     if why is not None:
         raise TRMError(
             f"{flag} {target}: refusing to replace it: {why}; nothing was changed. Choose a new or empty "

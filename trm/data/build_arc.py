@@ -22,6 +22,7 @@ from .layout import SplitLayout, grid_store, identifiers_json, num_identifiers, 
 from .manifest import (
     MANIFEST,
     identifiers_provenance,
+    listed_files,
     read_manifest,
     read_verified_manifest,
     write_manifest,
@@ -95,7 +96,7 @@ def build_arc_dataset(
     if workers <= 0:  # auto: one render thread per core (up to 8) when there is enough work to share
         workers = min(os.cpu_count() or 1, 8) if len(tasks) * max(num_aug, 1) >= _AUTO_WORKERS_MIN_WORK else 1
     identifiers = num_identifiers(tasks, puzzle_identifiers_start)
-    with atomic_directory(output_dir, overwrite=True, kind="dataset", tool=BUILDER) as tmp:
+    with atomic_directory(output_dir, overwrite=True, kind="dataset", listed_by=listed_files) as tmp:
         counts: dict[str, dict[str, int]] = {}
         known_hashes: dict[str, str] = {}
         for split, layout in split_layouts(tasks, puzzle_identifiers_start).items():

@@ -23,7 +23,7 @@ from trm.io import atomic_directory, atomic_write_bytes
 
 from . import formats
 from .grid_recipes import FORM as GRID_COMPACT
-from .manifest import MANIFEST, read_manifest, read_verified_manifest, write_manifest
+from .manifest import MANIFEST, listed_files, read_manifest, read_verified_manifest, write_manifest
 from .metadata import DatasetMetadata
 
 IDENTIFIERS = ["<blank>"]
@@ -124,7 +124,7 @@ def write_dataset(
     """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
     counts: dict[str, dict[str, int]] = {}
     known: dict[str, str] = {}
-    with atomic_directory(output_dir, overwrite=True, kind="dataset", tool=builder) as tmp:
+    with atomic_directory(output_dir, overwrite=True, kind="dataset", listed_by=listed_files) as tmp:
         for split, data in splits.items():
             (tmp / split).mkdir()
             if isinstance(data, LinkedSplit):

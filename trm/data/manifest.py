@@ -198,6 +198,22 @@ def _check_types(path: Path, manifest: dict[str, Any], root: Path) -> None:
             )
 
 
+def listed_files(dataset_dir: Path) -> list[str] | None:
+    """The files a trm-stack dataset's manifest lists (with the manifest itself), or None when `dataset_dir`
+    holds no such manifest: what `trm.safe_remove` lets a rebuild with --overwrite replace."""
+    try:
+        manifest = json.loads((Path(dataset_dir) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT
+        or not isinstance(manifest.get("files"), dict)
+    ):
+        return None
+    return [MANIFEST, *manifest["files"]]
+
+
 def check_files(dataset_dir: str | Path, manifest: dict[str, Any], *, full: bool) -> list[str]:
     """Problems with the files listed in the manifest: missing, wrong size, or (hashed ones) wrong sha256."""
     root = Path(dataset_dir)
