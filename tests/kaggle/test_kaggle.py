@@ -672,6 +672,10 @@ def test_a_damaged_checkpoint_is_refused_by_package_and_eval(
     assert len(err.splitlines()) == 1 and not out.exists()
     assert eval_main([str(step), "device=cpu", f"data_paths=[{smoke.dataset}]"]) == 2
     assert "state.pt does not match its sha256" in capsys.readouterr().err
+    a_file = tmp_path / "results"
+    a_file.write_text("mine")
+    assert eval_main([str(smoke.checkpoint), "device=cpu", "--output-dir", str(a_file)]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err and a_file.read_text() == "mine"
     assert not list(tmp_path.glob("evaluator_*"))
 
 

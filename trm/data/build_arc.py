@@ -15,6 +15,7 @@ import numpy as np
 import trm
 from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_bytes, atomic_write_text
+from trm.safe_remove import check_replaceable
 
 from . import formats
 from .arc_source import DEFAULT_PREFIX, ArcTask, input_checksums, load_subsets
@@ -164,6 +165,7 @@ def _reusable(output_dir: Path, args: dict[str, Any], inputs: dict[str, str], ov
     if existing is not None and existing["args"] == args and existing.get("inputs") == inputs:
         read_verified_manifest(output_dir)
         return existing
+    check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag="--output-dir")  # not ours
     if not overwrite:
         raise TRMError(
             f"{output_dir}: already exists and holds a different, older or incomplete dataset; "

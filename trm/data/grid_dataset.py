@@ -20,6 +20,7 @@ import numpy as np
 
 from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_bytes
+from trm.safe_remove import check_replaceable
 
 from . import formats
 from .grid_recipes import FORM as GRID_COMPACT
@@ -103,6 +104,7 @@ def existing_dataset(
             manifest = None
     if manifest is not None and manifest["args"] == args and manifest.get("inputs") == inputs:
         return read_verified_manifest(output_dir)
+    check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag="--output-dir")  # not ours
     if not overwrite:
         raise TRMError(
             f"{output_dir}: already exists and holds a different or incomplete dataset; "
