@@ -2,7 +2,7 @@
 
 Every folder a command publishes as an output (`trm.io.atomic_directory`: a dataset, a Kaggle bundle, a
 Hub staging folder, a report) carries a creation marker, `.trm-created` (JSON: the tool that wrote it,
-the kind of output, when, and every file it wrote). A command may replace or remove an existing target
+the kind of output and every file it wrote; no time, so the same inputs still give the same bytes). A command may replace or remove an existing target
 only when all of these hold; otherwise it stops with one line (exit 2) and deletes nothing:
 
 - the target is a folder (not a file, not a symbolic link);
@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,6 @@ def write_marker(folder: Path, *, tool: str, kind: str, scratch: bool = False) -
     record = {
         "tool": tool,
         "kind": kind,
-        "created_unix": round(time.time(), 3),
         "scratch": scratch,
         "files": _relative_files(folder),
     }

@@ -15,7 +15,6 @@ from trm.report.build import figures, report_batch, report_runs
 from trm.report.collect import count_metric, read_run_dirs
 from trm.report.markdown import evaluated_count
 from trm.report.plots import MAX_SCALING_KEYS
-from trm.safe_remove import MARKER
 
 from .runs import recipe_config, size_batch, write_run
 
@@ -88,8 +87,8 @@ def test_same_inputs_give_the_same_report_bytes(tmp_path):
     (tmp_path / "again").mkdir()
     (tmp_path / "again" / "batch_results.json").write_text(json.dumps(data))
     report_batch(tmp_path / "again" / "batch_results.json", tmp_path / "b")
-    files = sorted(p.name for p in (tmp_path / "a").iterdir() if p.name != MARKER)  # the marker holds a time
-    assert files == sorted(p.name for p in (tmp_path / "b").iterdir() if p.name != MARKER)
+    files = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "b").iterdir())
     for name in files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     report_batch(batch, tmp_path / "a")  # an earlier report's directory is replaced
