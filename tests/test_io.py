@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from trm import io as io_module
+from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 
 
@@ -39,11 +40,11 @@ def test_atomic_directory_publishes_on_success_only(tmp_path):
     with atomic_directory(target) as tmp:
         (tmp / "a").write_text("x")
     assert (target / "a").read_text() == "x"
-    with pytest.raises(FileExistsError), atomic_directory(target):
+    with pytest.raises(TRMError, match="already exists"), atomic_directory(target):
         pass
     with atomic_directory(target, overwrite=True) as tmp:
         (tmp / "b").write_text("y")
-    assert sorted(os.listdir(target)) == ["b"]
+    assert sorted(os.listdir(target)) == [".trm-created", "b"]
     assert os.listdir(tmp_path) == ["out"]
 
 

@@ -37,6 +37,7 @@ from trm.images.families import Family, catalog_families, family_for_driver
 from trm.images.venvtools import subset_lock
 from trm.io import atomic_write_json, atomic_write_text
 from trm.launch.host.nvidia_smi import NvidiaSmiMissing, Runner, parse_plain_header, query_gpus, system_runner
+from trm.safe_remove import remove_own_temp
 
 REPO = Path(__file__).resolve().parents[1]
 STAMP = ".trm-bootstrap.json"
@@ -274,7 +275,7 @@ def bootstrap(
         out(f"next: {next_command(venv, target)}")
         return 0
     if not fresh:
-        (venv / STAMP).unlink(missing_ok=True)
+        remove_own_temp(venv / STAMP)
         _, build = lock_paths(root, target.lock)
         work = venv / ".trm-bootstrap"
         for i, step in enumerate(steps, 1):

@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         from trm.hub.ref import default_output_dir, refuse_best, resolve
 
         refuse_best(args.checkpoint, args.best)
+        if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
+            raise TRMError(f"--output-dir {args.output_dir}: it is a file, not a folder; pass a folder")
         found = resolve(args.checkpoint)  # a path as is; hf://… downloaded through the Hub cache
         checkpoint, overrides, source = found.path, [*found.overrides, *args.overrides], found.source
         output_dir = args.output_dir or (default_output_dir(source) if source else None)

@@ -1,4 +1,7 @@
-"""Atomic, durable file writes: temp file + fsync + rename, so a crash never leaves a torn file."""
+"""Atomic, durable file writes: temp file + fsync + rename, so a crash never leaves a torn file.
+
+Replacing or removing a folder is `trm.safe_remove`'s job: `atomic_directory` asks it before it replaces
+anything and marks every folder it publishes as written by trm-stack."""
 
 from __future__ import annotations
 
@@ -6,12 +9,14 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from trm import safe_remove
+from trm.errors import TRMError
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
@@ -35,8 +40,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        safe_remove.remove_own_temp(tmp)
         raise
     fsync_dir(path.parent)
 
@@ -97,39 +101,61 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
             owner = leftover.name[len(f".{target.name}.") :].removeprefix("old-").removeprefix(f"{host}-")
             pid = owner.split(".", 1)[0]
             if pid.isdigit() and not _is_alive(int(pid)):
-                shutil.rmtree(leftover, ignore_errors=True)
+                safe_remove.remove_own_temp(leftover)
                 removed.append(leftover)
     return removed
 
 
 @contextlib.contextmanager
-def atomic_directory(target: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[Path]:
+def atomic_directory(
+    target: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    kind: str = "output",
+    tool: str = "trm-stack",
+    sources: Iterable[str | os.PathLike[str]] = (),
+    listed_by: safe_remove.ListedBy | None = None,
+) -> Iterator[Path]:
     """Yield a fresh temp directory next to `target`; on success publish it at `target` by rename.
 
     On any exception the temp directory is removed and `target` is left untouched. With
-    `overwrite=True` an existing `target` is replaced (moved aside, then deleted after the rename).
-    Leftovers of earlier writers that were killed (SIGKILL, OOM) are removed first.
+    `overwrite=True` an existing `target` is replaced (moved aside, then deleted after the rename), but
+    only when `trm.safe_remove` allows it: an output of the same `kind` that trm-stack wrote, holding
+    nothing else, not a run, checkpoint or dataset, and not one of the `sources` the command reads. The
+    check runs before anything is staged and again right before the rename. The published folder carries
+    the creation marker (`tool`, `kind`, its files), unless `listed_by` names the files from the folder's
+    own manifest (a dataset, whose files must be upstream's exactly). Leftovers of earlier writers that were killed
+    (SIGKILL, OOM) are removed first.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    sources = list(sources)
+    safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by)
     if target.exists() and not overwrite:
-        raise FileExistsError(f"{target} already exists")
+        raise TRMError(
+            f"{target} already exists: choose another folder, or pass --overwrite to replace what "
+            "trm-stack wrote there"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_leftovers(target)
     owner = _owner_tag()
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{owner}.", suffix=".partial", dir=target.parent))
     try:
         yield tmp
+        if listed_by is None:
+            safe_remove.write_marker(tmp, tool=tool, kind=kind)
         fsync_tree(tmp)
         old = None
-        if target.exists():
+        if target.exists() or target.is_symlink():
+            # Changed while staging?
+            safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by)
             old = target.with_name(f".{target.name}.old-{owner}")
             os.replace(target, old)
         os.replace(tmp, target)
         fsync_dir(target.parent)
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            safe_remove.remove_own_temp(old)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        safe_remove.remove_own_temp(tmp)
         raise
 
 

@@ -73,7 +73,9 @@ def test_tasks_the_builder_cannot_take_are_left_out_with_a_reason(tmp_path: Path
     with pytest.raises(TRMError, match=r"--solutions .*'good'"):
         stage_tasks(path, solutions, tmp_path / "in")
     path.write_text(json.dumps({"no_demos": challenges["no_demos"]}))
-    with pytest.raises(TRMError, match="no task has usable demonstration pairs"):
+    with pytest.raises(
+        TRMError, match=r"no usable task \(1 left out; task 'no_demos': no demonstration pairs\)"
+    ):
         stage_tasks(path, None, tmp_path / "in")
 
 
@@ -218,3 +220,79 @@ def test_every_architecture_with_a_puzzle_table_adapts(arch: str, hidden: Path, 
     result = adapt(source, hidden, tmp_path / arch, AdaptSettings(steps=1, num_aug=1, progress=False))
     table = state(result.checkpoint)["model"][PUZZLE_EMB_KEY]
     assert result.step == 1 and len(table) == 1 + 3 * 2 and result.rows_from_mean == 6
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_out_that_holds_foreign_files_or_is_a_file_is_refused(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "adapt.json").write_text("my notes")
+    (out / "inputs").mkdir()
+    (out / "inputs" / "tasks_adapt_challenges.json").write_text("my tasks")
+    before = _tree(out)
+    argv = ["adapt", str(smoke.checkpoint), "--challenges", str(hidden), "--steps", "0", "--num-aug", "1"]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "refusing to use it" in err and len(err.splitlines()) == 1
+    assert _tree(out) == before
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    assert main([*argv, "--out", str(a_file), "--quiet"]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err and a_file.read_text() == "mine"
+    run = smoke.checkpoint.parent  # the run that holds the checkpoint is a source, never the output
+    assert main([*argv, "--out", str(run), "--quiet"]) == 2
+
+
+def test_a_refused_dataset_leaves_the_staged_inputs_as_they_were(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path
+) -> None:
+    source = source_from_checkpoint(smoke.checkpoint)
+    out = tmp_path / "run"
+    adapt(source, hidden, out, AdaptSettings(steps=0, **FAST))
+    before = _tree(out / "inputs")
+    other = write_tasks(tmp_path / "other", "other", 2, seed=9, colours=3)
+    with pytest.raises(TRMError, match="already exists and holds a different"):
+        adapt(source, other, out, AdaptSettings(steps=0, **FAST))
+    assert _tree(out / "inputs") == before
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".inputs")) == []
+
+
+@pytest.mark.parametrize(
+    ("grid", "said"),
+    [([[1] * 31] * 31, "grid is 31x31, larger than 30x30"), ([[10]], "colour 10 outside 0..9")],
+)
+def test_a_task_with_a_grid_the_builder_refuses_is_one_line_naming_it(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture, grid: list, said: str
+) -> None:
+    path = tmp_path / "bad_challenges.json"
+    path.write_text(
+        json.dumps({"t31": {"train": [{"input": grid, "output": [[1]]}], "test": [{"input": [[1]]}]}})
+    )
+    out = tmp_path / "out"
+    argv = ["adapt", str(smoke.checkpoint), "--challenges", str(path), "--out", str(out), "--steps", "0"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"task 't31': train[0].input: {said}" in err and len(err.splitlines()) == 1
+    assert not out.exists()  # nothing written for a task file that cannot be used
+
+
+def test_a_damaged_checkpoint_is_refused_before_adapting(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import shutil
+
+    step = tmp_path / "step_4"
+    shutil.copytree(smoke.checkpoint, step)
+    data = bytearray((step / ckpt.STATE).read_bytes())
+    data[:64] = bytes(64)  # a zeroed header
+    (step / ckpt.STATE).write_bytes(bytes(data))
+    out = tmp_path / "out"
+    assert main(["adapt", str(step), "--challenges", str(hidden), "--out", str(out), "--steps", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"adapt: checkpoint {step} is damaged or incomplete (state.pt does not match its sha256" in err
+    assert len(err.splitlines()) == 1 and not out.exists()

@@ -179,3 +179,46 @@ def test_cli_writes_json_and_markdown(planted: dict, tmp_path: Path, capsys: pyt
 def test_a_missing_dataset_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["data", "audit", str(tmp_path / "nope"), "--quiet"]) == 2
     assert "dataset directory not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda m: m.update(files=[]), "key `files` is a list, not a dict"),
+        (lambda m: m.update(counts="3"), "key `counts` is a str, not a dict"),
+        (lambda m: next(iter(m["files"].values())).update(bytes="12"), "needs an integer `bytes`"),
+        (lambda m: m.update(fingerprint=7), "key `fingerprint` is a int, not a str"),
+    ],
+)
+def test_a_manifest_with_wrong_value_types_is_one_line(
+    planted: dict, tmp_path: Path, capsys: pytest.CaptureFixture, edit, said: str
+) -> None:
+    import shutil
+
+    dataset = tmp_path / "ds"
+    shutil.copytree(build(planted, "ds-types"), dataset)
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    edit(manifest)
+    (dataset / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["data", "audit", str(dataset), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_counts_of_the_wrong_type_only_lose_the_subset_names(planted: dict, tmp_path: Path) -> None:
+    from trm.data.audit import _subset_of_group
+
+    assert _subset_of_group({"args": {"subsets": ["a"]}, "counts": {"tasks": ["x"]}}, 2) == ["unknown"] * 2
+    assert (
+        _subset_of_group({"args": {"subsets": ["a"]}, "counts": {"tasks": {"a": "2"}}}, 2) == ["unknown"] * 2
+    )
+    assert _subset_of_group({"args": {"subsets": ["a"]}, "counts": {"tasks": {"a": 2}}}, 2) == ["a", "a"]
+
+
+def test_an_out_that_is_a_file_is_one_line(
+    planted: dict, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    a_file = tmp_path / "report"
+    a_file.write_text("mine")
+    assert main(["data", "audit", str(build(planted, "ds-out")), "--out", str(a_file), "--quiet"]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err and a_file.read_text() == "mine"

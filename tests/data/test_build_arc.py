@@ -101,6 +101,21 @@ def test_rebuild_is_a_no_op_and_different_args_need_overwrite(tmp_path):
     )
 
 
+def test_overwrite_replaces_only_a_dataset_it_built_holding_nothing_else(tmp_path):
+    args = {**SMOKE_BUILD, "max_puzzles": 2, "num_aug": 1}
+    build_arc_dataset(tmp_path / "d", **args)
+    (tmp_path / "d" / "train" / "my_notes.txt").write_text("mine")
+    with pytest.raises(TRMError, match=r"train/my_notes\.txt, which trm-stack did not write"):
+        build_arc_dataset(tmp_path / "d", overwrite=True, **{**args, "num_aug": 2})
+    assert (tmp_path / "d" / "train" / "my_notes.txt").read_text() == "mine"
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("mine")
+    for overwrite in (False, True):  # never "pass --overwrite" for a folder that is not a dataset of ours
+        with pytest.raises(TRMError, match="refusing to replace it: it holds files trm-stack did not write"):
+            build_arc_dataset(tmp_path / "mine", overwrite=overwrite, **args)
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "mine"
+
+
 def test_missing_solutions_give_dummy_outputs(tmp_path):
     tasks = {f"t{i}": tiny_task(i)[0] for i in range(3)}
     prefix = write_subset(tmp_path / "in", "train", {"a": tiny_task(5)[0]}, {"a": tiny_task(5)[1]})

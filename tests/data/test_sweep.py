@@ -65,7 +65,21 @@ def test_every_cell_equals_its_own_build_and_a_rerun_skips_them(tmp_path, form):
     for name in ("dataset.json", "all__puzzle_indices.npy"):
         assert len({(r.path / "test" / name).stat().st_ino for r in results}) == 1
     mtimes = {r.path: (r.path / MANIFEST).stat().st_mtime_ns for r in results}
-    (results[2].path / MANIFEST).unlink()  # an interrupted cell is rebuilt, the others are skipped
+    import shutil
+
+    (results[2].path / MANIFEST).unlink()  # without its manifest a folder is not known to be ours: kept
+    with pytest.raises(TRMError, match=r"sudoku-extreme-5-aug-7: refusing to replace it: .*no manifest"):
+        build_sweep(
+            tmp_path / "grid",
+            subsample_sizes=[5],
+            num_augs=[7],
+            source_dir=src,
+            form=form,
+            overwrite=True,
+            progress=False,
+        )
+    assert (results[2].path / "train").is_dir()
+    shutil.rmtree(results[2].path)  # a cell that was never published is built, the others are skipped
     again = build_sweep(
         tmp_path / "grid",
         subsample_sizes=[5, 40],

@@ -4,6 +4,7 @@ huggingface_hub's own ModelCard."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 from pathlib import Path
@@ -12,7 +13,9 @@ import pytest
 
 from tests.hub.conftest import TrainedRun
 from trm.commands import main
-from trm.training.checkpoint import STATE, check_folder, find_complete, load_torch
+from trm.io import sha256_file
+from trm.safe_remove import MARKER
+from trm.training.checkpoint import MANIFEST, STATE, check_folder, find_complete, load_torch, save_torch
 
 # A token-shaped value built at run time (a literal one would trip the repository's secret scan).
 PLANTED = "hf_" + "".join(chr(ord("a") + (7 * i) % 26) for i in range(34))
@@ -47,8 +50,12 @@ class Recorder:
         def upload_folder(self, *, repo_id, folder_path, **kwargs):
             recorder.upload_args = {"repo_id": repo_id, **kwargs}
             folder = Path(folder_path)
+            ignored = kwargs.get("ignore_patterns") or []  # fnmatch on the relative path, as the Hub library
             recorder.uploaded = {
-                p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()
+                rel: p.read_bytes()
+                for p in folder.rglob("*")
+                if p.is_file()
+                and not any(fnmatch.fnmatch(rel := p.relative_to(folder).as_posix(), pat) for pat in ignored)
             }
             info = type("CommitInfo", (), {})()
             info.oid = "a" * 40
@@ -132,7 +139,8 @@ def test_uploaded_checkpoint_is_complete_and_holds_no_optimizer_state(
     ]
     assert main(argv) == 0
     assert hub.created == [] and hub.uploaded == {}  # a dry run contacts nothing
-    assert {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} == EXPECTED_FILES
+    staged = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert staged == EXPECTED_FILES | {MARKER}  # the creation marker stays local (never uploaded)
     manifest = check_folder(out / "checkpoint", verify_hashes=True)
     original = find_complete(trained.run_dir)[-1]
     assert manifest["dataset_fingerprint"] == original.manifest["dataset_fingerprint"]
@@ -207,3 +215,101 @@ def test_the_runtime_lock_is_recorded_only_from_the_commit_that_trained(
     monkeypatch.setattr(gitinfo, "checkout_sha", lambda root: "another-commit")
     assert runtime_lock(manifest) is None
     assert runtime_lock({**manifest, "git_sha": "c0ffee-dirty"}) is None
+
+
+def _copy_run(trained: TrainedRun, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the trained run (so it can be damaged) and its newest step folder."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained.run_dir, run)
+    return run, find_complete(run)[-1].path
+
+
+def _rewrite_state(step: Path, change) -> None:
+    """Change state.pt through `change(state)` and record its new size and sha256 (a consistent checkpoint)."""
+    import torch
+
+    state = torch.load(step / STATE, map_location="cpu", weights_only=False)  # not memory-mapped: rewritten
+    change(state)
+    save_torch(state, step / STATE)
+    manifest = json.loads((step / MANIFEST).read_text())
+    manifest["files"][STATE] = {"bytes": (step / STATE).stat().st_size, "sha256": sha256_file(step / STATE)}
+    (step / MANIFEST).write_text(json.dumps(manifest))
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_dry_run_into_the_run_directory_or_a_file_is_refused_and_deletes_nothing(
+    trained: TrainedRun, hub: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run, _step = _copy_run(trained, tmp_path)
+    before = _tree(run)
+    argv = ["publish-checkpoint", str(run), "--repo", "me/t", "--dry-run", "--out"]
+    assert main([*argv, str(run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        "refusing to replace it" in err and "which this command reads" in err and len(err.splitlines()) == 1
+    )
+    assert _tree(run) == before  # every step_N is still there, byte for byte
+    assert main([*argv, str(run.parent)]) == 2  # a folder that holds the run
+    assert _tree(run) == before
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    assert main([*argv, str(a_file)]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err
+    assert a_file.read_text() == "mine"
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "keep.md").write_text("mine")
+    assert main([*argv, str(foreign)]) == 2
+    assert "did not write" in capsys.readouterr().err and (foreign / "keep.md").read_text() == "mine"
+    staged = tmp_path / "staged"
+    assert main([*argv, str(staged)]) == 0 and main([*argv, str(staged)]) == 0  # its own output: replaced
+    assert hub.created == []
+
+
+@pytest.mark.parametrize("damage", ["bit flip", "zeroed header", "missing file"])
+def test_a_damaged_checkpoint_is_never_published(
+    trained: TrainedRun, hub: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture, damage: str
+) -> None:
+    run, step = _copy_run(trained, tmp_path)
+    state = step / STATE
+    data = bytearray(state.read_bytes())
+    if damage == "bit flip":
+        data[len(data) // 2] ^= 0x01  # inside the tensor data: torch still loads it
+        state.write_bytes(bytes(data))
+    elif damage == "zeroed header":
+        state.write_bytes(bytes(64) + bytes(data[64:]))
+    else:
+        state.unlink()
+    out = tmp_path / "staged"
+    argv = ["publish-checkpoint", str(run), "--repo", "me/t", "--step", step.name.split("_")[1]]
+    assert main([*argv, "--dry-run", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    if damage == "missing file":  # discovery already skips it as torn (warning: state.pt is missing)
+        assert "no complete" in err
+    else:
+        assert f"checkpoint {step} is damaged or incomplete (state.pt does not match its sha256" in err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if "staged" in p.name] == []
+    assert main(argv) == 2
+    assert hub.created == [] and hub.uploaded == {}
+
+
+def test_a_token_in_the_runs_config_stops_the_publish_and_is_never_printed(
+    trained: TrainedRun, hub: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run, step = _copy_run(trained, tmp_path)
+    token = "hf_" + "".join(chr(ord("A") + (5 * i) % 26) for i in range(34))
+    _rewrite_state(step, lambda state: state["config"].update(project_name=token))
+    out = tmp_path / "staged"
+    assert main(["publish-checkpoint", str(run), "--repo", "me/t", "--dry-run", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert "config.json: key project_name (Hugging Face Token)" in captured.err
+    assert "checkpoint/state.pt: binary content (Hugging Face Token)" in captured.err
+    assert token not in captured.err + captured.out and not out.exists()
+    assert main(["publish-checkpoint", str(run), "--repo", "me/t"]) == 2
+    assert hub.created == [] and hub.uploaded == {}

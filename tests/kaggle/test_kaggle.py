@@ -617,3 +617,134 @@ def test_bundle_adapts_to_a_hidden_task_file_then_votes(
     first = out.read_text()
     assert main([*argv, "--num-aug", "3", "--device", "cpu", "--quiet", *budget]) == 0
     assert out.read_text() == first
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_never_replaces_the_run_being_packaged_or_a_file(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(smoke.checkpoint, run / "step_4")
+    before = _tree(run)
+    for out in (run, run / "step_4"):
+        assert main(["package", "kaggle", str(run), str(out), "--overwrite", "--no-wheels"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "refusing to replace it" in err and len(err.splitlines()) == 1
+        assert _tree(run) == before
+    a_file = tmp_path / "bundle.zip"
+    a_file.write_bytes(b"mine")
+    assert main(["package", "kaggle", str(run), str(a_file), "--overwrite", "--no-wheels"]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err and a_file.read_bytes() == b"mine"
+    out = tmp_path / "bundle"
+    assert main(["package", "kaggle", str(run), str(out), "--no-wheels"]) == 0
+    assert main(["package", "kaggle", str(run), str(out), "--overwrite", "--no-wheels"]) == 0  # its own
+    (out / "notes.md").write_text("mine")
+    assert main(["package", "kaggle", str(run), str(out), "--overwrite", "--no-wheels"]) == 2
+    assert "notes.md, which trm-stack did not write" in capsys.readouterr().err
+    assert (out / "notes.md").read_text() == "mine"
+
+
+@pytest.mark.parametrize("damage", ["bit flip", "zeroed header"])
+def test_a_damaged_checkpoint_is_refused_by_package_and_eval(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    import shutil
+
+    from trm.eval import main as eval_main
+
+    step = tmp_path / "step_4"
+    shutil.copytree(smoke.checkpoint, step)
+    data = bytearray((step / STATE).read_bytes())
+    if damage == "bit flip":
+        data[len(data) // 2] ^= 0x01
+    else:
+        data[:64] = bytes(64)
+    (step / STATE).write_bytes(bytes(data))
+    out = tmp_path / "bundle"
+    assert main(["package", "kaggle", str(step), str(out), "--no-wheels"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"checkpoint {step} is damaged or incomplete (state.pt does not match its sha256" in err
+    assert len(err.splitlines()) == 1 and not out.exists()
+    assert eval_main([str(step), "device=cpu", f"data_paths=[{smoke.dataset}]"]) == 2
+    assert "state.pt does not match its sha256" in capsys.readouterr().err
+    a_file = tmp_path / "results"
+    a_file.write_text("mine")
+    assert eval_main([str(smoke.checkpoint), "device=cpu", "--output-dir", str(a_file)]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err and a_file.read_text() == "mine"
+    assert not list(tmp_path.glob("evaluator_*"))
+
+
+def test_a_token_in_the_runs_config_stops_the_package(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from trm.training.checkpoint import MANIFEST, save_torch
+
+    step = tmp_path / "step_4"
+    shutil.copytree(smoke.checkpoint, step)
+    state = torch.load(step / STATE, map_location="cpu", weights_only=False)
+    wandb_like = "WANDB_API_KEY=" + "".join("0123456789abcdef"[(7 * i) % 16] for i in range(40))
+    state["config"]["project_name"] = wandb_like
+    save_torch(state, step / STATE)
+    manifest = json.loads((step / MANIFEST).read_text())
+    manifest["files"][STATE] = {"bytes": (step / STATE).stat().st_size, "sha256": sha256_file(step / STATE)}
+    (step / MANIFEST).write_text(json.dumps(manifest))
+    out = tmp_path / "bundle"
+    assert main(["package", "kaggle", str(step), str(out), "--no-wheels"]) == 2
+    captured = capsys.readouterr()
+    assert "config.json: key train.project_name (W&B API Key)" in captured.err
+    assert wandb_like[-40:] not in captured.err + captured.out
+    assert not out.exists() and not list(tmp_path.glob(".bundle.*"))
+
+
+@pytest.mark.parametrize(
+    ("config_text", "message"),
+    [
+        ("{not json", "config.json: not readable JSON"),
+        ("[1, 2]", "config.json: not a JSON object"),
+        ("drop:arch", "key `arch` is missing"),
+        ("drop:identifiers", "key `identifiers` is missing"),
+        ("unseen:text", "key `identifiers.unseen_id` is a str, not a int"),
+    ],
+)
+def test_a_bundle_config_that_is_not_json_or_misses_a_key_is_one_line(
+    bundle_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], config_text: str, message: str
+) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle_dir, copy)
+    config = json.loads((copy / B.CONFIG).read_text())
+    if config_text.startswith("drop:"):
+        config.pop(config_text[5:])
+        config_text = json.dumps(config)
+    elif config_text == "unseen:text":
+        config["identifiers"]["unseen_id"] = "7"
+        config_text = json.dumps(config)
+    (copy / B.CONFIG).write_text(config_text)
+    manifest = json.loads((copy / B.MANIFEST).read_text())  # consistent: only the content is wrong
+    manifest["files"][B.CONFIG]["sha256"] = sha256_file(copy / B.CONFIG)
+    (copy / B.MANIFEST).write_text(json.dumps(manifest))
+    challenges = tmp_path / "c.json"
+    challenges.write_text(json.dumps({}))
+    out = tmp_path / "submission.json"
+    argv = [
+        "infer",
+        "--weights",
+        str(copy),
+        "--challenges",
+        str(challenges),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err

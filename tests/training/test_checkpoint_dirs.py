@@ -80,3 +80,57 @@ def test_compatibility_rules(tmp_path: Path) -> None:
         ckpt.check_compatible(manifest, {**FACTS, "global_batch_size": 16}, tmp_path)
     warnings = ckpt.check_compatible(manifest, {**FACTS, "math": {**FACTS["math"], "lr": 1e-4}}, tmp_path)
     assert warnings == ["resuming with lr changed: 0.001 -> 0.0001"]
+
+
+def test_every_use_verifies_first_and_names_the_damaged_file(tmp_path: Path) -> None:
+    from trm.training.builder import read_checkpoint_weights
+
+    folder = write(tmp_path, 4)
+    assert ckpt.verified_manifest(folder, "trm.eval")["files"]["state.pt"]["bytes"] == 7
+    (folder / "state.pt").write_bytes(b"WEIGHTS")  # a flipped byte: same size
+    with pytest.raises(
+        TRMError, match=r"^trm\.eval: checkpoint .*step_4 is damaged or incomplete \(state\.pt does"
+    ):
+        ckpt.verified_manifest(folder, "trm.eval")
+    with pytest.raises(TRMError, match=r"load_checkpoint=.*state\.pt does not match its sha256"):
+        read_checkpoint_weights(str(folder))
+    (folder / "state.pt").unlink()
+    with pytest.raises(TRMError, match=r"\(state\.pt is missing\)"):
+        ckpt.verified_manifest(folder, "adapt")
+
+
+@pytest.mark.parametrize(
+    ("manifest", "said"),
+    [
+        ("{not json", "unreadable manifest.json"),
+        ('{"files": []}', "no `files` object"),
+        ('{"files": {"state.pt": {"bytes": "7", "sha256": "x"}}}', "files.state.pt needs an integer `bytes`"),
+        ('{"files": {"state.pt": {"bytes": 7, "sha256": null}}}', "files.state.pt needs an integer `bytes`"),
+    ],
+)
+def test_a_manifest_with_wrong_value_types_is_one_line_not_a_traceback(
+    tmp_path: Path, manifest: str, said: str
+) -> None:
+    folder = write(tmp_path, 4)
+    (folder / "manifest.json").write_text(manifest)
+    with pytest.raises(TRMError, match=said):
+        ckpt.verified_manifest(folder, "package kaggle")
+    assert ckpt.find_complete(tmp_path) == []  # discovery skips it with a warning, as a torn one
+
+
+def test_the_bytes_loaded_are_the_bytes_verified(tmp_path: Path) -> None:
+    import torch
+
+    root = tmp_path / "run"
+    folder = ckpt.prepare_partial(root, 1)
+    ckpt.save_torch({"model": {"w": torch.ones(2)}}, folder / "state.pt")
+    folder = ckpt.publish(root, 1, {"step": 1, **FACTS})
+    manifest = ckpt.verified_manifest(folder, "publish-checkpoint")
+    assert torch.equal(
+        ckpt.load_verified(folder, "state.pt", manifest, "publish-checkpoint")["model"]["w"], torch.ones(2)
+    )
+    data = bytearray((folder / "state.pt").read_bytes())
+    data[-30] ^= 0x01  # changed after the check
+    (folder / "state.pt").write_bytes(bytes(data))
+    with pytest.raises(TRMError, match=r"state\.pt does not match its sha256 .*changed while being read"):
+        ckpt.load_verified(folder, "state.pt", manifest, "publish-checkpoint")

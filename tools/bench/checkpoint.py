@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -31,6 +30,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+
+from trm.safe_remove import remove_own_temp, remove_retired_checkpoint
 
 ARC2_IDENTIFIERS = 1_191_730  # num_puzzle_identifiers of arc2concept-aug-1000 (our build = upstream's rule)
 RANKS = 4  # the paper's 4-GPU run: rank 0 writes its shard of the carry and the main state
@@ -140,7 +141,7 @@ def run_bench(
                 sync_s, _ = times
             checkpoint_mb = sum((run_dir / "step_1" / n).stat().st_size for n in hashes[-1]) / 1e6
             if then is None:
-                shutil.rmtree(run_dir / "step_1")
+                remove_retired_checkpoint(run_dir / "step_1")
     finally:
         trainer.close()
     table = trainer.components.model.puzzle_emb
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_bench(work, args.identifiers, args.tiny, args.device)
     finally:
         if args.dir is None:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_own_temp(work)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm.data.arc_source import DEFAULT_PREFIX
+from trm.safe_remove import remove_own_temp
 from trm.training.recipes import get_recipe
 
 TARGETS = {"compact": {"wall_s": 10.0, "rss_gb": 1.0, "disk_mb": 100.0}, "loader_examples_per_s": 20000}
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for form in args.forms:
             out = work / form
-            shutil.rmtree(out, ignore_errors=True)
+            remove_own_temp(out)
             if args.dataset == "arc":
                 cmd = [
                     sys.executable,
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         report(runs, throughput, args)
     finally:
         if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_own_temp(work)
     return 0 if all(r.ok for r in runs.values()) else 1
 
 
@@ -228,7 +228,7 @@ def run_upstream(checkout: Path, args: argparse.Namespace, work: Path) -> Run:
     """upstream's `python -m dataset.build_arc_dataset` with the same flags, in its checkout (or its Sudoku/Maze
     builder on the same CSVs)."""
     out = work / "upstream"
-    shutil.rmtree(out, ignore_errors=True)
+    remove_own_temp(out)
     if not (checkout / "dataset" / "build_arc_dataset.py").is_file():
         return Run("upstream", 0, 0, 0, 0, False, f"{checkout}: not a TinyRecursiveModels checkout")
     python = os.environ.get("TRM_UPSTREAM_PYTHON", sys.executable)  # an env with upstream's deps

@@ -28,7 +28,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import tempfile
 from pathlib import Path
 
 from tools import checkout_env
+from trm.safe_remove import remove_own_temp
 from trm.training.recipes import Recipe, get_recipe
 
 WARMUP_STEPS = 5
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         report(setup, ours_times, theirs)
     finally:
         if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_own_temp(work)
     return 0
 
 

@@ -41,6 +41,12 @@ from tools.gpu.check import ADAM_SDIST, DEFAULT_KIT, NO_GPU, PARTS, UPSTREAM_DIR
 from trm.errors import TRMError
 from trm.images.venvtools import normalize
 from trm.io import atomic_write_json, atomic_write_text
+from trm.safe_remove import remove_own_temp, remove_owned, write_marker
+
+KIT_KIND = (
+    "gpu-kit"  # kinds in the creation markers (trm.safe_remove) of a kit and of a simulation's work folder
+)
+SIMULATION_KIND = "gpu-kit-simulation"
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT_LIMIT_MIB = 64  # the kit plus the checkout's tracked files
@@ -133,9 +139,9 @@ def build_kit(
     pip = pip or [sys.executable, "-m", "pip"]
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     wanted = kit_requirements(pyproject, upstream=upstream is not None)
-    if out.exists():
-        shutil.rmtree(out)
+    remove_owned(out, kind=KIT_KIND)  # refuses a folder that is not an earlier kit
     out.mkdir(parents=True)
+    write_marker(out, tool="tools.gpu.kit build", kind=KIT_KIND, scratch=True)
     work = out / ".work"
     work.mkdir()
     constraints = work / "constraints.txt"
@@ -154,11 +160,11 @@ def build_kit(
     if sha256_of(sdist) not in lock_hashes((ROOT / BUILD_LOCK).read_text(), "adam-atan2"):
         raise TRMError(f"{ADAM_SDIST}: sha256 is not the one {BUILD_LOCK} pins; refusing it")
     shutil.move(sdist, out / ADAM_SDIST)
-    shutil.rmtree(work)
+    remove_own_temp(work)
     left_out = {normalize(n) for n in host_has}
     for wheel in out.glob("*.whl"):
         if wheel_dist_name(wheel.name) in left_out:
-            wheel.unlink()
+            remove_own_temp(wheel)
     if upstream is not None:
         shutil.copytree(upstream, out / UPSTREAM_DIR, ignore=shutil.ignore_patterns(*UPSTREAM_SKIP_FILES))
     names = sorted({_name(r) for r in wanted})
@@ -238,8 +244,9 @@ def simulate(kit: Path, python: str, torch_spec: str, workdir: Path, budget_s: f
     """A bare GPU host without its GPU: venv + the host's torch + the kit `--no-index`, then the check."""
     if not (kit / "requirements.txt").is_file():
         raise TRMError(f"{kit} has no requirements.txt: build the kit first (make gpu-kit)")
-    shutil.rmtree(workdir, ignore_errors=True)
+    remove_owned(workdir, kind=SIMULATION_KIND)  # refuses a folder that is not an earlier simulation's
     workdir.mkdir(parents=True)
+    write_marker(workdir, tool="tools.gpu.kit simulate", kind=SIMULATION_KIND, scratch=True)
     venv = workdir / "venv"
     py = str(venv / "bin" / "python")
     timings: dict[str, float] = {}

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.safe_remove import remove_own_temp
 
 SUITE = "bookworm"
 RUNTIME_PACKAGES = ("python3", "python3-venv", "ca-certificates")
@@ -69,7 +70,7 @@ def build_rootfs_tar(base: LocalBase, cache_dir: Path) -> Path:
             raise TRMError(f"debootstrap for {base.tag} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
         # No apt lists or caches in the image; they are large and only make it less reproducible.
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            shutil.rmtree(root / junk, ignore_errors=True)
+            remove_own_temp(root / junk)
         partial = Path(tmp) / "rootfs.tar"
         with tarfile.open(partial, "w") as tar:
             tar.add(root, arcname=".")

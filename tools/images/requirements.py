@@ -20,6 +20,7 @@ from pathlib import Path
 from tools.images.variants import ImageConfig, Variant
 from trm.errors import TRMError
 from trm.images.requirement_locks import REQUIREMENTS_DIR, build_lock, runtime_lock
+from trm.safe_remove import remove_own_temp
 
 WHEELHOUSE_DIR = Path("docker/wheelhouse")
 PLATFORM = "x86_64-manylinux_2_28"
@@ -167,7 +168,7 @@ def fill_wheelhouse(config: ImageConfig, variants: list[Variant], root: Path) ->
                     "package index is reachable, or rerun `make lock` if a pinned file disappeared"
                 )
         for old in dest.glob(".complete-*"):
-            old.unlink()
+            remove_own_temp(old)
         stamp.touch()
         dirs.append(dest)
     return dirs

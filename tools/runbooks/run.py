@@ -20,6 +20,7 @@ from pathlib import Path
 from tools.runbooks.runbook import Runbook, load_all
 from tools.secrets.scan import repo_files
 from trm.errors import TRMError
+from trm.safe_remove import remove_own_temp
 
 RUNBOOKS_DIR = Path("runbooks")
 
@@ -128,4 +129,4 @@ def run_cpu_blocks(
         return timings
     finally:
         if owned:
-            shutil.rmtree(base, ignore_errors=True)
+            remove_own_temp(base)

@@ -1,7 +1,8 @@
 """detect-secrets plugins for the token formats this project handles that detect-secrets lacks.
 
-detect-secrets loads this file by path (`file://tools/secrets/detectors.py` in `.secrets.baseline`), so
-it imports nothing from `trm`. Its own plugins already cover private keys, AWS, GitHub, GitLab, Slack,
+detect-secrets loads this file by path (`file://tools/secrets/detectors.py` in `.secrets.baseline`); the
+token formats and key words come from `trm.secrets`, the detector core that `publish-checkpoint` and
+`package kaggle` also scan staged files with (run detect-secrets from the project venv). Its own plugins already cover private keys, AWS, GitHub, GitLab, Slack,
 OpenAI, JWTs, keyword assignments (`api_key=…`, `password: …`) and quoted high-entropy strings; these add
 Hugging Face, Prime Intellect, Google API keys, W&B keys (unquoted 40 hex next to a key-like word),
 `Authorization: Bearer` values and the data of a Kubernetes `Secret` manifest.
@@ -19,12 +20,10 @@ from detect_secrets.plugins.base import BasePlugin, RegexBasedDetector
 from detect_secrets.plugins.keyword import DENYLIST as KEYWORDS
 from detect_secrets.util.code_snippet import CodeSnippet
 
-# A word that makes a neighbouring 40-hex string a credential rather than a git commit id.
-_KEY_WORD = re.compile(r"api[_-]?key|wandb|secret|token|passw(?:or)?d|auth|credential|access[_-]?key", re.I)
-_HEX40 = re.compile(r"(?<![0-9a-fA-F])([0-9a-f]{40})(?![0-9a-fA-F])")
-# A value that only refers to a secret: a variable, a placeholder, a template.
-_REFERENCE = re.compile(r"^(?:\$|<|\{\{|%\(|\.\.\.|your[_-]|xxx|changeme|redacted|example)", re.I)
-
+from trm.secrets import HEX40 as _HEX40
+from trm.secrets import KEY_WORD as _KEY_WORD
+from trm.secrets import REFERENCE as _REFERENCE
+from trm.secrets import TOKEN_PATTERNS
 
 # What a line needs before any plugin can find a secret in it: a run of 16 token characters (every token
 # format and high-entropy string is longer), a keyword of the keyword plugin (short passwords), a
@@ -44,28 +43,28 @@ class HuggingFaceTokenDetector(RegexBasedDetector):
     """Hugging Face access tokens: `hf_` and 30+ letters or digits."""
 
     secret_type = "Hugging Face Token"  # pragma: allowlist secret
-    denylist = (re.compile(r"\b(hf_[A-Za-z0-9]{30,})\b"),)
+    denylist = (TOKEN_PATTERNS[secret_type],)
 
 
 class PrimeIntellectTokenDetector(RegexBasedDetector):
     """Prime Intellect API tokens (`PI_TOKEN`): `pit_` and 24+ letters or digits."""
 
     secret_type = "Prime Intellect Token"  # pragma: allowlist secret
-    denylist = (re.compile(r"\b(pit_[A-Za-z0-9]{24,})\b"),)
+    denylist = (TOKEN_PATTERNS[secret_type],)
 
 
 class GoogleApiKeyDetector(RegexBasedDetector):
     """Google API keys: `AIza` and 35 characters."""
 
     secret_type = "Google API Key"  # pragma: allowlist secret
-    denylist = (re.compile(r"\b(AIza[0-9A-Za-z_\-]{35})(?![0-9A-Za-z_\-])"),)
+    denylist = (TOKEN_PATTERNS[secret_type],)
 
 
 class BearerTokenDetector(RegexBasedDetector):
     """`Authorization: Bearer <token>` values (cloud GPU provider APIs), not `$VARIABLE` references."""
 
     secret_type = "Bearer Token"  # pragma: allowlist secret
-    denylist = (re.compile(r"\bBearer\s+([A-Za-z0-9_\-.=]{24,})"),)
+    denylist = (TOKEN_PATTERNS[secret_type],)
 
 
 class WandbApiKeyDetector(BasePlugin):

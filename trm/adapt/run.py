@@ -21,7 +21,14 @@ import torch
 
 from trm import exit_codes
 from trm.adapt.rows import initial_rows
-from trm.adapt.tasks import build_demonstrations, default_solutions, stage_tasks
+from trm.adapt.tasks import (
+    SelectedTasks,
+    StagedTasks,
+    build_demonstrations,
+    default_solutions,
+    select_tasks,
+    write_tasks,
+)
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.model.upstream import PUZZLE_EMB_KEY
@@ -35,6 +42,7 @@ MINUTES_ONLY_STEPS = 100_000
 WARMUP_SHARE = 10  # warm-up: a tenth of the steps (at most the source run's warm-up)
 MINUTES_ONLY_WARMUP = 100
 SUMMARY = "adapt.json"
+ADAPT_KIND = "adaptation"  # the kind in the run directory's creation marker (trm.safe_remove)
 
 
 @dataclass
@@ -167,11 +175,9 @@ def adapt(
     with initialize(source.config.device) as info:
         staged = None
         if info.is_main:
-            out.mkdir(parents=True, exist_ok=True)
-            staged = stage_tasks(challenges, solutions, out / "inputs")
-            build_demonstrations(
-                staged, dataset, num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
-            )
+            selected = select_tasks(challenges, solutions)  # bad tasks stop before a file is written
+            claim_out(out, [challenges, *([solutions] if solutions is not None else [])])
+            staged = stage_and_build(selected, out, settings)
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
         metadata = DatasetMetadata.read(dataset / "train" / "dataset.json")
@@ -223,6 +229,56 @@ def adapt(
         if info.is_main:
             _write_summary(result, settings, source)
     return result
+
+
+def claim_out(out: Path, sources: list[Path]) -> None:
+    """Make `out` this adaptation's run directory: a new or empty folder (marked as an adaptation's), or
+    one an earlier adaptation marked (resumed). Anything else is refused before a file is written."""
+    from trm.safe_remove import MARKER, read_marker, write_marker
+
+    for source in sources:
+        if out.resolve() == source.resolve() or out.resolve() in source.resolve().parents:
+            raise TRMError(f"--out {out}: it holds {source}, which this command reads; choose a new folder")
+    if out.exists() and not out.is_dir():
+        raise TRMError(f"--out {out}: it is a file, not a folder; choose a new or empty folder")
+    if out.is_dir() and any(out.iterdir()):
+        record = read_marker(out)
+        if record is None or record.get("kind") != ADAPT_KIND:
+            raise TRMError(
+                f"--out {out}: refusing to use it: it holds files an adaptation did not write (no {MARKER} "
+                "marker of `trm adapt`); nothing was changed. Choose a new or empty folder (an adaptation "
+                "folder itself is resumed)"
+            )
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    write_marker(out, tool="trm adapt", kind=ADAPT_KIND)
+
+
+def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings) -> StagedTasks:
+    """Stage the task file in a temporary folder inside `out`, build (or reuse) `out/dataset` from it, and
+    only then put the staged files at `out/inputs/`: a refused dataset leaves the earlier inputs as they were."""
+    import os
+    import tempfile
+
+    from trm.safe_remove import remove_own_temp
+
+    inputs = out / "inputs"
+    tmp = Path(tempfile.mkdtemp(prefix=".inputs.", suffix=".partial", dir=out))
+    try:
+        staged = write_tasks(selected, tmp)
+        build_demonstrations(
+            staged, out / "dataset", num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
+        )
+        old = out / ".inputs.old"
+        if inputs.exists():
+            remove_own_temp(old)
+            os.replace(inputs, old)
+        os.replace(tmp, inputs)
+        remove_own_temp(old)
+    except BaseException:
+        remove_own_temp(tmp)
+        raise
+    return dataclasses.replace(staged, prefix=inputs / staged.prefix.name)
 
 
 class AdaptationStopped(TRMError):

@@ -24,7 +24,7 @@ def source_from_checkpoint(checkpoint: str | Path, overrides: list[str] | None =
     from trm.training.standalone_eval import resolve_config
 
     checkpoint = Path(checkpoint)
-    cfg, _step, _ours = resolve_config(checkpoint, list(overrides or []))
+    cfg, _step, _ours = resolve_config(checkpoint, list(overrides or []), use="adapt")
     weights, kind = read_checkpoint_weights(str(checkpoint), spec_of(cfg.arch).name)
     table = weights.get(PUZZLE_EMB_KEY)
     names = None

@@ -72,21 +72,27 @@ def _unusable(task: Any) -> str | None:
     return None
 
 
-def stage_tasks(challenges: Path, solutions: Path | None, inputs_dir: Path) -> StagedTasks:
-    """Write the usable tasks (and their solutions) under the builder's naming in `inputs_dir`."""
+@dataclass(frozen=True)
+class SelectedTasks:
+    """The usable tasks of a task file (and their solutions), read and checked; nothing written yet."""
+
+    tasks: dict[str, Any]
+    answers: dict[str, Any] | None
+    skipped: dict[str, str]
+
+
+def select_tasks(challenges: Path, solutions: Path | None) -> SelectedTasks:
+    """Read and check the task file (and solutions): TRMError naming the file and task when none is usable."""
     tasks = _read(challenges, "--challenges")
     answers = _read(solutions, "--solutions") if solutions is not None else None
     skipped = {task_id: why for task_id, task in tasks.items() if (why := _unusable(task)) is not None}
     kept = [task_id for task_id in tasks if task_id not in skipped]
     if not kept:
+        first, why = next(iter(skipped.items()), ("-", "the file holds no task"))
         raise TRMError(
-            f"--challenges {challenges}: no task has usable demonstration pairs ({len(skipped)} left out); "
-            "pass a task file with 'train' pairs"
+            f"--challenges {challenges}: no usable task ({len(skipped)} left out; task {first!r}: {why}); "
+            "fix or remove those tasks (grids 1..30 per side, colours 0..9, 'train' pairs), or pass another file"
         )
-    inputs_dir.mkdir(parents=True, exist_ok=True)
-    prefix = inputs_dir / PREFIX
-    staged_challenges, staged_solutions = subset_paths(prefix, SUBSET)
-    atomic_write_text(staged_challenges, json.dumps({t: tasks[t] for t in kept}))
     if answers is not None:
         missing = [t for t in kept if t not in answers]
         if missing:
@@ -94,10 +100,24 @@ def stage_tasks(challenges: Path, solutions: Path | None, inputs_dir: Path) -> S
                 f"--solutions {solutions}: no outputs for task {missing[0]!r} ({len(missing)} missing); pass "
                 "the solutions of this task file, or leave --solutions out"
             )
-        atomic_write_text(staged_solutions, json.dumps({t: answers[t] for t in kept}))
-    elif staged_solutions.exists():
-        staged_solutions.unlink()
-    return StagedTasks(prefix, kept, skipped)
+        answers = {t: answers[t] for t in kept}
+    return SelectedTasks({t: tasks[t] for t in kept}, answers, skipped)
+
+
+def write_tasks(selected: SelectedTasks, inputs_dir: Path) -> StagedTasks:
+    """Write the selected tasks (and their solutions) under the builder's naming in `inputs_dir`."""
+    inputs_dir.mkdir(parents=True, exist_ok=True)
+    prefix = inputs_dir / PREFIX
+    staged_challenges, staged_solutions = subset_paths(prefix, SUBSET)
+    atomic_write_text(staged_challenges, json.dumps(selected.tasks))
+    if selected.answers is not None:
+        atomic_write_text(staged_solutions, json.dumps(selected.answers))
+    return StagedTasks(prefix, list(selected.tasks), selected.skipped)
+
+
+def stage_tasks(challenges: Path, solutions: Path | None, inputs_dir: Path) -> StagedTasks:
+    """Write the usable tasks (and their solutions) under the builder's naming in `inputs_dir`."""
+    return write_tasks(select_tasks(challenges, solutions), inputs_dir)
 
 
 def build_demonstrations(

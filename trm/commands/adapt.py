@@ -55,7 +55,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="its solutions (default: X_solutions.json next to X_challenges.json, if there); only scored, "
         "never trained on",
     )
-    parser.add_argument("--out", required=True, help="run directory of the adaptation (created or resumed)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="run directory of the adaptation: created (new or empty folder) or resumed (an earlier adaptation's); "
+        "a folder holding anything else is refused",
+    )
     add_budget_flags(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.set_defaults(func=_run)

@@ -118,6 +118,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     kaggle.add_argument(
         "--metric", default=None, help="with --best: the eval metric to rank by (default: the run's own)"
     )
-    kaggle.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    kaggle.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier bundle this command wrote at OUT_DIR (never a folder holding anything else, "
+        "a run, a checkpoint or a dataset)",
+    )
     kaggle.add_argument("--quiet", action="store_true", help="no progress bars")
     kaggle.set_defaults(func=_kaggle)

@@ -26,7 +26,9 @@ def _run(args: argparse.Namespace) -> int:
         out = args.out or Path("hub-publish") / args.repo.replace("/", "--")
         provenance = stage(run_dir, out, overwrite=True, **common)
         print(f"dry run: nothing uploaded; the folder hf://{args.repo} would receive is {out}:")
-        for path in sorted(p for p in out.rglob("*") if p.is_file()):
+        from trm.safe_remove import MARKER
+
+        for path in sorted(p for p in out.rglob("*") if p.is_file() and p.name != MARKER):
             print(f"  {path.relative_to(out).as_posix()}  ({path.stat().st_size:,} bytes)")
         print(f"step {provenance['step']} ({provenance['selected']['by']})")
         return 0
@@ -75,6 +77,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="write the exact folder it would upload to --out and list it"
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="with --dry-run: the folder (default hub-publish/ORG--NAME)"
+        "--out",
+        type=Path,
+        default=None,
+        help="with --dry-run: the folder (default hub-publish/ORG--NAME); new, empty or an earlier dry run's "
+        "(never a folder holding anything else, a run, a checkpoint or a dataset)",
     )
     parser.set_defaults(func=_run)

@@ -128,7 +128,9 @@ def _subset_of_group(manifest: dict[str, Any], n_groups: int) -> list[str]:
     """Subset of each train group: the builder writes the tasks subset by subset, in --subsets order."""
     subsets = (manifest.get("args") or {}).get("subsets") or []
     counts = (manifest.get("counts") or {}).get("tasks") or {}
-    names = [s for s in subsets for _ in range(int(counts.get(s, 0)))]
+    if not isinstance(subsets, list) or not isinstance(counts, dict):  # an edited manifest: no subset names
+        return ["unknown"] * n_groups
+    names = [s for s in subsets for _ in range(counts.get(s, 0) if type(counts.get(s, 0)) is int else 0)]
     return names if len(names) == n_groups else ["unknown"] * n_groups
 
 
@@ -447,6 +449,8 @@ in float32 at puzzle_emb_ndim 512, against about 7M parameters in the network it
 def write_report(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
     """audit.json and audit.md in `out_dir` (each written atomically)."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise TRMError(f"--out {out}: it is a file, not a folder; pass a folder for audit.json and audit.md")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / JSON_NAME, report)
     atomic_write_text(out / MARKDOWN_NAME, render_markdown(report))

@@ -15,6 +15,7 @@ import numpy as np
 import trm
 from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_bytes, atomic_write_text
+from trm.safe_remove import check_replaceable
 
 from . import formats
 from .arc_source import DEFAULT_PREFIX, ArcTask, input_checksums, load_subsets
@@ -22,6 +23,7 @@ from .layout import SplitLayout, grid_store, identifiers_json, num_identifiers, 
 from .manifest import (
     MANIFEST,
     identifiers_provenance,
+    listed_files,
     read_manifest,
     read_verified_manifest,
     write_manifest,
@@ -95,7 +97,7 @@ def build_arc_dataset(
     if workers <= 0:  # auto: one render thread per core (up to 8) when there is enough work to share
         workers = min(os.cpu_count() or 1, 8) if len(tasks) * max(num_aug, 1) >= _AUTO_WORKERS_MIN_WORK else 1
     identifiers = num_identifiers(tasks, puzzle_identifiers_start)
-    with atomic_directory(output_dir, overwrite=True) as tmp:
+    with atomic_directory(output_dir, overwrite=True, kind="dataset", listed_by=listed_files) as tmp:
         counts: dict[str, dict[str, int]] = {}
         known_hashes: dict[str, str] = {}
         for split, layout in split_layouts(tasks, puzzle_identifiers_start).items():
@@ -163,6 +165,7 @@ def _reusable(output_dir: Path, args: dict[str, Any], inputs: dict[str, str], ov
     if existing is not None and existing["args"] == args and existing.get("inputs") == inputs:
         read_verified_manifest(output_dir)
         return existing
+    check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag="--output-dir")  # not ours
     if not overwrite:
         raise TRMError(
             f"{output_dir}: already exists and holds a different, older or incomplete dataset; "

@@ -20,10 +20,11 @@ import numpy as np
 
 from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_bytes
+from trm.safe_remove import check_replaceable
 
 from . import formats
 from .grid_recipes import FORM as GRID_COMPACT
-from .manifest import MANIFEST, read_manifest, read_verified_manifest, write_manifest
+from .manifest import MANIFEST, listed_files, read_manifest, read_verified_manifest, write_manifest
 from .metadata import DatasetMetadata
 
 IDENTIFIERS = ["<blank>"]
@@ -103,6 +104,7 @@ def existing_dataset(
             manifest = None
     if manifest is not None and manifest["args"] == args and manifest.get("inputs") == inputs:
         return read_verified_manifest(output_dir)
+    check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag="--output-dir")  # not ours
     if not overwrite:
         raise TRMError(
             f"{output_dir}: already exists and holds a different or incomplete dataset; "
@@ -124,7 +126,7 @@ def write_dataset(
     """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
     counts: dict[str, dict[str, int]] = {}
     known: dict[str, str] = {}
-    with atomic_directory(output_dir, overwrite=True) as tmp:
+    with atomic_directory(output_dir, overwrite=True, kind="dataset", listed_by=listed_files) as tmp:
         for split, data in splits.items():
             (tmp / split).mkdir()
             if isinstance(data, LinkedSplit):

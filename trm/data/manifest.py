@@ -162,6 +162,7 @@ def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
         or any(k not in manifest for k in required)
     ):
         raise TRMError(f"{path}: not a trm-stack dataset manifest; {rebuild_hint(root)}")
+    _check_types(path, manifest, root)
     if manifest.get("format_version") != FORMAT_VERSION:
         raise TRMError(
             f"{path}: format_version {manifest.get('format_version')} is not {FORMAT_VERSION}; {rebuild_hint(root)}"
@@ -171,6 +172,46 @@ def read_manifest(dataset_dir: str | Path) -> dict[str, Any]:
             f"{path}: fingerprint does not match the listed files (edited manifest); {rebuild_hint(root)}"
         )
     return manifest
+
+
+# The types of the manifest's keys readers use (`counts` and `identifiers` only when present).
+KEY_TYPES = {"format": str, "form": str, "files": dict, "fingerprint": str, "args": dict, "counts": dict}
+
+
+def _check_types(path: Path, manifest: dict[str, Any], root: Path) -> None:
+    """One line naming the key whose value has the wrong type (an edited or foreign manifest)."""
+    for key, kind in KEY_TYPES.items():
+        if key in manifest and not isinstance(manifest[key], kind):
+            raise TRMError(
+                f"{path}: key `{key}` is a {type(manifest[key]).__name__}, not a {kind.__name__} "
+                f"(edited manifest); {rebuild_hint(root)}"
+            )
+    for rel, info in manifest["files"].items():
+        if (
+            not isinstance(info, dict)
+            or type(info.get("bytes")) is not int
+            or not isinstance(info.get("sha256"), str)
+        ):
+            raise TRMError(
+                f"{path}: files.{rel} needs an integer `bytes` and a string `sha256` (edited manifest); "
+                f"{rebuild_hint(root)}"
+            )
+
+
+def listed_files(dataset_dir: Path) -> list[str] | None:
+    """The files a trm-stack dataset's manifest lists (with the manifest itself), or None when `dataset_dir`
+    holds no such manifest: what `trm.safe_remove` lets a rebuild with --overwrite replace."""
+    try:
+        manifest = json.loads((Path(dataset_dir) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (
+        not isinstance(manifest, dict)
+        or manifest.get("format") != FORMAT
+        or not isinstance(manifest.get("files"), dict)
+    ):
+        return None
+    return [MANIFEST, *manifest["files"]]
 
 
 def check_files(dataset_dir: str | Path, manifest: dict[str, Any], *, full: bool) -> list[str]:

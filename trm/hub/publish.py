@@ -30,14 +30,16 @@ from trm.errors import TRMError
 from trm.extras import install_hint
 from trm.hub.ref import CHECKPOINT_DIR, DATASET_DIR, PROVENANCE, SCHEME, parse
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
+from trm.safe_remove import MARKER
 from trm.training.checkpoint import (
     COMPLETE,
     MANIFEST,
     STATE,
     CheckpointInfo,
     find_complete,
-    load_torch,
+    load_verified,
     save_torch,
+    verified_manifest,
 )
 
 log = logging.getLogger(__name__)
@@ -124,21 +126,24 @@ def _dataset_records(data_paths: list[str], fingerprint: str | None, staged: Pat
     return records
 
 
-def _slim_checkpoint(info: CheckpointInfo, dest: Path) -> dict[str, Any]:
-    """Write `dest` as a complete step folder holding only what evaluation reads; its manifest."""
-    state = load_torch(info.path / STATE)
+def _slim_checkpoint(info: CheckpointInfo, state: dict[str, Any], dest: Path) -> None:
+    """Write `dest` as a complete step folder holding only what evaluation reads from `state` (loaded from
+    bytes verified against the source manifest, whose sha256 is recorded as `published_from.state_sha256`)."""
     dest.mkdir(parents=True)
     save_torch({k: state[k] for k in KEPT_STATE if k in state}, dest / STATE)
     facts = {k: v for k, v in info.manifest.items() if k not in ("files", "format_version")}
     manifest = {
         "format_version": info.manifest.get("format_version", 1),
         **facts,
-        "published_from": {"step_dir": info.path.name, "kept_state": list(KEPT_STATE)},
+        "published_from": {
+            "step_dir": info.path.name,
+            "kept_state": list(KEPT_STATE),
+            "state_sha256": info.manifest["files"][STATE]["sha256"],
+        },
         "files": {STATE: {"bytes": (dest / STATE).stat().st_size, "sha256": sha256_file(dest / STATE)}},
     }
     atomic_write_json(dest / MANIFEST, manifest)
     atomic_write_text(dest / COMPLETE, f"{info.step}\n")
-    return state["config"]
 
 
 def handoff_facts(run_dir: Path, handoff: Path | None) -> dict[str, Any] | None:
@@ -217,14 +222,29 @@ def stage(
 ) -> dict[str, Any]:
     """Write the folder to upload into `out_dir` (atomically); returns its provenance record."""
     from trm.hub.card import render_card
+    from trm.secrets import require_no_secrets
 
     parse(f"{SCHEME}{repo_id}")  # a malformed --repo stops before any work
     selection = select(run_dir, best=best, step=step, metric=metric)
-    info = selection.info
-    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
-        config = _slim_checkpoint(info, tmp / CHECKPOINT_DIR)
+    # Every file of the checkpoint is checked against its manifest before anything is staged; the weights
+    # re-saved below come from the very bytes that were checked.
+    manifest = verified_manifest(selection.info.path, "publish-checkpoint")
+    info = CheckpointInfo(selection.info.step, selection.info.path, manifest)
+    if STATE not in manifest.get("files", {}):
+        raise TRMError(
+            f"publish-checkpoint: {info.path}/{MANIFEST} does not list {STATE}; pick another step_N"
+        )
+    state = load_verified(info.path, STATE, manifest, "publish-checkpoint")
+    config = state["config"]
+    paths = list(data_paths or config.get("data_paths") or [])
+    staging = {
+        "kind": "hub-staging",
+        "tool": "trm publish-checkpoint",
+        "sources": [run_dir, info.path, *paths],
+    }
+    with atomic_directory(out_dir, overwrite=overwrite, **staging) as tmp:
+        _slim_checkpoint(info, state, tmp / CHECKPOINT_DIR)
         atomic_write_json(tmp / CONFIG, config)
-        paths = list(data_paths or config.get("data_paths") or [])
         datasets = _dataset_records(paths, info.manifest.get("dataset_fingerprint"), tmp)
         provenance = {
             "format": FORMAT,
@@ -242,6 +262,8 @@ def stage(
         }
         atomic_write_json(tmp / PROVENANCE, provenance)
         atomic_write_text(tmp / CARD, render_card(provenance, config, license_id))
+        hint = f" from the run's config (step_{info.step}/state.pt of {run_dir})"
+        require_no_secrets(tmp, f"publish-checkpoint {run_dir}", hint=hint)
     return provenance
 
 
@@ -256,7 +278,11 @@ def upload(folder: Path, repo_id: str, *, private: bool, message: str) -> Any:
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
         return api.upload_folder(
-            repo_id=repo_id, repo_type="model", folder_path=str(folder), commit_message=message
+            repo_id=repo_id,
+            repo_type="model",
+            folder_path=str(folder),
+            commit_message=message,
+            ignore_patterns=[MARKER],  # the local creation marker (trm.safe_remove) stays local
         )
     except HfHubHTTPError as err:
         raise TRMError(

@@ -73,6 +73,8 @@ def read_config(root: Path) -> dict[str, Any]:
         ) from None
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise TRMError(f"{root}/{MANIFEST}: unreadable ({err}); {fix}") from None
+    if not isinstance(files, dict):
+        raise TRMError(f"{root}/{MANIFEST}: `files` is not an object; {fix}")
     for name in (CONFIG, WEIGHTS, IDENTIFIERS):
         meta = files.get(name)
         path = root / name
@@ -80,15 +82,37 @@ def read_config(root: Path) -> dict[str, Any]:
             if name == IDENTIFIERS:
                 continue
             raise TRMError(f"{root}/{MANIFEST} does not list {name}; {fix}")
+        if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
+            raise TRMError(f"{root}/{MANIFEST}: files.{name}.sha256 is not a string; {fix}")
         if not path.is_file() or sha256_file(path) != meta["sha256"]:
             raise TRMError(f"{path}: missing or its sha256 differs from {MANIFEST} (damaged copy); {fix}")
-    config = json.loads((root / CONFIG).read_text(encoding="utf-8"))
+    try:
+        config = json.loads((root / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise TRMError(f"{root}/{CONFIG}: not readable JSON ({err}); {fix}") from None
+    if not isinstance(config, dict):
+        raise TRMError(f"{root}/{CONFIG}: not a JSON object; {fix}")
     if config.get("format") != FORMAT or config.get("format_version") != FORMAT_VERSION:
         raise TRMError(
             f"{root}/{CONFIG}: format {config.get('format')!r} v{config.get('format_version')} is not "
             f"{FORMAT} v{FORMAT_VERSION}; repackage it with this trm-stack version"
         )
+    _check_config_keys(root, config, fix)
     return config
+
+
+# The keys of config.json inference reads, with the type each must have.
+REQUIRED_CONFIG = {"arch": dict, "dataset": dict, "identifiers": dict, "identifiers.unseen_id": int}
+
+
+def _check_config_keys(root: Path, config: dict[str, Any], fix: str) -> None:
+    for key, kind in REQUIRED_CONFIG.items():
+        value: Any = config
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None or not isinstance(value, kind) or isinstance(value, bool):
+            what = "missing" if value is None else f"a {type(value).__name__}, not a {kind.__name__}"
+            raise TRMError(f"{root}/{CONFIG}: key `{key}` is {what}; {fix}")
 
 
 def model_config(config: dict[str, Any], *, batch_size: int, forward_dtype: str, early_halt: bool) -> Any:
@@ -116,7 +140,13 @@ def load_bundle(
     root = Path(root)
     config = read_config(root)
     dtype = forward_dtype or ("bfloat16" if device.type == "cuda" else "float32")
-    cfg = model_config(config, batch_size=batch_size, forward_dtype=dtype, early_halt=early_halt)
+    try:
+        cfg = model_config(config, batch_size=batch_size, forward_dtype=dtype, early_halt=early_halt)
+    except (TypeError, ValueError, KeyError) as err:
+        raise TRMError(
+            f"{root}/{CONFIG}: key `arch` does not describe a model ({err}); repackage it with "
+            "`python -m trm package kaggle`"
+        ) from None
     with torch.device(device):
         model = build_model(cfg)
     weights = torch.load(root / WEIGHTS, map_location=device, weights_only=True)

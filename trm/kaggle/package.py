@@ -18,8 +18,10 @@ from trm.io import atomic_directory, atomic_write_json, atomic_write_text
 from trm.kaggle import bundle as B
 from trm.kaggle.readme import render_readme
 from trm.model.upstream import PUZZLE_EMB_KEY
+from trm.safe_remove import check_replaceable
 
 log = logging.getLogger(__name__)
+KIND = "kaggle-bundle"  # the kind of output in the bundle's creation marker (trm.safe_remove)
 
 # Dataset facts inference needs; ARC's values (as `python -m trm data build-arc` writes them) when no dataset
 # folder is at hand.
@@ -76,7 +78,7 @@ def newest_in_run_dir(path: Path) -> Path:
 def _resolve(checkpoint: Path, overrides: list[str]) -> tuple[Any, int, bool]:
     from trm.training.standalone_eval import resolve_config
 
-    return resolve_config(checkpoint, overrides)
+    return resolve_config(checkpoint, overrides, use="package kaggle")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,10 +195,15 @@ def _write_bundle(
     wheel_options: WheelOptions,
     overwrite: bool,
     hub_source: dict[str, Any] | None = None,
+    sources: tuple[Path, ...] = (),
 ) -> dict[str, Any]:
-    """Weights, config, identifiers, wheelhouse, README and manifest, published atomically."""
+    """Weights, config, identifiers, wheelhouse, README and manifest, published atomically after the
+    secret scan found nothing in them (the third-party wheels aside)."""
+    from trm.secrets import require_no_secrets
+
     opts = wheel_options
-    with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+    staging = {"kind": KIND, "tool": "trm package kaggle", "sources": sources}
+    with atomic_directory(out_dir, overwrite=overwrite, **staging) as tmp:
         with open(tmp / B.WEIGHTS, "wb") as f:
             torch.save({k: v.contiguous() for k, v in weights.items()}, f)
         atomic_write_json(tmp / B.CONFIG, config)
@@ -224,6 +231,8 @@ def _write_bundle(
             **({"hub_source": hub_source} if hub_source else {}),
         }
         atomic_write_json(tmp / B.MANIFEST, manifest)
+        hint = f" from the run's config ({config['source']['checkpoint']})"
+        require_no_secrets(tmp, f"package kaggle {out_dir}", skip=(B.WHEELS,), hint=hint)
         for path in tmp.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.chmod(0o755)
@@ -259,6 +268,8 @@ def package_kaggle(
     if data_path is None and found.layout == OURS and published.is_dir():
         data_path = published
     checkpoint, out_dir = newest_in_run_dir(found.path), Path(out_dir)
+    sources = (found.path, checkpoint)
+    check_replaceable(out_dir, kind=KIND, sources=sources, flag="OUT_DIR")  # before any work
     if out_dir.exists() and not overwrite:
         raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
     # The run's config and weights.
@@ -279,7 +290,7 @@ def package_kaggle(
     }
     config = _bundle_config(checkpoint, cfg, arch_name, model_cfg, ids, unseen_id, source)
     wheel_options = WheelOptions(wheels, python_version, platforms, include_torch, progress)
-    return _write_bundle(out_dir, weights, config, ids.names, wheel_options, overwrite, found.source)
+    return _write_bundle(out_dir, weights, config, ids.names, wheel_options, overwrite, found.source, sources)
 
 
 def local_bundle(weights: str | Path, progress: bool = True) -> tuple[Path, dict[str, Any] | None]:

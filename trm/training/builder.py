@@ -165,14 +165,11 @@ def read_checkpoint_weights(path: str, arch: str | None = None) -> tuple[dict[st
     """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or a reference
     step_N file (upstream TRM or URM, recognised by its keys; must be `arch` when given)."""
     from trm.model.upstream import convert_upstream_state_dict, detect_arch
-    from trm.training.checkpoint import STATE, check_folder, load_torch
+    from trm.training.checkpoint import STATE, load_torch, verified_manifest
 
     p = Path(path)
     if p.is_dir():
-        try:
-            check_folder(p, verify_hashes=True)
-        except ValueError as why:
-            raise TRMError(f"load_checkpoint={path}: not a complete trm checkpoint ({why}).") from None
+        verified_manifest(p, f"load_checkpoint={path}")
         state = load_torch(p / STATE)
         weights = dict(state["model"])
         if state.get("ema") is not None:

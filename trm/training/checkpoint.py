@@ -16,6 +16,8 @@ by one metric (higher is better), and always the newest complete checkpoint.
 from __future__ import annotations
 
 import errno
+import hashlib
+import io
 import json
 import logging
 import os
@@ -32,6 +34,7 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.gitinfo import code_git_sha
 from trm.io import atomic_write_json, atomic_write_text, fsync_dir, fsync_tree, sha256_file
+from trm.safe_remove import remove_retired_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +101,12 @@ def publish(root: Path, step: int, facts: dict[str, Any]) -> Path:
         # A torn leftover, or the same step saved again with newer progress: swap it out atomically.
         old = root / f".step_{step}.old"
         if old.exists():
-            shutil.rmtree(old)
+            remove_retired_checkpoint(old)
         os.replace(final, old)
     os.replace(tmp, final)
     fsync_dir(root)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_retired_checkpoint(old)
     return final
 
 
@@ -112,7 +115,7 @@ def prepare_partial(root: Path, step: int) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     tmp = partial_dir(root, step)
     if tmp.exists():
-        shutil.rmtree(tmp)
+        remove_retired_checkpoint(tmp)
     tmp.mkdir()
     return tmp
 
@@ -189,15 +192,52 @@ def check_folder(folder: Path, *, verify_hashes: bool) -> dict[str, Any]:
         raise ValueError("no COMPLETE marker (the save was interrupted)")
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:
         raise ValueError(f"unreadable {MANIFEST}: {err}") from None
-    for name, meta in manifest.get("files", {}).items():
+    files = manifest.get("files", {}) if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise ValueError(f"{MANIFEST} has no `files` object listing the checkpoint's files")
+    for name, meta in files.items():
+        if (
+            not isinstance(meta, dict)
+            or not isinstance(meta.get("bytes"), int)
+            or not isinstance(meta.get("sha256"), str)
+        ):
+            raise ValueError(f"{MANIFEST}: files.{name} needs an integer `bytes` and a string `sha256`")
         path = folder / name
-        if not path.is_file() or path.stat().st_size != meta["bytes"]:
-            raise ValueError(f"{name} is missing or has the wrong size")
+        if not path.is_file():
+            raise ValueError(f"{name} is missing")
+        if path.stat().st_size != meta["bytes"]:
+            raise ValueError(f"{name} has {path.stat().st_size} bytes, {MANIFEST} says {meta['bytes']}")
         if verify_hashes and sha256_file(path) != meta["sha256"]:
             raise ValueError(f"{name} does not match its sha256 in {MANIFEST}")
     return manifest
+
+
+def verified_manifest(folder: Path, use: str) -> dict[str, Any]:
+    """The manifest of the checkpoint `folder` after checking the size and sha256 of every file it lists.
+
+    What every command that loads a checkpoint for use (evaluate, package, adapt, publish, load_checkpoint=)
+    calls first. A damaged or incomplete one raises TRMError (exit 2): one line naming the file."""
+    try:
+        return check_folder(folder, verify_hashes=True)
+    except ValueError as why:
+        raise TRMError(
+            f"{use}: checkpoint {folder} is damaged or incomplete ({why}); nothing was written. Pick another "
+            "step_N, or restore this one from a copy"
+        ) from None
+
+
+def load_verified(folder: Path, name: str, manifest: dict[str, Any], use: str) -> Any:
+    """Load `folder/name` from bytes whose sha256 was just checked against `manifest` (the bytes loaded are
+    the bytes verified: a file changed after `verified_manifest` still cannot slip through)."""
+    data = (folder / name).read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest["files"][name]["sha256"]:
+        raise TRMError(
+            f"{use}: checkpoint {folder / name} does not match its sha256 in {MANIFEST} (it changed while "
+            "being read, or is damaged); nothing was written. Pick another step_N"
+        )
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 def find_complete(root: Path, *, verify_hashes: bool = False, warn: bool = True) -> list[CheckpointInfo]:
@@ -253,13 +293,13 @@ def prune(root: Path, keep: int, keep_best: int = 0, metric: str | None = None) 
     """Delete complete checkpoints that retention (`retained`) does not keep, and stale temp folders."""
     removed: list[Path] = []
     for stale in [*root.glob(".step_*.partial"), *root.glob(".step_*.old")]:
-        shutil.rmtree(stale, ignore_errors=True)
+        remove_retired_checkpoint(stale)
         removed.append(stale)
     complete = find_complete(root, warn=False)
     kept = retained(complete, keep, keep_best, metric)
     for info in complete:
         if info.step not in kept:
-            shutil.rmtree(info.path, ignore_errors=True)
+            remove_retired_checkpoint(info.path)
             removed.append(info.path)
     return removed
 

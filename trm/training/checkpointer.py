@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,6 +23,7 @@ import torch
 
 from trm import distributed as dist_utils
 from trm.distributed import DistInfo
+from trm.safe_remove import remove_retired_checkpoint
 from trm.training import checkpoint as ckpt
 from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
 from trm.training.config import TrainConfig, best_metric
@@ -168,7 +168,7 @@ class Checkpointer:
                 ckpt.publish(self.run_dir, step, facts)
                 ckpt.prune(self.run_dir, self.keep, self.keep_best, facts["best_metric"])
         except (OSError, RuntimeError) as err:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_retired_checkpoint(folder)
             cause = ckpt.disk_full_cause(err)
             if cause is None:
                 raise
@@ -212,7 +212,7 @@ class Checkpointer:
             snapshot_bytes(self.contents.main_payload()) + snapshot_bytes(carry) * self.info.world_size
         )
         if self.info.is_main:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_retired_checkpoint(folder)
         dist_utils.barrier(self.info)
         cause = cause or OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # another rank's failure
         error = ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from trm import exit_codes
 from trm.errors import TRMError
+from trm.safe_remove import remove_own_temp
 from trm.training.recipes import get_recipe
 
 
@@ -65,7 +65,7 @@ def run(workdir: Path, *, max_puzzles: int, num_aug: int, epochs: int, batch: in
     env.setdefault("OMP_NUM_THREADS", "1")
     data, ckpts = workdir / "data" / "arc-smoke", workdir / "checkpoints" / "smoke_local"
     if ckpts.exists():
-        shutil.rmtree(ckpts)
+        remove_own_temp(ckpts)  # this smoke's own run directory under its work folder
 
     _check("dataset build", subprocess.run(dataset_cmd(data, max_puzzles, num_aug), env=env), 0)
     cmd = train_cmd(data, ckpts, epochs, batch)

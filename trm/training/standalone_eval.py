@@ -21,22 +21,20 @@ from trm.model.registry import spec_of
 from trm.training import config as config_mod
 from trm.training.accumulation import MicroBatchSplit
 from trm.training.builder import build_model, compiled_if_wanted, load_initial_weights
-from trm.training.checkpoint import STATE, check_folder, load_torch
+from trm.training.checkpoint import STATE, load_torch, verified_manifest
 from trm.training.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
 
-def resolve_config(checkpoint: Path, overrides: list[str]) -> tuple[TrainConfig, int, bool]:
-    """(config, step, is_ours) for a checkpoint path plus overrides."""
+def resolve_config(
+    checkpoint: Path, overrides: list[str], use: str = "trm.eval"
+) -> tuple[TrainConfig, int, bool]:
+    """(config, step, is_ours) for a checkpoint path plus overrides; our step_N/ folder is verified against
+    its manifest's sha256s first (`use` names the command in the error)."""
     ours = checkpoint.is_dir()
     if ours:
-        try:
-            check_folder(checkpoint, verify_hashes=False)
-        except ValueError as why:
-            raise TRMError(
-                f"{checkpoint} is not a complete trm checkpoint ({why}): pick another step_N."
-            ) from None
+        verified_manifest(checkpoint, use)
         state = load_torch(checkpoint / STATE)
         base = config_mod.from_dict(state["config"])
         step = int(state["progress"]["step"])

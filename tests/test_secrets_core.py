@@ -1,0 +1,78 @@
+"""trm.secrets: the detector core that staged Hub and Kaggle folders are scanned with (and tools/secrets uses)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+
+from trm.errors import TRMError
+from trm.secrets import TOKEN_PATTERNS, Finding, require_no_secrets, scan_folder
+
+# Token-shaped values built at run time (literal ones would trip the repository's own scan).
+HF = "hf_" + "".join(chr(ord("a") + (3 * i) % 26) for i in range(34))
+HEX = "".join("0123456789abcdef"[(5 * i + 3) % 16] for i in range(40))
+
+
+def test_json_findings_name_the_key_path_and_never_the_value(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "train": {"project_name": HF, "wandb": HEX, "tags": ["ok", HF]},
+                "git_sha": HEX,  # a commit id under a plain key is not a secret
+                "api_key": "$WANDB_API_KEY",  # a reference, not a value
+                "hub_token": "abcdefgh12345678",
+            }
+        )
+    )
+    found = scan_folder(tmp_path)
+    assert found == sorted(
+        [
+            Finding("config.json", "key train.project_name", "Hugging Face Token"),
+            Finding("config.json", "key train.wandb", "W&B API Key"),
+            Finding("config.json", "key train.tags[1]", "Hugging Face Token"),
+            Finding("config.json", "key hub_token", "value of a secret-named key"),
+        ]
+    )
+    with pytest.raises(TRMError) as err:
+        require_no_secrets(tmp_path, "package kaggle out")
+    message = str(err.value)
+    assert "config.json: key train.project_name (Hugging Face Token)" in message and "\n" not in message
+    assert HF not in message and HEX not in message and "abcdefgh12345678" not in message
+
+
+def test_text_lines_binary_pickles_and_skipped_folders(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text(f"# card\n\ncommit {HEX}\nexport WANDB_API_KEY={HEX}\n")
+    (tmp_path / "state.pt").write_bytes(
+        b"\x80\x04" + pickle.dumps({"config": {"run_name": HF}}) + bytes(range(256))
+    )
+    (tmp_path / "wheels").mkdir()
+    (tmp_path / "wheels" / "x.txt").write_text(HF)
+    assert scan_folder(tmp_path, skip=("wheels",)) == [
+        Finding("README.md", "line 4", "W&B API Key"),
+        Finding("state.pt", "binary content", "Hugging Face Token"),
+    ]
+    assert Finding("wheels/x.txt", "line 1", "Hugging Face Token") in scan_folder(tmp_path)
+
+
+def test_a_clean_folder_passes(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text(
+        json.dumps({"files": {"model.pt": {"sha256": "ab" * 32, "bytes": 3}}})
+    )
+    (tmp_path / "model.pt").write_bytes(bytes(range(256)) * 64)
+    require_no_secrets(tmp_path, "publish-checkpoint run")
+
+
+def test_the_repository_scan_uses_the_same_token_formats() -> None:
+    pytest.importorskip("detect_secrets")
+    from tools.secrets import detectors
+
+    for plugin in (
+        detectors.HuggingFaceTokenDetector,
+        detectors.PrimeIntellectTokenDetector,
+        detectors.GoogleApiKeyDetector,
+        detectors.BearerTokenDetector,
+    ):
+        assert plugin.denylist[0] is TOKEN_PATTERNS[plugin.secret_type]  # one definition, not a copy

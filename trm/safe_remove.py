@@ -1,0 +1,194 @@
+"""The one owner of deleting and replacing directories: nothing trm-stack removes is a user's data.
+
+Every folder a command publishes as an output (`trm.io.atomic_directory`: a dataset, a Kaggle bundle, a
+Hub staging folder, a report) carries a creation marker, `.trm-created` (JSON: the tool that wrote it,
+the kind of output and every file it wrote; no time, so the same inputs still give the same bytes). A command may replace or remove an existing target
+only when all of these hold; otherwise it stops with one line (exit 2) and deletes nothing:
+
+- the target is a folder (not a file, not a symbolic link);
+- it is empty, or it holds the marker of the same kind of output and no file the marker does not list
+  (so `--overwrite` replaces what the tool itself wrote, nothing more);
+- it is not, and does not contain, a run directory (`run.json`, `launch/`), a checkpoint (`step_N/` with
+  `manifest.json` or `COMPLETE`) or a dataset (`manifest.json` beside a `train/` folder) other than the
+  dataset of the same kind being rebuilt;
+- it is not the source being read, nor inside it, nor around it.
+
+The other deletions are narrow helpers named for what they remove: `remove_own_temp` (a temporary file or
+folder the caller itself just made) and `remove_retired_checkpoint` (a complete `step_N/` that checkpoint
+retention no longer keeps). `tests/test_safe_remove.py` lists every deleting call in trm/ and tools/, so a
+new one cannot bypass this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from trm.errors import TRMError
+
+MARKER = ".trm-created"
+_STEP = re.compile(r"^step_\d+$")
+
+
+def _relative_files(root: Path) -> list[str]:
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if (p.is_file() or p.is_symlink()) and p.name != MARKER
+    )
+
+
+def write_marker(folder: Path, *, tool: str, kind: str, scratch: bool = False) -> None:
+    """Record in `folder` (a staging folder about to be published) that trm-stack wrote every file in it.
+
+    `scratch=True` marks a work folder the tool creates empty and then fills as it goes (a simulation's
+    venv): everything below it is the tool's, but the run, checkpoint and dataset checks still apply."""
+    record = {
+        "tool": tool,
+        "kind": kind,
+        "scratch": scratch,
+        "files": _relative_files(folder),
+    }
+    with open(folder / MARKER, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The creation record of `folder`, or None when it has none (or an unreadable one)."""
+    try:
+        record = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("files"), list):
+        return None
+    return record
+
+
+def _protected(root: Path, kind: str) -> str | None:
+    """What in `root` must never be deleted by a replace: a run directory, a checkpoint, a dataset."""
+    for folder in [root, *(p for p in root.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        rel = "." if folder == root else folder.relative_to(root).as_posix()
+        if _STEP.match(folder.name) and (
+            (folder / "COMPLETE").exists() or (folder / "manifest.json").exists()
+        ):
+            return f"a checkpoint ({rel})"
+        if (folder / "run.json").is_file() or (folder / "launch").is_dir():
+            return f"a run directory ({rel})"
+        is_dataset = (folder / "manifest.json").is_file() and (folder / "train").is_dir()
+        if is_dataset and not (folder == root and kind == "dataset"):  # a dataset build replaces its own
+            return f"a dataset ({rel})"
+    return None
+
+
+def _overlaps(target: Path, source: Path) -> bool:
+    t, s = target.resolve(), source.resolve()
+    return t == s or t in s.parents or s in t.parents
+
+
+# An output whose own manifest lists its files (a dataset: byte-identical to upstream's builder, so no
+# marker file) names them through a function: the files it lists (with the manifest), or None when the
+# folder holds no such manifest of trm-stack.
+ListedBy = Callable[[Path], "list[str] | None"]
+
+
+def refusal(
+    target: str | os.PathLike[str],
+    *,
+    kind: str,
+    sources: Iterable[str | os.PathLike[str]] = (),
+    listed_by: ListedBy | None = None,
+) -> str | None:
+    """Why `target` may not be replaced by an output of `kind` (None: it may, or it does not exist)."""
+    target = Path(target)
+    for source in sources:
+        if _overlaps(target, Path(source)):
+            return f"it is, holds or lies inside {source}, which this command reads"
+    if target.is_symlink():
+        return "it is a symbolic link"
+    if not target.exists():
+        return None
+    if not target.is_dir():
+        return "it is a file, not a folder"
+    if not any(target.iterdir()):
+        return None
+    what = _protected(target, kind)
+    if what is not None:
+        return f"it is or holds {what}"
+    if listed_by is not None:
+        listed = listed_by(target)
+        if listed is None:
+            return f"it holds files trm-stack did not write (no manifest of a trm-stack {kind})"
+        record = {"kind": kind, "files": listed}
+    else:
+        record = read_marker(target)
+    if record is None:
+        return f"it holds files trm-stack did not write (no {MARKER} marker)"
+    if record.get("kind") != kind:
+        return f"it holds a {record.get('kind')!r} output of {record.get('tool')!r}, not a {kind!r}"
+    foreign = (
+        [] if record.get("scratch") is True else sorted(set(_relative_files(target)) - set(record["files"]))
+    )
+    if foreign:
+        return f"it holds {foreign[0]}, which trm-stack did not write ({len(foreign)} such file(s))"
+    return None
+
+
+def check_replaceable(
+    target: str | os.PathLike[str],
+    *,
+    kind: str,
+    sources: Iterable[str | os.PathLike[str]] = (),
+    flag: str = "the output folder",
+    listed_by: ListedBy | None = None,
+) -> None:
+    """Raise TRMError (one line, exit 2) when `target` may not be replaced; see the module doc."""
+    why = refusal(target, kind=kind, sources=sources, listed_by=listed_by)
+    if why is not None:
+        raise TRMError(
+            f"{flag} {target}: refusing to replace it: {why}; nothing was changed. Choose a new or empty "
+            "folder (or move what is there yourself)"
+        )
+
+
+def remove_owned(
+    target: str | os.PathLike[str], *, kind: str, sources: Iterable[str | os.PathLike[str]] = ()
+) -> None:
+    """Delete a published output of `kind` after the checks of `check_replaceable` passed."""
+    target = Path(target)
+    check_replaceable(target, kind=kind, sources=sources)
+    if target.exists():
+        _rmtree(target)
+
+
+def remove_own_temp(path: str | os.PathLike[str]) -> None:
+    """Delete a temporary file or folder that the caller itself created (staging, scratch, a probe file).
+
+    Never for anything a user could have put there: for outputs use `remove_owned`."""
+    path = Path(path)
+    if path.is_symlink() or path.is_file():
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    elif path.exists():
+        _rmtree(path)
+
+
+def remove_retired_checkpoint(folder: str | os.PathLike[str]) -> None:
+    """Delete one complete `step_N/` folder that checkpoint retention no longer keeps (or a torn one it
+    replaces); refuses anything else."""
+    folder = Path(folder)
+    if not re.fullmatch(r"\.?step_\d+(\.old|\.partial)?", folder.name):
+        raise ValueError(f"{folder} is not a checkpoint folder; refusing to delete it")
+    _rmtree(folder)
+
+
+def _rmtree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,139 @@
+"""The secret detector core: token formats and key names, shared by the repository scan (tools/secrets)
+and by every command that stages files for others (`publish-checkpoint`, `package kaggle`).
+
+`scan_folder` reads every file of a staged folder: JSON files key by key (a finding names the key path,
+e.g. `config.json: project_name`), other files line by line (`README.md: line 12`), binary files (a
+checkpoint's pickled config) as bytes. A finding never carries the value itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Vendor token formats (the value itself is the evidence). Group 1 is the secret.
+TOKEN_PATTERNS: dict[str, re.Pattern[str]] = {
+    "Hugging Face Token": re.compile(r"\b(hf_[A-Za-z0-9]{30,})\b"),
+    "Prime Intellect Token": re.compile(r"\b(pit_[A-Za-z0-9]{24,})\b"),
+    "Google API Key": re.compile(r"\b(AIza[0-9A-Za-z_\-]{35})(?![0-9A-Za-z_\-])"),
+    "Bearer Token": re.compile(r"\bBearer\s+([A-Za-z0-9_\-.=]{24,})"),
+    "GitHub Token": re.compile(
+        r"\b((?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"
+    ),
+    "AWS Access Key": re.compile(r"\b((?:AKIA|ASIA)[0-9A-Z]{16})\b"),
+    "OpenAI Key": re.compile(r"\b(sk-(?:proj-)?[A-Za-z0-9_\-]{32,})\b"),
+    "Slack Token": re.compile(r"\b(xox[abposr]-[A-Za-z0-9-]{10,})\b"),
+    "Private Key": re.compile(r"(-----BEGIN [A-Z ]*PRIVATE KEY-----)"),
+}
+# A word that makes a neighbouring 40-hex string (or any value of a key so named) a credential.
+KEY_WORD = re.compile(r"api[_-]?key|wandb|secret|token|passw(?:or)?d|auth|credential|access[_-]?key", re.I)
+HEX40 = re.compile(r"(?<![0-9a-fA-F])([0-9a-f]{40})(?![0-9a-fA-F])")
+# A value that only refers to a secret: a variable, a placeholder, a template.
+REFERENCE = re.compile(r"^(?:\$|<|\{\{|%\(|\.\.\.|your[_-]|xxx|changeme|redacted|example)", re.I)
+# Key names that hold a secret whatever its shape (a W&B key, a password): `api_key`, `HF_TOKEN`, `secret`.
+SECRET_KEY = re.compile(
+    r"(?:^|[_\-.])(?:api[_-]?key|apikey|token|secret|password|passwd|access[_-]?key)$", re.I
+)
+MIN_SECRET_LENGTH = 8
+# In a binary file (a pickled checkpoint) each string is a run of printable bytes.
+PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{16,}")
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    """Where a secret-like value is (file and key or line) and what it looks like; never the value."""
+
+    path: str
+    where: str
+    type: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.where} ({self.type})"
+
+
+def in_text(text: str) -> Iterator[str]:
+    """The types of the secrets in one line or string."""
+    for name, pattern in TOKEN_PATTERNS.items():
+        if pattern.search(text):
+            yield name
+    if KEY_WORD.search(text) and HEX40.search(text):
+        yield "W&B API Key"
+
+
+def in_value(key: str, value: str) -> list[str]:
+    """The types of the secrets in a string `value` stored under the key `key`."""
+    found = list(in_text(value))
+    if not found and HEX40.fullmatch(value.strip()) and KEY_WORD.search(key):
+        found.append("W&B API Key")
+    if (
+        not found
+        and SECRET_KEY.search(key)
+        and len(value) >= MIN_SECRET_LENGTH
+        and not REFERENCE.match(value)
+    ):
+        found.append("value of a secret-named key")
+    return found
+
+
+def in_object(obj: Any, path: str, where: str = "") -> Iterator[Finding]:
+    """Findings in a JSON-like object, each naming its key path (`a.b[2].c`)."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from in_object(value, path, f"{where}.{key}" if where else str(key))
+    elif isinstance(obj, list | tuple):
+        for i, value in enumerate(obj):
+            yield from in_object(value, path, f"{where}[{i}]")
+    elif isinstance(obj, str):
+        last = where.rsplit(".", 1)[-1]
+        for kind in in_value(last, obj):
+            yield Finding(path, f"key {where or '(top level)'}", kind)
+
+
+def in_file(file: Path, rel: str) -> list[Finding]:
+    """Findings in one file: JSON key by key, text line by line, other bytes as Latin-1 text."""
+    data = file.read_bytes()
+    if file.suffix == ".json":
+        try:
+            return sorted(set(in_object(json.loads(data), rel)))
+        except ValueError:
+            pass
+    try:
+        text = data.decode("utf-8")
+        lines = text.splitlines()
+        return sorted(
+            {Finding(rel, f"line {n}", kind) for n, line in enumerate(lines, 1) for kind in in_text(line)}
+        )
+    except UnicodeDecodeError:
+        runs = (m.group().decode("ascii") for m in PRINTABLE_RUN.finditer(data))
+        return sorted({Finding(rel, "binary content", kind) for run in runs for kind in in_text(run)})
+
+
+def scan_folder(root: Path, *, skip: tuple[str, ...] = ()) -> list[Finding]:
+    """Every finding in the files below `root` (paths relative to it); `skip`: relative folder prefixes
+    not read (third-party wheels)."""
+    findings: list[Finding] = []
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = file.relative_to(root).as_posix()
+        if any(rel == s or rel.startswith(f"{s}/") for s in skip):
+            continue
+        findings.extend(in_file(file, rel))
+    return findings
+
+
+def require_no_secrets(root: Path, what: str, *, skip: tuple[str, ...] = (), hint: str = "") -> None:
+    """Raise TRMError (exit 2) naming each file and key of a secret-like value staged in `root`."""
+    from trm.errors import TRMError
+
+    findings = scan_folder(root, skip=skip)
+    if findings:
+        listed = "; ".join(str(f) for f in findings[:5]) + (
+            f"; and {len(findings) - 5} more" if len(findings) > 5 else ""
+        )
+        raise TRMError(
+            f"{what}: stopped, a secret-like value would be published ({listed}; values not shown). "
+            f"Nothing was published. Remove it{hint}, rotate the key if it is real, and rerun"
+        )
