@@ -37,10 +37,6 @@ ALLOWED = {
         2,
         "a `docker build` stage script (standard library only, nothing of trm loads there): its own build folder",
     ),
-    "trm/launch/planning/probe.py": (1, "the disk probe's own temporary folder, made by mkdtemp just before"),
-    "trm/launch/running/supervisor.py": (1, "log rotation: the launcher's own older train log it renamed"),
-    "trm/launch/running/runner.py": (2, "the launcher's smoke-run folder under its own launch/ directory"),
-    "trm/launch/running/workspace.py": (1, "the one-byte write probe file the launcher itself just created"),
 }
 
 

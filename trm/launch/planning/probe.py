@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import itertools
 import re
-import shutil
 import statistics
 import threading
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from trm.io import atomic_write_json
 from trm.launch.host.nvidia_smi import GpuInfo, Runner, query_memory_used
 from trm.launch.planning.plan import LaunchFailed, LaunchPlan
 from trm.launch.running.supervisor import AttemptResult, Console, Supervisor
+from trm.safe_remove import remove_own_temp
 
 OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 WARMUP_STEPS = 2  # compile and allocator warm-up are excluded from the step time
@@ -114,7 +114,7 @@ def run_probe(launch: ProbeHost, runner: Runner | None = None) -> int:
     vram_mib = min((g.memory_mib for g in launch.plan.gpus), default=None)
     while True:
         probe_dir = launch.plan.probe_dir(micro)
-        shutil.rmtree(probe_dir, ignore_errors=True)
+        remove_own_temp(probe_dir)  # the probe's own scratch run of an earlier attempt
         offset = log.stat().st_size if log.exists() else 0
         sampler = MemorySampler(runner, gpus=launch.plan.gpus) if hw.device == "cuda" else None
         if sampler is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import sys
 import time
 import traceback
@@ -40,6 +39,7 @@ from trm.launch.planning.settings import LaunchSettings
 from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.launch.running.workspace import ensure_writable
 from trm.runlock import HOLDER_ENV, RunLock, RunLocked
+from trm.safe_remove import remove_own_temp
 from trm.training.recipes import Recipe
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
@@ -289,7 +289,7 @@ class Launch:
         if has_complete_checkpoint(s.run_dir):
             self.console.log("smoke gate skipped: the run already has a complete checkpoint (resuming)")
             return
-        shutil.rmtree(self.plan.smoke_dir(), ignore_errors=True)
+        remove_own_temp(self.plan.smoke_dir())
         self.console.log(f"smoke gate: {s.smoke_steps} steps of the real config")
         (command,) = step.commands
         result = self.torchrun(command, s.launch_dir / "smoke.log", "smoke gate")
@@ -299,7 +299,7 @@ class Launch:
             if reason is None:
                 self._smoke_failed(result, s.launch_dir / "smoke.log")
             self.fall_back_to_eager(reason)
-            shutil.rmtree(self.plan.smoke_dir(), ignore_errors=True)
+            remove_own_temp(self.plan.smoke_dir())
             (command,) = step.commands  # made again: the plan now says compile=false
             result = self.torchrun(command, s.launch_dir / "smoke-eager.log", "smoke gate (eager)")
             self._smoke_stopped()

@@ -18,6 +18,7 @@ from typing import IO
 
 from trm import exit_codes
 from trm.launch.after_run.ledger import RunLedger
+from trm.safe_remove import remove_own_temp
 
 LEDGER_EVERY_S = 60.0  # a killed launcher loses at most this much of the run's counted time
 
@@ -241,7 +242,7 @@ class Supervisor:
         stream = stream or self.console.stream
         if exit_dir is not None:
             for old in exit_dir.glob("rank_*.json"):
-                old.unlink()
+                remove_own_temp(old)  # this node's rank records of an earlier attempt
         for log in logs:
             log.parent.mkdir(parents=True, exist_ok=True)
         handles = [open(log, "ab") for log in logs]  # noqa: SIM115 (closed below)

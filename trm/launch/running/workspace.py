@@ -6,6 +6,7 @@ import os
 
 from trm.errors import TRMError
 from trm.launch.planning.settings import LaunchSettings
+from trm.safe_remove import remove_own_temp
 
 
 def ensure_writable(settings: LaunchSettings) -> None:
@@ -19,7 +20,7 @@ def ensure_writable(settings: LaunchSettings) -> None:
             path.mkdir(parents=True, exist_ok=True)
             probe = path / f".trm-write-test-{os.getpid()}"
             probe.write_text("")
-            probe.unlink()
+            remove_own_temp(probe)
         except OSError as err:
             raise TRMError(
                 f"cannot write to {path} ({err.strerror or err}); set {name} (or WORKSPACE) to a writable "
