@@ -53,6 +53,8 @@ def test_each_call_fits_the_budget_and_puts_the_proof_before_the_benches(tmp_pat
         assert f"required parts {required} s (fits)" in proc.stdout
         assert f"report: {ROOT / 'build/gpu-acceptance' / f'call-{call}' / 'report.json'}" in proc.stdout
         assert f"call {call}: the extension is required" in proc.stdout
+        # docs/gpu-host-checks.md states each call's plan: it must be this one
+        assert f"| {required} s " in (ROOT / "docs" / "gpu-host-checks.md").read_text(), (call, required)
     # Call 1 proves (the gpu tests first of the GPU work, then the extension and training on it); call 2 measures.
     one, two = ga.CALLS[1], ga.CALLS[2]
     assert one.index("gpu-tests") < one.index("optimizer") < one.index("resume")
