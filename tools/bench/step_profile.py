@@ -3,7 +3,8 @@ attention, elementwise, other and idle.
 
     nox -s bench -- step_profile [--config paper|tiny] [--device cuda|cpu] [--steps 3] [--compile] [--json]
 
-The step is tools.bench.model's (our loss head, forward + backward + AdamATan2, the carry kept across steps).
+The step is tools.bench.model's (our loss head, forward + backward + our PyTorch AdamATan2, the carry
+kept across steps).
 On CUDA the split is of GPU kernel time (each kernel's own time, by its name), and idle is the profiled wall
 time the GPU spent in no kernel; on CPU it is of the aten operators' own CPU time, and idle is the wall time
 outside them (Python, the profiler). All figures are measured, in ms per step.
@@ -68,6 +69,8 @@ def breakdown(events: Any, *, cuda: bool, wall_s: float, steps: int, device: str
     totals = dict.fromkeys(CATEGORIES, 0.0)
     entries = []
     for event in events:
+        if cuda and getattr(getattr(event, "device_type", None), "name", "") != "CUDA":
+            continue  # on CUDA: the kernels alone (a CPU operator's own device time is its kernels' again)
         if not cuda and not event.key.startswith("aten::"):
             continue  # on CPU: aten operators only (their self times do not overlap)
         us = _own_time_us(event, cuda)
