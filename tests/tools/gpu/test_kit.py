@@ -134,3 +134,50 @@ def test_the_kit_leaves_out_the_upstream_checkouts_notebooks_and_images(tmp_path
         str(p.relative_to(tmp_path / "copy")) for p in (tmp_path / "copy").rglob("*") if p.is_file()
     )
     assert kept == ["README.md", "models/recursive_reasoning/trm.py", "pretrain.py"]
+
+
+FAKE_PIP = """
+import json, pathlib, sys
+args = sys.argv[1:]
+with open(sys.argv[0] + ".calls", "a") as log:
+    log.write(json.dumps(args) + "\\n")
+dest = pathlib.Path(args[args.index("-d") + 1] if "-d" in args else args[args.index("-w") + 1])
+if args[0] == "download" and "--no-binary=:all:" in args:
+    (dest / "adam_atan2-0.0.3.tar.gz").write_bytes(b"sdist")
+elif args[0] == "download":
+    version = args[args.index("--python-version") + 1].replace(".", "")
+    (dest / ("PyYAML-6.0.3-cp%s-cp%s-manylinux_2_28_x86_64.whl" % (version, version))).write_bytes(b"w")
+    (dest / "coolname-5.0.0-py3-none-any.whl").write_bytes(b"w")
+"""
+
+
+def test_one_kit_serves_several_host_pythons_with_pinned_requirements(tmp_path: Path, monkeypatch) -> None:
+    """Each Python version's compiled wheels are downloaded into the same folder (the pure-Python ones serve
+    them all); requirements.txt pins what the kit carries and names what the host keeps without a version."""
+    import hashlib
+    import json
+    import sys
+
+    from trm.images import buildtools
+
+    fake = tmp_path / "pip.py"
+    fake.write_text(FAKE_PIP)
+    monkeypatch.setattr(buildtools, "lock_hashes", lambda text, name: {hashlib.sha256(b"sdist").hexdigest()})
+    manifest = gpu_kit.build_kit(
+        tmp_path / "kit",
+        python_version=("3.11", "3.12"),
+        pip=[sys.executable, str(fake)],
+        host_has=("numpy",),
+    )
+    calls = [json.loads(line) for line in (tmp_path / "pip.py.calls").read_text().splitlines()]
+    versions = [c[c.index("--python-version") + 1] for c in calls if "--python-version" in c]
+    assert versions == ["3.11", "3.12"] and manifest["python_version"] == "3.11 3.12"
+    wheels = sorted(p.name for p in (tmp_path / "kit").glob("*.whl"))
+    assert wheels == [
+        "PyYAML-6.0.3-cp311-cp311-manylinux_2_28_x86_64.whl",
+        "PyYAML-6.0.3-cp312-cp312-manylinux_2_28_x86_64.whl",
+        "coolname-5.0.0-py3-none-any.whl",
+    ]
+    requirements = (tmp_path / "kit" / "requirements.txt").read_text().splitlines()
+    assert "numpy" in requirements and "PyYAML==6.0.3" in requirements and "hydra-core==1.3.8" in requirements
+    assert all("==" in r for r in requirements if r != "numpy") and "matplotlib" not in " ".join(requirements)
