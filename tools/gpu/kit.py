@@ -13,7 +13,8 @@ TinyRecursiveModels checkout for side-by-side numbers, a requirements.txt and a 
 
     python3 -m pip install --no-index --find-links build/gpu-kit -r build/gpu-kit/requirements.txt
 
-which adds what is missing and leaves what the host has (its torch, numpy, …) as it is. The kit and the
+which installs the pinned versions (never torch), and leaves the host's own version of what `--host-has`
+names (requirements.txt names those without a version). The kit and the
 checkout together stay under KIT_LIMIT_MIB, the size a copy to a short-loan host may have.
 
 `simulate` rehearses such a host here: a fresh venv of `--python` with `--torch` (a CPU build), the kit
@@ -225,7 +226,8 @@ package index. From the checkout this folder sits in:
     make gpu-run-1                  # call 1: python3 -m tools.gpu.check --call 1
     make gpu-run-2                  # call 2, at once: python3 -m tools.gpu.check --call 2
 
-pip adds what the host lacks and leaves what it has (torch, numpy, …) as it is. The check builds
+pip installs the pinned versions (never torch) and keeps the host's own version of the packages named
+without one (`--host-has`). The check builds
 adam-atan2 from `{ADAM_SDIST}` for the GPU's SM in the background (by hand:
 `python -m trm.images.buildtools install-adam-atan2 --sdist {DEFAULT_KIT}/{ADAM_SDIST}`).
 {"An upstream checkout is in `" + UPSTREAM_DIR + "/`: the bench part compares against it." if manifest["upstream"] else ""}
