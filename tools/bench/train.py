@@ -173,7 +173,7 @@ def bench_upstream(setup: Setup, upstream: Path, data: Path, steps: int) -> dict
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return f"exit {proc.returncode}: {last[-300:]}"
     median = statistics.median(seconds)
-    return {"steps_per_s": 1.0 / median, "median_s_per_step": median}
+    return {"steps_per_s": 1.0 / median, "median_s_per_step": median, "steps": len(seconds)}
 
 
 def model_config(setup: Setup):  # -> TRMConfig (torch is imported lazily: the driver stays light)
@@ -220,7 +220,8 @@ def report(setup: Setup, ours_times: list[float], theirs: dict[str, float] | str
     theirs_s = theirs["median_s_per_step"]
     theirs_mfu = mfu(setup, theirs_s)
     extra = f", MFU {theirs_mfu:.1%}" if theirs_mfu is not None else ""
-    print(f"  upstream:  {1 / theirs_s:.2f} steps/s ({theirs_s:.3f} s/step{extra})")
+    counted = f" median of {theirs['steps']}" if "steps" in theirs else ""
+    print(f"  upstream:  {1 / theirs_s:.2f} steps/s ({theirs_s:.3f} s/step{counted}{extra})")
     ratio = theirs_s / ours_s
     verdict = "meets" if ratio >= setup.goal else "misses"
     print(f"  ratio:     {ratio:.2f}x ({verdict} the {setup.goal}x goal)")

@@ -54,6 +54,24 @@ def install_optimizer_shim() -> None:
     sys.modules["adam_atan2"] = module
 
 
+def install_tracking_stub() -> None:
+    """Stand in for wandb where it does not import (the GPU kit leaves it out): the benches run upstream with
+    tracking off anyway. `run` stays None, so upstream skips copying its code and config to the run."""
+    module = types.ModuleType("wandb")
+    module.run = None  # type: ignore[attr-defined]
+    module.Settings = lambda **kwargs: kwargs  # type: ignore[attr-defined]
+    module.init = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+    module.log = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+    module.finish = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+    sys.modules["wandb"] = module
+
+
+def importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 def extension_imports() -> bool:
     """Whether the compiled adam-atan2 extension imports (then upstream uses it unchanged)."""
     try:
@@ -78,6 +96,8 @@ def run(checkout: Path, overrides: list[str], device: str = "cpu") -> None:
     code = compile(source, str(script), "exec")
     if device == "cpu" or not extension_imports():
         install_optimizer_shim()
+    if not importable("wandb"):
+        install_tracking_stub()
     sys.path.insert(0, str(checkout))
     sys.argv = [str(script), *overrides]
     # A real `__main__` module: pydantic resolves the config classes' annotations through sys.modules,

@@ -1,41 +1,55 @@
 """GPU host acceptance: one command that checks a host with NVIDIA GPUs end to end, within a time budget.
 
+    python -m tools.gpu.check --call 1|2 [--budget-s 540] [--out DIR] [--kit DIR] [--extension-dir DIR]
     python -m tools.gpu.check [--budget-s 540] [--profile quick|full] [--require-extension]
                                         [--dry-run] [--out build/gpu-acceptance] [--only PART ...]
-    make gpu-check ARGS="..."            nox -s gpu_acceptance -- ...
+    make gpu-run-1 / make gpu-run-2       make gpu-check ARGS="..."       nox -s gpu_acceptance -- ...
 
 It runs with the Python it is started with and that Python's own torch (2.10–2.13 accepted, never
 installed or replaced) from a checkout of this repository: a dev venv, or a host Python with the GPU kit
 (`make gpu-kit`, installed `--no-index`), or our GPU image with the checkout and kit mounted
-(docs/gpu-host-checks.md). Parts, ordered by the evidence they give per second of an H100, each recorded as
-pass / fail / error / skip with its numbers, its output's tail, its planned and measured time:
+(docs/gpu-host-checks.md). A short GPU loan is two calls (CALLS): call 1 proves (the gpu test set, the
+extension against ours, training on the extension) while the extension builds; call 2, right after it,
+measures (the probe, our trainer against upstream's, the SDPA backends, a profiler split). Without --call
+every part runs in one go, the proof first. Parts, each recorded as pass / fail / error / skip with its
+numbers, its output's tail, its planned and measured time:
 
   facts            versions (python, the host's torch and its CUDA, cuDNN, NCCL, triton, adam-atan2, git) and
                    GPU facts (nvidia-smi, MIG slices, what CUDA reports)
+  kit              pip install --no-index of the GPU kit (skipped without one)
   imports          what the check and a training run import (trm.train, hydra, omegaconf, pytest, …)
-  extension-build  starts building adam-atan2 from the kit's sdist for the visible GPUs' SM, in the
-                   background while the parts below run (when it does not import already)
+  extension-build  checks nvcc (present, of torch's CUDA major), then builds adam-atan2 from the kit's sdist
+                   for the visible GPUs' SM, detached, in --extension-dir (when it does not import already);
+                   call 1 leaves an unfinished build running, call 2 picks it up (tools.gpu.extension)
   collect          the test suite collects on this host (no error, no module skipped as a whole)
-  bench            `python -m tools.bench.model --config paper`: ms/step, MFU and compile time (and upstream's
-                   with TRM_UPSTREAM, or the kit's upstream checkout); first of the parts that compile it
-  probe            `select-config --probe` of the paper config: peak memory and seconds per optimizer step
-                   (no evaluation)
-  optimizer        waits for the extension build; the extension against our AdamATan2 over 100 steps (fp32,
-                   bf16) and the extension's own gpu tests
-  resume           a CUDA bf16 + compile=auto run SIGTERMed after step 2, resumed, equal to an uninterrupted
-                   run (RESUME_RTOL / RESUME_ATOL; bitwise recorded); records the AdamATan2 backend that ran
   gpu-tests        the `gpu`-marked tests, TRM_REQUIRE_GPU=1 (a skipped gpu test counts as a failure); the
                    quick profile leaves out the test the `resume` part repeats
-  checkpoint       `python -m tools.bench.checkpoint --device cuda`: the paper-size state saved from the GPU,
-                   how long the loop is blocked asynchronously (pinned buffers) vs synchronously, same sha256s
-  eval             `python -m tools.bench.eval --config paper`: an evaluation pass at paper size (every row
-                   to halting), rows/s eager and compiled, the compiling pass's seconds
+  optimizer        the extension against our AdamATan2 over 100 steps (fp32, bf16) and the extension's own
+                   gpu tests
+  resume           a CUDA bf16 + compile=auto run SIGTERMed after step 2, resumed, equal to an uninterrupted
+                   run (RESUME_RTOL / RESUME_ATOL; bitwise recorded); records the AdamATan2 backend that ran
+  probe            `select-config --probe` of the paper config: peak memory and seconds per optimizer step
+  step-ab          `python -m tools.bench.train --setup paper` against upstream's trainer (the kit's checkout
+                   or TRM_UPSTREAM): ours, upstream, ours, each timing >= STEP_AB_MIN_STEPS steps
+  sdpa             `python -m tools.bench.sdpa`: cuDNN / flash / efficient / math attention at head dim 64,
+                   sequence 916
+  profile          `python -m tools.bench.step_profile`: a compiled paper step's time in matmul, attention,
+                   elementwise, other and idle
+  bench            (optional) `python -m tools.bench.model --config paper`: ms/step, MFU, compile time
+  checkpoint       (optional) `python -m tools.bench.checkpoint --device cuda`: the loop blocked by an
+                   asynchronous save (pinned buffers) vs a synchronous one, same sha256s
+  eval             (optional) `python -m tools.bench.eval --config paper`: evaluation rows/s
+
+The extension: once this run started its build (or with --require-extension, which --call implies) the
+parts that train or run the gpu tests wait for it, put it on PYTHONPATH and set TRM_REQUIRE_ADAM_EXT=1,
+which every child inherits: the trainer then refuses the torch fallback (trm.optim.backend), so a run
+cannot pass on the torch backend; a build that failed fails those parts without running them.
 
 Budget: a part starts only when its planned H100 time fits in what is left of `--budget-s`, and runs at
-most that long; otherwise it is "skipped for time" (for the optional parts, checkpoint and eval, that
-leaves the verdict alone: the required parts' plan is what must fit the budget). Without a CUDA device the CUDA parts are "skipped: no
-GPU" and the others still run. The extension is required only with `--require-extension` (hosts and
-image variants without it train with the torch backend).
+most that long; otherwise it is "skipped for time", which the report's status_reason (and the title of
+report.md) names; a required part skipped for time makes the status "incomplete", never "pass" (optional
+parts leave the verdict alone). Without a CUDA device the CUDA parts are "skipped: no GPU" and the others
+still run.
 
 The report (report.json + report.md) is written atomically to the output folder after every part, so an
 interrupted run still leaves what it measured. Exit codes: 0 every part passed (or was not wanted here),
@@ -65,7 +79,9 @@ from pathlib import Path
 from typing import Any
 
 from tools import checkout_env
+from tools.gpu.extension import ExtensionBuild, prerequisite_problem
 from trm.io import atomic_write_json, atomic_write_text
+from trm.optim.backend import REQUIRE_EXTENSION_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = Path("build/gpu-acceptance")
@@ -137,6 +153,14 @@ class Context:
     adam_sdist: Path | None = None
     extension: ExtensionBuild | None = None
     kit: Path = ROOT / DEFAULT_KIT
+    # Where the extension is built; two calls share it (call 1 starts the build, call 2 picks it up).
+    extension_dir: Path | None = None
+    # Leave an unfinished build running when the check ends (call 1: call 2 reuses it).
+    keep_extension_build: bool = False
+
+    def __post_init__(self) -> None:
+        if self.extension_dir is None:
+            self.extension_dir = self.work / "extension"
 
     def seconds_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -210,6 +234,7 @@ def run_parts(
     *,
     budget_s: float,
     cuda: bool,
+    call: int | None = None,
 ) -> dict[str, Any]:
     """Run every part that fits (an exception is that part's `error`), calling `on_update(report)` after
     each; CUDA parts are skipped without `cuda`, parts whose planned time no longer fits are skipped."""
@@ -218,6 +243,7 @@ def run_parts(
         "host": platform.node(),
         "command": [sys.executable, "-m", "tools.gpu.check", *sys.argv[1:]],
         "profile": ctx.profile,
+        "call": call,
         "budget_s": budget_s,
         "planned_h100_s": planned_total(parts, ctx.profile),
         "planned_required_h100_s": planned_total(parts, ctx.profile, required_only=True),
@@ -258,14 +284,20 @@ def run_parts(
              "required": part.required, "seconds": seconds, **dataclasses.asdict(outcome)}
         )  # fmt: skip
         report["status"] = overall(report["parts"])
+        report["status_reason"] = status_reason(report["parts"])
         print(
             f"gpu-acceptance: {part.name}: {outcome.status.upper()} ({seconds} s) {outcome.summary}",
             flush=True,
         )
         on_update(report)
     if ctx.extension is not None:
-        ctx.extension.stop()
+        if ctx.keep_extension_build and ctx.extension.state() == "running":
+            report["extension_build_left_running"] = {"pid": ctx.extension.record["pid"],
+                                                      "folder": str(ctx.extension.folder)}  # fmt: skip
+        else:
+            ctx.extension.stop()
     report["status"] = overall(report["parts"])
+    report["status_reason"] = status_reason(report["parts"])
     report["seconds"] = round(time.time() - report["started_unix"], 1)
     on_update(report)
     return report
@@ -285,6 +317,31 @@ def overall(parts: list[dict[str, Any]]) -> str:
     return "pass"
 
 
+def status_reason(parts: list[dict[str, Any]]) -> str:
+    """What made the status what it is, in one line: the parts that failed, those skipped for time (required
+    or not), those skipped for want of a GPU."""
+
+    def names(pred: Callable[[dict[str, Any]], bool]) -> str:
+        return ", ".join(p["name"] for p in parts if pred(p))
+
+    said = []
+    for label, pred in (
+        ("failed", lambda p: p["status"] in ("fail", "error")),
+        (
+            "required part(s) skipped for time",
+            lambda p: p.get("skipped") == NO_TIME and p.get("required", True),
+        ),
+        (
+            "optional part(s) skipped for time",
+            lambda p: p.get("skipped") == NO_TIME and not p.get("required", True),
+        ),
+        ("skipped: no GPU", lambda p: p.get("skipped") == NO_GPU),
+    ):
+        if found := names(pred):
+            said.append(f"{label}: {found}")
+    return "; ".join(said) or "every part passed or was not wanted here"
+
+
 EXIT_CODES = {"pass": 0, "fail": 1, "incomplete": 3}
 
 
@@ -292,7 +349,8 @@ def render_markdown(report: dict[str, Any]) -> str:
     """The human half of the report."""
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(report["started_unix"]))
     lines = [
-        f"# GPU acceptance: {report.get('status', 'running').upper()}",
+        f"# GPU acceptance: {report.get('status', 'running').upper()}"
+        + (f" ({report['status_reason']})" if report.get("status_reason") else ""),
         "",
         f"Host `{report['host']}`, {when}"
         + (f", {report['seconds']} s" if "seconds" in report else " (in progress)")
@@ -439,41 +497,6 @@ def imports(ctx: Context) -> Outcome:
     return Outcome("pass", f"{len(REQUIRED_IMPORTS)} modules import: {', '.join(REQUIRED_IMPORTS)}")
 
 
-class ExtensionBuild:
-    """adam-atan2 built from the kit's sdist in the background (trm.images.buildtools install-adam-atan2)
-    into work/adam-atan2-site, which later parts put on PYTHONPATH."""
-
-    def __init__(self, ctx: Context, sdist: Path, jobs: int) -> None:
-        self.site = ctx.work / "adam-atan2-site"
-        self.log = ctx.work / "extension-build.log"
-        self.cmd = [ctx.python, "-m", "trm.images.buildtools", "install-adam-atan2", "--sdist", str(sdist),
-                    "--target", str(self.site), "--jobs", str(jobs)]  # fmt: skip
-        self.started = time.monotonic()
-        with open(self.log, "w", encoding="utf-8") as f:
-            f.write("$ " + " ".join(self.cmd) + "\n")
-            f.flush()
-            self.proc = subprocess.Popen(
-                self.cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=ctx.env, start_new_session=True
-            )
-
-    def wait(self, timeout_s: float) -> tuple[bool, str]:
-        """(built, what happened), waiting at most `timeout_s` for the build."""
-        try:
-            code = self.proc.wait(timeout=max(timeout_s, 0.1))
-        except subprocess.TimeoutExpired:
-            return False, f"still building after {time.monotonic() - self.started:.0f} s"
-        text = self.log.read_text(encoding="utf-8", errors="replace")
-        if code != 0:
-            return False, f"build failed (exit {code}): {tail(text, 600)}"
-        return True, f"built in {time.monotonic() - self.started:.0f} s: {text.strip().splitlines()[-1]}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-
 def extension_imports(python: str, env: dict[str, str]) -> bool:
     code = subprocess.run([python, "-c", "import adam_atan2, adam_atan2_backend"], env=env, cwd=ROOT,
                           capture_output=True).returncode  # fmt: skip
@@ -481,8 +504,23 @@ def extension_imports(python: str, env: dict[str, str]) -> bool:
 
 
 def extension_build(ctx: Context) -> Outcome:
+    """Start the build in the background, or pick up the one an earlier call left in ctx.extension_dir."""
     if extension_imports(ctx.python, ctx.env):
         return Outcome("skip", "adam_atan2 already imports here: nothing to build", skipped=NOT_WANTED)
+    assert ctx.extension_dir is not None
+    earlier = ExtensionBuild.find(ctx.extension_dir)
+    if earlier is not None:
+        state = earlier.state()
+        if state == "running" or (
+            state == "built" and extension_imports(ctx.python, site_env(ctx.env, earlier.site))
+        ):
+            ctx.extension = earlier
+            return Outcome(
+                "pass",
+                f"picked up the build an earlier call started {earlier.seconds():.0f} s ago ({state}, pid "
+                f"{earlier.record['pid']}); log {earlier.log}",
+                {"picked_up": True, "state": state, "command": earlier.cmd},
+            )
     sdist = ctx.adam_sdist
     if sdist is None or not sdist.is_file():
         why = f"no adam-atan2 sdist at {sdist} (make gpu-kit puts it there)"
@@ -491,18 +529,62 @@ def extension_build(ctx: Context) -> Outcome:
             why,
             skipped=None if ctx.require_extension else NOT_WANTED,
         )
-    jobs = max(1, (os.cpu_count() or 2) // 2)  # the gpu tests compile on the other half of the cores
-    ctx.extension = ExtensionBuild(ctx, sdist, jobs)
-    return Outcome("pass", f"started in the background with {jobs} job(s); log {ctx.extension.log}",
-                   {"command": ctx.extension.cmd})  # fmt: skip
+    import torch
+
+    problem = prerequisite_problem(ctx.env, torch.version.cuda)
+    if problem is not None:
+        return Outcome(
+            "fail" if ctx.require_extension else "skip",
+            f"cannot build the extension: {problem}",
+            skipped=None if ctx.require_extension else NOT_WANTED,
+        )
+    jobs = max(1, (os.cpu_count() or 2) // 2)  # collect and the first gpu tests use the other half
+    site = ctx.extension_dir / "site"
+    cmd = [ctx.python, "-m", "trm.images.buildtools", "install-adam-atan2", "--sdist", str(sdist),
+           "--target", str(site), "--jobs", str(jobs)]  # fmt: skip
+    ctx.extension = ExtensionBuild.start(ctx.extension_dir, cmd, ctx.env, ROOT)
+    return Outcome(
+        "pass",
+        f"started in the background with {jobs} job(s) (pid {ctx.extension.record['pid']}); log {ctx.extension.log}",
+        {"command": cmd, "picked_up": False},
+    )
+
+
+def site_env(env: dict[str, str], site: Path) -> dict[str, str]:
+    """`env` with `site` first on PYTHONPATH."""
+    path = [str(site), env.get("PYTHONPATH", "")]
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
 def with_extension(ctx: Context) -> dict[str, str]:
     """The environment of later commands: the built extension (if any) on PYTHONPATH."""
     if ctx.extension is None or not ctx.extension.site.is_dir():
         return ctx.env
-    path = [str(ctx.extension.site), ctx.env.get("PYTHONPATH", "")]
-    return {**ctx.env, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    return site_env(ctx.env, ctx.extension.site)
+
+
+def extension_required(ctx: Context) -> bool:
+    """Whether training and the gpu tests must use the extension: asked for, or built (started) in this run."""
+    return ctx.require_extension or ctx.extension is not None
+
+
+def extension_env(ctx: Context, wait_s: float) -> tuple[dict[str, str], str | None]:
+    """(environment, problem) for the parts that train or run the gpu tests. When the extension is required,
+    this waits up to `wait_s` for the build, puts it on PYTHONPATH and sets TRM_REQUIRE_ADAM_EXT=1, which
+    every child inherits (the trainer then refuses the torch fallback); problem says why it cannot."""
+    if not extension_required(ctx):
+        return ctx.env, None
+    if extension_imports(ctx.python, ctx.env):
+        return {**ctx.env, REQUIRE_EXTENSION_ENV: "1"}, None
+    if ctx.extension is None:
+        return ctx.env, "the extension is required but no build was started (see extension-build)"
+    built, note = ctx.extension.wait(wait_s)
+    env = {**with_extension(ctx), REQUIRE_EXTENSION_ENV: "1"}
+    if not built:
+        return env, f"the adam_atan2 extension this run builds is not ready: {note}"
+    if not extension_imports(ctx.python, env):
+        return env, f"the adam_atan2 extension was built but does not import ({note})"
+    return env, None
 
 
 def pytest_command(ctx: Context, *args: str, workers: int = 1) -> list[str]:
@@ -544,18 +626,24 @@ def gpu_tests(ctx: Context) -> Outcome:
         args += ["-k", f"not {RESUME_TWIN_TEST}"]
     workers = GPU_TEST_WORKERS if (os.cpu_count() or 1) >= 8 else 1
     cmd = pytest_command(ctx, *args, workers=workers)
+    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
+    if problem is not None:
+        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
     limit = ctx.limit(GPU_TESTS_LIMIT_S)
     code, output = run_command(
         cmd,
         ctx,
         timeout_s=limit,
         log_name="gpu-tests.log",
-        env={**ctx.env, **PYTEST_ENV, "TRM_REQUIRE_GPU": "1"},
+        env={**env, **PYTEST_ENV, "TRM_REQUIRE_GPU": "1"},
     )
     if code is None:
         return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
-    counts = junit_counts(junit)
+    counts: dict[str, Any] = junit_counts(junit)
+    required = env.get(REQUIRE_EXTENSION_ENV) == "1"
     summary = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no junit report"
+    summary += "; AdamATan2 on CUDA: the extension, required" if required else "; extension not required"
+    counts["extension_required"] = required
     ok = code == 0 and counts.get("tests", 0) > 0 and counts.get("skipped", 0) == 0
     return Outcome("pass" if ok else "fail", f"pytest exit {code}: {summary}", counts, tail(output))
 
@@ -647,7 +735,9 @@ def resume(ctx: Context) -> Outcome:
 
     work = ctx.work / "resume"
     dataset = work / "data"
-    env = with_extension(ctx)
+    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
+    if problem is not None:
+        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
     code, output = run_command(
         [ctx.python, "-m", "trm", "data", "build-arc", "--output-dir", str(dataset), "--subsets", "training",
          "evaluation", "--test-set-name", "evaluation", "--num-aug", "1", "--max-puzzles", "2", "--quiet"],
@@ -682,7 +772,6 @@ def resume(ctx: Context) -> Outcome:
     data: dict[str, Any] = {
         "resumed": "resumed from" in out_resumed,
         "optimizer_backend": backend,
-        "extension_required": ctx.require_extension,
         "rtol": RESUME_RTOL,
         "atol": RESUME_ATOL,
     }
@@ -696,8 +785,10 @@ def resume(ctx: Context) -> Outcome:
         torch.allclose(a["model"][k].double(), b["model"][k].double(), rtol=RESUME_RTOL, atol=RESUME_ATOL)
         for k in a["model"]
     )
-    backend_ok = backend == "ext" if ctx.require_extension else backend in ("ext", "torch")
-    checks = (("resumed", data["resumed"]), ("the extension optimizer" if ctx.require_extension else
+    required = env.get(REQUIRE_EXTENSION_ENV) == "1"
+    data["extension_required"] = required
+    backend_ok = backend == "ext" if required else backend in ("ext", "torch")
+    checks = (("resumed", data["resumed"]), ("the extension optimizer" if required else
               "a logged optimizer backend", backend_ok), ("same progress", data["progress_equal"]),
               ("states within tolerance", close))  # fmt: skip
     why = [name for name, good in checks if not good]
@@ -740,7 +831,10 @@ def probe(ctx: Context) -> Outcome:
 
     workspace = ctx.work / "probe-ws"
     steps = PROBE_STEPS[ctx.profile]
-    env = {**with_extension(ctx), "TASK": "arc2-smoke", "RUN_NAME": "gpu-acceptance-probe",
+    base, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
+    if problem is not None:
+        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    env = {**base, "TASK": "arc2-smoke", "RUN_NAME": "gpu-acceptance-probe",
            "WORKSPACE": str(workspace), "NUM_GPUS": "1", "PROBE_STEPS": str(steps), "WANDB": "off"}  # fmt: skip
     code, output = run_command(
         [ctx.python, "-m", "trm", "select-config", "--probe"], ctx, timeout_s=ctx.limit(PROBE_LIMIT_S),
@@ -921,6 +1015,150 @@ def evaluation(ctx: Context) -> Outcome:
     return Outcome("pass", summary, data, tail(output))
 
 
+def kit_install(ctx: Context) -> Outcome:
+    """pip install the GPU kit offline into this Python (adds what it lacks, keeps what it has)."""
+    requirements = ctx.kit / "requirements.txt"
+    if not requirements.is_file():
+        return Outcome("skip", f"no kit at {ctx.kit} (no requirements.txt): this Python's own packages are used",
+                       skipped=NOT_WANTED)  # fmt: skip
+    cmd = [
+        ctx.python,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--find-links",
+        str(ctx.kit),
+        "-r",
+        str(requirements),
+    ]
+    limit = ctx.limit(KIT_LIMIT_S)
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="kit.log")
+    if code is None:
+        return Outcome("error", f"pip timed out after {limit:.0f} s", output=tail(output))
+    if code != 0:
+        return Outcome("fail", f"pip install --no-index from {ctx.kit} exited {code}", output=tail(output))
+    return Outcome("pass", f"the kit installed offline from {ctx.kit}", {"command": cmd}, tail(output))
+
+
+_TRAIN_OURS = re.compile(
+    r"trm-stack: +(?P<sps>[\d.]+) steps/s \((?P<s>[\d.]+) s/step median of (?P<n>\d+)(?:, MFU (?P<mfu>[\d.]+)%)?"
+)
+_TRAIN_THEIRS = re.compile(
+    r"upstream: +(?P<sps>[\d.]+) steps/s \((?P<s>[\d.]+) s/step(?: median of (?P<n>\d+))?(?:, MFU (?P<mfu>[\d.]+)%)?"
+)
+_TRAIN_FAILED = re.compile(r"upstream: +could not run: (?P<why>.*)")
+_TRAIN_RATIO = re.compile(r"ratio: +(?P<ratio>[\d.]+)x")
+
+
+def parse_step_ab(output: str) -> dict[str, Any]:
+    """ours / upstream s per step, timed steps and MFU, and the ratio, from tools.bench.train's table."""
+    data: dict[str, Any] = {}
+    for line in output.splitlines():
+        for key, pattern in (("ours", _TRAIN_OURS), ("upstream", _TRAIN_THEIRS)):
+            if m := pattern.search(line):
+                data[key] = {"s_per_step": float(m["s"]), "steps_per_s": float(m["sps"]),
+                             "timed_steps": int(m["n"]) if m["n"] else None,
+                             "mfu": float(m["mfu"]) / 100 if m["mfu"] else None}  # fmt: skip
+        if m := _TRAIN_FAILED.search(line):
+            data["upstream_failed"] = m["why"].strip()
+        elif m := _TRAIN_RATIO.search(line):
+            data["ratio_vs_upstream"] = float(m["ratio"])
+    return data
+
+
+def step_ab(ctx: Context) -> Outcome:
+    """Our trainer against upstream's at the paper setup, interleaved (ours, upstream, ours), each timing at
+    least STEP_AB_MIN_STEPS steps after the warm-up, both on the extension optimizer when it is required."""
+    upstream = upstream_checkout(ctx.env, ctx.kit)
+    if upstream is None:
+        return Outcome(
+            "fail", "no upstream checkout: build the kit with `make gpu-kit UPSTREAM=DIR` or set TRM_UPSTREAM"
+        )
+    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
+    if problem is not None:
+        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    cmd = [ctx.python, "-m", "tools.bench.train", "--setup", "paper", "--steps", str(STEP_AB_STEPS),
+           "--keep", str(ctx.work / "step-ab")]  # fmt: skip
+    limit = ctx.limit(STEP_AB_LIMIT_S)
+    code, output = run_command(
+        cmd, ctx, timeout_s=limit, log_name="step-ab.log", env={**env, "TRM_UPSTREAM": upstream}
+    )
+    if code is None:
+        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
+    data = parse_step_ab(output)
+    data.update(upstream_checkout=upstream, steps_per_run=STEP_AB_STEPS, measured=True)
+    ours, theirs = data.get("ours"), data.get("upstream")
+    if code != 0 or ours is None:
+        return Outcome("fail", f"tools.bench.train exited {code}", data, tail(output))
+    if theirs is None or "ratio_vs_upstream" not in data:
+        return Outcome("fail", f"ours {ours['s_per_step']:.3f} s/step; upstream did not run: "
+                       f"{data.get('upstream_failed', 'no line')}", data, tail(output))  # fmt: skip
+    short = [name for name, r, need in (("ours", ours, 2 * STEP_AB_MIN_STEPS), ("upstream", theirs, STEP_AB_MIN_STEPS))
+             if r["timed_steps"] is not None and r["timed_steps"] < need]  # fmt: skip
+    summary = (
+        f"paper setup, interleaved ours/upstream/ours: ours {ours['s_per_step']:.3f} s/step ({ours['timed_steps']} steps),"
+        f" upstream {theirs['s_per_step']:.3f} s/step ({theirs['timed_steps']} steps): {data['ratio_vs_upstream']:.2f}x"
+        + (f"; too few timed steps: {', '.join(short)}" if short else "")
+    )
+    return Outcome("fail" if short else "pass", summary, data, tail(output))
+
+
+def _json_tail(output: str) -> dict[str, Any] | None:
+    """The JSON object a bench printed as its last line (`--json`)."""
+    lines = output.strip().splitlines()
+    try:
+        data = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def sdpa(ctx: Context) -> Outcome:
+    """tools.bench.sdpa at the paper shape: cuDNN, flash, memory-efficient and math attention, forced one by one."""
+    cmd = [ctx.python, "-m", "tools.bench.sdpa", "--device", "cuda", "--json"]
+    limit = ctx.limit(SDPA_LIMIT_S)
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="sdpa.log")
+    if code is None:
+        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
+    data = _json_tail(output)
+    if code != 0 or data is None:
+        return Outcome("fail", f"tools.bench.sdpa exited {code} without its JSON", output=tail(output))
+    said = ", ".join(
+        f"{k} {v['ms']:.2f} ms" if "ms" in v else f"{k} unsupported" for k, v in data["backends"].items()
+    )
+    return Outcome("pass" if data["fastest"] else "fail",
+                   f"fwd+bwd at batch 192 x 8 heads x 916 x 64 (measured): {said}; fastest {data['fastest']}",
+                   data, tail(output))  # fmt: skip
+
+
+def step_profile(ctx: Context) -> Outcome:
+    """tools.bench.step_profile: a compiled paper-config step under torch.profiler, split by kernel kind."""
+    cmd = [
+        ctx.python,
+        "-m",
+        "tools.bench.step_profile",
+        "--config",
+        "paper",
+        "--device",
+        "cuda",
+        "--compile",
+        "--json",
+    ]
+    limit = ctx.limit(PROFILE_LIMIT_S)
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="profile.log")
+    if code is None:
+        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
+    data = _json_tail(output)
+    if code != 0 or data is None:
+        return Outcome(
+            "fail", f"tools.bench.step_profile exited {code} without its JSON", output=tail(output)
+        )
+    shares = ", ".join(f"{k} {v:.0%}" for k, v in data["share_of_wall"].items() if v is not None)
+    return Outcome("pass", f"compiled paper step {data['wall_ms_per_step']:.1f} ms (measured): {shares}", data,
+                   tail(output))  # fmt: skip
+
+
 GPU_TESTS_LIMIT_S = 600
 OPTIMIZER_LIMIT_S = 300  # includes waiting for the background extension build
 RUN_LIMIT_S = 180  # one tiny training run of the resume part (compilation included)
@@ -929,25 +1167,48 @@ BENCH_LIMIT_S = 300
 CHECKPOINT_LIMIT_S = 180  # builds a 2.4 GB puzzle table and writes three ~5 GB checkpoints
 EVAL_LIMIT_S = 240
 EVAL_REPEATS = {"quick": "2", "full": "3"}
+KIT_LIMIT_S = 180
+EXTENSION_WAIT_S = 180  # the longest a part waits for the background build (65-89 s on the first H100)
+STEP_AB_LIMIT_S = 420
+# Steps per trainer run of the step A/B: tools.bench.train times the steps after its 5 warm-up steps, so
+# each run times STEP_AB_MIN_STEPS (ours runs twice, before and after upstream).
+STEP_AB_MIN_STEPS = 20
+STEP_AB_STEPS = STEP_AB_MIN_STEPS + 6
+SDPA_LIMIT_S = 120
+PROFILE_LIMIT_S = 240
 
 # Planned seconds on one H100 per profile, from the first H100 run (docs/gpu-runs/2026-11-26-h100: facts 0.3 s,
 # imports 14, collect 23, bench 124 with both models' compiles, probe 76 before its evaluation (removed since),
 # optimizer 32 once the extension is built (the build: 65-89 s in the background), resume 90, checkpoint 48,
-# eval 88); gpu-tests is still an estimate (it did not start there). The required parts of the quick profile
-# fit DEFAULT_BUDGET_S.
+# eval 88). Estimates, not measured yet: kit (pip --no-index, ~10 s there), gpu-tests (never started there;
+# 150 s plus up to ~45 s waiting for the build it requires), step-ab (3 trainer runs of ~50 s compile + 26
+# steps, plus data), sdpa, profile (one compile of the paper step, 50 s there, plus 5 steps). An H200 is
+# planned as an H100: the plan errs long.
 PARTS: tuple[Part, ...] = (
     Part("facts", "versions and GPU facts (nvidia-smi, MIG, CUDA devices)", {"quick": 5, "full": 5}, 60, facts, needs_cuda=False),
+    Part("kit", "pip install --no-index the GPU kit (what this Python lacks)", {"quick": 20, "full": 20}, KIT_LIMIT_S, kit_install, needs_cuda=False),
     Part("imports", "what the check and training import (the GPU kit on a bare host)", {"quick": 15, "full": 15}, 120, imports, needs_cuda=False),
-    Part("extension-build", "adam-atan2 from the kit's sdist for this GPU's SM, in the background", {"quick": 2, "full": 2}, 30, extension_build),
+    Part("extension-build", "adam-atan2 from the kit's sdist for this GPU's SM, in the background (nvcc checked first)", {"quick": 2, "full": 2}, 30, extension_build),
     Part("collect", "the test suite collects here (no error, no module skipped whole)", {"quick": 25, "full": 25}, 180, collect, needs_cuda=False),
-    Part("bench", "tools.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 125, "full": 240}, BENCH_LIMIT_S, bench),
-    Part("probe", "select-config --probe (arc2-smoke, paper config): peak memory, s/step", {"quick": 80, "full": 120}, PROBE_LIMIT_S, probe),
+    Part("gpu-tests", "pytest -m gpu tests with TRM_REQUIRE_GPU=1 (a skip is a failure), on the extension when built", {"quick": 195, "full": 445}, GPU_TESTS_LIMIT_S + EXTENSION_WAIT_S, gpu_tests),
     Part("optimizer", f"adam-atan2 extension vs our AdamATan2, {OPTIMIZER_STEPS} steps, fp32 and bf16", {"quick": 35, "full": 60}, OPTIMIZER_LIMIT_S, optimizer),
-    Part("resume", "CUDA bf16 + compile=auto run: SIGTERM, resume, equal to uninterrupted; the optimizer backend", {"quick": 90, "full": 120}, 120 + 3 * RUN_LIMIT_S, resume),
-    Part("gpu-tests", "pytest -m gpu tests with TRM_REQUIRE_GPU=1 (a skip is a failure)", {"quick": 150, "full": 400}, GPU_TESTS_LIMIT_S, gpu_tests),
+    Part("resume", "CUDA bf16 + compile=auto run on the extension: SIGTERM, resume, equal to uninterrupted", {"quick": 90, "full": 120}, 120 + 3 * RUN_LIMIT_S, resume),
+    Part("probe", "select-config --probe (arc2-smoke, paper config) on the extension: peak memory, s/step", {"quick": 80, "full": 120}, PROBE_LIMIT_S, probe),
+    Part("step-ab", f"tools.bench.train --setup paper: our trainer vs upstream's, interleaved, >= {STEP_AB_MIN_STEPS} timed steps each", {"quick": 230, "full": 230}, STEP_AB_LIMIT_S, step_ab),
+    Part("sdpa", "tools.bench.sdpa: attention backends (cuDNN, flash, efficient, math) at head dim 64, seq 916", {"quick": 20, "full": 30}, SDPA_LIMIT_S, sdpa),
+    Part("profile", "tools.bench.step_profile: a compiled paper step under torch.profiler (matmul, attention, elementwise, idle)", {"quick": 75, "full": 90}, PROFILE_LIMIT_S, step_profile),
+    Part("bench", "tools.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 125, "full": 240}, BENCH_LIMIT_S, bench, required=False),
     Part("checkpoint", "tools.bench.checkpoint --device cuda: loop blocked by an async save vs a synchronous one", {"quick": 50, "full": 60}, CHECKPOINT_LIMIT_S, checkpoint_save, required=False),
     Part("eval", "tools.bench.eval --config paper: evaluation rows/s eager and compiled", {"quick": 90, "full": 120}, EVAL_LIMIT_S, evaluation, required=False),
 )  # fmt: skip
+
+# The two calls of one short GPU loan (docs/gpu-host-checks.md): call 1 proves (the gpu tests, the extension,
+# training on it) while the extension builds; call 2, at once while the machine is warm, measures. Each
+# call's required parts fit DEFAULT_BUDGET_S on the plan above; the optional ones run when time is left.
+CALLS: dict[int, tuple[str, ...]] = {
+    1: ("facts", "kit", "imports", "extension-build", "collect", "gpu-tests", "optimizer", "resume"),
+    2: ("facts", "extension-build", "probe", "step-ab", "sdpa", "profile", "checkpoint", "eval"),
+}
 
 
 # -------------------------------------------------------------------------------------------------- CLI
@@ -977,8 +1238,16 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.gpu.check", description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help=f"report folder (default {DEFAULT_OUT})"
-    )
+        "--out", type=Path, default=None,
+        help=f"report folder (default {DEFAULT_OUT}, with --call N {DEFAULT_OUT}/call-N)",
+    )  # fmt: skip
+    parser.add_argument("--call", type=int, choices=sorted(CALLS), default=None,
+                        help="one of the two prepared calls of a short GPU loan (1: the gpu tests, the extension, "
+                             "training on it; 2: the probe, the step A/B, SDPA, the profile); implies "
+                             "--require-extension")  # fmt: skip
+    parser.add_argument("--extension-dir", type=Path, default=None,
+                        help="where the extension is built, shared by the calls (default: OUT/../extension with "
+                             "--call, else OUT/extension)")  # fmt: skip
     parser.add_argument("--only", nargs="+", metavar="PART", help="run only these parts")
     parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
                         help=f"total seconds (default {DEFAULT_BUDGET_S}: a 10-minute call)")  # fmt: skip
@@ -1001,16 +1270,33 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
         return 0
     if args.budget_s <= 0:
         parser.error(f"--budget-s {args.budget_s:g}: give a positive number of seconds")
-    args.out = args.out.resolve()  # parts run their commands from the repository root
+    out = args.out or (DEFAULT_OUT / f"call-{args.call}" if args.call else DEFAULT_OUT)
+    args.out = out.resolve()  # parts run their commands from the repository root
+    extension_dir = (
+        args.extension_dir or (args.out.parent if args.call else args.out) / "extension"
+    ).resolve()
     names = [p.name for p in parts]
     unknown = sorted(set(args.only or []) - set(names))
     if unknown:
         parser.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(names)}")
-    chosen = [p for p in parts if not args.only or p.name in args.only]
+    by_name = {p.name: p for p in parts}
+    if args.call:
+        missing = [n for n in CALLS[args.call] if n not in by_name]
+        if missing:
+            parser.error(f"--call {args.call}: part(s) {', '.join(missing)} are not defined")
+        chosen = [by_name[n] for n in CALLS[args.call] if not args.only or n in args.only]
+    else:
+        chosen = [p for p in parts if not args.only or p.name in args.only]
     env = checkout_env({**os.environ, "PYTHONUNBUFFERED": "1", "WANDB_MODE": "disabled"})
     args.kit = args.kit.resolve()
     args.adam_sdist = args.adam_sdist or args.kit / ADAM_SDIST
     print(plan_text(chosen, args.out, env, args.profile, args.budget_s, args.kit), flush=True)
+    if args.call:
+        left = "left running for call 2 if unfinished" if args.call == 1 else "picked up from call 1"
+        print(
+            f"  call {args.call}: the extension is required; its build in {extension_dir} ({left})",
+            flush=True,
+        )
     if args.dry_run:
         return 0
     start = time.monotonic()
@@ -1019,12 +1305,13 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     work.mkdir(exist_ok=True)
     ctx = Context(
         out=args.out, work=work, python=sys.executable, env=env, profile=args.profile,
-        deadline=start + args.budget_s, require_extension=args.require_extension, adam_sdist=args.adam_sdist,
-        kit=args.kit,
+        deadline=start + args.budget_s, require_extension=args.require_extension or args.call is not None,
+        adam_sdist=args.adam_sdist, kit=args.kit, extension_dir=extension_dir, keep_extension_build=args.call == 1,
     )  # fmt: skip
     report = run_parts(
-        chosen, ctx, lambda r: write_report(r, args.out), budget_s=args.budget_s, cuda=cuda_available()
-    )
+        chosen, ctx, lambda r: write_report(r, args.out), budget_s=args.budget_s, cuda=cuda_available(),
+        call=args.call,
+    )  # fmt: skip
     counts = Counter(p["status"] for p in report["parts"])
     print(
         f"gpu-acceptance: {report['status'].upper()} ({', '.join(f'{v} {k}' for k, v in counts.items())});"

@@ -13,13 +13,14 @@ TinyRecursiveModels checkout for side-by-side numbers, a requirements.txt and a 
 
     python3 -m pip install --no-index --find-links build/gpu-kit -r build/gpu-kit/requirements.txt
 
-which adds what is missing and leaves what the host has (its torch, numpy, …) as it is. The kit and the
+which installs the pinned versions (never torch), and leaves the host's own version of what `--host-has`
+names (requirements.txt names those without a version). The kit and the
 checkout together stay under KIT_LIMIT_MIB, the size a copy to a short-loan host may have.
 
 `simulate` rehearses such a host here: a fresh venv of `--python` with `--torch` (a CPU build), the kit
-installed `--no-index`, no docker SDK; then `make gpu-check` with that venv's Python. It passes when every
-CUDA part reports "skipped: no GPU", every other part passes, and the plan fits the budget (exit 0; 1
-otherwise, with what differed).
+installed `--no-index`, no docker SDK; then both calls of a GPU loan (`make gpu-check ARGS="--call 1 …"`,
+then `--call 2`) with that venv's Python. It passes when, in each call, every CUDA part reports "skipped: no
+GPU", every other part passes, and the call's plan fits the budget (exit 0; 1 otherwise, with what differed).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tools.gpu.check import ADAM_SDIST, DEFAULT_KIT, NO_GPU, PARTS, UPSTREAM_DIR
+from tools.gpu.check import ADAM_SDIST, CALLS, DEFAULT_KIT, NO_GPU, PARTS, UPSTREAM_DIR
 from trm.errors import TRMError
 from trm.images.venvtools import normalize
 from trm.io import atomic_write_json, atomic_write_text
@@ -60,6 +61,13 @@ CHECK_DEPS = ("pytest", "pytest-xdist", "PyYAML")
 SDIST_ONLY = ("antlr4-python3-runtime",)
 # Upstream's model imports (the `upstream` extra) minus its dataset builders' numba (with llvmlite > 40 MB).
 UPSTREAM_LEAVE_OUT = ("numba",)
+# What upstream's trainer (pretrain.py, run by tools.bench.upstream_trainer for the step A/B) imports beyond
+# that extra: coolname names its runs (pure Python, pinned here: no extra of ours needs it). Its wandb is
+# stood in for by tools.bench.upstream_trainer when it does not import (a 20 MB wheel the kit leaves out).
+UPSTREAM_TRAINER = ("coolname==5.0.0",)
+# Runtime dependencies the kit leaves out: torch is the host's own; matplotlib (with Pillow and its other
+# dependencies) only plots `trm report` figures, which no part of the GPU check draws.
+KIT_LEAVE_OUT = ("torch", "matplotlib")
 # What the kit leaves out of the upstream checkout: nothing the bench or the parity tests import (its
 # Kaggle notebooks and data, 11 MB, and the README's images would push the kit past what a loan carries).
 UPSTREAM_SKIP_FILES = (".git", "__pycache__", "*.pyc", "assets", "kaggle", "*.png", "*.jpg", "*.gif", "*.pdf")
@@ -74,10 +82,10 @@ def _name(requirement: str) -> str:
 
 
 def kit_requirements(pyproject: dict[str, Any], *, upstream: bool) -> list[str]:
-    """The pinned requirements the kit is downloaded for: runtime dependencies except torch, the check's
-    test runner, and with `upstream` upstream's model imports."""
+    """The pinned requirements the kit is downloaded for: runtime dependencies except KIT_LEAVE_OUT, the
+    check's test runner, and with `upstream` upstream's model and trainer imports."""
     project = pyproject["project"]
-    wanted = [r for r in project["dependencies"] if _name(r).lower() != "torch"]
+    wanted = [r for r in project["dependencies"] if _name(r).lower() not in KIT_LEAVE_OUT]
     dev = {_name(r).lower(): r for r in project["optional-dependencies"]["dev"] if "==" in r}
     missing = [n for n in CHECK_DEPS if n.lower() not in dev]
     if missing:
@@ -87,7 +95,18 @@ def kit_requirements(pyproject: dict[str, Any], *, upstream: bool) -> list[str]:
         wanted += [
             r for r in project["optional-dependencies"]["upstream"] if _name(r) not in UPSTREAM_LEAVE_OUT
         ]
+        wanted += list(UPSTREAM_TRAINER)
     return wanted
+
+
+def requirements_text(wanted: list[str], host_has: set[str]) -> str:
+    """The kit's requirements.txt: every requirement pinned (`name==version`), except those the host's
+    Python has already (their wheels are left out): named without a version, so pip keeps the host's."""
+    lines = [
+        _name(r) if normalize(_name(r)) in host_has else r.split(";")[0].strip()
+        for r in sorted(wanted, key=lambda r: normalize(_name(r)))
+    ]
+    return "\n".join(dict.fromkeys(lines)) + "\n"
 
 
 def lock_pins(text: str, leave_out: tuple[str, ...] = ("torch",)) -> list[str]:
@@ -127,16 +146,19 @@ def wheel_dist_name(filename: str) -> str:
 def build_kit(
     out: Path,
     *,
-    python_version: str,
+    python_version: str | tuple[str, ...],
     upstream: Path | None = None,
     pip: list[str] | None = None,
     host_has: tuple[str, ...] = (),
 ) -> dict:
     """Write the kit into `out` (replacing a previous kit there); returns its manifest. `host_has` names
-    packages the host's Python already has: their wheels are left out (pip keeps the host's)."""
+    packages the host's Python already has: their wheels are left out (pip keeps the host's). Several
+    `python_version`s give one kit for hosts whose Python differs: each version's compiled wheels, and the
+    pure-Python wheels (most of the kit) once for all."""
     from trm.images.buildtools import lock_hashes, sha256_of
 
     pip = pip or [sys.executable, "-m", "pip"]
+    versions = (python_version,) if isinstance(python_version, str) else tuple(python_version)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     wanted = kit_requirements(pyproject, upstream=upstream is not None)
     remove_owned(out, kind=KIT_KIND)  # refuses a folder that is not an earlier kit
@@ -149,11 +171,13 @@ def build_kit(
     for name in SDIST_ONLY:  # pure Python: the wheel built here serves every Python version
         pin = next((p for p in lock_pins((ROOT / RUNTIME_LOCK).read_text()) if _name(p) == name), name)
         _run([*pip, "wheel", "-q", "--no-deps", "-w", str(out), pin], f"building a wheel of {pin}")
-    _run(
-        [*pip, "download", "-q", "--only-binary=:all:", "--python-version", python_version,
-         *(f"--platform={p}" for p in PLATFORMS), "--find-links", str(out), "-c", str(constraints), "-d", str(out), *wanted],
-        f"downloading the kit's wheels for Python {python_version}",
-    )  # fmt: skip
+    for version in versions:
+        _run(
+            [*pip, "download", "-q", "--only-binary=:all:", "--python-version", version,
+             *(f"--platform={p}" for p in PLATFORMS), "--find-links", str(out), "-c", str(constraints), "-d", str(out),
+             *wanted],
+            f"downloading the kit's wheels for Python {version}",
+        )  # fmt: skip
     _run([*pip, "download", "-q", "--no-binary=:all:", "--no-deps", "-d", str(work), "adam-atan2==0.0.3"],
          "downloading the adam-atan2 sdist")  # fmt: skip
     sdist = work / ADAM_SDIST
@@ -167,15 +191,14 @@ def build_kit(
             remove_own_temp(wheel)
     if upstream is not None:
         shutil.copytree(upstream, out / UPSTREAM_DIR, ignore=shutil.ignore_patterns(*UPSTREAM_SKIP_FILES))
-    names = sorted({_name(r) for r in wanted})
-    atomic_write_text(out / "requirements.txt", "\n".join(names) + "\n")
+    atomic_write_text(out / "requirements.txt", requirements_text(wanted, left_out))
     files = {
         p.name: {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
         for p in sorted(out.glob("*.*"))
         if p.is_file()
     }
     manifest = {
-        "python_version": python_version,
+        "python_version": " ".join(versions),
         "platforms": list(PLATFORMS),
         "requirements": wanted,
         "files": files,
@@ -206,9 +229,11 @@ For a GPU host whose Python {manifest["python_version"]} has its own CUDA build 
 package index. From the checkout this folder sits in:
 
     python3 -m pip install --no-index --find-links {DEFAULT_KIT} -r {DEFAULT_KIT}/requirements.txt
-    make gpu-check                  # or: python3 -m tools.gpu.check --budget-s 540
+    make gpu-run-1                  # call 1: python3 -m tools.gpu.check --call 1
+    make gpu-run-2                  # call 2, at once: python3 -m tools.gpu.check --call 2
 
-pip adds what the host lacks and leaves what it has (torch, numpy, …) as it is. The check builds
+pip installs the pinned versions (never torch) and keeps the host's own version of the packages named
+without one (`--host-has`). The check builds
 adam-atan2 from `{ADAM_SDIST}` for the GPU's SM in the background (by hand:
 `python -m trm.images.buildtools install-adam-atan2 --sdist {DEFAULT_KIT}/{ADAM_SDIST}`).
 {"An upstream checkout is in `" + UPSTREAM_DIR + "/`: the bench part compares against it." if manifest["upstream"] else ""}
@@ -276,33 +301,35 @@ def simulate(kit: Path, python: str, torch_spec: str, workdir: Path, budget_s: f
     host = json.loads(facts.stdout)
     if host["docker"]:
         raise TRMError("simulate: the docker SDK is importable in the rehearsal venv; it must not be")
-    out = workdir / "report"
-    proc = step(
-        "make gpu-check",
-        [
-            "make",
-            "-C",
-            str(ROOT),
-            "gpu-check",
-            f"GPU_PYTHON={py}",
-            f"ARGS=--budget-s {budget_s:g} --out {out}",
-        ],
-        env=env,
-    )
-    report = json.loads((out / "report.json").read_text())
-    problems = check_simulated_report(report, {p.name for p in PARTS if p.needs_cuda})
-    if "Error 3" not in proc.stderr:  # make itself exits 2 when its recipe fails; it names the check's code
-        problems.append(f"the check did not exit 3 (incomplete: no GPU): {proc.stderr.strip()[-500:]}")
-    result = {
-        "host": host,
-        "timings_s": timings,
-        "check_seconds": report.get("seconds"),
-        "planned_h100_s": report.get("planned_h100_s"),
-        "budget_s": report.get("budget_s"),
-        "parts": {p["name"]: f"{p['status']} ({p['seconds']} s): {p['summary']}" for p in report["parts"]},
-        "problems": problems,
-        "report": str(out / "report.md"),
-    }
+    cuda_parts = {p.name for p in PARTS if p.needs_cuda}
+    result: dict[str, Any] = {"host": host, "timings_s": timings, "calls": {}, "problems": []}
+    for call in sorted(CALLS):  # the two calls of a GPU loan, in order, as docs/gpu-host-checks.md runs them
+        out = workdir / "report" / f"call-{call}"
+        proc = step(
+            f"make gpu-check (call {call})",
+            ["make", "-C", str(ROOT), "gpu-check", f"GPU_PYTHON={py}",
+             f"ARGS=--call {call} --budget-s {budget_s:g} --out {out} --kit {kit}"],
+            env=env,
+        )  # fmt: skip
+        report_file = out / "report.json"
+        if not report_file.is_file():
+            result["problems"].append(f"call {call}: no report.json ({proc.stderr.strip()[-500:]})")
+            continue
+        report = json.loads(report_file.read_text())
+        result["problems"] += [f"call {call}: {p}" for p in check_simulated_report(report, cuda_parts)]
+        if "Error 3" not in proc.stderr:  # make exits 2 when its recipe fails; it names the check's code
+            result["problems"].append(
+                f"call {call}: the check did not exit 3 (incomplete: no GPU): {proc.stderr.strip()[-500:]}"
+            )
+        result["calls"][call] = {
+            "check_seconds": report.get("seconds"),
+            "planned_required_h100_s": report.get("planned_required_h100_s"),
+            "budget_s": report.get("budget_s"),
+            "parts": {
+                p["name"]: f"{p['status']} ({p['seconds']} s): {p['summary']}" for p in report["parts"]
+            },
+            "report": str(out / "report.md"),
+        }
     atomic_write_json(workdir / "simulation.json", result)
     return result
 
@@ -312,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="write the kit (needs the package index)")
     b.add_argument("--out", type=Path, default=ROOT / DEFAULT_KIT)
-    b.add_argument("--python-version", default="3.12", help="the GPU host's Python (default 3.12)")
+    b.add_argument("--python-version", nargs="+", default=["3.12"],
+                   help="the GPU host's Python; several (3.11 3.12 3.13) when it is not known (default 3.12)")  # fmt: skip
     b.add_argument(
         "--upstream", type=Path, default=None, help="an upstream TinyRecursiveModels checkout to include"
     )
@@ -340,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             m = build_kit(
                 args.out,
-                python_version=args.python_version,
+                python_version=tuple(args.python_version),
                 upstream=args.upstream,
                 host_has=tuple(args.host_has),
             )
@@ -354,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
             if result["problems"]:
                 print("gpu-kit simulate: FAILED:\n  " + "\n  ".join(result["problems"]), file=sys.stderr)
                 return 1
-            print(f"gpu-kit simulate: PASSED; report {result['report']}")
+            print(
+                "gpu-kit simulate: PASSED; reports "
+                + ", ".join(c["report"] for c in result["calls"].values())
+            )
     except TRMError as err:
         print(f"gpu-kit: {err}", file=sys.stderr)
         return 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +21,10 @@ EXTENSION_INSTALL = (
     "python -m trm.images.buildtools install-adam-atan2 --sdist build/gpu-kit/adam_atan2-0.0.3.tar.gz "
     "(needs CUDA torch + nvcc; builds for the visible GPUs' SM only, offline)"
 )
+
+# Set to 1 by the GPU check in every child once it has built the extension: "auto" on CUDA parameters then
+# means "ext" (an unusable extension is an error, never a silent fallback to the torch backend).
+REQUIRE_EXTENSION_ENV = "TRM_REQUIRE_ADAM_EXT"
 
 log = logging.getLogger("trm.optim")
 _logged: set[str] = set()
@@ -80,6 +85,12 @@ def build_adam_atan2(
     params = list(params)
     tensors = [p for item in params for p in (item["params"] if isinstance(item, dict) else [item])]
     devices = {p.device for p in tensors}
+    if (
+        backend == "auto"
+        and os.environ.get(REQUIRE_EXTENSION_ENV) == "1"
+        and any(d.type == "cuda" for d in devices)
+    ):
+        backend = "ext"  # the extension was built for this run: falling back would hide that it does not work
     reason = "requested"
     if backend != "torch":
         cls = _extension_class()
@@ -95,7 +106,8 @@ def build_adam_atan2(
             return optimizer
         if backend == "ext":
             raise TRMError(
-                f"optimizer backend 'ext' is not usable: {problem}. Or set the backend to auto/torch."
+                f"optimizer backend 'ext' is not usable: {problem}. Or set the backend to auto/torch"
+                f" (and unset {REQUIRE_EXTENSION_ENV})."
             )
         reason = problem
     optimizer = AdamATan2(params, lr=lr, betas=betas, weight_decay=weight_decay)

@@ -3,6 +3,7 @@ parsers, and the parts' verdicts on recorded outputs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,45 +17,53 @@ from tools.gpu import check as ga
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def test_dry_run_prints_every_part_and_touches_nothing(tmp_path: Path) -> None:
-    out = tmp_path / "report"
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tools.gpu.check", "--dry-run", "--out", str(out), "--kit",
-         str(tmp_path / "no-kit")],
+def _dry_run(tmp_path: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess[str]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env_extra}
+    return subprocess.run(
+        [sys.executable, "-m", "tools.gpu.check", "--dry-run", "--kit", str(tmp_path / "no-kit"), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
+
+
+def test_dry_run_prints_every_part_and_touches_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = _dry_run(tmp_path, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    names = (
-        "facts",
-        "imports",
-        "extension-build",
-        "collect",
-        "gpu-tests",
-        "optimizer",
-        "resume",
-        "probe",
-        "bench",
-        "checkpoint",
-        "eval",
-    )
-    for name in names:
-        assert f"  {name} " in proc.stdout
+    for part in ga.PARTS:
+        assert f"  {part.name} " in proc.stdout
     assert f"report: {out / 'report.json'}" in proc.stdout
     assert "upstream: not compared (TRM_UPSTREAM unset" in proc.stdout
-    # The quick profile's required parts fit the default budget of a 10-minute call; the optional ones run
-    # when time is left.
-    total = ga.planned_total(ga.PARTS, "quick")
+    # Every part in one call is more than one 10-minute call holds: the plan says so.
     required = ga.planned_total(ga.PARTS, "quick", required_only=True)
-    assert required <= ga.DEFAULT_BUDGET_S <= 540 < total
-    assert f"budget 540 s, planned on one H100 {total} s, required parts {required} s (fits)" in proc.stdout
+    assert required > ga.DEFAULT_BUDGET_S and "does NOT fit: later parts will be skipped" in proc.stdout
     assert "eval " in proc.stdout and "[optional: runs when time is left]" in proc.stdout
     assert not out.exists()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tools.gpu.check", "--dry-run", "--only", "bench"],
-        cwd=ROOT, env={**env, "TRM_UPSTREAM": "/opt/upstream"}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = _dry_run(tmp_path, "--only", "bench", TRM_UPSTREAM="/opt/upstream")
     assert proc.returncode == 0 and "1 part(s)" in proc.stdout and "upstream: /opt/upstream" in proc.stdout
+
+
+def test_each_call_fits_the_budget_and_puts_the_proof_before_the_benches(tmp_path: Path) -> None:
+    by_name = {p.name: p for p in ga.PARTS}
+    for call, names in ga.CALLS.items():
+        parts = [by_name[n] for n in names]
+        required = ga.planned_total(parts, "quick", required_only=True)
+        assert required <= ga.DEFAULT_BUDGET_S == 540, (call, required)
+        proc = _dry_run(tmp_path, "--call", str(call))
+        assert proc.returncode == 0, proc.stderr
+        assert f"required parts {required} s (fits)" in proc.stdout
+        assert f"report: {ROOT / 'build/gpu-acceptance' / f'call-{call}' / 'report.json'}" in proc.stdout
+        assert f"call {call}: the extension is required" in proc.stdout
+        # docs/gpu-host-checks.md states each call's plan: it must be this one
+        assert f"| {required} s " in (ROOT / "docs" / "gpu-host-checks.md").read_text(), (call, required)
+    # Call 1 proves (the gpu tests first of the GPU work, then the extension and training on it); call 2 measures.
+    one, two = ga.CALLS[1], ga.CALLS[2]
+    assert one.index("gpu-tests") < one.index("optimizer") < one.index("resume")
+    assert one.index("kit") < one.index("imports") < one.index("extension-build") < one.index("gpu-tests")
+    assert {"probe", "step-ab", "sdpa", "profile"} <= set(two) and not {"gpu-tests", "resume"} & set(two)
+    order = [p.name for p in ga.PARTS]  # one call with every part: the proof before every bench
+    assert max(order.index(n) for n in ("gpu-tests", "optimizer", "resume")) < min(
+        order.index(n) for n in ("probe", "step-ab", "sdpa", "profile", "bench", "checkpoint", "eval")
+    )
 
 
 def test_unknown_part_is_a_usage_error(capsys) -> None:
@@ -62,7 +71,7 @@ def test_unknown_part_is_a_usage_error(capsys) -> None:
         ga.main(["--dry-run", "--only", "nope"])
     assert info.value.code == 2
     assert (
-        "unknown part(s) nope; choose from facts, imports, extension-build, collect, bench, probe"
+        "unknown part(s) nope; choose from facts, kit, imports, extension-build, collect, gpu-tests"
         in capsys.readouterr().err
     )
 
@@ -402,3 +411,81 @@ def test_an_optional_part_skipped_for_time_leaves_the_verdict_alone() -> None:
     assert ga.overall([base, optional]) == "pass"
     assert ga.overall([base, {**optional, "required": True}]) == "incomplete"
     assert ga.overall([base, {**optional, "skipped": ga.NO_GPU}]) == "incomplete"
+
+
+def test_a_required_part_skipped_for_time_is_named_in_the_status() -> None:
+    parts = [
+        {"name": "facts", "status": "pass", "required": True},
+        {"name": "gpu-tests", "status": "skip", "skipped": ga.NO_TIME, "required": True},
+        {"name": "eval", "status": "skip", "skipped": ga.NO_TIME, "required": False},
+    ]
+    assert ga.overall(parts) == "incomplete"
+    reason = ga.status_reason(parts)
+    assert reason == "required part(s) skipped for time: gpu-tests; optional part(s) skipped for time: eval"
+    report = {"status": "incomplete", "status_reason": reason, "started_unix": 0, "host": "h", "profile": "quick",
+              "budget_s": 540, "planned_h100_s": 1, "planned_required_h100_s": 1, "plan_fits_budget": True,
+              "parts": []}  # fmt: skip
+    title = ga.render_markdown(report).splitlines()[0]
+    assert title == f"# GPU acceptance: INCOMPLETE ({reason})"
+
+
+def test_both_calls_run_in_order_and_a_cpu_host_reports_every_cuda_part_as_no_gpu(
+    tmp_path, monkeypatch
+) -> None:
+    """The simulated loan: call 1, then call 2, each writing its own report; on CPU only the CUDA parts skip."""
+    from tools.gpu import kit as gpu_kit
+
+    monkeypatch.setattr(ga, "cuda_available", lambda: False)
+    ran: list[str] = []
+
+    def fake(name: str):
+        def run(ctx: ga.Context) -> ga.Outcome:
+            ran.append(name)
+            assert ctx.require_extension  # a call insists on the extension
+            return ga.Outcome("pass", f"{name} ok")
+
+        return run
+
+    parts = tuple(dataclasses.replace(p, run=fake(p.name)) for p in ga.PARTS)
+    cuda = {p.name for p in parts if p.needs_cuda}
+    for call in (1, 2):
+        out = tmp_path / f"call-{call}"
+        assert ga.main(["--call", str(call), "--out", str(out)], parts=parts) == 3
+        report = json.loads((out / "report.json").read_text())
+        assert report["call"] == call and [p["name"] for p in report["parts"]] == list(ga.CALLS[call])
+        assert gpu_kit.check_simulated_report(report, cuda) == []
+        assert report["status_reason"].startswith("skipped: no GPU: ")
+    assert ran == [n for c in (1, 2) for n in ga.CALLS[c] if n not in cuda]
+
+
+TRAIN_TABLE = """paper setup on cuda, batch 192, torch threads default
+  trm-stack: 4.52 steps/s (0.221 s/step median of 40, MFU 34.9%)
+  upstream:  4.41 steps/s (0.227 s/step median of 21, MFU 34.0%)
+  ratio:     1.03x (misses the 1.3x goal)
+"""
+
+
+def test_step_ab_reads_the_trainer_bench_and_wants_twenty_timed_steps_each(tmp_path, monkeypatch) -> None:
+    data = ga.parse_step_ab(TRAIN_TABLE)
+    assert data["ours"] == {"s_per_step": 0.221, "steps_per_s": 4.52, "timed_steps": 40, "mfu": 0.349}
+    assert data["upstream"]["timed_steps"] == 21 and data["ratio_vs_upstream"] == 1.03
+    calls = []
+
+    def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
+        calls.append((cmd, env))
+        return 0, TRAIN_TABLE
+
+    monkeypatch.setattr(ga, "run_command", fake_run)
+    ctx = _ctx(tmp_path)
+    assert ga.step_ab(ctx).status == "fail"  # no upstream checkout: nothing to compare with
+    ctx = _ctx(tmp_path, TRM_UPSTREAM="/opt/upstream")
+    outcome = ga.step_ab(ctx)
+    assert outcome.status == "pass" and "1.03x" in outcome.summary, outcome
+    cmd, env = calls[-1]
+    assert cmd[cmd.index("--setup") + 1] == "paper" and int(cmd[cmd.index("--steps") + 1]) >= 20 + 5
+    assert env["TRM_UPSTREAM"] == "/opt/upstream"
+    monkeypatch.setattr(
+        ga, "run_command", lambda *a, **k: (0, TRAIN_TABLE.replace("median of 21", "median of 9"))
+    )
+    short = ga.step_ab(ctx)
+    assert short.status == "fail" and short.summary.endswith("too few timed steps: upstream")
