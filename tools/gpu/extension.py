@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.io import atomic_write_json
+from trm.safe_remove import remove_own_temp
 
 BUILD, LOG, RESULT, SITE = "build.json", "build.log", "result.json", "site"
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
@@ -102,9 +103,8 @@ class ExtensionBuild:
     def start(cls, folder: Path, cmd: list[str], env: dict[str, str], cwd: Path) -> ExtensionBuild:
         """Start `cmd` detached (its own session) through the wrapper; a previous build's files are replaced."""
         folder.mkdir(parents=True, exist_ok=True)
-        for name in (RESULT, BUILD):
-            (folder / name).unlink(missing_ok=True)
-        shutil.rmtree(folder / SITE, ignore_errors=True)
+        for name in (RESULT, BUILD, SITE):  # what an earlier build of this check wrote there
+            remove_own_temp(folder / name)
         wrapper = [sys.executable, "-m", "tools.gpu.extension", str(folder), "--", *cmd]
         with open(folder / LOG, "w", encoding="utf-8") as f:
             f.write("$ " + " ".join(cmd) + "\n")
