@@ -86,6 +86,19 @@ def test_one_h100_at_the_measured_batch_is_measured_not_derived(tmp_path: Path) 
     assert est.eval_source == "measured (2026-11-26, 1x NVIDIA H100 80GB HBM3): 80 rows/s"
 
 
+def test_a_deeper_config_of_the_measured_model_scales_by_its_flops(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
+    layout = select_layout(gpus_of("h100x1"))
+    base = estimate_run(paper_config(), data, layout, hourly_usd=None)
+    deeper = estimate_run(paper_config("arch.L_cycles=6"), data, layout, hourly_usd=None)
+    assert isinstance(base, RunEstimate) and isinstance(deeper, RunEstimate)
+    # L_cycles 4 -> 6: each of the H_cycles runs 6 + 1 block passes instead of 4 + 1.
+    ratio = deeper.step_seconds / base.step_seconds
+    assert 1.2 < ratio < 1.5 and deeper.eval_seconds > base.eval_seconds
+    assert deeper.step_source.startswith("derived from measured (2026-11-26, 1x NVIDIA H100 80GB HBM3)")
+    assert f"x {ratio:.3g} for this config's FLOPs per row against the measured arc2's" in deeper.step_source
+
+
 def test_another_workload_on_the_measured_tier_is_an_estimate(tmp_path: Path) -> None:
     # The H100 measurement is arch trm at 916 tokens per row; Sudoku (81 cells) is not that workload.
     data = write_dataset(tmp_path / "d", *recorded_sizes("sudoku-extreme-1k-aug-1000"))

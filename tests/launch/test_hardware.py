@@ -154,7 +154,7 @@ def test_the_h100_tier_is_measured_and_select_config_says_so():
 def test_the_h100_tier_has_its_measured_speed():
     speed = next(t for t in load_table().tiers if t.name == "h100-80g").speed
     assert speed is not None and speed.label == "2026-11-26, 1x NVIDIA H100 80GB HBM3"
-    assert (speed.arch, speed.tokens, speed.eval_rows_per_s) == ("trm", 916, 80.0)
+    assert (speed.recipe, speed.eval_rows_per_s) == ("arc2", 80.0)
     assert speed.row_seconds == pytest.approx(0.907 / 768)
     assert all(t.speed is None for t in load_table().tiers if t.source == "estimate")
 
@@ -164,8 +164,7 @@ SPEED = """
 date = 2026-11-26
 gpu = "NVIDIA A100 80GB"
 gpus = 1
-arch = "trm"
-tokens = 916
+recipe = "arc2"
 step_seconds = 1.8
 step_rows = 768
 eval_rows_per_s = 40

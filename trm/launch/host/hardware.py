@@ -21,13 +21,12 @@ TABLE_PATH = Path(__file__).with_name("hardware.toml")
 @dataclass(frozen=True, kw_only=True)
 class TierSpeed:
     """A measured tier's `[tier.speed]`: one optimizer step's time and the evaluation rate on `gpus` GPUs
-    for one workload (arch, tokens per row), as `make gpu-check` measured them."""
+    for one recipe's model and data, as `make gpu-check` measured them."""
 
     date: str
     gpu: str
     gpus: int
-    arch: str
-    tokens: int
+    recipe: str
     step_seconds: float
     step_rows: int
     eval_rows_per_s: float
@@ -47,8 +46,7 @@ _SPEED_FIELDS = {
     "date": str,
     "gpu": str,
     "gpus": int,
-    "arch": str,
-    "tokens": int,
+    "recipe": str,
     "step_seconds": float,
     "step_rows": int,
     "eval_rows_per_s": float,
@@ -69,10 +67,7 @@ def _speed(raw: object, where: str) -> TierSpeed | None:
         raise TRMError(
             f"hardware table {where} [tier.speed]: {err}; see the header of hardware.toml"
         ) from None
-    if (
-        min(speed.gpus, speed.tokens, speed.step_rows) < 1
-        or min(speed.step_seconds, speed.eval_rows_per_s) <= 0
-    ):
+    if min(speed.gpus, speed.step_rows) < 1 or min(speed.step_seconds, speed.eval_rows_per_s) <= 0:
         raise TRMError(f"hardware table {where} [tier.speed]: counts, times and rates must be positive")
     return speed
 

@@ -9,14 +9,16 @@
   sizes recorded for it (trm.launch.planning.dataset_sizes) stand in, and the estimate says so.
 - step time, the first that applies, each labelled with what it is:
   1. "measured (probe)": the probe (PROBE=1) timed this run's steps on this host (launch/probe.json);
-  2. "measured (date, GPU)": the tier's `[tier.speed]` in hardware.toml, for the workload measured there
-     (arch and tokens per row), on as many GPUs and rows per step as measured;
-     "derived from measured (date, GPU)" on another GPU count: each GPU runs global batch / world size rows
-     per step at the measured seconds per row; the all-reduce between the GPUs is not in it (not measured);
+  2. "measured (date, GPU)": the tier's `[tier.speed]` in hardware.toml, for the measured recipe's
+     model on as many GPUs and rows per step as measured;
+     "derived from measured (date, GPU)" otherwise: each GPU runs global batch / world size rows per step
+     at the measured seconds per row, times the run's training FLOPs per row over the measured recipe's
+     (another depth or width of the same architecture on the same tokens per row; another architecture or
+     sequence length falls to 3.); the all-reduce between the GPUs is not in it (not measured);
   3. "estimate": training FLOPs per step / (peak FLOP/s of the GPUs x ASSUMED_MFU).
 - one full evaluation: every test row (`test/dataset.json`: puzzles x examples per puzzle) for
-  halt_max_steps forward ACT steps, at the tier's measured `eval_rows_per_s` (x the GPUs: derived on more
-  GPUs than measured) when it has one for this workload, else at the training step's FLOP rate ("estimate",
+  halt_max_steps forward ACT steps, at the tier's measured `eval_rows_per_s` (x the GPUs and the forward
+  FLOPs ratio: derived, as above) when 2. applies, else at the training step's FLOP rate ("estimate",
   or "derived from the probe's step time" when the probe measured it).
 - how many: one evaluation per pass from min_eval_interval on (epochs / eval_interval passes); with the
   subset evaluation (`eval_subset.fraction` < 1) every `eval_subset.full_every`-th is full (0: none in-run)
@@ -34,6 +36,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -267,15 +270,58 @@ def tier_speed(layout: BatchLayout) -> TierSpeed | None:
     return tier.speed if tier is not None else None
 
 
-def measured_step(speed: TierSpeed, layout: BatchLayout) -> tuple[float, str]:
-    """The step time from the tier's measurement: the run's rows per GPU at the measured seconds per row."""
+@cache
+def recipe_config(name: str) -> TrainConfig:
+    """A recipe's trainer config as the trainer resolves it (the measured recipe's model)."""
+    from trm.training.config import compose
+    from trm.training.recipes import get_recipe
+
+    return compose([*get_recipe(name).overrides, "data_paths=[unused]"])
+
+
+def workload_scale(speed: TierSpeed, cfg: TrainConfig, seq_len: int) -> tuple[float, float] | None:
+    """(training, evaluation) FLOPs per row of `cfg` on `seq_len` cells over those of the measured recipe,
+    when both run the same architecture on the same tokens per row (else None: the measurement does not
+    carry over)."""
+    from trm.model.registry import model_config, spec_of
+    from trm.training.recipes import get_recipe
+
+    reference = get_recipe(speed.recipe)
+    sizes = recorded_sizes(reference.dataset)
+    reference_arch = recipe_config(speed.recipe).arch
+    if sizes is None or spec_of(reference_arch).name != spec_of(cfg.arch).name:
+        return None
+    ref_model, run_model = (
+        model_config(arch, batch_size=1, seq_len=cells, vocab_size=int(sizes[0]["vocab_size"]),
+                     num_puzzle_identifiers=1, forward_dtype="bfloat16")
+        for arch, cells in ((reference_arch, int(sizes[0]["seq_len"])), (cfg.arch, seq_len))
+    )  # fmt: skip
+    if ref_model.total_seq_len != run_model.total_seq_len:
+        return None
+    ref, run = act_step_flops(ref_model), act_step_flops(run_model)
+    evaluation = (run_model.halt_max_steps * run.forward) / (ref_model.halt_max_steps * ref.forward)
+    return run.train / ref.train, evaluation
+
+
+def _scaled(scale: float, speed: TierSpeed) -> str:
+    return (
+        ""
+        if scale == 1
+        else f"; x {scale:.3g} for this config's FLOPs per row against the measured {speed.recipe}'s"
+    )
+
+
+def measured_step(speed: TierSpeed, layout: BatchLayout, scale: float = 1.0) -> tuple[float, str]:
+    """The step time from the tier's measurement: the run's rows per GPU at the measured seconds per row
+    (times `scale`, the FLOPs per row against the measured recipe's)."""
     rows_per_gpu = layout.global_batch_size / layout.world_size
-    seconds = rows_per_gpu * speed.row_seconds
-    if layout.world_size == speed.gpus and layout.global_batch_size == speed.step_rows:
+    seconds = rows_per_gpu * speed.row_seconds * scale
+    if layout.world_size == speed.gpus and layout.global_batch_size == speed.step_rows and scale == 1:
         return seconds, f"measured ({speed.label})"
     return seconds, (
         f"derived from measured ({speed.label}): {rows_per_gpu:g} rows per GPU x "
         f"{1000 * speed.row_seconds:.3g} ms per row"
+        + _scaled(scale, speed)
         + (
             f"; the {layout.world_size}-GPU all-reduce is not in it (not measured)"
             if layout.world_size > 1
@@ -284,14 +330,14 @@ def measured_step(speed: TierSpeed, layout: BatchLayout) -> tuple[float, str]:
     )
 
 
-def measured_eval(speed: TierSpeed, layout: BatchLayout, rows: int) -> tuple[float, str]:
+def measured_eval(speed: TierSpeed, layout: BatchLayout, rows: int, scale: float = 1.0) -> tuple[float, str]:
     """One full evaluation from the tier's measured rows/s (times the GPUs, which share the rows)."""
-    seconds = rows / (speed.eval_rows_per_s * layout.world_size / speed.gpus)
-    if layout.world_size == speed.gpus:
+    seconds = rows / (speed.eval_rows_per_s * layout.world_size / speed.gpus) * scale
+    if layout.world_size == speed.gpus and scale == 1:
         return seconds, f"measured ({speed.label}): {speed.eval_rows_per_s:g} rows/s"
     return seconds, (
         f"derived from measured ({speed.label}): {layout.world_size} GPUs x "
-        f"{speed.eval_rows_per_s / speed.gpus:g} rows/s per GPU"
+        f"{speed.eval_rows_per_s / speed.gpus:g} rows/s per GPU" + _scaled(scale, speed)
     )
 
 
@@ -323,7 +369,7 @@ def estimate_run(
     if isinstance(sizes, str):
         return sizes
     train, test, dataset_source = sizes
-    from trm.model.registry import model_config, spec_of
+    from trm.model.registry import model_config
 
     model = model_config(
         cfg.arch,
@@ -343,12 +389,11 @@ def estimate_run(
     step_flops = cfg.global_batch_size * flops.train
     gpus = layout.world_size if layout.device == "cuda" else 0
     speed = tier_speed(layout)
-    if speed is not None and (speed.arch, speed.tokens) != (spec_of(cfg.arch).name, model.total_seq_len):
-        speed = None  # measured for another workload: its seconds per row do not carry over
+    scale = None if speed is None else workload_scale(speed, cfg, int(train["seq_len"]))
     if measured_step_seconds is not None:
         step_seconds, source = measured_step_seconds, "measured (probe)"
-    elif speed is not None:
-        step_seconds, source = measured_step(speed, layout)
+    elif speed is not None and scale is not None:
+        step_seconds, source = measured_step(speed, layout, scale[0])
     else:
         peak = peak_flops(layout.gpu_name) if gpus else None
         if peak is None:
@@ -356,8 +401,8 @@ def estimate_run(
             return f"unknown {where}: no peak FLOP/s; PROBE=1 measures the step time"
         step_seconds = step_flops / (peak * gpus * ASSUMED_MFU)
         source = f"estimate: FLOPs at MFU {ASSUMED_MFU:.2f}"
-    if speed is not None:
-        eval_seconds, eval_source = measured_eval(speed, layout, eval_rows)
+    if speed is not None and scale is not None:
+        eval_seconds, eval_source = measured_eval(speed, layout, eval_rows, scale[1])
     else:
         eval_seconds = step_seconds * eval_flops / step_flops
         eval_source = (
