@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,10 +13,13 @@ from tests.launch.test_hardware import gpus_of
 from tests.launch.test_plan import dry_run
 from trm.errors import TRMError
 from trm.launch.host.hardware import select_layout
+from trm.launch.planning.dataset_sizes import recorded_sizes
 from trm.launch.planning.estimate import (
     ASSUMED_MFU,
+    EvalSchedule,
     RunEstimate,
     estimate_run,
+    eval_schedule,
     evaluations,
     probe_step_seconds,
 )
@@ -40,19 +45,67 @@ def paper_config(*extra: str):
     return compose([*get_recipe("arc1").overrides, "data_paths=[x]", *extra])
 
 
-def test_paper_arc_run_on_4_h100_is_about_three_days_and_in_the_users_budget(tmp_path: Path) -> None:
+def test_paper_arc_run_on_4_a100_comes_from_flops_labelled_estimate(tmp_path: Path) -> None:
+    # The A100 tier has no [tier.speed]: the step and the evaluations come from FLOPs at the assumed MFU.
     data = write_dataset(tmp_path / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)
-    est = estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
+    est = estimate_run(paper_config(), data, select_layout(gpus_of("a100-80gx4")), hourly_usd=2.5)
     assert isinstance(est, RunEstimate)
     assert est.total_steps == 518_250  # TRM_SPEC: 518,226 with the unrounded 4.14597 examples per puzzle
     assert est.evaluations == 125  # epochs 100000 / eval_interval 800
-    assert est.step_source == f"estimate: FLOPs at MFU {ASSUMED_MFU:.2f}"
-    # Upstream: about 3 days on 4xH100; our users: $400-1000 for a full run at $1.5-3.5 per GPU-hour.
-    assert 2.5 * 86400 < est.wall_seconds < 4 * 86400
+    assert est.step_source == est.eval_source == f"estimate: FLOPs at MFU {ASSUMED_MFU:.2f}"
     assert est.cost_usd == pytest.approx(est.wall_seconds / 3600 * 4 * 2.5)
+    # Training FLOPs per step: 768 rows x 916 positions x (3 x 5 grad passes + 10 no-grad passes) x 2 blocks,
+    # at 312 TFLOP/s (A100 bf16) x 4 x 0.30.
+    assert 0.6 < est.step_seconds < 1.0
+
+
+def test_paper_arc_run_on_4_h100_is_derived_from_the_one_h100_measurement(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)
+    est = estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
+    assert isinstance(est, RunEstimate) and est.total_steps == 518_250 and est.evaluations == 125
+    # 0.907 s per 768-row step on one H100 -> each of 4 GPUs runs 192 rows: 192 x 0.907 / 768 s.
+    assert est.step_seconds == pytest.approx(192 * 0.907 / 768)
+    assert est.step_source.startswith("derived from measured (2026-11-26, 1x NVIDIA H100 80GB HBM3)")
+    assert "192 rows per GPU" in est.step_source and "all-reduce is not in it" in est.step_source
+    # 368,150 x 1.048 = 385,821 test rows at 4 x 80 rows/s.
+    assert est.eval_rows == round(368_150 * 1.048)
+    assert est.eval_seconds == pytest.approx(est.eval_rows / 320)
+    assert est.eval_source.startswith(
+        "derived from measured (2026-11-26, 1x NVIDIA H100 80GB HBM3): 4 GPUs x 80"
+    )
+    # Upstream: about 3 days on 4xH100; our users: $400-1000 for a full run at $1.5-3.5 per GPU-hour.
+    assert 2.5 * 86400 < est.wall_seconds < 3.5 * 86400  # 32.6 h training + 41.9 h evaluation
     assert 400 < est.cost_usd < 1000
-    # Training FLOPs per step: 768 rows x 916 positions x (3 x 5 grad passes + 10 no-grad passes) x 2 blocks.
-    assert 0.2 < est.step_seconds < 0.35
+
+
+def test_one_h100_at_the_measured_batch_is_measured_not_derived(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
+    est = estimate_run(paper_config(), data, select_layout(gpus_of("h100x1")), hourly_usd=None)
+    assert isinstance(est, RunEstimate) and est.step_seconds == pytest.approx(0.907)
+    assert est.step_source == "measured (2026-11-26, 1x NVIDIA H100 80GB HBM3)"
+    assert est.eval_source == "measured (2026-11-26, 1x NVIDIA H100 80GB HBM3): 80 rows/s"
+
+
+def test_a_deeper_config_of_the_measured_model_scales_by_its_flops(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
+    layout = select_layout(gpus_of("h100x1"))
+    base = estimate_run(paper_config(), data, layout, hourly_usd=None)
+    deeper = estimate_run(paper_config("arch.L_cycles=6"), data, layout, hourly_usd=None)
+    assert isinstance(base, RunEstimate) and isinstance(deeper, RunEstimate)
+    # L_cycles 4 -> 6: each of the H_cycles runs 6 + 1 block passes instead of 4 + 1.
+    ratio = deeper.step_seconds / base.step_seconds
+    assert 1.2 < ratio < 1.5 and deeper.eval_seconds > base.eval_seconds
+    assert deeper.step_source.startswith("derived from measured (2026-11-26, 1x NVIDIA H100 80GB HBM3)")
+    assert f"x {ratio:.3g} for this config's FLOPs per row against the measured arc2's" in deeper.step_source
+
+
+def test_another_workload_on_the_measured_tier_is_an_estimate(tmp_path: Path) -> None:
+    # The H100 measurement is arch trm at 916 tokens per row; Sudoku (81 cells) is not that workload.
+    data = write_dataset(tmp_path / "d", *recorded_sizes("sudoku-extreme-1k-aug-1000"))
+    cfg = compose([*get_recipe("sudoku-att").overrides, "data_paths=[x]"])
+    est = estimate_run(cfg, data, select_layout(gpus_of("h100x4")), hourly_usd=None)
+    assert isinstance(est, RunEstimate) and est.step_source.startswith("estimate: FLOPs")
+    assert est.eval_source.startswith("estimate: FLOPs") and est.eval_rows == 422_786
 
 
 def test_paper_arc2_run_on_4_h100_is_about_three_days_too(tmp_path: Path) -> None:
@@ -69,8 +122,11 @@ def test_paper_arc2_run_on_4_h100_is_about_three_days_too(tmp_path: Path) -> Non
     cfg = compose([*get_recipe("arc2").overrides, "data_paths=[x]"])
     est = estimate_run(cfg, data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
     assert isinstance(est, RunEstimate) and est.total_steps == 722_098 and est.evaluations == 125
-    assert 2.5 * 86400 < est.wall_seconds < 3.5 * 86400  # 70.7 h
-    assert 400 < est.cost_usd < 1000  # $707
+    # 722,098 x 0.2267 s = 45.5 h of training + 125 x 170,393 rows / 320 rows/s = 18.5 h of evaluation.
+    assert est.train_seconds / 3600 == pytest.approx(45.5, abs=0.05)
+    assert est.eval_total_seconds / 3600 == pytest.approx(18.5, abs=0.05)
+    assert est.eval_share == pytest.approx(18.5 / 64.0, abs=0.002)
+    assert est.cost_usd == pytest.approx(639.71, abs=0.01)
 
 
 def test_a_measured_step_time_replaces_the_flop_estimate(tmp_path: Path) -> None:
@@ -79,9 +135,16 @@ def test_a_measured_step_time_replaces_the_flop_estimate(tmp_path: Path) -> None
     flops = estimate_run(paper_config(), data, layout, hourly_usd=None)
     measured = estimate_run(paper_config(), data, layout, hourly_usd=None, measured_step_seconds=0.5)
     assert isinstance(flops, RunEstimate) and isinstance(measured, RunEstimate)
-    assert measured.step_source == "measured by the probe" and measured.cost_usd is None
-    # Evaluations scale with the measured rate too.
-    assert measured.eval_seconds / 0.5 == pytest.approx(flops.eval_seconds / flops.step_seconds)
+    assert measured.step_source == "measured (probe)" and measured.cost_usd is None
+    # The evaluations keep the tier's own measurement.
+    assert measured.eval_seconds == flops.eval_seconds and measured.eval_source == flops.eval_source
+    # On a tier without one they scale with the probe's rate by FLOPs.
+    a100 = select_layout(gpus_of("a100-80gx4"))
+    by_flops = estimate_run(paper_config(), data, a100, hourly_usd=None)
+    probed = estimate_run(paper_config(), data, a100, hourly_usd=None, measured_step_seconds=0.5)
+    assert isinstance(by_flops, RunEstimate) and isinstance(probed, RunEstimate)
+    assert probed.eval_seconds / 0.5 == pytest.approx(by_flops.eval_seconds / by_flops.step_seconds)
+    assert probed.eval_source == "derived from the probe's step time by FLOPs"
     assert "unknown (set GPU_HOURLY_USD" in measured.describe()
 
 
@@ -98,6 +161,12 @@ def test_unknown_without_the_dataset_or_on_cpu(tmp_path: Path) -> None:
         paper_config(), tmp_path / "nope", select_layout(gpus_of("h100x4")), hourly_usd=2.0
     )
     assert isinstance(missing, str) and "unknown until" in missing and "is built" in missing
+    # A recipe's dataset not built yet: its recorded sizes stand in, and the estimate says so.
+    recorded = estimate_run(
+        paper_config(), tmp_path / "arc1concept-aug-1000", select_layout(gpus_of("h100x4")), hourly_usd=2.0
+    )
+    assert isinstance(recorded, RunEstimate) and recorded.total_steps == 518_250
+    assert "arc1concept-aug-1000 is not built yet: its recorded sizes stand in" in recorded.describe()
     data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
     cpu = estimate_run(paper_config(), data, select_layout([]), hourly_usd=None)
     assert isinstance(cpu, str) and "on CPU" in cpu and "PROBE=1" in cpu
@@ -110,11 +179,25 @@ def test_dry_run_prints_expected_time_and_cost(tmp_path: Path) -> None:
     lines = {
         line.split(None, 2)[1]: line for line in proc.stdout.splitlines() if line.startswith("  expected")
     }
-    assert "518,250 steps x" in lines["time"] and "(estimate: FLOPs at MFU 0.30)" in lines["time"]
-    assert "+ 125 evaluation(s) x" in lines["time"]
-    assert "at $2.5/GPU-hour x 4 GPU(s)" in lines["cost"]
-    # No dataset yet (the default arc2): the dry run says when the estimate comes.
+    assert (
+        "= train " in lines["time"]
+        and "+ evaluation " in lines["time"]
+        and "% of the hours)" in lines["time"]
+    )
+    train = next(line for line in proc.stdout.splitlines() if line.startswith("    train "))
+    evaluation = next(line for line in proc.stdout.splitlines() if line.startswith("    evaluation "))
+    assert "518,250 steps x 0.227 s (derived from measured (2026-11-26, 1x NVIDIA H100 80GB HBM3)" in train
+    assert (
+        "125 full evaluation(s); a full one: 385,821 rows in" in evaluation
+        and "80 rows/s per GPU" in evaluation
+    )
+    assert "at $2.5/GPU-hour x 4 GPU(s) = train $" in lines["cost"] and "+ evaluation $" in lines["cost"]
+    # No dataset yet (the default arc2): its recorded sizes stand in, and the dry run says so.
     proc = dry_run(tmp_path, "h100x4")
+    assert proc.returncode == 0, proc.stderr
+    assert "722,098 steps x" in proc.stdout and "arc2concept-aug-1000 is not built yet" in proc.stdout
+    # A dataset neither built nor recorded: the dry run says when the estimate comes.
+    proc = dry_run(tmp_path, "h100x4", TASK="arc2-smoke")
     assert proc.returncode == 0, proc.stderr
     assert "expected time     unknown until" in proc.stdout
 
@@ -151,3 +234,40 @@ def test_probe_record_and_a_broken_dataset_json(tmp_path: Path) -> None:
         TRMError, match=r"train/dataset.json has no 'total_groups'; `python -m trm data verify"
     ):
         estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=None)
+
+
+def test_eval_schedule_reads_the_subset_keys_with_their_defaults() -> None:
+    # Absent (today's trainer config, or a run.json config without them): every evaluation is full.
+    assert eval_schedule(paper_config()) == EvalSchedule(fraction=1.0, full_every=1, top_k=0)
+    assert eval_schedule({"epochs": 10}) == EvalSchedule()
+    # Present, as a dict (run.json) or as config sections (the trainer's dataclasses).
+    config = {"eval_subset": {"fraction": 0.1, "full_every": 25}, "best": {"top_k": 3}}
+    assert eval_schedule(config) == EvalSchedule(fraction=0.1, full_every=25, top_k=3)
+    sections = SimpleNamespace(eval_subset=SimpleNamespace(fraction=0.25, full_every=0), best=None)
+    assert eval_schedule(sections) == EvalSchedule(fraction=0.25, full_every=0, top_k=0)
+    with pytest.raises(TRMError, match=r"eval_subset.fraction=0 must be in \(0, 1\]"):
+        eval_schedule({"eval_subset": {"fraction": 0}})
+    with pytest.raises(TRMError, match=r"best.top_k='three' is not a number"):
+        eval_schedule({"best": {"top_k": "three"}})
+
+
+def test_subset_evaluations_cost_their_fraction_and_the_top_k_are_full(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
+    full = estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
+    assert isinstance(full, RunEstimate)
+    assert full.eval_total_seconds == pytest.approx(125 * full.eval_seconds)
+    schedule = EvalSchedule(fraction=0.1, full_every=25, top_k=3)
+    subset = replace(full, schedule=schedule)
+    # 125 in-run: 5 full (every 25th) + 120 at 10 % of the rows, then 3 full at the end = 20 full ones.
+    assert schedule.counts(125) == (5, 120, 3)
+    assert subset.full_evaluations == pytest.approx(5 + 3 + 120 * 0.1)
+    assert subset.eval_total_seconds == pytest.approx(20 * full.eval_seconds)
+    assert subset.eval_share < full.eval_share and subset.cost_usd < full.cost_usd
+    assert "5 full + 120 subset (10 % of the rows) + 3 full at the end (best.top_k)" in subset.describe()
+    assert f"({100 * subset.eval_share:.1f} % of the hours)" in subset.describe()
+    # No full evaluation in-run (full_every 0); with fraction 1.0 the other keys change nothing.
+    assert EvalSchedule(fraction=0.2, full_every=0, top_k=2).counts(10) == (0, 10, 2)
+    assert EvalSchedule(fraction=1.0, full_every=0, top_k=5).counts(10) == (10, 0, 0)
+    record = subset.to_dict()
+    assert record["schedule"] == {"fraction": 0.1, "full_every": 25, "top_k": 3}
+    assert record["eval_share"] == round(subset.eval_share, 4)

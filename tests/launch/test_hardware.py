@@ -151,6 +151,51 @@ def test_the_h100_tier_is_measured_and_select_config_says_so():
     assert f"table values: measured ({h100.measured})" in layout.describe()
 
 
+def test_the_h100_tier_has_its_measured_speed():
+    speed = next(t for t in load_table().tiers if t.name == "h100-80g").speed
+    assert speed is not None and speed.label == "2026-11-26, 1x NVIDIA H100 80GB HBM3"
+    assert (speed.recipe, speed.eval_rows_per_s) == ("arc2", 80.0)
+    assert speed.row_seconds == pytest.approx(0.907 / 768)
+    assert all(t.speed is None for t in load_table().tiers if t.source == "estimate")
+
+
+SPEED = """
+[tier.speed]
+date = 2026-11-26
+gpu = "NVIDIA A100 80GB"
+gpus = 1
+recipe = "arc2"
+step_seconds = 1.8
+step_rows = 768
+eval_rows_per_s = 40
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "speed", "message"),
+    [
+        ('source = "estimate"', SPEED, r'only a tier with source = "measured" has it'),
+        (
+            'source = "measured"\nmeasured = "x"',
+            SPEED.replace("gpus = 1\n", ""),
+            r"needs exactly date, gpu, gpus",
+        ),
+        ('source = "measured"\nmeasured = "x"', SPEED.replace("= 1.8", "= 0"), r"must be positive"),
+        ('source = "measured"\nmeasured = "x"', SPEED.replace("= 40", '= "fast"'), r"could not convert"),
+    ],
+)
+def test_a_speed_table_is_measured_and_complete(tmp_path, source, speed, message):
+    from trm.launch.host.hardware import TABLE_PATH
+
+    head, sep, rest = TABLE_PATH.read_text().partition('name = "a100-80g"')
+    note = 'note = "SM80, 80 GB: same rows as H100, about half the speed"\n'
+    rest = rest.replace('source = "estimate"\n', source + "\n", 1).replace(note, note + speed, 1)
+    path = tmp_path / "hw.toml"
+    path.write_text(head + sep + rest)
+    with pytest.raises(TRMError, match=message):
+        load_table(path)
+
+
 def test_plain_banner_parsing():
     driver, cuda = parse_plain_header((FIXTURES / "h100x4" / "nvidia-smi.txt").read_text())
     assert (driver, cuda) == ("550.127.05", "12.4")

@@ -10,7 +10,7 @@ import pytest
 
 import tests.training.test_trainer_inprocess as inproc
 from trm import exit_codes
-from trm.training.eval_share import EvalShare, suggested_eval_interval
+from trm.training.eval_share import EvalShare, advice, suggested_eval_interval, suggested_subset_fraction
 
 
 class Clock:
@@ -49,6 +49,47 @@ def test_share_metric_and_one_warning(caplog):
     share.restart()  # a new process: the clock starts again
     clock.now = 310.0
     assert share.record(1.0)["eval/wall_share"] == 0.1
+
+
+def test_the_advice_never_suggests_the_interval_in_use():
+    # One epoch evaluated after each: eval_interval=1 is already epochs; before, the warning suggested
+    # "eval_interval=1 ... would keep it under 10%".
+    text = advice(1, 1, eval_s=10, train_s=30)
+    assert "eval_interval=1 (a divisor" not in text
+    assert (
+        "eval_interval=1 is already epochs=1 (one evaluation, at the end), so no rarer interval exists"
+        in text
+    )
+    # 10 s of evaluation per 30 s of training: a subset of at most 0.1 x 30 / (0.9 x 10) = 0.333 keeps it <= 10 %.
+    assert "the subset evaluation eval_subset.fraction=0.33" in text
+    assert "eval_subset.full_every" in text and "best.top_k" in text
+    # A larger divisor exists but is not enough: say so, with the share it would leave.
+    text = advice(5, 10, eval_s=50, train_s=10)  # at eval_interval 10: 50 / (50 + 20) = 71 %
+    assert "even eval_interval=10 (a divisor of epochs=10) would leave it at 71%" in text
+    assert "eval_subset.fraction=0.022" in text
+    # A larger divisor that suffices: both remedies.
+    text = advice(2, 100, eval_s=10, train_s=30)
+    assert "eval_interval=10 (a divisor of epochs=100) would keep it under 10%, or the subset" in text
+
+
+def test_the_warning_of_a_run_evaluated_once_per_epoch_of_one(caplog):
+    clock = Clock()
+    share = EvalShare(1, 1, warn=True, clock=clock)
+    clock.now = 40.0  # 30 s of training, a 10 s evaluation
+    with caplog.at_level(logging.WARNING):
+        share.record(10.0)
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "evaluation took 25% of the wall time" in line and "eval_interval=1 (a divisor" not in line
+    assert "no rarer interval exists" in line and "eval_subset.fraction=0.33" in line
+
+
+def test_the_subset_fraction_brings_the_share_to_at_most_ten_percent():
+    for eval_s, train_s in ((10, 30), (50, 10), (1, 8.5), (3, 1000), (1000, 1)):
+        f = suggested_subset_fraction(eval_s, train_s)
+        assert 0 < f <= 1
+        if f < 1 and f > 0.01:
+            assert f * eval_s / (f * eval_s + train_s) <= 0.1 + 1e-12
+    assert suggested_subset_fraction(3, 1000) == 1.0  # already under 10 % with every row
 
 
 def test_capped_runs_get_the_metric_not_the_warning(caplog):

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from pathlib import Path
@@ -38,6 +39,11 @@ GPU_ANNOTATION = "trm-stack/gpu"
 ANY_GPU = "any"
 # What the launcher needs after SIGTERM besides the trainer's save: the handoff bundle and its own exit.
 GRACE_MARGIN_S = 60
+# activeDeadlineSeconds >= the Job's expected run x this: the dataset build, compiles, restarts after a
+# preemption or a hang, and an estimate that is not a measurement.
+DEADLINE_MARGIN = 1.25
+# The GPU model a Job's annotation names, as the launcher's estimate knows it ("any": the smoke; H100).
+DEADLINE_GPU = {"H100": "H100", "H200": "H200", ANY_GPU: "H100"}
 
 
 def launcher_env_names() -> set[str]:
@@ -175,6 +181,52 @@ def check_failure_policy(name: str, job: dict) -> list[str]:
         if container is not None and container != TRAINER:
             problems.append(f"{name}: podFailurePolicy names container {container!r}, not {TRAINER!r}")
     return problems
+
+
+def _launch_setting(env: dict[str, str | None], name: str) -> str:
+    from trm.launch.planning.variables import ALL_VARS
+
+    value = env.get(name)
+    return value if value else next(str(v.default) for v in ALL_VARS if v.name == name)
+
+
+def check_deadline(name: str, job: dict) -> list[str]:
+    """The Job's deadline outlasts the run it starts: at least DEADLINE_MARGIN x the launcher's expected time
+    for its TASK on its GPUs (trm.launch.planning.paper_runs, the dry run's estimate). Jobs whose run has no
+    estimate (an experiment Job, a dataset without recorded sizes such as the smoke's) are not checked."""
+    from trm.launch.planning.estimate import RunEstimate
+    from trm.launch.planning.paper_runs import expected_run
+
+    deadline = job["spec"].get("activeDeadlineSeconds")
+    gpu = DEADLINE_GPU.get(job["metadata"].get("annotations", {}).get(GPU_ANNOTATION, ""))
+    trainers = [c for c in job["spec"]["template"]["spec"].get("containers", []) if c["name"] == TRAINER]
+    if (
+        not isinstance(deadline, int)
+        or gpu is None
+        or len(trainers) != 1
+        or experiment_names(job) is not None
+    ):
+        return []
+    env = {e["name"]: e.get("value") for e in trainers[0].get("env", [])}
+    task = _launch_setting(env, "TASK")
+    limit = trainers[0].get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    try:  # NUM_GPUS unset: every GPU the pod gets
+        gpus, nnodes = int(env.get("NUM_GPUS") or limit or ""), int(_launch_setting(env, "NNODES"))
+    except ValueError:
+        return []
+    estimate = expected_run(task, gpu, gpus, nnodes)
+    if not isinstance(estimate, RunEstimate):
+        return []
+    need = math.ceil(estimate.wall_seconds * DEADLINE_MARGIN)
+    if deadline >= need:
+        return []
+    shape = f"{gpus}x {gpu}" + (f" x {nnodes} nodes" if nnodes > 1 else "")
+    return [
+        f"{name}: activeDeadlineSeconds {deadline} ({deadline / 3600:.0f} h) is shorter than TASK={task}'s "
+        f"expected run on {shape}, {estimate.wall_seconds / 3600:.0f} h (step time: {estimate.step_source}), x "
+        f"{DEADLINE_MARGIN:g} margin: Kubernetes would kill the run before it ends; set it to at least {need} "
+        f"({need / 3600:.0f} h) in the overlay's job-patch.yaml (`python -m trm launch --dry-run` states the time)"
+    ]
 
 
 def check_pod(name: str, pod: dict, image: LockedImage | None, refs: RefChecker | None) -> list[str]:
@@ -466,6 +518,7 @@ def check_objects(
         name = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] == "Job":
             problems += check_failure_policy(name, obj)
+            problems += check_deadline(name, obj)
             problems += check_pod(name, obj["spec"]["template"]["spec"], image, refs)
             problems += check_gpu_follows_overlay(name, obj)
             problems += check_multinode(name, obj, objects, rwx_claims)

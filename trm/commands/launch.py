@@ -42,6 +42,11 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown_env:
         print(markdown_table())
         return 0
+    if args.markdown_cost:
+        from trm.launch.planning.paper_runs import markdown_table as cost_table
+
+        print(cost_table())
+        return 0
     if not (args.handoff or args.onstart_script):
         require_torch()
     environ = dict(os.environ)
@@ -129,6 +134,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--dry-run", action="store_true", help="print every step and command; run nothing")
     mode.add_argument("--help-env", action="store_true", help="list the environment variables and defaults")
     mode.add_argument("--markdown-env", action="store_true", help="the same list as a Markdown table")
+    mode.add_argument(
+        "--markdown-cost",
+        action="store_true",
+        help="the expected hours and $ of the paper runs per GPU shape, as a Markdown table (docs/cost.md)",
+    )
     mode.add_argument(
         "--handoff", action="store_true", help="write the handoff bundle of the configured run (by hand)"
     )

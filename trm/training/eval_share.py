@@ -2,9 +2,10 @@
 
 `eval/seconds` is one evaluation's wall time; `eval/wall_share` is all evaluations' time so far over the
 wall time since this process started training (saves included). When the share first exceeds
-WARN_SHARE the log says so once, naming `eval_interval` and the smallest divisor of `epochs` that would
-bring it under the threshold. Runs capped by `max_steps` (smoke gates, probes) evaluate at their end on
-purpose: they get the metrics, not the warning.
+WARN_SHARE the log says so once (`advice`): the smallest divisor of `epochs` above `eval_interval` that would
+bring it under the threshold, or that none would (an interval of `epochs` is one evaluation, at the end), and
+the subset evaluation's `eval_subset.fraction` that would. Runs capped by `max_steps` (smoke gates,
+probes) evaluate at their end on purpose: they get the metrics, not the warning.
 """
 
 from __future__ import annotations
@@ -27,6 +28,46 @@ def suggested_eval_interval(eval_interval: int, epochs: int, eval_s: float, trai
     k = eval_s * (1 - WARN_SHARE) / (WARN_SHARE * max(train_s, 1e-9))
     wanted = max(eval_interval + 1, math.ceil(eval_interval * k))
     return next((d for d in range(wanted, epochs) if epochs % d == 0), epochs)
+
+
+def suggested_subset_fraction(eval_s: float, train_s: float) -> float:
+    """The largest `eval_subset.fraction` (two significant digits, rounded down) at which subset evaluations
+    would take at most WARN_SHARE: f * eval_s / (f * eval_s + train_s) <= WARN_SHARE
+    <=> f <= WARN_SHARE * train_s / ((1 - WARN_SHARE) * eval_s)."""
+    f = WARN_SHARE * train_s / ((1 - WARN_SHARE) * max(eval_s, 1e-9))
+    if f >= 1:
+        return 1.0
+    scale = 10 ** (1 - math.floor(math.log10(f))) if f > 0 else 1
+    return max(math.floor(f * scale) / scale, 0.01)
+
+
+def advice(eval_interval: int, epochs: int, eval_s: float, train_s: float) -> str:
+    """What would bring evaluation under WARN_SHARE: a rarer eval_interval when a larger divisor of `epochs`
+    exists and suffices, and the subset evaluation; never the interval already in use."""
+    better = suggested_eval_interval(eval_interval, epochs, eval_s, train_s)
+    fraction = suggested_subset_fraction(eval_s, train_s)
+    subset = (
+        f"the subset evaluation eval_subset.fraction={fraction:g} (a fixed, seeded share of the rows at each "
+        "in-run evaluation; every eval_subset.full_every-th one and the best.top_k candidates at the end "
+        f"stay full and add to it) would keep the subset evaluations under {100 * WARN_SHARE:.0f}%"
+    )
+    if better <= eval_interval:
+        return (
+            f"eval_interval={eval_interval} is already epochs={epochs} (one evaluation, at the end), so no "
+            f"rarer interval exists; {subset}"
+        )
+    k = better / eval_interval
+    share = eval_s / (eval_s + k * train_s)
+    head = f"eval_interval={eval_interval} evaluates too often for this speed; "
+    if share > WARN_SHARE:
+        return (
+            f"{head}even eval_interval={better} (a divisor of epochs={epochs}) would leave it at "
+            f"{100 * share:.0f}%; {subset}"
+        )
+    return (
+        f"{head}eval_interval={better} (a divisor of epochs={epochs}) would keep it under "
+        f"{100 * WARN_SHARE:.0f}%, or {subset}"
+    )
 
 
 class EvalShare:
@@ -60,12 +101,9 @@ class EvalShare:
         if self.warn and share > WARN_SHARE and not self.warned:
             self.warned = True
             train_s = wall - self.eval_s
-            better = suggested_eval_interval(self.eval_interval, self.epochs, self.eval_s, train_s)
             log.warning(
-                "evaluation took %.0f%% of the wall time so far (%.1f s of %.1f s; more than %.0f%%): "
-                "eval_interval=%d evaluates too often for this speed; eval_interval=%d (a divisor of "
-                "epochs=%d) would keep it under %.0f%%",
-                100 * share, self.eval_s, wall, 100 * WARN_SHARE, self.eval_interval, better, self.epochs,
-                100 * WARN_SHARE,
+                "evaluation took %.0f%% of the wall time so far (%.1f s of %.1f s; more than %.0f%%): %s",
+                100 * share, self.eval_s, wall, 100 * WARN_SHARE,
+                advice(self.eval_interval, self.epochs, self.eval_s, train_s),
             )  # fmt: skip
         return {"eval/seconds": seconds, "eval/wall_share": share}

@@ -283,6 +283,34 @@ def test_each_rule_catches_its_breakage(rendered, expected: str):
     assert any(expected in p for p in problems), problems
 
 
+def _deadline(seconds: int):
+    return lambda o: _job(o)["spec"].update(activeDeadlineSeconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("overlay", "seconds", "expected"),
+    [
+        # The overlay as it was: 96 h for urm-arc2, which the launcher expects to take 109 h on 8xH100.
+        ("jobs/overlays/urm-8xh100", 345600, "activeDeadlineSeconds 345600 (96 h) is shorter than TASK=urm-arc2's "
+         "expected run on 8x H100, 109 h (step time: estimate: FLOPs at MFU 0.30), x 1.25 margin"),
+        # arc2 on 4xH100: 64 h expected (derived from the H100 measurement), 80 h with the margin.
+        ("jobs/overlays/prod-4xh100", 72 * 3600, "set it to at least 287870 (80 h)"),
+        ("jobs/overlays/multinode-2x8xh200", 12 * 3600, "expected run on 8x H200 x 2 nodes, 18 h"),
+    ],
+)  # fmt: skip
+def test_a_deadline_shorter_than_the_expected_run_is_refused(rendered, overlay, seconds, expected):
+    problems = _broken(rendered, overlay, _deadline(seconds))
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_deadline_rule_skips_runs_without_an_estimate(rendered):
+    # The smoke's dataset has no recorded sizes (its 30 min hold a few steps); an experiment Job runs
+    # several recipes. Neither gets the rule; the production overlays pass it.
+    assert jobpolicy.check_deadline("smoke", _job(rendered["jobs/overlays/smoke"])) == []
+    for name in ("prod-4xh100", "prod-8xh200", "multinode-2x8xh200", "urm-8xh100"):
+        assert jobpolicy.check_deadline(name, _job(rendered[f"jobs/overlays/{name}"])) == [], name
+
+
 MULTINODE_BREAKAGES = {
     "ReadWriteMany": lambda o: next(v for v in _pod(o)["volumes"] if v["name"] == "workspace")[
         "persistentVolumeClaim"

@@ -19,6 +19,60 @@ TABLE_PATH = Path(__file__).with_name("hardware.toml")
 
 
 @dataclass(frozen=True, kw_only=True)
+class TierSpeed:
+    """A measured tier's `[tier.speed]`: one optimizer step's time and the evaluation rate on `gpus` GPUs
+    for one recipe's model and data, as `make gpu-check` measured them."""
+
+    date: str
+    gpu: str
+    gpus: int
+    recipe: str
+    step_seconds: float
+    step_rows: int
+    eval_rows_per_s: float
+
+    @property
+    def row_seconds(self) -> float:
+        """Training seconds per row on one GPU (the step over its rows, times the GPUs that shared it)."""
+        return self.step_seconds * self.gpus / self.step_rows
+
+    @property
+    def label(self) -> str:
+        """`2026-11-26, 1x NVIDIA H100 80GB HBM3`: when and on what."""
+        return f"{self.date}, {self.gpus}x {self.gpu}"
+
+
+_SPEED_FIELDS = {
+    "date": str,
+    "gpu": str,
+    "gpus": int,
+    "recipe": str,
+    "step_seconds": float,
+    "step_rows": int,
+    "eval_rows_per_s": float,
+}
+
+
+def _speed(raw: object, where: str) -> TierSpeed | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != set(_SPEED_FIELDS):
+        got = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
+        raise TRMError(
+            f"hardware table {where} [tier.speed]: has {got}; it needs exactly {', '.join(_SPEED_FIELDS)}"
+        )
+    try:
+        speed = TierSpeed(**{k: kind(raw[k]) for k, kind in _SPEED_FIELDS.items()})  # type: ignore[arg-type]
+    except (TypeError, ValueError) as err:
+        raise TRMError(
+            f"hardware table {where} [tier.speed]: {err}; see the header of hardware.toml"
+        ) from None
+    if min(speed.gpus, speed.step_rows) < 1 or min(speed.step_seconds, speed.eval_rows_per_s) <= 0:
+        raise TRMError(f"hardware table {where} [tier.speed]: counts, times and rates must be positive")
+    return speed
+
+
+@dataclass(frozen=True, kw_only=True)
 class Tier:
     """One row of the hardware table."""
 
@@ -30,6 +84,8 @@ class Tier:
     source: str = "estimate"
     measured: str = ""
     """With source "measured": when, on what (GPU, driver, torch) and what was measured."""
+    speed: TierSpeed | None = None
+    """With source "measured": the step time and evaluation rate the launcher's estimate uses."""
     note: str = ""
 
     @property
@@ -181,6 +237,7 @@ def _tier(raw: dict[str, object], where: str) -> Tier:
             compile=bool(raw["compile"]),
             source=str(raw.get("source", "estimate")),
             measured=str(raw.get("measured", "")),
+            speed=_speed(raw.get("speed"), where),
             note=str(raw.get("note", "")),
         )
     except KeyError as err:
@@ -195,6 +252,10 @@ def _tier(raw: dict[str, object], where: str) -> Tier:
         raise TRMError(
             f'hardware table {where}: a tier with source = "measured" says what was measured in `measured`'
             " (date, GPU, driver, torch, figures) and only such a tier has it"
+        )
+    if tier.speed is not None and tier.source != "measured":
+        raise TRMError(
+            f'hardware table {where}: [tier.speed] is a measurement; only a tier with source = "measured" has it'
         )
     return tier
 

@@ -1,34 +1,106 @@
 """The whole run's expected wall time and cost, printed before it starts (dry run and launch).
 
-    wall = total_steps × step time + evaluations × evaluation time;  cost = wall × GPUs × GPU_HOURLY_USD
+    wall = train + evaluation;  cost = wall x GPUs x GPU_HOURLY_USD
+    train = total_steps x step time
+    evaluation = (full evaluations + subset evaluations x eval_subset.fraction) x one full evaluation
 
 - total_steps: the trainer's formula (`trm.training.throughput.total_steps`) from the dataset's
-  `train/dataset.json`, epochs and the global batch (capped by max_steps).
-- step time: measured when the probe (PROBE=1) timed this run's steps (launch/probe.json); otherwise
-  estimated as training FLOPs per step ÷ (peak FLOP/s of the GPUs × ASSUMED_MFU) and labelled "estimate".
-- evaluations: one after each pass from min_eval_interval on (epochs / eval_interval passes), each
-  scoring every test example for halt_max_steps forward ACT steps; timed at the same FLOP rate as training.
+  `train/dataset.json`, epochs and the global batch (capped by max_steps). Before the dataset is built the
+  sizes recorded for it (trm.launch.planning.dataset_sizes) stand in, and the estimate says so.
+- step time, the first that applies, each labelled with what it is:
+  1. "measured (probe)": the probe (PROBE=1) timed this run's steps on this host (launch/probe.json);
+  2. "measured (date, GPU)": the tier's `[tier.speed]` in hardware.toml, for the measured recipe's
+     model on as many GPUs and rows per step as measured;
+     "derived from measured (date, GPU)" otherwise: each GPU runs global batch / world size rows per step
+     at the measured seconds per row, times the run's training FLOPs per row over the measured recipe's
+     (another depth or width of the same architecture on the same tokens per row; another architecture or
+     sequence length falls to 3.); the all-reduce between the GPUs is not in it (not measured);
+  3. "estimate": training FLOPs per step / (peak FLOP/s of the GPUs x ASSUMED_MFU).
+- one full evaluation: every test row (`test/dataset.json`: puzzles x examples per puzzle) for
+  halt_max_steps forward ACT steps, at the tier's measured `eval_rows_per_s` (x the GPUs and the forward
+  FLOPs ratio: derived, as above) when 2. applies, else at the training step's FLOP rate ("estimate",
+  or "derived from the probe's step time" when the probe measured it).
+- how many: one evaluation per pass from min_eval_interval on (epochs / eval_interval passes); with the
+  subset evaluation (`eval_subset.fraction` < 1) every `eval_subset.full_every`-th is full (0: none in-run)
+  and the others score that fraction of the rows, and `best.top_k` candidates get a full evaluation at the
+  end (`eval_schedule`).
 
 ASSUMED_MFU is a calibration, not a measurement: 0.30 is the rate at which the paper's ARC-1 run (518,250
 steps at batch 768 plus 125 evaluations of 385,815 test examples; TRM_SPEC §6, §8) takes the ~3 days
-upstream reports on 4×H100 (this formula: 3.3 days). A measured step time (PROBE=1) replaces it.
+upstream reports on 4×H100 (this formula: 3.3 days). A measured step time replaces it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
-from trm.launch.host.hardware import BatchLayout
+from trm.launch.host.hardware import BatchLayout, TierSpeed, load_table
+from trm.launch.planning.dataset_sizes import recorded_sizes
 from trm.training.config import TrainConfig
 from trm.training.throughput import act_step_flops, peak_flops, total_steps
 
 ASSUMED_MFU = 0.30
 ESTIMATE_FILE = "estimate.json"
+
+
+@dataclass(frozen=True)
+class EvalSchedule:
+    """Which in-run evaluations are full and which score a subset, and the full ones at the end."""
+
+    fraction: float = 1.0
+    """`eval_subset.fraction`: share of the test rows a subset evaluation scores (1.0: every one is full)."""
+    full_every: int = 1
+    """`eval_subset.full_every`: every Nth in-run evaluation is full (0: none in-run)."""
+    top_k: int = 0
+    """`best.top_k`: candidates evaluated in full at the end of the run (with a subset evaluation only)."""
+
+    def counts(self, evaluations: int) -> tuple[int, int, int]:
+        """(full in-run, subset in-run, full at the end) of `evaluations` in-run evaluations."""
+        if self.fraction >= 1:
+            return evaluations, 0, 0
+        full = evaluations // self.full_every if self.full_every else 0
+        return full, evaluations - full, min(self.top_k, evaluations)
+
+
+_SCHEDULE_KEYS = (
+    ("eval_subset", "fraction", float),
+    ("eval_subset", "full_every", int),
+    ("best", "top_k", int),
+)
+
+
+def eval_schedule(config: TrainConfig | Mapping[str, Any]) -> EvalSchedule:
+    """The subset-evaluation keys of a resolved trainer config (a TrainConfig or its dict, as run.json
+    stores it), each at its default (fraction 1.0, full_every 1, top_k 0) when the config lacks it."""
+    values: dict[str, Any] = {}
+    for section, key, kind in _SCHEDULE_KEYS:
+        part = config.get(section) if isinstance(config, Mapping) else getattr(config, section, None)
+        value = part.get(key) if isinstance(part, Mapping) else getattr(part, key, None)
+        if value is None:
+            continue
+        try:
+            values[key] = kind(value)
+        except (TypeError, ValueError):
+            raise TRMError(
+                f"{section}.{key}={value!r} is not a number; set it in the recipe or override"
+            ) from None
+    schedule = EvalSchedule(**values)
+    if not 0 < schedule.fraction <= 1:
+        raise TRMError(
+            f"eval_subset.fraction={schedule.fraction:g} must be in (0, 1] (1.0: every evaluation is full)"
+        )
+    if schedule.full_every < 0 or schedule.top_k < 0:
+        raise TRMError(
+            f"eval_subset.full_every={schedule.full_every} and best.top_k={schedule.top_k} must be >= 0"
+        )
+    return schedule
 
 
 @dataclass(frozen=True)
@@ -38,12 +110,20 @@ class RunEstimate:
     total_steps: int
     step_seconds: float
     step_source: str
-    """"measured (probe)" or "estimate (FLOPs at MFU 0.30)"."""
+    """What the step time is: "measured (probe)", "measured (…)", "derived from measured (…)…", "estimate…"."""
     evaluations: int
+    """In-run evaluations (full and subset)."""
     eval_seconds: float
-    """Per evaluation."""
+    """One full evaluation."""
     gpus: int
     hourly_usd: float | None
+    eval_rows: int = 0
+    """Rows one full evaluation scores."""
+    eval_source: str = ""
+    """What the evaluation time is, labelled like step_source."""
+    schedule: EvalSchedule = field(default_factory=EvalSchedule)
+    dataset_source: str = "built"
+    """"built", or the recorded sizes that stood in for a dataset not built yet."""
 
     @property
     def train_seconds(self) -> float:
@@ -51,41 +131,80 @@ class RunEstimate:
         return self.total_steps * self.step_seconds
 
     @property
+    def full_evaluations(self) -> float:
+        """All evaluations in units of one full one (subset ones count their fraction)."""
+        full, subset, final = self.schedule.counts(self.evaluations)
+        return full + final + subset * self.schedule.fraction
+
+    @property
+    def eval_total_seconds(self) -> float:
+        """Every evaluation of the run, in-run and at the end."""
+        return self.full_evaluations * self.eval_seconds
+
+    @property
     def wall_seconds(self) -> float:
         """Training plus evaluations (no provisioning, dataset build or restarts)."""
-        return self.train_seconds + self.evaluations * self.eval_seconds
+        return self.train_seconds + self.eval_total_seconds
+
+    @property
+    def eval_share(self) -> float:
+        """Evaluation's share of the wall time."""
+        return self.eval_total_seconds / self.wall_seconds if self.wall_seconds else 0.0
+
+    def usd(self, seconds: float) -> float | None:
+        """The price of `seconds` on the run's GPUs (None without GPU_HOURLY_USD)."""
+        if self.hourly_usd is None:
+            return None
+        return seconds / 3600 * max(self.gpus, 1) * self.hourly_usd
 
     @property
     def cost_usd(self) -> float | None:
         """wall × GPUs × GPU_HOURLY_USD (None without a price)."""
-        if self.hourly_usd is None:
-            return None
-        return self.wall_seconds / 3600 * max(self.gpus, 1) * self.hourly_usd
+        return self.usd(self.wall_seconds)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, derived values included (launch/estimate.json, handoff.json)."""
         return {
             **asdict(self),
             "train_seconds": round(self.train_seconds, 1),
+            "eval_total_seconds": round(self.eval_total_seconds, 1),
+            "eval_share": round(self.eval_share, 4),
             "wall_seconds": round(self.wall_seconds, 1),
             "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 2),
         }
 
+    def describe_evaluations(self) -> str:
+        """`125 full` or `20 full + 105 subset (10 % of the rows) + 3 full at the end`."""
+        full, subset, final = self.schedule.counts(self.evaluations)
+        parts = [f"{full} full"]
+        if subset:
+            parts.append(f"{subset} subset ({100 * self.schedule.fraction:.3g} % of the rows)")
+        if final:
+            parts.append(f"{final} full at the end (best.top_k)")
+        return " + ".join(parts)
+
     def describe(self) -> str:
-        """Lines for the dry run and the launch log."""
-        cost = (
-            f"${self.cost_usd:,.2f} at ${self.hourly_usd:g}/GPU-hour x {max(self.gpus, 1)} GPU(s)"
-            if self.cost_usd is not None
-            else "unknown (set GPU_HOURLY_USD, the price of one GPU-hour)"
-        )
-        return "\n".join(
-            [
-                f"expected time     {_hours(self.wall_seconds)} = {self.total_steps:,} steps x "
-                f"{self.step_seconds:.3g} s ({self.step_source}) + {self.evaluations} evaluation(s) x "
-                f"{_hours(self.eval_seconds)}",
-                f"expected cost     {cost}",
-            ]
-        )
+        """Lines for the dry run and the launch log: the total, then training and evaluation, each with
+        what its figure is (measured, derived or estimate)."""
+        gpus = max(self.gpus, 1)
+        if self.cost_usd is not None:
+            cost = (
+                f"${self.cost_usd:,.2f} at ${self.hourly_usd:g}/GPU-hour x {gpus} GPU(s) = train "
+                f"${self.usd(self.train_seconds):,.2f} + evaluation ${self.usd(self.eval_total_seconds):,.2f}"
+            )
+        else:
+            cost = "unknown (set GPU_HOURLY_USD, the price of one GPU-hour)"
+        lines = [
+            f"expected time     {_hours(self.wall_seconds)} = train {_hours(self.train_seconds)} + evaluation "
+            f"{_hours(self.eval_total_seconds)} ({100 * self.eval_share:.1f} % of the hours)",
+            f"  train           {self.total_steps:,} steps x {self.step_seconds:.3g} s ({self.step_source})",
+            f"  evaluation      {self.describe_evaluations()} evaluation(s); a full one: {self.eval_rows:,} rows in "
+            f"{_hours(self.eval_seconds)} ({self.eval_source})",
+            f"expected cost     {cost}",
+        ]
+        if self.dataset_source != "built":
+            lines.append(f"  dataset         {self.dataset_source}")
+        return "\n".join(lines)
 
 
 def _hours(seconds: float) -> str:
@@ -142,6 +261,100 @@ def evaluations(cfg: TrainConfig, steps: int, step_limit: int) -> int:
     return max(1, done - (cfg.min_eval_interval or 0))
 
 
+def tier_speed(layout: BatchLayout) -> TierSpeed | None:
+    """The `[tier.speed]` measurement of the layout's tier (None on CPU or for a tier without one)."""
+    if layout.device != "cuda":
+        return None
+    table = load_table()
+    tier = next((t for t in table.tiers if t.name == layout.tier), None)
+    return tier.speed if tier is not None else None
+
+
+@cache
+def recipe_config(name: str) -> TrainConfig:
+    """A recipe's trainer config as the trainer resolves it (the measured recipe's model)."""
+    from trm.training.config import compose
+    from trm.training.recipes import get_recipe
+
+    return compose([*get_recipe(name).overrides, "data_paths=[unused]"])
+
+
+def workload_scale(speed: TierSpeed, cfg: TrainConfig, seq_len: int) -> tuple[float, float] | None:
+    """(training, evaluation) FLOPs per row of `cfg` on `seq_len` cells over those of the measured recipe,
+    when both run the same architecture on the same tokens per row (else None: the measurement does not
+    carry over)."""
+    from trm.model.registry import model_config, spec_of
+    from trm.training.recipes import get_recipe
+
+    reference = get_recipe(speed.recipe)
+    sizes = recorded_sizes(reference.dataset)
+    reference_arch = recipe_config(speed.recipe).arch
+    if sizes is None or spec_of(reference_arch).name != spec_of(cfg.arch).name:
+        return None
+    ref_model, run_model = (
+        model_config(arch, batch_size=1, seq_len=cells, vocab_size=int(sizes[0]["vocab_size"]),
+                     num_puzzle_identifiers=1, forward_dtype="bfloat16")
+        for arch, cells in ((reference_arch, int(sizes[0]["seq_len"])), (cfg.arch, seq_len))
+    )  # fmt: skip
+    if ref_model.total_seq_len != run_model.total_seq_len:
+        return None
+    ref, run = act_step_flops(ref_model), act_step_flops(run_model)
+    evaluation = (run_model.halt_max_steps * run.forward) / (ref_model.halt_max_steps * ref.forward)
+    return run.train / ref.train, evaluation
+
+
+def _scaled(scale: float, speed: TierSpeed) -> str:
+    return (
+        ""
+        if scale == 1
+        else f"; x {scale:.3g} for this config's FLOPs per row against the measured {speed.recipe}'s"
+    )
+
+
+def measured_step(speed: TierSpeed, layout: BatchLayout, scale: float = 1.0) -> tuple[float, str]:
+    """The step time from the tier's measurement: the run's rows per GPU at the measured seconds per row
+    (times `scale`, the FLOPs per row against the measured recipe's)."""
+    rows_per_gpu = layout.global_batch_size / layout.world_size
+    seconds = rows_per_gpu * speed.row_seconds * scale
+    if layout.world_size == speed.gpus and layout.global_batch_size == speed.step_rows and scale == 1:
+        return seconds, f"measured ({speed.label})"
+    return seconds, (
+        f"derived from measured ({speed.label}): {rows_per_gpu:g} rows per GPU x "
+        f"{1000 * speed.row_seconds:.3g} ms per row"
+        + _scaled(scale, speed)
+        + (
+            f"; the {layout.world_size}-GPU all-reduce is not in it (not measured)"
+            if layout.world_size > 1
+            else ""
+        )
+    )
+
+
+def measured_eval(speed: TierSpeed, layout: BatchLayout, rows: int, scale: float = 1.0) -> tuple[float, str]:
+    """One full evaluation from the tier's measured rows/s (times the GPUs, which share the rows)."""
+    seconds = rows / (speed.eval_rows_per_s * layout.world_size / speed.gpus) * scale
+    if layout.world_size == speed.gpus and scale == 1:
+        return seconds, f"measured ({speed.label}): {speed.eval_rows_per_s:g} rows/s"
+    return seconds, (
+        f"derived from measured ({speed.label}): {layout.world_size} GPUs x "
+        f"{speed.eval_rows_per_s / speed.gpus:g} rows/s per GPU" + _scaled(scale, speed)
+    )
+
+
+def run_sizes(dataset_dir: Path) -> tuple[dict[str, Any], dict[str, Any], str] | str:
+    """(train, test, source) figures of the run's dataset: its own when built, else the recorded ones."""
+    sizes = read_dataset_sizes(dataset_dir)
+    if sizes is not None:
+        return *sizes, "built"
+    recorded = recorded_sizes(dataset_dir.name)
+    if recorded is None:
+        return f"unknown until {dataset_dir} is built (the launch prints it after the data step)"
+    return (
+        *recorded,
+        f"{dataset_dir.name} is not built yet: its recorded sizes stand in (trm.launch.planning.dataset_sizes)",
+    )
+
+
 def estimate_run(
     cfg: TrainConfig,
     dataset_dir: Path,
@@ -150,11 +363,12 @@ def estimate_run(
     hourly_usd: float | None,
     measured_step_seconds: float | None = None,
 ) -> RunEstimate | str:
-    """The run's estimate, or why there is none yet (dataset not built, CPU without a measurement)."""
-    sizes = read_dataset_sizes(dataset_dir)
-    if sizes is None:
-        return f"unknown until {dataset_dir} is built (the launch prints it after the data step)"
-    train, test = sizes
+    """The run's estimate, or why there is none (dataset neither built nor recorded, CPU without a
+    measurement)."""
+    sizes = run_sizes(dataset_dir)
+    if isinstance(sizes, str):
+        return sizes
+    train, test, dataset_source = sizes
     from trm.model.registry import model_config
 
     model = model_config(
@@ -170,12 +384,16 @@ def estimate_run(
         cfg.epochs, int(train["total_groups"]), float(train["mean_puzzle_examples"]), cfg.global_batch_size
     )
     step_limit = min(steps, cfg.max_steps or steps)
-    test_examples = float(test.get("total_puzzles", 0)) * float(test["mean_puzzle_examples"])
-    eval_flops = test_examples * model.halt_max_steps * flops.forward
+    eval_rows = round(float(test.get("total_puzzles", 0)) * float(test["mean_puzzle_examples"]))
+    eval_flops = eval_rows * model.halt_max_steps * flops.forward
     step_flops = cfg.global_batch_size * flops.train
     gpus = layout.world_size if layout.device == "cuda" else 0
+    speed = tier_speed(layout)
+    scale = None if speed is None else workload_scale(speed, cfg, int(train["seq_len"]))
     if measured_step_seconds is not None:
-        step_seconds, source = measured_step_seconds, "measured by the probe"
+        step_seconds, source = measured_step_seconds, "measured (probe)"
+    elif speed is not None and scale is not None:
+        step_seconds, source = measured_step(speed, layout, scale[0])
     else:
         peak = peak_flops(layout.gpu_name) if gpus else None
         if peak is None:
@@ -183,12 +401,25 @@ def estimate_run(
             return f"unknown {where}: no peak FLOP/s; PROBE=1 measures the step time"
         step_seconds = step_flops / (peak * gpus * ASSUMED_MFU)
         source = f"estimate: FLOPs at MFU {ASSUMED_MFU:.2f}"
+    if speed is not None and scale is not None:
+        eval_seconds, eval_source = measured_eval(speed, layout, eval_rows, scale[1])
+    else:
+        eval_seconds = step_seconds * eval_flops / step_flops
+        eval_source = (
+            "derived from the probe's step time by FLOPs"
+            if measured_step_seconds is not None
+            else f"estimate: FLOPs at MFU {ASSUMED_MFU:.2f}"
+        )
     return RunEstimate(
         total_steps=step_limit,
         step_seconds=step_seconds,
         step_source=source,
         evaluations=evaluations(cfg, steps, step_limit),
-        eval_seconds=step_seconds * eval_flops / step_flops,
+        eval_seconds=eval_seconds,
         gpus=gpus,
         hourly_usd=hourly_usd,
+        eval_rows=eval_rows,
+        eval_source=eval_source,
+        schedule=eval_schedule(cfg),
+        dataset_source=dataset_source,
     )

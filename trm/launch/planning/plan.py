@@ -11,6 +11,7 @@ from pathlib import Path
 from trm.errors import TRMError
 from trm.launch.host.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.host.nvidia_smi import GpuInfo
+from trm.launch.planning.budget import budget_warning
 from trm.launch.planning.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.planning.settings import LaunchSettings
 from trm.launch.planning.variables import ENV_VARS, arch_override
@@ -177,10 +178,18 @@ class LaunchPlan:
             measured_step_seconds=probe_step_seconds(self.settings.launch_dir),
         )
 
+    def budget_warning(self, estimate: RunEstimate | str) -> str | None:
+        """The warning when MAX_HOURS ends the run before its expected end (trm.launch.planning.budget)."""
+        if not isinstance(estimate, RunEstimate):
+            return None
+        s = self.settings
+        return budget_warning(estimate, s.max_hours, s.stop_margin_minutes, s.release)
+
     def hardware_text(self, estimate: RunEstimate | str) -> str:
-        """The tier and batch layout, then the expected time and cost."""
+        """The tier and batch layout, then the expected time and cost, and the MAX_HOURS warning if any."""
         what = estimate.describe() if isinstance(estimate, RunEstimate) else f"expected time     {estimate}"
-        return f"{self.hardware.describe()}\n{what}"
+        warning = self.budget_warning(estimate)
+        return f"{self.hardware.describe()}\n{what}" + (f"\n{warning}" if warning else "")
 
     def trainer_overrides(
         self,

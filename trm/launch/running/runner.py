@@ -174,6 +174,7 @@ class Launch:
                 "restore_command": restore_command(s),
                 "gpu_hourly_usd": s.gpu_hourly_usd,
                 "max_hours": s.max_hours,
+                "budget_warning": plan.budget_warning(plan.estimate()),
                 "image_digest": self.environ.get("TRM_IMAGE_DIGEST") or None,
             },
         )
@@ -231,11 +232,13 @@ class Launch:
 
     def hardware(self, step: Step) -> None:
         """Log the tier, the batch layout and the expected time and cost (now that the dataset is built);
-        the estimate is recorded in launch/estimate.json for the handoff's planned-against-actual."""
+        the estimate is recorded in launch/estimate.json for the handoff's planned-against-actual, and
+        plan.json's MAX_HOURS warning follows the built dataset's figures."""
         estimate = self.plan.estimate()
         self.console.log(self.plan.hardware_text(estimate))
         if isinstance(estimate, RunEstimate):
             atomic_write_json(self.settings.launch_dir / ESTIMATE_FILE, estimate.to_dict())
+            self.write_plan()
 
     def cost_guard(self, step: Step) -> None:
         """Start the watcher: cost log, heartbeats for the handoff, and the MAX_HOURS stop."""
