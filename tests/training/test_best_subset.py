@@ -89,3 +89,13 @@ def test_trm_best_re_evaluates_the_runs_top_k(
     assert out.strip() == str(run_dir / "step_300") and "(subset evaluation)" in err
     assert main(["best", str(run_dir), "--top-k", "-1"]) == 2
     assert "--top-k -1 must be ≥ 0" in capsys.readouterr().err
+
+
+def test_the_recorded_choice_is_what_packaging_and_trm_eval_get(run_dir: Path) -> None:
+    from trm.training.best import best_checkpoint
+
+    assert best_checkpoint(run_dir).info.step == 300  # before any full re-evaluation: the subset's best
+    select_best(run_dir, 3, FullSet())
+    chosen = best_checkpoint(run_dir)
+    assert (chosen.info.step, chosen.metric, chosen.evaluation) == (200, FULL, "full")
+    assert best_checkpoint(run_dir, SUB).info.step == 300  # an explicit metric reads the manifests

@@ -70,8 +70,11 @@ def _complete(run_dir: Path) -> list[CheckpointInfo]:
 
 
 def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
-    """The best complete checkpoint under `run_dir` by `metric` (default: the run's own best_metric)."""
+    """The best complete checkpoint under `run_dir` by `metric` (default: the run's own best_metric; for a
+    subset run, the choice `select_best` recorded in best.json when it names a complete checkpoint)."""
     complete = _complete(run_dir)
+    if metric is None and (chosen := _recorded_choice(run_dir, complete)) is not None:
+        return chosen
     if metric is None:
         named = [i.manifest["best_metric"] for i in complete if i.manifest.get("best_metric")]
         if not named:
@@ -149,6 +152,24 @@ def select_best(
     if write:
         atomic_write_json(run_dir / BEST_FILE, {"ranked_by": ranked_by, "top_k": top_k, **best.as_dict()})
     return best
+
+
+def _recorded_choice(run_dir: Path, complete: list[CheckpointInfo]) -> Best | None:
+    """The full-set choice recorded in best.json, if it is for the run's current ranking and its
+    checkpoint is still complete."""
+    try:
+        record = json.loads((run_dir / BEST_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    named = [i.manifest["best_metric"] for i in complete if i.manifest.get("best_metric")]
+    if not isinstance(record, dict) or not named or record.get("ranked_by") != named[-1]:
+        return None
+    by_step = {i.step: i for i in complete}
+    step, value = record.get("step"), record.get("value")
+    if not isinstance(step, int) or step not in by_step or not isinstance(value, int | float):
+        return None
+    return Best(by_step[step], str(record["metric"]), float(value), str(record.get("evaluation", FULL)),
+                list(record.get("candidates") or []))  # fmt: skip
 
 
 def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, float]:
