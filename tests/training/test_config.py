@@ -309,3 +309,14 @@ def test_subset_keys_default_to_full_evaluations_and_leave_run_names_alone() -> 
     assert from_dict(as_dict(cheap)) == cheap
     assert "eval_subset.fraction = 1.0" in help_text() and "best.top_k = 0" in help_text()
     assert SECTIONS["eval_subset"] is type(cheap.eval_subset)
+
+
+def test_evaluation_work_counts_subset_full_and_top_k_evaluations() -> None:
+    from trm.training.config import evaluation_work
+
+    assert evaluation_work(compose([]), 125) == 125.0  # today: every evaluation full
+    cheap = compose(["eval_subset.fraction=0.1", "best.top_k=3"])
+    assert evaluation_work(cheap, 125) == pytest.approx(12.5 + 3)
+    every = compose(["eval_subset.fraction=0.1", "eval_subset.full_every=25", "best.top_k=3"])
+    assert evaluation_work(every, 125) == pytest.approx(12.5 + 5 + 3)
+    assert evaluation_work(cheap, 2) == pytest.approx(0.2 + 2)  # no more candidates than evaluations

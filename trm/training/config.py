@@ -458,6 +458,18 @@ def is_full_evaluation(cfg: TrainConfig, number: int) -> bool:
     return not subset_on(cfg) or (every > 0 and number % every == 0)
 
 
+def evaluation_work(cfg: TrainConfig, evaluations: int) -> float:
+    """A run's evaluation work in full-test-set evaluations, for `evaluations` in-run evaluations: with a
+    subset, each reads `fraction` of the rows, every `full_every`-th also the whole set, and the run's end
+    evaluates at most `best.top_k` candidates fully (an upper bound: some may have been full already).
+    Time scales with it as far as evaluation time scales with the rows read."""
+    if not subset_on(cfg):
+        return float(evaluations)
+    every = cfg.eval_subset.full_every
+    full = evaluations // every if every > 0 else 0
+    return evaluations * cfg.eval_subset.fraction + full + min(cfg.best.top_k, evaluations)
+
+
 def as_dict(cfg: TrainConfig) -> dict[str, Any]:
     """Plain JSON-able dict of the resolved config (no Hydra defaults list)."""
     d = dataclasses.asdict(cfg)
