@@ -122,8 +122,7 @@ class EvalSubsetConfig:
     """`eval_subset.*`: in-run evaluations on a fixed, seeded part of the test set (run-only: not hashed)."""
 
     fraction: float = 1.0
-    """Share of the test set evaluated between full evaluations, in (0, 1]: ARC keeps this share of each
-    task's augmentations (voting over the kept ones), Sudoku/Maze of the rows. 1.0: every evaluation is full."""
+    """Share of the test set in-run evaluations read, in (0, 1] (ARC: of each task's augmentations; else rows); 1.0: all."""
     seed: int = 0
     """Seed of the subset's choice (the same subset at every evaluation of the run and after a resume)."""
     full_every: int = 0
@@ -135,8 +134,7 @@ class BestConfig:
     """`best.*`: how the best checkpoint is chosen when evaluations read a subset (run-only: not hashed)."""
 
     top_k: int = 0
-    """At the run's end and in `python -m trm best`: the top-k checkpoints by subset score are evaluated
-    on the full set and the best of them is chosen (0: the subset score alone decides)."""
+    """At the end and in `trm best`: the top-k checkpoints by subset score are evaluated fully; 0: subset decides."""
 
 
 # The nested sections of TrainConfig: field name -> dataclass.
