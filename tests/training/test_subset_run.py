@@ -65,3 +65,22 @@ def test_resume_keeps_the_subset_and_is_bit_exact(tmp_path: Path) -> None:
     runs = [json.loads((tmp_path / d / "run.json").read_text()) for d in ("straight", "split")]
     assert runs[0]["eval_subset"] == runs[1]["eval_subset"]
     assert runs[0]["best"]["step"] == runs[1]["best"]["step"]
+
+
+def test_a_candidates_full_evaluation_pets_the_watchdog_and_restores_the_weights(tmp_path: Path) -> None:
+    import torch
+
+    from trm.training.full_eval import InRunFullEvaluation
+
+    code, trainer = run(tmp_path / "r", *SUBSET, "checkpoint.keep=0")
+    assert code == exit_codes.OK
+    before = {k: v.clone() for k, v in trainer.components.model.state_dict().items()}
+    beats: list[int] = []
+    evaluate = InRunFullEvaluation(
+        trainer.cfg, trainer.info, trainer.components, tmp_path / "r", heartbeat=lambda: beats.append(1)
+    )
+    first = ckpt.find_complete(tmp_path / "r")[0]
+    metrics = evaluate(first)
+    assert "eval/all/exact_accuracy" in metrics and len(beats) == 2  # one per test batch
+    after = trainer.components.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from trm.distributed import DistInfo
@@ -27,8 +28,20 @@ CANDIDATES_DIR = "best_candidates"
 class InRunFullEvaluation:
     """Callable: a checkpoint of this run -> its full-test-set metrics (rank 0; {} elsewhere)."""
 
-    def __init__(self, cfg: TrainConfig, info: DistInfo, comps: Components, run_dir: Path) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        info: DistInfo,
+        comps: Components,
+        run_dir: Path,
+        heartbeat: Callable[[], None] = lambda: None,
+    ) -> None:
         self.cfg, self.info, self.comps, self.run_dir = cfg, info, comps, run_dir
+        self.heartbeat = heartbeat  # called before every test batch (the hang watchdog's pet)
+
+    def _batch_starts(self) -> bool:
+        self.heartbeat()
+        return False  # never stopped part-way: the run is saved, and `trm best` can redo this
 
     def __call__(self, checkpoint: CheckpointInfo) -> dict[str, float]:
         from trm.evaluation.arc import build_evaluators
@@ -59,6 +72,7 @@ class InRunFullEvaluation:
                         chunk_size=c.plan.micro_batch_size,
                         save_dir=out,
                         step=checkpoint.step,
+                        should_stop=self._batch_starts,
                     ),
                 )
         finally:

@@ -208,8 +208,11 @@ class Trainer:
         from trm.training.best import select_best
         from trm.training.full_eval import InRunFullEvaluation
 
-        evaluate_full = InRunFullEvaluation(self.cfg, self.info, self.components, self.run_dir)
-        chosen = select_best(self.run_dir, self.cfg.best.top_k, evaluate_full, write=self.info.is_main)
+        evaluate_full = InRunFullEvaluation(
+            self.cfg, self.info, self.components, self.run_dir, heartbeat=self.watchdog.pet
+        )
+        with self.watchdog.evaluation():  # the evaluation allowance between test batches
+            chosen = select_best(self.run_dir, self.cfg.best.top_k, evaluate_full, write=self.info.is_main)
         if self.info.is_main:
             record_best(self.run_dir, chosen.as_dict())
             log.info(
