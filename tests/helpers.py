@@ -131,8 +131,32 @@ class FakeLoader:
             yield "all", self._local(batch), self.gbs
         self._pass, self._pos = self._pass + 1, 0
 
-    def iter_test(self):
-        for index in range(2):
+    TEST_BATCHES = 2
+
+    def test_layout(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """Every test row is its own puzzle and group (a grid set: subsets pick rows)."""
+        rows = np.arange(self.TEST_BATCHES * self.gbs + 1)
+        return [("all", rows, rows)]
+
+    def iter_test(self, examples=None):
+        if examples is not None:  # PuzzleLoader's subset iteration: the listed rows, padded with blanks
+            rows = [self._global_batch(10_000, index) for index in range(self.TEST_BATCHES)]
+            every = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+            ids = torch.as_tensor(np.asarray(examples["all"]), dtype=torch.long)
+            for index, start in enumerate(range(0, len(ids), self.gbs)):
+                take = ids[start : start + self.gbs]
+                batch = {k: v[take] for k, v in every.items()}
+                pad = self.gbs - len(take)
+                batch = {
+                    "inputs": torch.cat([batch["inputs"], torch.zeros(pad, self.metadata.seq_len, dtype=torch.int32)]),
+                    "labels": torch.cat([batch["labels"], torch.full((pad, self.metadata.seq_len), -100, dtype=torch.int32)]),
+                    "puzzle_identifiers": torch.cat([batch["puzzle_identifiers"], torch.zeros(pad, dtype=torch.int32)]),
+                }  # fmt: skip
+                if self.before_test_batch is not None:
+                    self.before_test_batch(index)
+                yield "all", self._local(batch), len(take)
+            return
+        for index in range(self.TEST_BATCHES):
             if self.before_test_batch is not None:
                 self.before_test_batch(index)
             yield "all", self._local(self._global_batch(10_000, index)), self.gbs

@@ -39,6 +39,7 @@ def test_best_prints_the_path_and_json(run_dir: Path, capsys: pytest.CaptureFixt
     assert main(["best", str(run_dir), "--metric", "ARC/pass@1", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {
         "path": str(run_dir / "step_300"), "step": 300, "metric": "ARC/pass@1", "value": 0.07,
+        "evaluation": "full",
     }  # fmt: skip
 
 

@@ -291,3 +291,51 @@ def test_nested_keys_are_checked_and_listed() -> None:
     text = help_text()
     assert "checkpoint.keep = 2    # Keep the newest k rolling" in text
     assert "watchdog.timeout_minutes = 15.0" in text and "checkpoint_keep is checkpoint.keep" in text
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("eval_subset.fraction=0", "eval_subset.fraction=0"),
+        ("eval_subset.fraction=1.5", "eval_subset.fraction=1.5"),
+        ("eval_subset.fraction=nan", "eval_subset.fraction=nan"),
+        ("eval_subset.fraction=-0.1", "eval_subset.fraction=-0.1"),
+        ("eval_subset.full_every=-1", "eval_subset.full_every=-1"),
+        ("best.top_k=-2", "best.top_k=-2"),
+    ],
+)
+def test_subset_keys_reject_bad_values_in_one_line(override: str, named: str) -> None:
+    with pytest.raises(TRMError) as err:
+        compose([override])
+    message = str(err.value)
+    assert message.startswith(named) and "\n" not in message
+    assert ("(0, 1]" in message) if "fraction" in override else ("≥ 0" in message)
+
+
+def test_subset_keys_default_to_full_evaluations_and_leave_run_names_alone() -> None:
+    from trm.training.config import is_full_evaluation, ranking_metric, subset_on
+
+    plain = compose([])
+    assert (plain.eval_subset.fraction, plain.eval_subset.seed, plain.eval_subset.full_every) == (1.0, 0, 0)
+    assert plain.best.top_k == 0 and not subset_on(plain) and ranking_metric(plain) == "ARC/pass@2"
+    assert all(is_full_evaluation(plain, n) for n in range(1, 5))
+    cheap = compose(["eval_subset.fraction=0.1", "eval_subset.full_every=3", "+best.top_k=4"])
+    assert config_hash(cheap) == config_hash(plain)  # evaluation only: not part of the math
+    assert [is_full_evaluation(cheap, n) for n in range(1, 7)] == [False, False, True, False, False, True]
+    assert ranking_metric(cheap) == "subset/ARC/this_eval/pass@2"  # each checkpoint's own votes
+    grid = compose(["evaluators=[]", "eval_subset.fraction=0.5"])
+    assert ranking_metric(grid) == "subset/eval/all/exact_accuracy"
+    assert from_dict(as_dict(cheap)) == cheap
+    assert "eval_subset.fraction = 1.0" in help_text() and "best.top_k = 0" in help_text()
+    assert SECTIONS["eval_subset"] is type(cheap.eval_subset)
+
+
+def test_evaluation_work_counts_subset_full_and_top_k_evaluations() -> None:
+    from trm.training.config import evaluation_work
+
+    assert evaluation_work(compose([]), 125) == 125.0  # today: every evaluation full
+    cheap = compose(["eval_subset.fraction=0.1", "best.top_k=3"])
+    assert evaluation_work(cheap, 125) == pytest.approx(12.5 + 3)
+    every = compose(["eval_subset.fraction=0.1", "eval_subset.full_every=25", "best.top_k=3"])
+    assert evaluation_work(every, 125) == pytest.approx(12.5 + 5 + 3)
+    assert evaluation_work(cheap, 2) == pytest.approx(0.2 + 2)  # no more candidates than evaluations

@@ -1,4 +1,4 @@
-"""`python -m trm best RUN_DIR [--metric M] [--json]`: the run's best complete checkpoint by an eval metric."""
+"""`python -m trm best RUN_DIR [--metric M] [--top-k K] [--json]`: the run's best complete checkpoint."""
 
 from __future__ import annotations
 
@@ -10,29 +10,61 @@ import sys
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from trm.training.best import best_checkpoint
+    from trm.errors import TRMError
+    from trm.evaluation.subset import SUBSET_PREFIX
+    from trm.training.best import best_checkpoint, run_ranking, select_best
+    from trm.training.checkpoint import CheckpointInfo
+    from trm.training.full_eval import CANDIDATES_DIR
+    from trm.training.standalone_eval import full_metrics
 
-    best = best_checkpoint(Path(args.run_dir), args.metric)
+    run_dir = Path(args.run_dir)
+    if args.top_k is not None and args.top_k < 0:
+        raise TRMError(f"--top-k {args.top_k} must be ≥ 0 (0: the subset score alone decides).")
+    ranked_by, run_top_k = (None, None) if args.metric else run_ranking(run_dir)
+    if ranked_by is not None and ranked_by.startswith(SUBSET_PREFIX):
+
+        def evaluate_full(info: CheckpointInfo) -> dict[str, float]:
+            print(f"evaluating {info.path} on the full test set", file=sys.stderr)
+            return full_metrics(info.path, run_dir / CANDIDATES_DIR / f"step_{info.step}")
+
+        top_k = args.top_k if args.top_k is not None else (run_top_k or 0)
+        best = select_best(run_dir, top_k, evaluate_full)
+    else:
+        best = best_checkpoint(run_dir, args.metric)
     if args.json:
         print(json.dumps(best.as_dict(), indent=2))
     else:
         print(best.info.path)
-        print(f"step {best.info.step}: {best.metric} = {best.value:.6g}", file=sys.stderr)
+        print(
+            f"step {best.info.step}: {best.metric} = {best.value:.6g} ({best.evaluation} evaluation)",
+            file=sys.stderr,
+        )
     return 0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Print the path of the run's complete checkpoint with the highest value of an evaluation metric "
-        "(its step and value go to stderr; --json prints all). Evaluation checkpoints record their "
-        "metrics; retention keeps the best checkpoint.keep_best of them."
+        "(its step, value and which evaluation gave it go to stderr; --json prints all). Evaluation "
+        "checkpoints record their metrics; retention keeps the best checkpoint.keep_best of them. A run "
+        "whose evaluations read a subset (eval_subset.fraction < 1) ranks by the subset score: the best "
+        "--top-k of them are evaluated on the full test set (once; best.json records the scores) and the "
+        "best full score wins."
     )
     parser.add_argument("run_dir", help="the run's checkpoint_path (holding step_N/ folders)")
     parser.add_argument(
         "--metric",
         default=None,
-        help="metric to rank by, higher is better (default: the run's checkpoint.best_metric: ARC/pass@2 "
-        "with an ARC evaluator, else eval/all/exact_accuracy)",
+        help="metric to rank by, higher is better, read off the manifests only (default: the run's "
+        "checkpoint.best_metric: ARC/pass@2 with an ARC evaluator, else eval/all/exact_accuracy; "
+        "subset/<metric> for a subset run)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="subset runs: how many of the best checkpoints by subset score to evaluate on the full set "
+        "(default: the run's best.top_k; 0: the subset score decides)",
     )
     parser.add_argument("--json", action="store_true", help="print path, step, metric and value as JSON")
     parser.set_defaults(func=run)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -221,15 +221,29 @@ class PuzzleLoader:
         return self._collate(s, data, example_ids[rows], puzzle_ids[rows])
 
     # ----- test -----------------------------------------------------------------------------------------
-    def iter_test(self) -> Iterator[tuple[str, dict[str, torch.Tensor], int]]:
-        """Every example in order, in chunks of global_batch_size; short local batches padded with blanks."""
+    def test_layout(self) -> list[tuple[str, np.ndarray, np.ndarray]]:
+        """(set name, group_indices, puzzle_indices) of every set: groups of puzzles (ARC: an original task
+        and its augmentations), puzzles of examples (their test inputs)."""
+        return [
+            (name, data.group_indices, data.puzzle_indices)
+            for name, data in zip(self.set_names, self._sets, strict=True)
+        ]
+
+    def iter_test(
+        self, examples: Mapping[str, np.ndarray] | None = None
+    ) -> Iterator[tuple[str, dict[str, torch.Tensor], int]]:
+        """Every example in order (or, with `examples`, only each set's listed example ids, ascending), in
+        chunks of global_batch_size; short local batches padded with blanks."""
         for s, data in enumerate(self._sets):
-            total = data.num_examples
+            chosen = None if examples is None else np.asarray(examples.get(self.set_names[s], ()), np.int64)
+            total = data.num_examples if chosen is None else len(chosen)
             for start in range(0, total, self.global_batch_size):
                 end = min(total, start + self.global_batch_size)
                 lo = start + self.rank * self.local_batch_size
                 hi = min(start + (self.rank + 1) * self.local_batch_size, end)
                 example_ids = np.arange(lo, max(lo, hi), dtype=np.int64)
+                if chosen is not None:
+                    example_ids = chosen[example_ids]
                 puzzle_ids = np.searchsorted(data.puzzle_indices, example_ids, side="right") - 1
                 yield self.set_names[s], self._collate(s, data, example_ids, puzzle_ids), end - start
 

@@ -3,15 +3,32 @@
 Evaluation checkpoints carry their evaluation's metrics in the manifest (`eval_metrics`) and the name of
 the metric the run ranks by (`best_metric`: checkpoint.best_metric, else ARC/pass@2 with an ARC
 evaluator, else eval/all/exact_accuracy). Higher is better; ties go to the later step.
+
+A run whose in-run evaluations read a subset (eval_subset.fraction < 1) ranks by `subset/<metric>`.
+`select_best` then takes the `best.top_k` checkpoints by that score, evaluates each on the full test set
+(or reads the score of an in-run full evaluation of it), chooses the highest full score, and writes the
+candidates and the choice to BEST_FILE; a later call reuses the full scores recorded there. With
+best.top_k=0 the subset score alone decides (the choice says so: `evaluation: subset`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trm.errors import TRMError
+from trm.evaluation.subset import SUBSET_PREFIX
+from trm.io import atomic_write_json
 from trm.training.checkpoint import COMPLETE, CheckpointInfo, best_of, find_complete, metric_value
+
+BEST_FILE = "best.json"
+FULL = "full"
+SUBSET = "subset"
+# Evaluates one checkpoint on the full test set and returns its metrics (rank 0; {} on other ranks).
+FullEvaluation = Callable[[CheckpointInfo], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -21,19 +38,26 @@ class Best:
     info: CheckpointInfo
     metric: str
     value: float
+    evaluation: str = FULL
+    """Which evaluation the value comes from: `full` (the whole test set) or `subset`."""
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    """With a subset: the top-k by subset score, each with its subset score, Wilson interval and full score."""
 
-    def as_dict(self) -> dict[str, object]:
-        """JSON form (`python -m trm best --json`)."""
-        return {
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (`python -m trm best --json`, best.json, run.json's `best`)."""
+        out: dict[str, Any] = {
             "path": str(self.info.path),
             "step": self.info.step,
             "metric": self.metric,
             "value": self.value,
+            "evaluation": self.evaluation,
         }
+        if self.candidates:
+            out["candidates"] = self.candidates
+        return out
 
 
-def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
-    """The best complete checkpoint under `run_dir` by `metric` (default: the run's own best_metric)."""
+def _complete(run_dir: Path) -> list[CheckpointInfo]:
     if (run_dir / COMPLETE).exists():
         raise TRMError(f"{run_dir} is one checkpoint, not a run directory: pass its parent {run_dir.parent}.")
     complete = find_complete(run_dir)
@@ -42,6 +66,15 @@ def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
             f"{run_dir} holds no complete checkpoint (step_N/ folders with COMPLETE): pass the run's "
             "checkpoint_path, or train until its first evaluation."
         )
+    return complete
+
+
+def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
+    """The best complete checkpoint under `run_dir` by `metric` (default: the run's own best_metric; for a
+    subset run, the choice `select_best` recorded in best.json when it names a complete checkpoint)."""
+    complete = _complete(run_dir)
+    if metric is None and (chosen := _recorded_choice(run_dir, complete)) is not None:
+        return chosen
     if metric is None:
         named = [i.manifest["best_metric"] for i in complete if i.manifest.get("best_metric")]
         if not named:
@@ -58,7 +91,98 @@ def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
         )
     value = metric_value(best[0], metric)
     assert value is not None
-    return Best(best[0], metric, value)
+    return Best(best[0], metric, value, SUBSET if metric.startswith(SUBSET_PREFIX) else FULL)
+
+
+def run_ranking(run_dir: Path) -> tuple[str | None, int | None]:
+    """(the metric the run ranks checkpoints by, its best.top_k or None without a subset), read off the
+    newest complete checkpoint's manifest that names them."""
+    named = [i.manifest for i in _complete(run_dir) if i.manifest.get("best_metric")]
+    if not named:
+        return None, None
+    top_k = named[-1].get("best_top_k")
+    return str(named[-1]["best_metric"]), int(top_k) if top_k is not None else None
+
+
+def select_best(
+    run_dir: Path, top_k: int, evaluate_full: FullEvaluation | None, *, write: bool = True
+) -> Best:
+    """The best checkpoint of a run ranked by a subset score: the `top_k` best by it, re-scored on the
+    full test set (see the module docstring); `write` records the choice in `run_dir/best.json`.
+
+    Every rank calls it with the same `top_k` (`evaluate_full` may be collective); only rank 0's
+    `evaluate_full` returns metrics, so only its result is meaningful."""
+    ranked_by, _ = run_ranking(run_dir)
+    if ranked_by is None or not ranked_by.startswith(SUBSET_PREFIX):
+        return best_checkpoint(run_dir, ranked_by)
+    if top_k == 0 or evaluate_full is None:
+        return best_checkpoint(run_dir, ranked_by)
+    full_metric = ranked_by[len(SUBSET_PREFIX) :]
+    cached = _recorded_full_scores(run_dir, full_metric)
+    candidates: list[dict[str, Any]] = []
+    scored: list[tuple[float, CheckpointInfo]] = []
+    for info in best_of(_complete(run_dir), ranked_by, top_k):
+        value, source = metric_value(info, full_metric), "in-run"
+        if value is None and info.step in cached:
+            value, source = cached[info.step], BEST_FILE
+        if value is None:
+            found = evaluate_full(info).get(full_metric)
+            value, source = (float(found) if found is not None else None), "re-evaluated"
+        metrics = info.manifest.get("eval_metrics") or {}
+        candidates.append(
+            {
+                "step": info.step,
+                "path": str(info.path),
+                ranked_by: metrics.get(ranked_by),
+                "wilson_95": [
+                    metrics.get(f"{ranked_by}/wilson_low"),
+                    metrics.get(f"{ranked_by}/wilson_high"),
+                ],
+                full_metric: value,
+                "full_from": source,
+            }
+        )
+        if value is not None:
+            scored.append((value, info))
+    if not scored:  # other ranks: evaluate_full gives no metrics
+        return best_checkpoint(run_dir, ranked_by)
+    scored.sort(key=lambda pair: (-pair[0], -pair[1].step))
+    value, info = scored[0]
+    best = Best(info, full_metric, value, FULL, candidates)
+    if write:
+        atomic_write_json(run_dir / BEST_FILE, {"ranked_by": ranked_by, "top_k": top_k, **best.as_dict()})
+    return best
+
+
+def _recorded_choice(run_dir: Path, complete: list[CheckpointInfo]) -> Best | None:
+    """The full-set choice recorded in best.json, if it is for the run's current ranking and its
+    checkpoint is still complete."""
+    try:
+        record = json.loads((run_dir / BEST_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    named = [i.manifest["best_metric"] for i in complete if i.manifest.get("best_metric")]
+    if not isinstance(record, dict) or not named or record.get("ranked_by") != named[-1]:
+        return None
+    by_step = {i.step: i for i in complete}
+    step, value = record.get("step"), record.get("value")
+    if not isinstance(step, int) or step not in by_step or not isinstance(value, int | float):
+        return None
+    return Best(by_step[step], str(record["metric"]), float(value), str(record.get("evaluation", FULL)),
+                list(record.get("candidates") or []))  # fmt: skip
+
+
+def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, float]:
+    """Full scores by step that an earlier `select_best` recorded in best.json (for the same metric)."""
+    try:
+        record = json.loads((run_dir / BEST_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    out: dict[int, float] = {}
+    for row in record.get("candidates", []) if isinstance(record, dict) else []:
+        if isinstance(row, dict) and isinstance(row.get(metric), int | float) and "step" in row:
+            out[int(row["step"])] = float(row[metric])
+    return out
 
 
 def _available(complete: list[CheckpointInfo]) -> str:

@@ -42,6 +42,8 @@ class Components:
     ema: Any | None
     evaluators: list[Any]
     plan: MicroBatchSplit
+    subset: Any | None = None
+    """The subset evaluation's loader view and evaluators (trm.training.subset_eval), when eval_subset.fraction < 1."""
 
 
 def forward_dtype(cfg: TrainConfig, device: torch.device) -> str:
@@ -153,8 +155,19 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
             plan.accum_steps,
             plan.micro_batch_size,
         )
+    from trm.training.subset_eval import build_subset_target
+
     return Components(
-        train_loader, test_loader, model, loss_head, step_module, optimizers, ema, evaluators, plan
+        train_loader,
+        test_loader,
+        model,
+        loss_head,
+        step_module,
+        optimizers,
+        ema,
+        evaluators,
+        plan,
+        build_subset_target(cfg, test_loader),
     )
 
 

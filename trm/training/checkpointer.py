@@ -26,7 +26,7 @@ from trm.distributed import DistInfo
 from trm.safe_remove import remove_retired_checkpoint
 from trm.training import checkpoint as ckpt
 from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
-from trm.training.config import TrainConfig, best_metric
+from trm.training.config import TrainConfig, ranking_metric, subset_on
 from trm.training.rolling import RollingSchedule
 from trm.training.state import write_main_state, write_rank_shard
 from trm.training.step_flags import WriterFlags
@@ -89,8 +89,11 @@ class Checkpointer:
         self.check_weights = check_weights  # raises (on every rank) when the weights are not finite
         self.every_eval = cfg.checkpoint.every_eval
         self.keep = cfg.checkpoint.keep
-        self.keep_best = cfg.checkpoint.keep_best
-        self.best_metric = best_metric(cfg)
+        # With a subset the ranking is its score, and the best.top_k candidates by it must survive pruning
+        # until the run's end evaluates them fully.
+        self.keep_best = max(cfg.checkpoint.keep_best, cfg.best.top_k if subset_on(cfg) else 0)
+        self.best_metric = ranking_metric(cfg)
+        self.top_k = cfg.best.top_k if subset_on(cfg) else None
         self.rolling = RollingSchedule(cfg.checkpoint.every_minutes, cfg.checkpoint.every_steps)
         self.writer = CheckpointWriter(asynchronous=cfg.checkpoint.asynchronous)
         # Host memory for the snapshots (pinned on CUDA), kept from one save to the next: only the first
@@ -125,6 +128,8 @@ class Checkpointer:
         facts["kind"] = ckpt.EVAL if evaluated else ckpt.ROLLING
         facts["eval_metrics"] = dict(eval_metrics) if eval_metrics is not None else None
         facts["best_metric"] = self.best_metric
+        if self.top_k is not None:
+            facts["best_top_k"] = self.top_k  # `python -m trm best` re-evaluates this many fully
         if not info.distributed:
             self.writer.submit(lambda: self._write(step, shard, main, facts, prepare=True))
         else:

@@ -67,6 +67,10 @@ RUN_ONLY_KEYS = frozenset(
         # The sections of run-only keys (CheckpointConfig, WatchdogConfig): left out whole.
         "checkpoint",
         "watchdog",
+        # Evaluation only (EvalSubsetConfig, BestConfig): which rows the in-run evaluations read and how
+        # the best checkpoint is chosen; the training math is the same.
+        "eval_subset",
+        "best",
         # Both spellings of their keys, for configs flattened to dotted names (reports compare the
         # run.json configs of old and new runs).
         *RENAMED_KEYS,
@@ -114,8 +118,33 @@ class WatchdogConfig:
     """Allowance between two evaluation batches (the first one compiles the evaluation)."""
 
 
+@dataclass
+class EvalSubsetConfig:
+    """`eval_subset.*`: in-run evaluations on a fixed, seeded part of the test set (run-only: not hashed)."""
+
+    fraction: float = 1.0
+    """Share of the test set in-run evaluations read, in (0, 1] (ARC: of each task's augmentations; else rows); 1.0: all."""
+    seed: int = 0
+    """Seed of the subset's choice (the same subset at every evaluation of the run and after a resume)."""
+    full_every: int = 0
+    """Every Nth in-run evaluation is also full (0: none; the run's end evaluates best.top_k fully)."""
+
+
+@dataclass
+class BestConfig:
+    """`best.*`: how the best checkpoint is chosen when evaluations read a subset (run-only: not hashed)."""
+
+    top_k: int = 0
+    """At the end and in `trm best`: the top-k checkpoints by subset score are evaluated fully; 0: subset decides."""
+
+
 # The nested sections of TrainConfig: field name -> dataclass.
-SECTIONS: dict[str, type] = {"checkpoint": CheckpointConfig, "watchdog": WatchdogConfig}
+SECTIONS: dict[str, type] = {
+    "checkpoint": CheckpointConfig,
+    "watchdog": WatchdogConfig,
+    "eval_subset": EvalSubsetConfig,
+    "best": BestConfig,
+}
 
 
 @dataclass
@@ -184,6 +213,10 @@ class TrainConfig:
     """Also write TensorBoard events into checkpoint_path/tensorboard."""
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     """The hang watchdog's allowances (`watchdog.timeout_minutes=0` turns it off)."""
+    eval_subset: EvalSubsetConfig = field(default_factory=EvalSubsetConfig)
+    """In-run evaluations on a seeded subset of the test set (`eval_subset.fraction=0.1`…)."""
+    best: BestConfig = field(default_factory=BestConfig)
+    """How the best checkpoint is chosen from subset scores (`best.top_k=3`)."""
     grad_clip_norm: float | None = None
     """Clip the all-reduced dense gradients to this global L2 norm (null: off, as upstream)."""
 
@@ -428,6 +461,7 @@ def validate(cfg: TrainConfig) -> None:
                 f"watchdog.{key}={getattr(cfg.watchdog, key)} must be ≥ 0 "
                 "(watchdog.timeout_minutes=0 turns the watchdog off)."
             )
+    _validate_subset(cfg.eval_subset, cfg.best)
     if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
         raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
@@ -445,6 +479,41 @@ def validate(cfg: TrainConfig) -> None:
     for ev in cfg.evaluators:
         if not isinstance(ev, dict) or ev.get("name") not in ("arc@ARC", "ARC", "arc"):
             raise TRMError(f"evaluators entry {ev!r}: only {{name: arc@ARC}} exists (or evaluators='[]').")
+
+
+def _validate_subset(sub: EvalSubsetConfig, best: BestConfig) -> None:
+    fraction = sub.fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        raise TRMError(
+            f"eval_subset.fraction={fraction} must be in (0, 1] (e.g. eval_subset.fraction=0.1; "
+            "1.0 evaluates the whole test set every time)."
+        )
+    for key, value in (("eval_subset.full_every", sub.full_every), ("best.top_k", best.top_k)):
+        if value < 0:
+            raise TRMError(f"{key}={value} must be ≥ 0 (0 turns it off).")
+
+
+def subset_on(cfg: TrainConfig) -> bool:
+    """Whether in-run evaluations read a subset (eval_subset.fraction < 1)."""
+    return cfg.eval_subset.fraction < 1
+
+
+def is_full_evaluation(cfg: TrainConfig, number: int) -> bool:
+    """Whether the run's `number`-th in-run evaluation (1-based) reads the whole test set."""
+    every = cfg.eval_subset.full_every
+    return not subset_on(cfg) or (every > 0 and number % every == 0)
+
+
+def evaluation_work(cfg: TrainConfig, evaluations: int) -> float:
+    """A run's evaluation work in full-test-set evaluations, for `evaluations` in-run evaluations: with a
+    subset, each reads `fraction` of the rows, every `full_every`-th also the whole set, and the run's end
+    evaluates at most `best.top_k` candidates fully (an upper bound: some may have been full already).
+    Time scales with it as far as evaluation time scales with the rows read."""
+    if not subset_on(cfg):
+        return float(evaluations)
+    every = cfg.eval_subset.full_every
+    full = evaluations // every if every > 0 else 0
+    return evaluations * cfg.eval_subset.fraction + full + min(cfg.best.top_k, evaluations)
 
 
 def as_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -480,6 +549,24 @@ def from_dict(d: dict[str, Any]) -> TrainConfig:
 ARC_HEADLINE = "ARC/pass@2"
 EXACT_HEADLINE = "eval/all/exact_accuracy"
 _EXACT_NAME = re.compile(r"^eval/(?P<set>[^/]+)/exact_accuracy$")
+
+
+_POOLED_PASS = re.compile(r"^ARC/pass@(?P<k>\d+)$")
+
+
+def own_score(metric: str) -> str:
+    """The name under which `metric` scores one checkpoint on its own: ARC's pass@K pools the votes of
+    every evaluation of the run (aggregated_voting), its `ARC/this_eval/pass@K` does not."""
+    match = _POOLED_PASS.match(metric)
+    return f"ARC/this_eval/pass@{match['k']}" if match else metric
+
+
+def ranking_metric(cfg: TrainConfig) -> str:
+    """The metric checkpoints are ranked by during the run: best_metric; with a subset, each checkpoint's
+    own score of it on the subset (`subset/<own_score>`: every evaluation scores the subset, full ones too)."""
+    from trm.evaluation.subset import SUBSET_PREFIX
+
+    return f"{SUBSET_PREFIX}{own_score(best_metric(cfg))}" if subset_on(cfg) else best_metric(cfg)
 
 
 def checkpoints_held(keep: int, keep_best: int | None = None) -> int:

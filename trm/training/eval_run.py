@@ -19,7 +19,7 @@ import torch
 
 from trm.distributed import DistInfo
 from trm.training.builder import Components
-from trm.training.config import TrainConfig
+from trm.training.config import TrainConfig, best_metric, own_score
 from trm.training.eval_passes import eval_passes, evaluate_passes
 from trm.training.state import rng_state, set_rng_state
 
@@ -33,41 +33,59 @@ def evaluate_or_undo(
     run_dir: Path,
     step: int,
     should_stop: Callable[[], bool],
+    *,
+    full: bool = True,
 ) -> dict[str, float] | None:
     """Every evaluation pass at `step` (trm.training.eval_passes) and its metrics; None when
-    `should_stop()` ended it early (nothing pooled, the RNG as it was before it)."""
-    from trm.evaluation.runner import EvaluationStopped, evaluate
+    `should_stop()` ended it early (nothing pooled, the RNG as it was before it).
 
+    With a subset (comps.subset: eval_subset.fraction < 1) the subset is evaluated first, with its own
+    evaluators, its metrics under `subset/` (trm.evaluation.subset) and its outputs in `run_dir/subset/`;
+    `full` also evaluates the whole test set (metrics under their usual names)."""
+    from trm.evaluation.runner import EvaluationStopped, evaluate
+    from trm.evaluation.subset import SUBSET_PREFIX, subset_metrics
+
+    targets: list[tuple[Any, list[Any], Path, bool]] = []
+    if comps.subset is not None:
+        targets.append((comps.subset.loader, comps.subset.evaluators, run_dir / SUBSET_PREFIX, True))
+    if full or comps.subset is None:
+        targets.append((comps.test_loader, comps.evaluators, run_dir, False))
     rng_before = rng_state()
     passes = eval_passes(cfg.arch)  # URM: also loops + 8 (arch.loop_deltas)
+    evaluators = [ev for _loader, evs, _dir, _sub in targets for ev in evs]
     # A stop in a later pass must not leave the earlier passes' pooled votes behind (the resumed run
     # evaluates every pass again).
-    votes_before = [copy.deepcopy(ev.state_dict()) for ev in comps.evaluators] if len(passes) > 1 else None
+    several = len(passes) * len(targets) > 1
+    votes_before = [copy.deepcopy(ev.state_dict()) for ev in evaluators] if several else None
+    metrics: dict[str, float] = {}
     try:
         with ema_weights(comps):
-            return evaluate_passes(
-                cfg.arch,
-                comps.model.config,
-                run_dir,
-                lambda save_dir: evaluate(
-                    comps.step_module,  # compiled when training is
-                    comps.test_loader,
-                    comps.evaluators,
-                    info,
-                    chunk_size=comps.plan.micro_batch_size,
-                    save_dir=save_dir,
-                    step=step,
-                    save_outputs=tuple(cfg.eval_save_outputs),
-                    should_stop=should_stop,
-                ),
-            )
+            for loader, evs, save_dir, is_subset in targets:
+                found = evaluate_passes(
+                    cfg.arch,
+                    comps.model.config,
+                    save_dir,
+                    lambda out, loader=loader, evs=evs: evaluate(
+                        comps.step_module,  # compiled when training is
+                        loader,
+                        evs,
+                        info,
+                        chunk_size=comps.plan.micro_batch_size,
+                        save_dir=out,
+                        step=step,
+                        save_outputs=tuple(cfg.eval_save_outputs),
+                        should_stop=should_stop,
+                    ),
+                )
+                metrics.update(subset_metrics(found, own_score(best_metric(cfg))) if is_subset else found)
     except EvaluationStopped as stopped:
-        for ev, saved in zip(comps.evaluators, votes_before or [], strict=False):
+        for ev, saved in zip(evaluators, votes_before or [], strict=False):
             ev.load_state_dict(saved)
         set_rng_state(rng_before)
         if info.is_main:
             log.warning("%s; it runs again when the run resumes", stopped)
         return None
+    return metrics
 
 
 @contextlib.contextmanager

@@ -28,13 +28,13 @@ from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build
 from trm.training.checkpointer import Checkpointer
-from trm.training.config import TrainConfig, as_dict, config_hash, math_dict
+from trm.training.config import TrainConfig, as_dict, config_hash, is_full_evaluation, math_dict
 from trm.training.eval_run import evaluate_or_undo
 from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog
 from trm.training.nonfinite import NonFiniteGuard
 from trm.training.resume import InitialWeights, load_initial, resume
-from trm.training.run_record import open_metrics, write_run_json
+from trm.training.run_record import open_metrics, record_best, write_run_json
 from trm.training.signals import StopRequests, handle_signals
 from trm.training.state import Progress, rank_shard
 from trm.training.step_flags import StepFlags
@@ -197,7 +197,28 @@ class Trainer:
         p.finished = True
         self.save_checkpoint(replace=True)
         self.checkpointer.settle()
+        self._choose_best()
         return exit_codes.OK
+
+    def _choose_best(self) -> None:
+        """With a subset (eval_subset.fraction < 1): evaluate the best.top_k checkpoints by subset score on
+        the full set, choose among them, and record the choice (best.json, run.json's `best`)."""
+        if self.components.subset is None or not self.cfg.evaluate:
+            return
+        from trm.training.best import select_best
+        from trm.training.full_eval import InRunFullEvaluation
+
+        evaluate_full = InRunFullEvaluation(
+            self.cfg, self.info, self.components, self.run_dir, heartbeat=self.watchdog.pet
+        )
+        with self.watchdog.evaluation():  # the evaluation allowance between test batches
+            chosen = select_best(self.run_dir, self.cfg.best.top_k, evaluate_full, write=self.info.is_main)
+        if self.info.is_main:
+            record_best(self.run_dir, chosen.as_dict())
+            log.info(
+                "best checkpoint: %s (%s = %.4g on the %s evaluation)",
+                chosen.info.path, chosen.metric, chosen.value, chosen.evaluation,
+            )  # fmt: skip
 
     def _stopped(self, requests: StopRequests) -> int:
         self.checkpointer.settle()
@@ -296,10 +317,13 @@ class Trainer:
             self.watchdog.pet()
             return requests is not None and dist_utils.any_rank([requests.stop], self.info)[0]
 
+        # The n-th in-run evaluation (from the progress, so a resumed run counts on): full or subset only.
+        number = self.progress.iteration - (self.cfg.min_eval_interval or 0) + 1
+        full = is_full_evaluation(self.cfg, number)
         start = time.perf_counter()
         with self.watchdog.evaluation():
             metrics = evaluate_or_undo(
-                self.cfg, self.info, self.components, self.run_dir, self.progress.step, should_stop
+                self.cfg, self.info, self.components, self.run_dir, self.progress.step, should_stop, full=full
             )
         if metrics is None:
             return False
@@ -340,6 +364,7 @@ class Trainer:
             "optimizers": {o.name: o.optimizer.state_dict() for o in c.optimizers},
             "train_loader": c.train_loader.state_dict(),
             "evaluators": [ev.state_dict() for ev in c.evaluators],
+            "subset_evaluators": [ev.state_dict() for ev in c.subset.evaluators] if c.subset else [],
             "config": as_dict(self.cfg),
         }
 

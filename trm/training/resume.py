@@ -84,6 +84,9 @@ def _restore(
     # Pooled ARC votes of the evaluations before the interruption (aggregated_voting).
     for ev, saved in zip(comps.evaluators, state.get("evaluators") or [], strict=False):
         ev.load_state_dict(saved)
+    if comps.subset is not None:  # the subset evaluation's own pooled votes (eval_subset.fraction < 1)
+        for ev, saved in zip(comps.subset.evaluators, state.get("subset_evaluators") or [], strict=False):
+            ev.load_state_dict(saved)
     progress = Progress(**state["progress"])
     world_saved = int(manifest["world_size"])
     carries = read_carries(folder, world_saved, comps.plan, info.device)

@@ -3,10 +3,12 @@ the metric log with its sinks (trm.training.metrics_log)."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 from trm.distributed import DistInfo
 from trm.io import atomic_write_json
@@ -37,7 +39,9 @@ def write_run_json(
     step_limit: int,
     resumed_from: Path | None,
 ) -> None:
-    """`run_dir/run.json`, written atomically at every start of the run."""
+    """`run_dir/run.json`, written atomically at every start of the run (a `best` recorded by an earlier
+    start is kept)."""
+    previous = read_json_or_empty(run_dir / "run.json")
     atomic_write_json(
         run_dir / "run.json",
         {
@@ -61,5 +65,25 @@ def write_run_json(
                 if hasattr(o.optimizer, "trm_backend")
             },
             "command": sys.argv,
+            # The in-run evaluations' subset (eval_subset.fraction < 1): how chosen, rows kept, sha256.
+            "eval_subset": comps.subset.record() if comps.subset is not None else None,
+            **({"best": previous["best"]} if "best" in previous else {}),
         },
     )
+
+
+def record_best(run_dir: Path, best: dict[str, object]) -> None:
+    """Add the chosen best checkpoint (trm.training.best.select_best) to run.json as `best`."""
+    path = run_dir / "run.json"
+    record = read_json_or_empty(path)
+    record["best"] = best
+    atomic_write_json(path, record)
+
+
+def read_json_or_empty(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`; {} when it does not exist or is not one."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}

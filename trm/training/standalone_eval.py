@@ -68,51 +68,75 @@ def evaluate_checkpoint(
     identifiers, into `<output>/puzzle_ids-<mode>/`; `source` (where a Hub checkpoint came from, with its
     commit) is recorded in metrics.json.
     """
-    from trm.data.loader import PuzzleLoader
-    from trm.evaluation.ablation import TRAINED, ablated
-    from trm.evaluation.arc import build_evaluators
-    from trm.evaluation.runner import evaluate
-    from trm.training.eval_passes import evaluate_passes
+    from trm.evaluation.ablation import TRAINED
 
     cfg, step, ours = resolve_config(checkpoint, overrides)
     out = output_dir or checkpoint.parent
     if puzzle_ids != TRAINED:
         out = out / f"puzzle_ids-{puzzle_ids}"
     with initialize(cfg.device) as info:
-        plan = MicroBatchSplit.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
-        test = PuzzleLoader(
-            cfg.data_paths_test or cfg.data_paths,
-            "test",
-            global_batch_size=cfg.global_batch_size,
-            rank=info.rank,
-            world_size=info.world_size,
-            seed=cfg.seed,
-        )
-        torch.manual_seed(cfg.seed)
-        model, loss_head = build_model(cfg, test.metadata, plan, info.device)
-        data_paths = cfg.data_paths_test or cfg.data_paths
-        _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers, data_paths)
-        evaluators = build_evaluators(cfg.evaluators, test)
-        meta = test.metadata
-        head = ablated(loss_head, puzzle_ids, meta.num_puzzle_identifiers, meta.blank_identifier_id, cfg.seed)
-        step_module = compiled_if_wanted(cfg, info.device, head)  # compile=auto: on CUDA
-        metrics = evaluate_passes(  # URM: also with loops + 8 ACT steps (arch.loop_deltas), as in training
-            cfg.arch,
-            model.config,
-            out,
-            lambda save_dir: evaluate(
-                step_module,
-                test,
-                evaluators,
-                info,
-                chunk_size=plan.micro_batch_size,
-                save_dir=save_dir,
-                step=step,
-            ),
-        )
+        metrics = _evaluate(cfg, info, checkpoint, step, ours, use_ema, out, puzzle_ids)
         extra = {"puzzle_ids": puzzle_ids, **({"source": source} if source else {})}
         _report(info, out, step, metrics, extra)
     return 0
+
+
+def full_metrics(checkpoint: Path, output_dir: Path) -> dict[str, float]:
+    """One of our checkpoints evaluated on its run's full test set as the run evaluates (its EMA weights
+    when it trained with ema=True), with fresh evaluators; outputs under `output_dir`; rank 0's metrics."""
+    cfg, step, ours = resolve_config(checkpoint, [])
+    with initialize(cfg.device) as info:
+        return _evaluate(cfg, info, checkpoint, step, ours, cfg.ema, output_dir, "trained")
+
+
+def _evaluate(
+    cfg: TrainConfig,
+    info: DistInfo,
+    checkpoint: Path,
+    step: int,
+    ours: bool,
+    use_ema: bool,
+    out: Path,
+    puzzle_ids: str,
+) -> dict[str, float]:
+    """Build the test loader and model, load the weights, evaluate every pass; the metrics (rank 0)."""
+    from trm.data.loader import PuzzleLoader
+    from trm.evaluation.ablation import ablated
+    from trm.evaluation.arc import build_evaluators
+    from trm.evaluation.runner import evaluate
+    from trm.training.eval_passes import evaluate_passes
+
+    plan = MicroBatchSplit.create(cfg.global_batch_size, info.world_size, info.rank, cfg.micro_batch_size)
+    test = PuzzleLoader(
+        cfg.data_paths_test or cfg.data_paths,
+        "test",
+        global_batch_size=cfg.global_batch_size,
+        rank=info.rank,
+        world_size=info.world_size,
+        seed=cfg.seed,
+    )
+    torch.manual_seed(cfg.seed)
+    model, loss_head = build_model(cfg, test.metadata, plan, info.device)
+    data_paths = cfg.data_paths_test or cfg.data_paths
+    _load(checkpoint, ours, use_ema, model, test.metadata.num_puzzle_identifiers, data_paths)
+    evaluators = build_evaluators(cfg.evaluators, test)
+    meta = test.metadata
+    head = ablated(loss_head, puzzle_ids, meta.num_puzzle_identifiers, meta.blank_identifier_id, cfg.seed)
+    step_module = compiled_if_wanted(cfg, info.device, head)  # compile=auto: on CUDA
+    return evaluate_passes(  # URM: also with loops + 8 ACT steps (arch.loop_deltas), as in training
+        cfg.arch,
+        model.config,
+        out,
+        lambda save_dir: evaluate(
+            step_module,
+            test,
+            evaluators,
+            info,
+            chunk_size=plan.micro_batch_size,
+            save_dir=save_dir,
+            step=step,
+        ),
+    )
 
 
 def _load(

@@ -1,0 +1,101 @@
+"""Choosing the best checkpoint of a run that evaluated a subset: the top-k by subset score are scored on
+the full test set and the full-set best among them wins; the choice says which evaluation decided."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trm.commands import main
+from trm.training import checkpoint as ckpt
+from trm.training.best import BEST_FILE, select_best
+
+SUB = "subset/eval/all/exact_accuracy"
+FULL = "eval/all/exact_accuracy"
+# step -> (subset score, full score): the subset's best (300) is not the full set's best (200).
+SCORES = {100: (0.40, 0.30), 200: (0.55, 0.62), 300: (0.60, 0.50), 400: (0.20, 0.70)}
+
+
+def write(root: Path, step: int, metrics: dict, top_k: int | None = 2) -> None:
+    folder = ckpt.prepare_partial(root, step)
+    (folder / "state.pt").write_bytes(b"w")
+    facts = {"step": step, "kind": ckpt.EVAL, "eval_metrics": metrics, "best_metric": SUB}
+    if top_k is not None:
+        facts["best_top_k"] = top_k
+    ckpt.publish(root, step, facts)
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "run"
+    for step, (sub, _full) in SCORES.items():
+        write(root, step, {SUB: sub, f"{SUB}/wilson_low": sub - 0.1, f"{SUB}/wilson_high": sub + 0.1})
+    return root
+
+
+class FullSet:
+    """A stand-in full evaluation that returns SCORES' full score and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def __call__(self, info: ckpt.CheckpointInfo) -> dict[str, float]:
+        self.calls.append(info.step)
+        return {FULL: SCORES[info.step][1], "eval/all/count": 100.0}
+
+
+def test_top_k_full_re_evaluation_picks_the_full_set_best(run_dir: Path) -> None:
+    full = FullSet()
+    best = select_best(run_dir, 3, full)
+    assert sorted(full.calls) == [100, 200, 300]  # the top 3 by subset score; 400 is not a candidate
+    assert (best.info.step, best.metric, best.value, best.evaluation) == (200, FULL, 0.62, "full")
+    record = json.loads((run_dir / BEST_FILE).read_text())
+    assert record["step"] == 200 and record["ranked_by"] == SUB and record["evaluation"] == "full"
+    row = {r["step"]: r for r in record["candidates"]}[300]
+    assert row[SUB] == 0.60 and row[FULL] == 0.50 and row["wilson_95"] == pytest.approx([0.5, 0.7])
+    again = FullSet()  # a second call reuses the recorded full scores
+    assert select_best(run_dir, 3, again).info.step == 200 and again.calls == []
+
+
+def test_a_candidate_evaluated_fully_in_the_run_is_not_evaluated_again(run_dir: Path) -> None:
+    write(run_dir, 300, {SUB: 0.60, FULL: 0.65}, top_k=2)  # an in-run full evaluation (full_every)
+    full = FullSet()
+    best = select_best(run_dir, 2, full)
+    assert full.calls == [200] and best.info.step == 300 and best.value == 0.65
+    assert {r["step"]: r["full_from"] for r in best.candidates} == {300: "in-run", 200: "re-evaluated"}
+
+
+def test_top_k_zero_lets_the_subset_decide_and_says_so(run_dir: Path) -> None:
+    best = select_best(run_dir, 0, FullSet())
+    assert (best.info.step, best.metric, best.evaluation) == (300, SUB, "subset")
+
+
+def test_trm_best_re_evaluates_the_runs_top_k(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = FullSet()
+    monkeypatch.setattr(
+        "trm.training.standalone_eval.full_metrics",
+        lambda path, out: full(ckpt.CheckpointInfo(int(path.name.split("_")[1]), path, {})),
+    )
+    assert main(["best", str(run_dir), "--json"]) == 0  # the run's best.top_k: 2
+    shown = json.loads(capsys.readouterr().out)
+    assert sorted(full.calls) == [200, 300]
+    assert (shown["step"], shown["metric"], shown["evaluation"]) == (200, FULL, "full")
+    assert main(["best", str(run_dir), "--top-k", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(run_dir / "step_300") and "(subset evaluation)" in err
+    assert main(["best", str(run_dir), "--top-k", "-1"]) == 2
+    assert "--top-k -1 must be ≥ 0" in capsys.readouterr().err
+
+
+def test_the_recorded_choice_is_what_packaging_and_trm_eval_get(run_dir: Path) -> None:
+    from trm.training.best import best_checkpoint
+
+    assert best_checkpoint(run_dir).info.step == 300  # before any full re-evaluation: the subset's best
+    select_best(run_dir, 3, FullSet())
+    chosen = best_checkpoint(run_dir)
+    assert (chosen.info.step, chosen.metric, chosen.evaluation) == (200, FULL, "full")
+    assert best_checkpoint(run_dir, SUB).info.step == 300  # an explicit metric reads the manifests

@@ -1,0 +1,86 @@
+"""A run whose in-run evaluations read a subset: metrics named apart, the subset in run.json, the subset
+score and its Wilson interval in the manifests, the top-k re-evaluated at the end, and a bit-exact resume
+that keeps all of it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.training.test_trainer_inprocess import assert_same_state, metric_rows, run
+from trm import exit_codes
+from trm.training import checkpoint as ckpt
+from trm.training.best import BEST_FILE
+
+SUBSET = ("eval_subset.fraction=0.5", "eval_subset.seed=3", "eval_subset.full_every=2", "best.top_k=2")
+SCORE = "subset/eval/all/exact_accuracy"
+
+
+def eval_rows(run_dir: Path) -> dict[int, dict]:
+    return {r["step"]: r for r in metric_rows(run_dir) if any("exact_accuracy" in k for k in r if "/" in k)}
+
+
+def test_subset_evaluations_are_named_apart_and_recorded(tmp_path: Path) -> None:
+    code, _trainer = run(tmp_path / "r", *SUBSET, "checkpoint.keep=0")
+    assert code == exit_codes.OK
+    rows = {s: {k for k in r if not k.startswith("train/")} for s, r in eval_rows(tmp_path / "r").items()}
+    # Evaluation 1 reads the subset only; evaluation 2 (full_every=2) the subset and the full set.
+    assert SCORE in rows[4] and not any(k.startswith(("eval/all/", "ARC/")) for k in rows[4])
+    assert {SCORE, "eval/all/exact_accuracy", "eval/all/count"} <= rows[8]
+    assert rows[4] - {"step"} <= {k for k in rows[8] if k.startswith("subset/")} | {
+        "eval/seconds", "eval/wall_share"
+    }  # fmt: skip
+    record = json.loads((tmp_path / "r" / "run.json").read_text())
+    subset = record["eval_subset"]
+    assert (subset["mode"], subset["fraction"], subset["seed"]) == ("rows", 0.5, 3)
+    assert subset["examples"] == {"all": [4, 8]} and len(subset["sha256"]) == 64
+    manifests = {c.step: c.manifest for c in ckpt.find_complete(tmp_path / "r")}
+    assert manifests[4]["best_metric"] == SCORE and manifests[4]["best_top_k"] == 2
+    low, high = (manifests[4]["eval_metrics"][f"{SCORE}/wilson_{end}"] for end in ("low", "high"))
+    assert 0 <= low <= manifests[4]["eval_metrics"][SCORE] <= high <= 1
+    best = json.loads((tmp_path / "r" / BEST_FILE).read_text())
+    assert best["evaluation"] == "full" and best["metric"] == "eval/all/exact_accuracy"
+    assert {c["step"]: c["full_from"] for c in best["candidates"]} == {8: "in-run", 4: "re-evaluated"}
+    assert record["best"]["step"] == best["step"] and record["best"]["evaluation"] == "full"
+
+
+def test_a_full_run_is_unchanged(tmp_path: Path) -> None:
+    code, _ = run(tmp_path / "plain")
+    assert code == exit_codes.OK
+    record = json.loads((tmp_path / "plain" / "run.json").read_text())
+    assert record["eval_subset"] is None and "best" not in record
+    assert not (tmp_path / "plain" / BEST_FILE).exists()
+    assert not any(k.startswith("subset/") for r in metric_rows(tmp_path / "plain") for k in r)
+
+
+def test_resume_keeps_the_subset_and_is_bit_exact(tmp_path: Path) -> None:
+    code, straight = run(tmp_path / "straight", *SUBSET)
+    assert code == exit_codes.OK
+    code, _ = run(tmp_path / "split", *SUBSET, stop_at=5)  # after the first (subset) evaluation
+    assert code == exit_codes.SAVED_RETRY
+    code, resumed = run(tmp_path / "split", *SUBSET)
+    assert code == exit_codes.OK and resumed.resumed_from is not None
+    assert_same_state(straight, resumed)
+    assert metric_rows(tmp_path / "straight") == metric_rows(tmp_path / "split")
+    runs = [json.loads((tmp_path / d / "run.json").read_text()) for d in ("straight", "split")]
+    assert runs[0]["eval_subset"] == runs[1]["eval_subset"]
+    assert runs[0]["best"]["step"] == runs[1]["best"]["step"]
+
+
+def test_a_candidates_full_evaluation_pets_the_watchdog_and_restores_the_weights(tmp_path: Path) -> None:
+    import torch
+
+    from trm.training.full_eval import InRunFullEvaluation
+
+    code, trainer = run(tmp_path / "r", *SUBSET, "checkpoint.keep=0")
+    assert code == exit_codes.OK
+    before = {k: v.clone() for k, v in trainer.components.model.state_dict().items()}
+    beats: list[int] = []
+    evaluate = InRunFullEvaluation(
+        trainer.cfg, trainer.info, trainer.components, tmp_path / "r", heartbeat=lambda: beats.append(1)
+    )
+    first = ckpt.find_complete(tmp_path / "r")[0]
+    metrics = evaluate(first)
+    assert "eval/all/exact_accuracy" in metrics and len(beats) == 2  # one per test batch
+    after = trainer.components.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
