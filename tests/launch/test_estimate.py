@@ -25,7 +25,7 @@ from trm.launch.planning.estimate import (
 )
 from trm.launch.planning.plan import build_plan
 from trm.launch.planning.settings import LaunchSettings
-from trm.training.config import compose
+from trm.training.config import compose, evaluation_work
 from trm.training.recipes import get_recipe
 
 # ARC-AGI-1 + ConceptARC at 1000 augmentations, as measured (TRM_SPEC §8.2).
@@ -238,7 +238,9 @@ def test_probe_record_and_a_broken_dataset_json(tmp_path: Path) -> None:
 
 def test_eval_schedule_reads_the_subset_keys_with_their_defaults() -> None:
     # Absent (today's trainer config, or a run.json config without them): every evaluation is full.
-    assert eval_schedule(paper_config()) == EvalSchedule(fraction=1.0, full_every=1, top_k=0)
+    assert (
+        eval_schedule(paper_config()) == EvalSchedule(fraction=1.0, full_every=0, top_k=0) == EvalSchedule()
+    )
     assert eval_schedule({"epochs": 10}) == EvalSchedule()
     # Present, as a dict (run.json) or as config sections (the trainer's dataclasses).
     config = {"eval_subset": {"fraction": 0.1, "full_every": 25}, "best": {"top_k": 3}}
@@ -258,15 +260,19 @@ def test_subset_evaluations_cost_their_fraction_and_the_top_k_are_full(tmp_path:
     assert full.eval_total_seconds == pytest.approx(125 * full.eval_seconds)
     schedule = EvalSchedule(fraction=0.1, full_every=25, top_k=3)
     subset = replace(full, schedule=schedule)
-    # 125 in-run: 5 full (every 25th) + 120 at 10 % of the rows, then 3 full at the end = 20 full ones.
-    assert schedule.counts(125) == (5, 120, 3)
-    assert subset.full_evaluations == pytest.approx(5 + 3 + 120 * 0.1)
-    assert subset.eval_total_seconds == pytest.approx(20 * full.eval_seconds)
+    # 125 in-run: every one scores the subset (10 % of the rows), every 25th also the full set (5), then 3
+    # full at the end = 20.5 full ones; the trainer's own count (evaluation_work) says the same.
+    assert schedule.counts(125) == (5, 125, 3)
+    assert subset.full_evaluations == pytest.approx(5 + 3 + 125 * 0.1)
+    cfg = paper_config("eval_subset.fraction=0.1", "eval_subset.full_every=25", "best.top_k=3")
+    assert subset.full_evaluations == pytest.approx(evaluation_work(cfg, 125))
+    assert subset.eval_total_seconds == pytest.approx(20.5 * full.eval_seconds)
     assert subset.eval_share < full.eval_share and subset.cost_usd < full.cost_usd
-    assert "5 full + 120 subset (10 % of the rows) + 3 full at the end (best.top_k)" in subset.describe()
+    assert "5 full + 125 subset (10 % of the rows) + 3 full at the end (best.top_k)" in subset.describe()
     assert f"({100 * subset.eval_share:.1f} % of the hours)" in subset.describe()
     # No full evaluation in-run (full_every 0); with fraction 1.0 the other keys change nothing.
     assert EvalSchedule(fraction=0.2, full_every=0, top_k=2).counts(10) == (0, 10, 2)
+    assert EvalSchedule(fraction=0.2, full_every=5, top_k=2).counts(10) == (2, 10, 2)
     assert EvalSchedule(fraction=1.0, full_every=0, top_k=5).counts(10) == (10, 0, 0)
     record = subset.to_dict()
     assert record["schedule"] == {"fraction": 0.1, "full_every": 25, "top_k": 3}

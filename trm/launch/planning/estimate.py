@@ -43,7 +43,7 @@ from typing import Any
 from trm.errors import TRMError
 from trm.launch.host.hardware import BatchLayout, TierSpeed, load_table
 from trm.launch.planning.dataset_sizes import recorded_sizes
-from trm.training.config import TrainConfig
+from trm.training.config import BestConfig, EvalSubsetConfig, TrainConfig
 from trm.training.throughput import act_step_flops, peak_flops, total_steps
 
 ASSUMED_MFU = 0.30
@@ -54,19 +54,21 @@ ESTIMATE_FILE = "estimate.json"
 class EvalSchedule:
     """Which in-run evaluations are full and which score a subset, and the full ones at the end."""
 
-    fraction: float = 1.0
+    fraction: float = EvalSubsetConfig.fraction
     """`eval_subset.fraction`: share of the test rows a subset evaluation scores (1.0: every one is full)."""
-    full_every: int = 1
-    """`eval_subset.full_every`: every Nth in-run evaluation is full (0: none in-run)."""
-    top_k: int = 0
+    full_every: int = EvalSubsetConfig.full_every
+    """`eval_subset.full_every`: every Nth in-run evaluation is also full (0: none in-run)."""
+    top_k: int = BestConfig.top_k
     """`best.top_k`: candidates evaluated in full at the end of the run (with a subset evaluation only)."""
 
     def counts(self, evaluations: int) -> tuple[int, int, int]:
-        """(full in-run, subset in-run, full at the end) of `evaluations` in-run evaluations."""
+        """(full in-run, subset in-run, full at the end) of `evaluations` in-run evaluations. As the trainer
+        runs them (trm.training.subset_eval): every in-run evaluation scores the subset, and every
+        `full_every`-th also the whole set; `trm.training.config.evaluation_work` is the same count."""
         if self.fraction >= 1:
             return evaluations, 0, 0
         full = evaluations // self.full_every if self.full_every else 0
-        return full, evaluations - full, min(self.top_k, evaluations)
+        return full, evaluations, min(self.top_k, evaluations)
 
 
 _SCHEDULE_KEYS = (
@@ -78,7 +80,7 @@ _SCHEDULE_KEYS = (
 
 def eval_schedule(config: TrainConfig | Mapping[str, Any]) -> EvalSchedule:
     """The subset-evaluation keys of a resolved trainer config (a TrainConfig or its dict, as run.json
-    stores it), each at its default (fraction 1.0, full_every 1, top_k 0) when the config lacks it."""
+    stores it), each at the trainer's default (trm.training.config) when the config lacks it."""
     values: dict[str, Any] = {}
     for section, key, kind in _SCHEDULE_KEYS:
         part = config.get(section) if isinstance(config, Mapping) else getattr(config, section, None)
