@@ -34,6 +34,7 @@ import os
 import random
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,7 @@ from pathlib import Path
 from tools import checkout_env
 from tools.bench import curve_data, curve_stats
 from trm.errors import TRMError
+from trm.exit_codes import SAVED_RETRY
 from trm.io import atomic_write_bytes, atomic_write_json
 from trm.training.recipes import Recipe, get_recipe
 
@@ -155,18 +157,54 @@ def ours_command(overrides: Sequence[str], data: Path, run_dir: Path, seed: int,
             f"+checkpoint_path={run_dir}"]  # fmt: skip
 
 
-def run_ours(
-    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, resume_at: int | None = None
-) -> Curves:
-    """Our trainer for `steps` steps (stopped after `resume_at` and resumed in the same run dir when set)."""
-    if resume_at is not None:
-        _run(
-            ours_command(overrides, data, run_dir, seed, resume_at),
-            None,
-            f"our trainer (seed {seed}, to step {resume_at})",
-        )
+def run_ours(overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int) -> Curves:
+    """Our trainer for `steps` steps."""
     _run(ours_command(overrides, data, run_dir, seed, steps), None, f"our trainer (seed {seed})")
     return read_jsonl(run_dir / "metrics.jsonl", steps)
+
+
+def logged_step(metrics: Path) -> int:
+    """The last step in a metrics.jsonl being written (0 when none yet)."""
+    if not metrics.is_file():
+        return 0
+    lines = metrics.read_text(encoding="utf-8").splitlines()
+    complete = [line for line in lines if line.endswith("}")]  # the last line may be half written
+    return json.loads(complete[-1])["step"] if complete else 0
+
+
+def interrupt_at(cmd: list[str], metrics: Path, step: int, what: str) -> None:
+    """Run `cmd`, send SIGTERM once `metrics` has logged `step`, and require the trainer's "saved, rerun"
+    exit (SAVED_RETRY): a preemption as on a rented host."""
+    proc = subprocess.Popen(
+        cmd, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        while proc.poll() is None and logged_step(metrics) < step:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != SAVED_RETRY:
+        tail = "\n".join(stderr.strip().splitlines()[-5:])
+        raise TRMError(
+            f"{what}: expected exit {SAVED_RETRY} (saved) after SIGTERM, got {proc.returncode}:\n{tail}"
+        )
+
+
+def run_ours_resumed(
+    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, at: int
+) -> tuple[Curves, int]:
+    """Our trainer stopped by SIGTERM once step `at` is logged, then the same command again (it resumes
+    from the checkpoint the signal saved); the curves and the step it resumed from."""
+    cmd = ours_command(overrides, data, run_dir, seed, steps)
+    interrupt_at(cmd, run_dir / "metrics.jsonl", at, f"our trainer (seed {seed}, stopped at step {at})")
+    saved = max(int(p.name.removeprefix("step_")) for p in run_dir.glob("step_*") if p.is_dir())
+    _run(cmd, None, f"our trainer (seed {seed}, resumed from step {saved})")
+    return read_jsonl(run_dir / "metrics.jsonl", steps), saved
 
 
 def run_upstream(
@@ -289,6 +327,7 @@ class Plan:
     suffix: str  # of the output files' names
     run_b: Callable[[int], Curves]  # seed -> side B's curves
     resume_at: int | None = None
+    resumed_from: list[int] | None = None  # per seed: the step of the checkpoint the SIGTERM saved
 
 
 def plan(
@@ -306,11 +345,15 @@ def plan(
         )
     if args.resume_at is not None:
         at = _resume_step(args.resume_at, steps)
+        resumed_from: list[int] = []
+
+        def resumed(seed: int) -> Curves:
+            curves, saved = run_ours_resumed(base, ours_data, work / f"resumed-{seed}", seed, steps, at)
+            resumed_from.append(saved)
+            return curves
+
         return Plan(
-            ("trm-stack", f"trm-stack resumed at {at}"),
-            "-resume",
-            lambda seed: run_ours(base, ours_data, work / f"resumed-{seed}", seed, steps, at),
-            at,
+            ("trm-stack", f"trm-stack stopped at {at}, resumed"), "-resume", resumed, at, resumed_from
         )
     checkout = os.environ.get("TRM_UPSTREAM")
     if not checkout:
@@ -373,6 +416,7 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         }
         if how.resume_at is not None:
             result.update(resume_identity(runs_a, runs_b, how.resume_at))
+            result["resumed_from"] = how.resumed_from
         write_outputs(args.out / f"{setup.name}{how.suffix}", result, comparisons)
     finally:
         if args.keep is None:
@@ -407,12 +451,14 @@ def write_outputs(stem: Path, result: dict, comparisons: list[curve_stats.Metric
 
 
 def _resume_step(value: str | None, steps: int) -> int | None:
+    """--resume-at: a step in 1..steps-2 (the SIGTERM must land before the run ends), or 'random': one
+    drawn from the middle of the run, steps/10 .. 3/4·steps."""
     if value is None:
         return None
     if value == "random":
-        return random.randint(1, steps - 1)
-    if not value.isdigit() or not 1 <= int(value) < steps:
-        raise TRMError(f"--resume-at {value}: give a step in 1..{steps - 1} or 'random'")
+        return random.randint(max(1, steps // 10), max(1, steps * 3 // 4))
+    if not value.isdigit() or not 1 <= int(value) <= steps - 2:
+        raise TRMError(f"--resume-at {value}: give a step in 1..{steps - 2} or 'random'")
     return int(value)
 
 
