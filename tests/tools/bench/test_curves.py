@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -140,3 +141,57 @@ def test_resume_step_is_checked():
     assert all(10 <= curves._resume_step("random", 100) <= 75 for _ in range(50))
     with pytest.raises(TRMError, match=r"--resume-at 9: give a step in 1\.\.8"):
         curves._resume_step("9", 10)
+
+
+def test_logged_step_ignores_a_half_written_line(tmp_path):
+    metrics = tmp_path / "metrics.jsonl"
+    assert curves.logged_step(metrics) == 0
+    metrics.write_text('{"step": 0}\n{"step": 1, "train/lm_loss": 2.0}\n{"step": 2, "train/lm')
+    assert curves.logged_step(metrics) == 1
+
+
+def test_resume_identity_names_each_seeds_first_difference():
+    a = {m: {1: 1.0, 2: 2.0} for m in curves.METRICS}
+    b = {m: dict(v) for m, v in a.items()}
+    assert curves.resume_identity([a, a], [a, b], at=1)["verdict"] == "identical"
+    b["train/lm_loss"][2] = 2.5
+    got = curves.resume_identity([a, a], [a, b], at=1)
+    assert got["identical"] is False and got["first_difference"] == [None, 2]
+    assert got["verdict"] == "not identical (first differing step per seed: [None, 2])"
+
+
+@pytest.mark.e2e  # six trainer processes, one of them stopped by SIGTERM
+def test_stopped_and_resumed_runs_are_identical(tmp_path):
+    out = tmp_path / "out"
+    argv = ["--setup", "sudoku", "--steps", "10", "--seeds", "2", "--resume-at", "4", "--out", str(out)]
+    assert curves.main(argv) == 0
+    result = json.loads((out / "sudoku-resume.json").read_text())
+    assert result["resume_at"] == 4
+    assert all(4 <= s < 10 for s in result["resumed_from"])
+    assert result["identical"] is True and result["verdict"] == "identical"
+
+
+def test_upstream_runner_records_what_upstream_logs(tmp_path, monkeypatch):
+    import types
+
+    import torch
+
+    from tools.bench import upstream_trainer
+
+    logged = []
+    fake = types.ModuleType("wandb")
+
+    def init(**kwargs):
+        fake.log = lambda data, step=None: logged.append((step, data))  # init binds log, as wandb's does
+        return "run"
+
+    fake.init = init
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    metrics = tmp_path / "upstream.jsonl"
+    upstream_trainer.install_metrics_hook(metrics)
+    assert fake.init(project="p") == "run"
+    fake.log({"train/lm_loss": torch.tensor(2.5), "train/count": torch.tensor(1.0)}, step=3)
+    assert logged[0][0] == 3  # still logged
+    assert [json.loads(x) for x in metrics.read_text().splitlines()] == [
+        {"step": 3, "train/lm_loss": 2.5, "train/count": 1.0}
+    ]
