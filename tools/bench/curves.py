@@ -13,14 +13,16 @@ metrics logged every step and no evaluation. Upstream's metrics are recorded fro
 
 The data orders differ by design (our loader draws from a counter-based hash, upstream's from numpy's
 global generator), so the curves are compared in distribution, not step by step: at checkpoints every
-N/10 steps, each run's metric is its mean over the last N/10 steps, and the seeds give a mean with a
+N/10 steps (at least the ACT limit), each run's metric is its mean over the window since the previous
+checkpoint, and the seeds give a mean with a
 Student-t interval; the final checkpoint's difference gets Welch's interval (tools.bench.curve_stats).
 The verdict per metric and overall: "indistinguishable at equal steps" or the step where they part.
 
-`--resume-at` also checks identity: each seed's resumed run must log exactly the metrics of the
-uninterrupted one at every step ("identical"), not only a matching distribution.
+`--resume-at` stops our run by SIGTERM once it logged that step (it saves and exits 75), reruns the same
+command (it resumes), and also checks identity: each seed's resumed run must log exactly the metrics of
+the uninterrupted one at every step ("identical"), not only a matching distribution.
 
-Writes <out>/<setup>[-<variant>].json (every run's curve, the intervals, the verdicts, the command) and a
+Writes <out>/<setup>[-<variant>|-resume].json (every run's curve, the intervals, the verdicts, the command) and a
 .png beside it (both trainers' means with their bands). All figures are measured.
 """
 
