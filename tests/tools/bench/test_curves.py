@@ -117,6 +117,7 @@ def test_ours_against_ours_end_to_end(tmp_path):
     assert result["verdict"].startswith(("indistinguishable", "part at step"))
 
 
+@pytest.mark.e2e  # upstream's pretrain.py in a subprocess
 @pytest.mark.skipif(
     not os.environ.get("TRM_UPSTREAM"), reason="needs TRM_UPSTREAM (a TinyRecursiveModels checkout)"
 )
