@@ -135,6 +135,8 @@ def bench(session: nox.Session) -> None:
     """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module tools.bench.<name> (e.g. `data`)."""
     helpers = {
         "__init__",
+        "curve_data",
+        "curve_stats",
         "upstream_trainer",
         "urm_reference",
     }  # modules of tools/bench that are not benchmarks

@@ -1,12 +1,16 @@
 """Run upstream's `pretrain.py` for the trainer benchmark, on CPU as well as CUDA; nothing is changed on disk.
 
-    python -m tools.bench.upstream_trainer [--device cpu|cuda] <TinyRecursiveModels checkout> [overrides ...]
+    python -m tools.bench.upstream_trainer [--device cpu|cuda] [--metrics FILE.jsonl] <checkout> [overrides ...]
 
 Upstream hard-codes CUDA and imports the adam-atan2 CUDA extension. Two changes let it run on CPU; with `--device cpu` (the default) this applies those changes in memory, to the script's
 source text, and then runs it as `__main__` in one process (no torchrun, so no process group):
 
 - device switch: every "cuda" device string and `.cuda()` call becomes CPU; NCCL becomes gloo;
 - optimizer: `adam_atan2.AdamATan2` is ours, which has the same 0.0.3 update rule and constructor.
+
+`--metrics PATH` records every `wandb.log` call (after `wandb.init`, also when W&B is disabled) as one JSON
+line `{"step": N, name: value, ...}` in PATH: the curve harness (tools.bench.curves) reads upstream's
+learning curves from it.
 
 With `--device cuda` the script runs unchanged; only when the extension does not import does ours stand
 in. The evaluator's cross-process gather is not patched: benchmark with `evaluators=[]`. Every replacement
@@ -81,7 +85,34 @@ def extension_imports() -> bool:
     return True
 
 
-def run(checkout: Path, overrides: list[str], device: str = "cpu") -> None:
+def install_metrics_hook(path: Path) -> None:
+    """Append each `wandb.log(data, step=N)` of the run to `path` as JSON (tensors as floats), then log it."""
+    import json
+
+    import wandb
+
+    sink = open(path, "a", encoding="utf-8")  # noqa: SIM115 (open for the whole run; a log stream)
+
+    def recording(log):
+        def logged(data, step=None, *args, **kwargs):
+            row = {"step": step, **{k: float(v) for k, v in data.items()}}
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+            return log(data, step, *args, **kwargs)
+
+        return logged
+
+    real_init = wandb.init
+
+    def init(*args, **kwargs):
+        run = real_init(*args, **kwargs)
+        wandb.log = recording(wandb.log)  # init (re)binds wandb.log: wrap what it bound
+        return run
+
+    wandb.init = init
+
+
+def run(checkout: Path, overrides: list[str], device: str = "cpu", metrics: Path | None = None) -> None:
     """Execute pretrain.py as `__main__` with `overrides` as its command line.
 
     device "cpu": with the device switch and our optimizer. "cuda": unchanged, except that our optimizer
@@ -98,6 +129,8 @@ def run(checkout: Path, overrides: list[str], device: str = "cpu") -> None:
         install_optimizer_shim()
     if not importable("wandb"):
         install_tracking_stub()
+    if metrics is not None:
+        install_metrics_hook(metrics)
     sys.path.insert(0, str(checkout))
     sys.argv = [str(script), *overrides]
     # A real `__main__` module: pydantic resolves the config classes' annotations through sys.modules,
@@ -111,17 +144,22 @@ def run(checkout: Path, overrides: list[str], device: str = "cpu") -> None:
 def main(argv: list[str] | None = None) -> int:
     """`<checkout> [overrides...]`; a TRMError is printed without traceback (exit 2)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    device = "cpu"
-    if args[:1] == ["--device"] and len(args) > 1:
-        device, args = args[1], args[2:]
+    device, metrics = "cpu", None
+    while args[:1] in (["--device"], ["--metrics"]) and len(args) > 1:
+        if args[0] == "--device":
+            device = args[1]
+        else:
+            metrics = Path(args[1])
+        args = args[2:]
     if not args or device not in ("cpu", "cuda"):
         print(
-            "usage: python -m tools.bench.upstream_trainer [--device cpu|cuda] <checkout> [hydra overrides ...]",
+            "usage: python -m tools.bench.upstream_trainer [--device cpu|cuda] [--metrics FILE.jsonl] <checkout> "
+            "[hydra overrides ...]",
             file=sys.stderr,
         )
         return 2
     try:
-        run(Path(args[0]).resolve(), args[1:], device)
+        run(Path(args[0]).resolve(), args[1:], device, metrics)
     except TRMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -1,0 +1,468 @@
+"""Learning-curve parity: our trainer against upstream's `pretrain.py`, or against ours with a change.
+
+    TRM_UPSTREAM=/path/to/TinyRecursiveModels nox -s bench -- curves [--setup sudoku|arc] [--steps N]
+        [--seeds S] [--out DIR]
+    nox -s bench -- curves --setup sudoku --variant "lr2x: lr=2e-3"     # ours vs ours with overrides
+    nox -s bench -- curves --setup sudoku --resume-at random            # ours vs ours stopped and resumed
+
+Both trainers run on the same data (our compact build; upstream's materialized build of the same
+puzzles) and configuration (a recipe of trm/training/recipes.py, rendered as the upstream keys both take),
+for N optimizer steps and S seeds each (seed s for both), one process at a time, on CPU, with train
+metrics logged every step and no evaluation. Upstream's metrics are recorded from its `wandb.log` calls
+(`tools.bench.upstream_trainer --metrics`, W&B disabled); ours come from the run's metrics.jsonl.
+
+The data orders differ by design (our loader draws from a counter-based hash, upstream's from numpy's
+global generator), so the curves are compared in distribution, not step by step: at checkpoints every
+N/10 steps (at least the ACT limit), each run's metric is its mean over the window since the previous
+checkpoint, and the seeds give a mean with a
+Student-t interval; the final checkpoint's difference gets Welch's interval (tools.bench.curve_stats).
+The verdict per metric and overall: "indistinguishable at equal steps" or the step where they part.
+
+`--resume-at` stops our run by SIGTERM once it logged that step (it saves and exits 75), reruns the same
+command (it resumes), and also checks identity: each seed's resumed run must log exactly the metrics of
+the uninterrupted one at every step ("identical"), not only a matching distribution.
+
+Writes <out>/<setup>[-<variant>|-resume].json (every run's curve, the intervals, the verdicts, the command) and a
+.png beside it (both trainers' means with their bands). All figures are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tools import checkout_env
+from tools.bench import curve_data, curve_stats
+from trm.errors import TRMError
+from trm.exit_codes import SAVED_RETRY
+from trm.io import atomic_write_bytes, atomic_write_json
+from trm.training.recipes import Recipe, get_recipe
+
+METRICS = ("train/lm_loss", "train/accuracy", "train/exact_accuracy", "train/q_halt_accuracy")
+# Means over the sequences that halted in the step: a step where none halted has no value (upstream logs
+# 0 there, dividing by max(count, 1); ours logs nothing), so those steps are skipped for these.
+PER_HALTED = frozenset(("train/accuracy", "train/exact_accuracy", "train/q_halt_accuracy"))
+Curves = dict[str, dict[int, float]]  # metric -> step -> value
+LEVEL = 0.95  # of every interval
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """A configuration both trainers run: the recipe and how its dataset is built."""
+
+    name: str
+    recipe: Recipe
+    builder: str
+    build_args: tuple[str, ...]
+    steps: int  # the default run length
+    sudoku_csv: tuple[int, int, int] | None = None  # train puzzles, test puzzles, blanks (generated CSVs)
+
+
+_SMALL_TRM = {"hidden_size": 64, "num_heads": 2, "L_layers": 1, "H_cycles": 2, "L_cycles": 2,
+              "halt_max_steps": 4, "puzzle_emb_ndim": 64, "puzzle_emb_len": 1, "forward_dtype": "float32"}  # fmt: skip
+_SHORT_RUN = {"global_batch_size": 32, "lr": 1e-3, "lr_warmup_steps": 20, "weight_decay": 0.1,
+              "puzzle_emb_weight_decay": 0.1, "puzzle_emb_lr": 1e-2, "ema": False, "evaluators": []}  # fmt: skip
+
+SETUPS = {
+    "sudoku": Setup(
+        name="sudoku",
+        # upstream README's Sudoku MLP variant (mlp_t, no position encodings), shrunk to run on one core
+        recipe=get_recipe("sudoku-mlp").with_changes(arch=_SMALL_TRM, **_SHORT_RUN),
+        builder="build-sudoku",
+        build_args=("--num-aug", "8"),
+        steps=200,
+        sudoku_csv=(512, 64, 2),
+    ),
+    "arc": Setup(
+        name="arc",
+        # the trainer benchmark's ARC set (16 tasks per subset, 8 augmentations), seq 900, with a puzzle embedding
+        recipe=get_recipe("bench-tiny").with_changes(
+            arch={**_SMALL_TRM, "hidden_size": 32, "puzzle_emb_ndim": 32, "pos_encodings": "rope"},
+            **{**_SHORT_RUN, "global_batch_size": 16},
+        ),
+        builder="build-arc",
+        build_args=get_recipe("bench-tiny").build_args,
+        steps=40,
+    ),
+}
+
+
+def build_data(setup: Setup, work: Path) -> tuple[Path, Path]:
+    """The setup's dataset, compact (ours) and materialized (upstream's)."""
+    args = list(setup.build_args)
+    if setup.sudoku_csv is not None:
+        train, test, blanks = setup.sudoku_csv
+        source = curve_data.write_sudoku_csvs(work / "sudoku-csv", train, test, blanks)
+        args += ["--source-dir", str(source)]
+    ours = curve_data.build(setup.builder, args, work / "data-compact", "compact")
+    theirs = curve_data.build(setup.builder, args, work / "data-materialized", "materialized")
+    return ours, theirs
+
+
+def epochs_for(data: Path, steps: int, batch: int) -> int:
+    """Epochs whose schedule has at least `steps` full batches (one spare epoch: upstream drops partial ones)."""
+    meta = json.loads((data / "train" / "dataset.json").read_text(encoding="utf-8"))
+    per_epoch = meta["total_groups"] * meta["mean_puzzle_examples"] / batch
+    return math.ceil(steps / per_epoch) + 1
+
+
+def trainer_env() -> dict[str, str]:
+    """No tracking, eager, one torch thread (one core per run: the runs' timing does not matter, their math does)."""
+    env = checkout_env({**os.environ, "WANDB_MODE": "disabled", "DISABLE_COMPILE": "1"})
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def read_jsonl(path: Path, steps: int) -> Curves:
+    """Per-metric curves of steps 1..steps from a JSONL of {"step": N, name: value, ...} rows (the
+    per-halted-sequence metrics only at steps where some sequence halted, train/count > 0)."""
+    curves: Curves = {m: {} for m in METRICS}
+    if not path.is_file():
+        return curves
+    for line in path.read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        step = row.get("step")
+        if step is None or not 1 <= step <= steps:
+            continue
+        halted = row.get("train/count", 0) > 0
+        for metric in METRICS:
+            if metric in row and (halted or metric not in PER_HALTED):
+                curves[metric][int(step)] = float(row[metric])
+    return curves
+
+
+def _run(cmd: list[str], cwd: Path | None, what: str) -> None:
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+        raise TRMError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def ours_command(overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int) -> list[str]:
+    return [sys.executable, "-m", "trm.train", *overrides, f"data_paths=[{data}]", f"seed={seed}",
+            f"max_steps={steps}", "log_interval=1", "evaluate=false", "device=cpu", "checkpoint.keep=1",
+            f"+checkpoint_path={run_dir}"]  # fmt: skip
+
+
+def run_ours(overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int) -> Curves:
+    """Our trainer for `steps` steps."""
+    _run(ours_command(overrides, data, run_dir, seed, steps), None, f"our trainer (seed {seed})")
+    return read_jsonl(run_dir / "metrics.jsonl", steps)
+
+
+def logged_step(metrics: Path) -> int:
+    """The last step in a metrics.jsonl being written (0 when none yet)."""
+    if not metrics.is_file():
+        return 0
+    lines = metrics.read_text(encoding="utf-8").splitlines()
+    complete = [line for line in lines if line.endswith("}")]  # the last line may be half written
+    return json.loads(complete[-1])["step"] if complete else 0
+
+
+def interrupt_at(cmd: list[str], metrics: Path, step: int, what: str) -> None:
+    """Run `cmd`, send SIGTERM once `metrics` has logged `step`, and require the trainer's "saved, rerun"
+    exit (SAVED_RETRY): a preemption as on a rented host."""
+    proc = subprocess.Popen(
+        cmd, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        while proc.poll() is None and logged_step(metrics) < step:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != SAVED_RETRY:
+        tail = "\n".join(stderr.strip().splitlines()[-5:])
+        raise TRMError(
+            f"{what}: expected exit {SAVED_RETRY} (saved) after SIGTERM, got {proc.returncode}:\n{tail}"
+        )
+
+
+def run_ours_resumed(
+    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, at: int
+) -> tuple[Curves, int]:
+    """Our trainer stopped by SIGTERM once step `at` is logged, then the same command again (it resumes
+    from the checkpoint the signal saved); the curves and the step it resumed from."""
+    cmd = ours_command(overrides, data, run_dir, seed, steps)
+    interrupt_at(cmd, run_dir / "metrics.jsonl", at, f"our trainer (seed {seed}, stopped at step {at})")
+    saved = max(int(p.name.removeprefix("step_")) for p in run_dir.glob("step_*") if p.is_dir())
+    _run(cmd, None, f"our trainer (seed {seed}, resumed from step {saved})")
+    return read_jsonl(run_dir / "metrics.jsonl", steps), saved
+
+
+def run_upstream(
+    overrides: Sequence[str], checkout: Path, data: Path, run_dir: Path, seed: int, steps: int
+) -> Curves:
+    """Upstream's pretrain.py (tools.bench.upstream_trainer, CPU) for its epochs; its first `steps` steps."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    metrics = run_dir / "metrics.jsonl"
+    # min_eval_interval=1 with a single iteration: upstream neither evaluates nor saves
+    cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", "cpu", "--metrics", str(metrics),
+           str(checkout), *overrides, f"data_paths=[{data}]", f"seed={seed}", "min_eval_interval=1",
+           f"+checkpoint_path={run_dir / 'ckpt'}", "+project_name=curves", f"+run_name=seed{seed}"]  # fmt: skip
+    _run(cmd, checkout, f"upstream's pretrain.py (seed {seed})")
+    curves = read_jsonl(metrics, steps)
+    if len(curves["train/lm_loss"]) < steps:
+        raise TRMError(
+            f"upstream's pretrain.py logged {len(curves['train/lm_loss'])} of {steps} steps (seed {seed})"
+        )
+    return curves
+
+
+def identical(a: Curves, b: Curves) -> int | None:
+    """The first step where two runs' logged metrics differ (None: equal at every step of every metric)."""
+    differing = [s for m in METRICS for s in sorted(set(a[m]) | set(b[m])) if a[m].get(s) != b[m].get(s)]
+    return min(differing) if differing else None
+
+
+def compare(
+    runs_a: list[Curves], runs_b: list[Curves], steps: int, halt_max_steps: int
+) -> list[curve_stats.MetricComparison]:
+    """Both sides at checkpoints every steps/10 steps, but never closer than `halt_max_steps`: every window
+    then holds a step where some sequence halted (each halts within that many steps), so the per-halted
+    metrics have a value in each."""
+    every = max(steps // 10, halt_max_steps)
+    marks = curve_stats.checkpoints(steps, every)
+    return [
+        curve_stats.compare_metric(
+            m, [r[m] for r in runs_a], [r[m] for r in runs_b], marks, window=every, level=LEVEL
+        )
+        for m in METRICS
+    ]
+
+
+def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str], title: str) -> bytes:
+    """Both sides' means with their interval bands, one panel per metric; PNG bytes."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(comparisons), figsize=(4.2 * len(comparisons), 3.4))
+    for ax, comp in zip(axes, comparisons, strict=True):
+        for side, label, color in ((comp.a, labels[0], "tab:blue"), (comp.b, labels[1], "tab:orange")):
+            mean = [i.mean for i in side]
+            ax.plot(comp.steps, mean, color=color, label=label)
+            ax.fill_between(
+                comp.steps, [i.low for i in side], [i.high for i in side], color=color, alpha=0.25
+            )
+        if comp.parted_at is not None:
+            ax.axvline(comp.parted_at, color="red", linestyle=":", label=f"part at {comp.parted_at}")
+        ax.set_title(f"{comp.metric}\n{comp.verdict}", fontsize=9)
+        ax.set_xlabel("optimizer step")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """'NAME: key=value key=value' -> (NAME, overrides)."""
+    name, sep, rest = text.partition(":")
+    overrides = shlex.split(rest)
+    if not sep or not name.strip() or not overrides or not all("=" in o for o in overrides):
+        raise TRMError(
+            f"--variant {text!r}: write it as 'NAME: key=value [key=value ...]' (our trainer's overrides)"
+        )
+    return name.strip(), overrides
+
+
+def with_overrides(base: Sequence[str], overrides: Sequence[str]) -> tuple[str, ...]:
+    """`base` overrides with `overrides` appended, each key given once (the new value wins)."""
+    keys = {o.split("=", 1)[0].lstrip("+") for o in overrides}
+    return (*(o for o in base if o.split("=", 1)[0].lstrip("+") not in keys), *overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nox -s bench -- curves", description=__doc__.splitlines()[0])
+    parser.add_argument("--setup", choices=sorted(SETUPS), default="sudoku")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="optimizer steps per run (default: the setup's)"
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="runs per side, seeds 0..S-1 (2 or more)")
+    parser.add_argument("--out", type=Path, default=Path("build/curves"), help="where the JSON and PNG go")
+    parser.add_argument("--keep", type=Path, default=None, help="keep data and run directories here")
+    change = parser.add_mutually_exclusive_group()
+    change.add_argument(
+        "--variant", default=None, help="'NAME: key=value ...': ours against ours with these overrides"
+    )
+    change.add_argument(
+        "--resume-at", default=None, help="STEP or 'random': ours against ours stopped there and resumed"
+    )
+    args = parser.parse_args(argv)
+    try:
+        return _main(args, parser.prog, recorded_argv(list(sys.argv[1:] if argv is None else argv)))
+    except TRMError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one harness run compares: side A is always ours on the setup's config; side B is named here."""
+
+    labels: tuple[str, str]
+    suffix: str  # of the output files' names
+    run_b: Callable[[int], Curves]  # seed -> side B's curves
+    resume_at: int | None = None
+    resumed_from: list[int] | None = None  # per seed: the step of the checkpoint the SIGTERM saved
+
+
+def plan(
+    args: argparse.Namespace, base: tuple[str, ...], data: tuple[Path, Path], work: Path, steps: int
+) -> Plan:
+    """Side B: ours with --variant overrides, ours stopped at --resume-at and resumed, else upstream."""
+    ours_data, theirs_data = data
+    if args.variant is not None:
+        name, overrides = parse_variant(args.variant)
+        changed = with_overrides(base, overrides)
+        return Plan(
+            ("trm-stack", f"trm-stack {name}"),
+            f"-{name}",
+            lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps),
+        )
+    if args.resume_at is not None:
+        at = _resume_step(args.resume_at, steps)
+        resumed_from: list[int] = []
+
+        def resumed(seed: int) -> Curves:
+            curves, saved = run_ours_resumed(base, ours_data, work / f"resumed-{seed}", seed, steps, at)
+            resumed_from.append(saved)
+            return curves
+
+        return Plan(
+            ("trm-stack", f"trm-stack stopped at {at}, resumed"), "-resume", resumed, at, resumed_from
+        )
+    checkout = os.environ.get("TRM_UPSTREAM")
+    if not checkout:
+        raise TRMError(
+            "TRM_UPSTREAM is not set: point it at a TinyRecursiveModels checkout (or pass --variant or --resume-at)"
+        )
+    return Plan(
+        ("trm-stack", "upstream"),
+        "",
+        lambda seed: run_upstream(base, Path(checkout), theirs_data, work / f"upstream-{seed}", seed, steps),
+    )
+
+
+def recorded_argv(argv: list[str]) -> list[str]:
+    """The command line as the JSON records it: without `--keep DIR` (a local scratch path, no effect on results)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--keep":
+            skip = True
+        elif not arg.startswith("--keep="):
+            out.append(arg)
+    return out
+
+
+def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
+    setup = SETUPS[args.setup]
+    steps = args.steps or setup.steps
+    if args.seeds < 2:
+        raise TRMError(f"--seeds {args.seeds}: intervals across seeds need 2 or more")
+    if steps < 2:
+        raise TRMError(f"--steps {steps}: a curve needs 2 or more steps")
+    work = args.keep or Path(tempfile.mkdtemp(prefix="trm-curves-"))
+    started = time.monotonic()
+    try:
+        data = build_data(setup, work)
+        epochs = epochs_for(data[0], steps, setup.recipe.global_batch_size)
+        base = setup.recipe.with_changes(epochs=epochs, eval_interval=epochs).overrides
+        how = plan(args, base, data, work, steps)
+        runs_a, runs_b = [], []
+        for seed in range(args.seeds):  # interleaved, so drift of the machine hits both sides alike
+            runs_a.append(run_ours(base, data[0], work / f"ours-{seed}", seed, steps))
+            runs_b.append(how.run_b(seed))
+            print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)
+        comparisons = compare(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps)
+        result = {
+            "setup": setup.name,
+            "command": f"{prog} {shlex.join(argv)}".strip(),
+            "labels": list(how.labels),
+            "steps": steps,
+            "seeds": args.seeds,
+            "level": LEVEL,
+            "overrides": list(base),
+            "measured": True,
+            "wall_seconds": round(time.monotonic() - started),
+            "verdict": curve_stats.overall_verdict(comparisons),
+            "metrics": [c.as_dict() for c in comparisons],
+            "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
+        }
+        if how.resume_at is not None:
+            result.update(resume_identity(runs_a, runs_b, how.resume_at))
+            result["resumed_from"] = how.resumed_from
+        write_outputs(args.out / f"{setup.name}{how.suffix}", result, comparisons)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict:
+    """The resume check's verdict: "identical" when every seed's resumed run logged exactly what the
+    uninterrupted one did, at every step."""
+    first = [identical(a, b) for a, b in zip(runs_a, runs_b, strict=True)]
+    same = all(f is None for f in first)
+    verdict = "identical" if same else f"not identical (first differing step per seed: {first})"
+    return {"resume_at": at, "identical": same, "first_difference": first, "verdict": verdict}
+
+
+def write_outputs(stem: Path, result: dict, comparisons: list[curve_stats.MetricComparison]) -> None:
+    """<stem>.json and <stem>.png, and the verdicts on stdout."""
+    labels = result["labels"]
+    atomic_write_json(stem.with_suffix(".json"), result)
+    title = (
+        f"{result['setup']}: {labels[0]} vs {labels[1]}, {result['seeds']} seeds, "
+        f"{LEVEL:.0%} intervals (measured); {result['verdict']}"
+    )
+    atomic_write_bytes(stem.with_suffix(".png"), plot(comparisons, (labels[0], labels[1]), title))
+    for c in comparisons:
+        fd = c.final_difference
+        print(
+            f"  {c.metric:24s} {c.verdict:34s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
+        )
+    print(f"verdict: {result['verdict']}\nwrote {stem}.json and {stem}.png")
+
+
+def _resume_step(value: str | None, steps: int) -> int | None:
+    """--resume-at: a step in 1..steps-2 (the SIGTERM must land before the run ends), or 'random': one
+    drawn from the middle of the run, steps/10 .. 3/4·steps."""
+    if value is None:
+        return None
+    if value == "random":
+        return random.randint(max(1, steps // 10), max(1, steps * 3 // 4))
+    if not value.isdigit() or not 1 <= int(value) <= steps - 2:
+        raise TRMError(f"--resume-at {value}: give a step in 1..{steps - 2} or 'random'")
+    return int(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
