@@ -35,7 +35,6 @@ import math
 import os
 import random
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from tools.bench import curve_data, curve_stats
 from trm.errors import TRMError
 from trm.exit_codes import SAVED_RETRY
 from trm.io import atomic_write_bytes, atomic_write_json
+from trm.safe_remove import remove_own_temp
 from trm.training.recipes import Recipe, get_recipe
 
 METRICS = ("train/lm_loss", "train/accuracy", "train/exact_accuracy", "train/q_halt_accuracy")
@@ -422,7 +422,7 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         write_outputs(args.out / f"{setup.name}{how.suffix}", result, comparisons)
     finally:
         if args.keep is None:
-            shutil.rmtree(work, ignore_errors=True)
+            remove_own_temp(work)  # the bench's own scratch folder
     return 0
 
 
