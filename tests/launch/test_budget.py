@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.launch.test_estimate import ARC1_TEST, ARC1_TRAIN, write_dataset
 from tests.launch.test_hardware import gpus_of
 from tests.launch.test_plan import dry_run
@@ -42,6 +44,7 @@ def test_a_budget_below_the_run_says_both_figures_and_what_happens_then() -> Non
     assert on_end is not None and "ON_END=destroy applies only to a finished run" in on_end
 
 
+@pytest.mark.e2e  # a dry run and a launch in subprocesses, about 25 s on one core
 def test_dry_run_warns_and_the_launch_records_it_in_plan_json(tmp_path: Path) -> None:
     write_dataset(tmp_path / "ws" / "data" / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)
     proc = dry_run(

@@ -12,6 +12,7 @@ from trm.launch.planning.paper_runs import BEGIN, END, expected_run, kind, markd
 COST_DOC = ROOT / "docs" / "cost.md"
 
 
+@pytest.mark.e2e  # about 30 s on one core: every recipe on every tier (CI runs the e2e tests too)
 def test_docs_cost_table_is_the_generated_one(capsys: pytest.CaptureFixture[str]) -> None:
     text = COST_DOC.read_text(encoding="utf-8")
     assert BEGIN in text and END in text, f"{COST_DOC} lost its table markers"
