@@ -226,6 +226,17 @@ def _two_nodes(tmp_path: Path, name: str, port: int) -> list[subprocess.Popen]:
     return procs
 
 
+def _two_nodes_to_the_end(workdir: Path, name: str) -> list[int]:
+    """Both nodes' launchers run to their end; their exit codes (stragglers are killed)."""
+    procs = _two_nodes(workdir, name, _free_port())
+    try:
+        return [p.wait(timeout=900) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
 def _weights(run_dir: Path) -> tuple[dict, int]:
     """The model weights of the run's newest complete checkpoint (its hashes verified), and its step."""
     from trm.training.checkpoint import find_complete
@@ -243,14 +254,9 @@ def test_two_nodes_stop_together_on_one_nodes_sigterm_and_the_same_commands_resu
     of both nodes save and both launchers exit 75; the same command on both resumes and finishes with the
     weights of an uninterrupted two-node run."""
     reference = tmp_path / "reference"
-    procs = _two_nodes(reference, "whole", _free_port())
-    try:
-        codes = [p.wait(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    assert codes == [0, 0], (reference / "whole-node0.log").read_text()[-3000:]
+    assert _two_nodes_to_the_end(reference, "whole") == [0, 0], (reference / "whole-node0.log").read_text()[
+        -3000:
+    ]
     want, last_step = _weights(reference / "ws" / "checkpoints" / "trm-debug-tiny")
 
     work = tmp_path / "stopped"
@@ -276,22 +282,11 @@ def test_two_nodes_stop_together_on_one_nodes_sigterm_and_the_same_commands_resu
     for log in logs:
         assert "Traceback" not in log, log[-3000:]
 
-    procs = _two_nodes(work, "second", _free_port())
-    try:
-        codes = [p.wait(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-    assert codes == [0, 0], (work / "second-node0.log").read_text()[-3000:]
+    assert _two_nodes_to_the_end(work, "second") == [0, 0], (work / "second-node0.log").read_text()[-3000:]
     got, step = _weights(run_dir)
     assert step == last_step
     assert got.keys() == want.keys()
-    for key in want:
-        assert torch_equal(got[key], want[key]), key
-
-
-def torch_equal(a, b) -> bool:
     import torch
 
-    return bool(torch.equal(a, b))
+    for key in want:
+        assert torch.equal(got[key], want[key]), key
