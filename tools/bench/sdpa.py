@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Any
 
+from tools.bench import cuda_missing
+
 HEAD_DIM, HEADS, SEQ = 64, 8, 916  # the paper shape
 PAPER_BATCH = 192  # one rank's share of the paper's 4 x 192 (tools.bench.model)
 BACKENDS = ("cudnn", "flash", "efficient", "math")
@@ -103,14 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.batch < 1 or args.repeats < 1 or args.seq < 1:
         parser.error("--batch, --seq and --repeats must be positive")
-    if args.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            print(
-                "sdpa bench: --device cuda but torch sees no CUDA device; use --device cpu", file=sys.stderr
-            )
-            return 2
+    if cuda_missing(args.device, "sdpa bench"):
+        return 2
     result = run(args.device, args.batch, args.repeats, args.seq)
     shape = result["shape"]
     print(

@@ -20,6 +20,8 @@ import sys
 import time
 from typing import Any
 
+from tools.bench import cuda_missing
+
 CATEGORIES = ("matmul", "attention", "elementwise", "other")
 # Kernel and operator names, tried in this order (attention kernels may contain "gemm" in their names,
 # collectives "reduce").
@@ -126,14 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or (args.batch is not None and args.batch < 1):
         parser.error("--steps and --batch must be positive, --warmup not negative")
-    if args.device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            print(
-                "step_profile: --device cuda but torch sees no CUDA device; use --device cpu", file=sys.stderr
-            )
-            return 2
+    if cuda_missing(args.device, "step_profile"):
+        return 2
     result = profile(args.config, args.device, args.steps, args.warmup, args.compile, args.batch)
     print(f"{args.config} step on {result.device}{' (compiled)' if args.compile else ''}: "
           f"{result.wall_ms:.1f} ms per step (measured over {result.steps} profiled steps)")  # fmt: skip

@@ -1114,16 +1114,29 @@ def _json_tail(output: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def sdpa(ctx: Context) -> Outcome:
-    """tools.bench.sdpa at the paper shape: cuDNN, flash, memory-efficient and math attention, forced one by one."""
-    cmd = [ctx.python, "-m", "tools.bench.sdpa", "--device", "cuda", "--json"]
-    limit = ctx.limit(SDPA_LIMIT_S)
-    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="sdpa.log")
+def _bench_json(
+    ctx: Context, module: str, args: list[str], limit_s: float, log_name: str
+) -> tuple[dict, str] | Outcome:
+    """Run `tools.bench.<module> ARGS --json` within the part's limit: (its JSON, its output), or the
+    part's Outcome when it timed out or ended without its JSON."""
+    limit = ctx.limit(limit_s)
+    code, output = run_command(
+        [ctx.python, "-m", f"tools.bench.{module}", *args, "--json"], ctx, timeout_s=limit, log_name=log_name
+    )
     if code is None:
         return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
     data = _json_tail(output)
     if code != 0 or data is None:
-        return Outcome("fail", f"tools.bench.sdpa exited {code} without its JSON", output=tail(output))
+        return Outcome("fail", f"tools.bench.{module} exited {code} without its JSON", output=tail(output))
+    return data, output
+
+
+def sdpa(ctx: Context) -> Outcome:
+    """tools.bench.sdpa at the paper shape: cuDNN, flash, memory-efficient and math attention, forced one by one."""
+    ran = _bench_json(ctx, "sdpa", ["--device", "cuda"], SDPA_LIMIT_S, "sdpa.log")
+    if isinstance(ran, Outcome):
+        return ran
+    data, output = ran
     said = ", ".join(
         f"{k} {v['ms']:.2f} ms" if "ms" in v else f"{k} unsupported" for k, v in data["backends"].items()
     )
@@ -1134,26 +1147,11 @@ def sdpa(ctx: Context) -> Outcome:
 
 def step_profile(ctx: Context) -> Outcome:
     """tools.bench.step_profile: a compiled paper-config step under torch.profiler, split by kernel kind."""
-    cmd = [
-        ctx.python,
-        "-m",
-        "tools.bench.step_profile",
-        "--config",
-        "paper",
-        "--device",
-        "cuda",
-        "--compile",
-        "--json",
-    ]
-    limit = ctx.limit(PROFILE_LIMIT_S)
-    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="profile.log")
-    if code is None:
-        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
-    data = _json_tail(output)
-    if code != 0 or data is None:
-        return Outcome(
-            "fail", f"tools.bench.step_profile exited {code} without its JSON", output=tail(output)
-        )
+    args = ["--config", "paper", "--device", "cuda", "--compile"]
+    ran = _bench_json(ctx, "step_profile", args, PROFILE_LIMIT_S, "profile.log")
+    if isinstance(ran, Outcome):
+        return ran
+    data, output = ran
     shares = ", ".join(f"{k} {v:.0%}" for k, v in data["share_of_wall"].items() if v is not None)
     return Outcome("pass", f"compiled paper step {data['wall_ms_per_step']:.1f} ms (measured): {shares}", data,
                    tail(output))  # fmt: skip
