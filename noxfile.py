@@ -126,7 +126,7 @@ def runbooks(session: nox.Session) -> None:
     session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"
     session.run(PYTHON, "-m", "tools.runbooks", "check")
     session.run(PYTHON, "-m", "tools.secrets")
-    session.run(PYTHON, "-m", "pytest", "-q", "-m", "kube or runbooks")
+    session.run(PYTHON, "-m", "pytest", "-q", "-n", "auto", "-m", "kube or runbooks")
     session.run(PYTHON, "-m", "tools.runbooks", "run", *session.posargs)
 
 
@@ -174,7 +174,7 @@ def smoke(session: nox.Session) -> None:
 @nox.session(default=False)
 def launch(session: nox.Session) -> None:
     """scripts/train_prod.sh on CPU (slow): real data + trainer, torchrun 2 gloo ranks, kill, resume, handoff."""
-    session.run(PYTHON, "-m", "pytest", "-m", "launch", *session.posargs)
+    session.run(PYTHON, "-m", "pytest", "-n", "auto", "-m", "launch", *session.posargs)
 
 
 @nox.session(default=False)

@@ -226,15 +226,18 @@ def _two_nodes(tmp_path: Path, name: str, port: int) -> list[subprocess.Popen]:
     return procs
 
 
-def _two_nodes_to_the_end(workdir: Path, name: str) -> list[int]:
+def _kill(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def _to_the_end(procs: list[subprocess.Popen]) -> list[int]:
     """Both nodes' launchers run to their end; their exit codes (stragglers are killed)."""
-    procs = _two_nodes(workdir, name, _free_port())
     try:
         return [p.wait(timeout=900) for p in procs]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+        _kill(procs)
 
 
 def _weights(run_dir: Path) -> tuple[dict, int]:
@@ -253,15 +256,17 @@ def test_two_nodes_stop_together_on_one_nodes_sigterm_and_the_same_commands_resu
     127.0.0.1 with gloo over one shared run directory. A SIGTERM to node 1 (its pod evicted) makes every rank
     of both nodes save and both launchers exit 75; the same command on both resumes and finishes with the
     weights of an uninterrupted two-node run."""
+    # The uninterrupted reference runs alongside the run that is stopped (independent run directories and
+    # rendezvous ports): the test waits for one two-node run less.
     reference = tmp_path / "reference"
-    assert _two_nodes_to_the_end(reference, "whole") == [0, 0], (reference / "whole-node0.log").read_text()[
-        -3000:
-    ]
-    want, last_step = _weights(reference / "ws" / "checkpoints" / "trm-debug-tiny")
-
+    ports = set()
+    while len(ports) < 2:
+        ports.add(_free_port())
+    reference_port, port = sorted(ports)
+    whole = _two_nodes(reference, "whole", reference_port)
     work = tmp_path / "stopped"
     run_dir = work / "ws" / "checkpoints" / "trm-debug-tiny"
-    procs = _two_nodes(work, "first", _free_port())
+    procs = _two_nodes(work, "first", port)
     try:
         deadline = time.time() + 600
         while not train_steps(run_dir / "metrics.csv") or max(train_steps(run_dir / "metrics.csv")) < 2:
@@ -271,10 +276,13 @@ def test_two_nodes_stop_together_on_one_nodes_sigterm_and_the_same_commands_resu
             time.sleep(0.5)
         procs[1].send_signal(signal.SIGTERM)  # node 1's pod is evicted: kubelet signals its PID 1
         codes = [p.wait(timeout=300) for p in procs]
+    except BaseException:
+        _kill(whole)  # the stopped run failed: the reference goes too
+        raise
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+        _kill(procs)
+    assert _to_the_end(whole) == [0, 0], (reference / "whole-node0.log").read_text()[-3000:]
+    want, last_step = _weights(reference / "ws" / "checkpoints" / "trm-debug-tiny")
     logs = [(work / f"first-node{n}.log").read_text() for n in (0, 1)]
     assert codes == [75, 75], logs[0][-3000:] + logs[1][-3000:]
     _saved, saved_step = _weights(run_dir)
@@ -282,7 +290,9 @@ def test_two_nodes_stop_together_on_one_nodes_sigterm_and_the_same_commands_resu
     for log in logs:
         assert "Traceback" not in log, log[-3000:]
 
-    assert _two_nodes_to_the_end(work, "second") == [0, 0], (work / "second-node0.log").read_text()[-3000:]
+    assert _to_the_end(_two_nodes(work, "second", _free_port())) == [0, 0], (
+        work / "second-node0.log"
+    ).read_text()[-3000:]
     got, step = _weights(run_dir)
     assert step == last_step
     assert got.keys() == want.keys()
