@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from trm.data.arc_source import DEFAULT_PREFIX
 from trm.data.build_arc import build_arc_dataset
@@ -364,3 +366,26 @@ def without_timings(row: dict) -> dict:
     """A metrics.jsonl row without what depends on the host's clock (wall_time, evaluation time, perf/*)."""
     clock = ("wall_time", "eval/seconds", "eval/wall_share")
     return {k: v for k, v in row.items() if k not in clock and not k.startswith("perf/")}
+
+
+# Operators whose result size or value the host must read from the device (a host synchronisation on a GPU).
+HOST_SYNC_OPS = frozenset(
+    {"_local_scalar_dense", "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive", "nonzero",
+     "nonzero_static", "masked_select", "is_nonzero", "equal"}
+)  # fmt: skip
+
+
+class HostSyncCounter(TorchDispatchMode):
+    """Counts, by operator name, the data-dependent operators run inside the `with` block (on any device:
+    on the CPU this finds the `.item()`, `unique` or boolean-mask code that would stall a GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.split("::")[-1]
+        if name in HOST_SYNC_OPS:
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
+

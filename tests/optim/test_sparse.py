@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 import os
 import socket
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.helpers import HostSyncCounter
 from trm.errors import TRMError
 from trm.model.sparse_embedding import SparsePuzzleEmbedding
 from trm.optim import EMA, SparseEmbeddingSignSGD, lr_at_step
@@ -74,6 +76,34 @@ def test_gradient_accumulation_over_micro_batches():
     torch.testing.assert_close(got, expected_table())
 
 
+def unique_based_update(table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
+    """The update as written before (and by upstream): `unique` + `index_add_` over the inverse."""
+    unique_ids, inverse = ids.unique(return_inverse=True)
+    summed = torch.zeros(unique_ids.shape[0], grads.shape[1]).index_add_(0, inverse, grads)
+    out = table.clone()
+    out[unique_ids] = table[unique_ids] * (1 - LR * WD) - LR * torch.sign(summed)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_sort_based_update_is_bit_identical_to_unique_and_never_reads_the_device(seed):
+    """Many duplicates in random order, over three accumulated micro-batches: the same bits as the `unique`
+    version, and no operator whose output the host must wait for (`unique`, `.item()`, masks)."""
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(40, 6, generator=g)
+    micro = [(torch.randint(0, 12, (16,), generator=g), torch.randn(16, 6, generator=g)) for _ in range(3)]
+    module = SparsePuzzleEmbedding(40, 6, torch.float32)
+    module.weight.copy_(table)
+    opt = SparseEmbeddingSignSGD(module, lr=LR, weight_decay=WD)
+    for ids, grad in micro:
+        backprop(module, ids, grad)
+    with HostSyncCounter() as syncs:
+        opt.step()
+    assert dict(syncs.counts) == {}
+    want = unique_based_update(table, torch.cat([i for i, _ in micro]), torch.cat([g_ for _, g_ in micro]))
+    assert torch.equal(module.weight, want)
+
+
 def test_zero_grad_forgets_rows_and_eval_mode_records_nothing():
     module = SparsePuzzleEmbedding(8, 6, torch.float32)
     opt = SparseEmbeddingSignSGD(module, lr=LR, weight_decay=WD)
@@ -92,34 +122,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, out_path: str) -> None:
+def _rank_main(rank: int, world: int, port: int, out_path: str, equal_rows: bool) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         table, grads = table_and_grads()
         module = SparsePuzzleEmbedding(8, 6, torch.float32)
         module.weight.copy_(table)
-        opt = SparseEmbeddingSignSGD(module, lr=LR, weight_decay=WD)
-        # Rank 1 runs two micro-batches, rank 0 one: unequal row counts across ranks.
-        if rank == 0:
+        opt = SparseEmbeddingSignSGD(module, lr=LR, weight_decay=WD, rows_per_rank=4 if equal_rows else None)
+        if rank == 0 and not equal_rows:  # rank 0 one micro-batch of 4, rank 1 two of 2 (different counts)
             backprop(module, IDS[0], grads[0])
+        elif rank == 0:  # with equal rows: rank 0 hands out 4 rows, the last 3 of them only in step 2
+            backprop(module, IDS[0][:1], grads[0][:1])
+            backprop(module, IDS[0][1:], grads[0][1:])
         else:
             backprop(module, IDS[1][:2], grads[1][:2])
             backprop(module, IDS[1][2:], grads[1][2:])
         opt.step()
         torch.save(module.weight, f"{out_path}.{rank}")
+        if equal_rows:  # ranks handing out another count than promised are told so, not gathered wrongly
+            backprop(module, IDS[rank][:3], grads[rank][:3])
+            try:
+                opt.step()
+            except TRMError as err:
+                Path(f"{out_path}.{rank}.error").write_text(str(err))
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.dist
 @pytest.mark.e2e
-def test_two_gloo_ranks_equal_single_process(tmp_path):
+@pytest.mark.parametrize("equal_rows", [False, True], ids=["counts-exchanged", "equal-rows"])
+def test_two_gloo_ranks_equal_single_process(tmp_path, equal_rows):
     out = str(tmp_path / "table")
-    mp.spawn(_rank_main, args=(2, _free_port(), out), nprocs=2, join=True)
+    mp.spawn(_rank_main, args=(2, _free_port(), out, equal_rows), nprocs=2, join=True)
     want = expected_table()
     for rank in range(2):
         torch.testing.assert_close(torch.load(f"{out}.{rank}"), want)
+    if equal_rows:
+        assert (
+            "expected 4 rows on every rank but this rank handed out 3" in Path(f"{out}.0.error").read_text()
+        )
 
 
 def test_invalid_sign_sgd_settings():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import FakeLoader, without_timings
+from tests.helpers import FakeLoader, HostSyncCounter, without_timings
 from trm import exit_codes
 from trm.distributed import DistInfo
 from trm.errors import TRMError
@@ -212,3 +212,24 @@ def test_resume_with_another_micro_batch_keeps_the_math(tmp_path: Path) -> None:
     code, resumed = run(tmp_path / "b", "micro_batch_size=1")
     assert code == exit_codes.OK and resumed.components.plan.accum_steps == 4
     assert_same_state(straight, resumed, exact=False)
+
+
+def test_an_optimizer_step_never_waits_for_the_device(tmp_path):
+    """Forward, backward and every optimizer (SignSGD's duplicate ids included), over 2 micro-batches and
+    halting exploration: no operator whose output the host must read (a GPU stall), so the host can queue
+    the next step while the device works. Fails on the `unique`-based SignSGD."""
+    trainer = make_trainer(tmp_path / "run", "micro_batch_size=2")
+    original, seen = trainer._train_step, []
+
+    def counted(batch, bar):
+        with HostSyncCounter() as syncs:
+            original(batch, bar)
+        seen.append(dict(syncs.counts))
+
+    trainer._train_step = counted  # type: ignore[method-assign]
+    try:
+        assert trainer.train() == exit_codes.OK
+    finally:
+        trainer.close()
+    assert len(seen) == trainer.progress.step > 2 and trainer.components.model.puzzle_emb is not None
+    assert seen == [{}] * len(seen)

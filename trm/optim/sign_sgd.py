@@ -1,4 +1,10 @@
-"""SignSGD with decoupled weight decay for the sparse puzzle-embedding table (rows touched this step only)."""
+"""SignSGD with decoupled weight decay for the sparse puzzle-embedding table (rows touched this step only).
+
+The update never waits for the device: duplicate ids are summed through a stable sort and fixed-size
+segments instead of `unique` (whose output size the host must read), and when every rank is known to hand
+out the same number of rows (the trainer's fixed micro-batches) they are gathered without first exchanging
+counts. Per id, the gradient rows are added in their original order, as `unique` + `index_add_` does.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,21 @@ from trm.model.sparse_embedding import SparsePuzzleEmbedding
 class SparseEmbeddingSignSGD(Optimizer):
     """Updates touched rows: w ← w·(1 − lr·wd) − lr·sign(Σ grads of that id over every rank and micro-batch)."""
 
-    def __init__(self, puzzle_emb_module: SparsePuzzleEmbedding, lr: float, weight_decay: float) -> None:
+    def __init__(
+        self,
+        puzzle_emb_module: SparsePuzzleEmbedding,
+        lr: float,
+        weight_decay: float,
+        rows_per_rank: int | None = None,
+    ) -> None:
+        """`rows_per_rank`: the rows every rank hands out per optimizer step, when the caller guarantees one
+        number for all ranks (then the gather exchanges no counts); None allows ranks to differ."""
         if not lr >= 0.0:
             raise TRMError(f"puzzle_emb_lr={lr} must be >= 0.")
         if not weight_decay >= 0.0:
             raise TRMError(f"puzzle_emb_weight_decay={weight_decay} must be >= 0.")
         self.module = puzzle_emb_module
+        self.rows_per_rank = rows_per_rank
         super().__init__([puzzle_emb_module.weight], {"lr": lr, "weight_decay": weight_decay})
 
     @torch.no_grad()
@@ -32,24 +47,58 @@ class SparseEmbeddingSignSGD(Optimizer):
                 loss = closure()
         ids, grads = self.module.local_ids, self.module.local_grads()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            ids, grads = _all_gather_rows(ids, grads)
+            if self.rows_per_rank is None:
+                ids, grads = _all_gather_rows(ids, grads)
+            else:
+                ids, grads = _all_gather_equal_rows(ids, grads, self.rows_per_rank)
         self.module.clear_local()
         if ids.numel() == 0:
             return loss
-        unique_ids, inverse = ids.unique(return_inverse=True)
-        summed = torch.zeros(unique_ids.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
-        summed.index_add_(0, inverse, grads)
-
+        slot_ids, summed = _sum_per_id(ids, grads)
         group = self.param_groups[0]
         lr, wd = float(group["lr"]), float(group["weight_decay"])
         weight = self.module.weight
-        rows = weight[unique_ids] * (1.0 - lr * wd) - lr * torch.sign(summed)
-        weight[unique_ids] = rows
+        weight[slot_ids] = weight[slot_ids] * (1.0 - lr * wd) - lr * torch.sign(summed)
         return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop gradients of rows handed out since the last step."""
         self.module.clear_local()
+
+
+def _sum_per_id(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(slot_ids [N], summed [N, dim]): the gradient rows of each distinct id summed, without a host sync.
+
+    Slots beyond the number of distinct ids repeat the last one (same id, same sum), so writing every slot
+    writes each touched row once with one value.
+    """
+    order = torch.argsort(ids, stable=True)
+    sorted_ids = ids[order]
+    first = torch.ones_like(sorted_ids, dtype=torch.bool)
+    first[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    segment = torch.cumsum(first, 0) - 1
+    summed = torch.zeros(ids.shape[0], grads.shape[1], dtype=grads.dtype, device=grads.device)
+    summed.index_add_(0, segment, grads[order])
+    slot_ids = torch.zeros_like(sorted_ids).scatter_(0, segment, sorted_ids)
+    used = torch.minimum(torch.arange(ids.shape[0], device=ids.device), segment[-1])
+    return slot_ids[used], summed[used]
+
+
+def _all_gather_equal_rows(
+    ids: torch.Tensor, grads: torch.Tensor, rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every rank's (ids, grads) when each holds `rows` rows: one gather each, no count exchange."""
+    if ids.shape[0] != rows:
+        raise TRMError(
+            f"the puzzle-embedding optimizer expected {rows} rows on every rank but this rank handed out "
+            f"{ids.shape[0]}: build it with rows_per_rank=None when ranks may differ"
+        )
+    world = dist.get_world_size()
+    all_ids = torch.empty(world * rows, dtype=torch.long, device=grads.device)
+    all_grads = torch.empty(world * rows, grads.shape[1], dtype=grads.dtype, device=grads.device)
+    dist.all_gather_into_tensor(all_ids, ids.to(grads.device).contiguous())
+    dist.all_gather_into_tensor(all_grads, grads.contiguous())
+    return all_ids, all_grads
 
 
 def _all_gather_rows(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

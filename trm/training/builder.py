@@ -110,14 +110,17 @@ def compiled_if_wanted(cfg: TrainConfig, device: torch.device, loss_head: nn.Mod
     return loss_head
 
 
-def build_optimizers(cfg: TrainConfig, model: Any) -> list[Optim]:
+def build_optimizers(cfg: TrainConfig, model: Any, rows_per_rank: int | None = None) -> list[Optim]:
     """Upstream's list: [SignSGD (puzzle table), AdamATan2 (all parameters)], minus what is disabled;
-    with use_muon, URM's Muon (2-D parameters) + AdamW (the rest) replaces AdamATan2."""
+    with use_muon, URM's Muon (2-D parameters) + AdamW (the rest) replaces AdamATan2. `rows_per_rank`:
+    the puzzle rows every rank hands out per step, when fixed (the trainer's per-process batch)."""
     from trm.optim import SparseEmbeddingSignSGD, build_adam_atan2, build_muon
 
     optimizers: list[Optim] = []
     if model.puzzle_emb is not None:
-        sign = SparseEmbeddingSignSGD(model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay)
+        sign = SparseEmbeddingSignSGD(
+            model.puzzle_emb, lr=0.0, weight_decay=cfg.puzzle_emb_weight_decay, rows_per_rank=rows_per_rank
+        )
         optimizers.append(Optim("puzzle_emb", sign, cfg.puzzle_emb_lr))
     if cfg.use_muon and (model.puzzle_emb is None or not cfg.freeze_weights):
         muon = build_muon(model, lr=0.0, weight_decay=cfg.weight_decay, betas=(cfg.beta1, cfg.beta2))
@@ -144,7 +147,8 @@ def build(cfg: TrainConfig, info: DistInfo, loaders: tuple[Any, Any | None] | No
     model, loss_head = build_model(cfg, train_loader.metadata, plan, info.device)
     broadcast_params_(model, info)
     step_module = compiled_if_wanted(cfg, info.device, loss_head)
-    optimizers = build_optimizers(cfg, model)
+    # Each optimizer step hands out one forward per micro-batch: the per-process batch, on every rank.
+    optimizers = build_optimizers(cfg, model, rows_per_rank=plan.local_batch_size)
     ema = EMA(model, cfg.ema_rate) if cfg.ema else None
     evaluators = build_evaluators(cfg.evaluators, test_loader) if test_loader is not None else []
     if info.is_main:
