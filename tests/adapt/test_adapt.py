@@ -296,3 +296,53 @@ def test_a_damaged_checkpoint_is_refused_before_adapting(
     err = capsys.readouterr().err.strip()
     assert f"adapt: checkpoint {step} is damaged or incomplete (state.pt does not match its sha256" in err
     assert len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_adapt_runs_exactly_the_steps_asked_for_rows_fewer_than_the_batch_included(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two shipped evaluation tasks: 7 rows an epoch in puzzles of up to 5 examples, so batches waste the
+    # rest of their truncated last visit; with the old one-epoch margin `--steps 12` at batch 8 stopped at
+    # step 10 and `--steps 5` at batch 1 (cheaper, the same cause) at step 4.
+    two = smoke.write_challenges("two_challenges.json", list(smoke.challenges)[:2])
+    out = tmp_path / "five"
+    argv = [
+        "adapt",
+        str(smoke.checkpoint),
+        "global_batch_size=1",
+        "--challenges",
+        str(two),
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "--steps", "5", "--num-aug", "8", "--quiet"]) == 0
+    assert "(step 5)" in capsys.readouterr().out
+    assert [c.step for c in ckpt.find_complete(out)] == [5]
+
+
+def test_the_adaptation_pass_holds_every_step_for_any_batch_and_row_count(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trm.adapt.run import adaptation_epochs
+    from trm.adapt.tasks import build_demonstrations
+    from trm.data.loader import PuzzleLoader
+    from trm.training.throughput import total_steps
+
+    monkeypatch.setattr(PuzzleLoader, "_train_batch", lambda *_: None)  # count batches, collate none
+    two = smoke.write_challenges("two_challenges.json", list(smoke.challenges)[:2])
+    for name, tasks, num_aug in (("two", two, 2), ("two0", two, 0), ("hidden", hidden, 8)):
+        dataset = tmp_path / name / "dataset"
+        staged = stage_tasks(tasks, None, tmp_path / name / "inputs")
+        build_demonstrations(staged, dataset, num_aug=num_aug, seed=42, progress=False)
+        meta = PuzzleLoader([dataset], "train", global_batch_size=1).metadata
+        for gbs in (1, 3, 8, 13, 100):  # 100: more rows than an epoch holds
+            for steps in (1, 5, 12):
+                epochs = adaptation_epochs(dataset, gbs, 0, steps)
+                assert total_steps(epochs, meta.total_groups, meta.mean_puzzle_examples, gbs) >= steps
+                for seed in (0, 7):
+                    loader = PuzzleLoader(
+                        [dataset], "train", global_batch_size=gbs, seed=seed, epochs_per_iter=epochs
+                    )
+                    batches = sum(1 for _ in loader.iter_train())
+                    assert batches >= steps, (name, gbs, steps, seed)
+                    assert loader.guaranteed_batches(epochs) <= batches

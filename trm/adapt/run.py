@@ -100,15 +100,14 @@ class AdaptResult:
     notes: list[str] = field(default_factory=list)
 
 
-def adaptation_config(
-    source: TrainConfig, dataset: Path, out: Path, settings: AdaptSettings, metadata: Any
-) -> TrainConfig:
+def adaptation_config(source: TrainConfig, dataset: Path, out: Path, settings: AdaptSettings) -> TrainConfig:
     """The source run's config made into the adaptation run (then the user's overrides on top).
 
-    Only the demonstration set trains (no evaluation; the evaluators stay for `trm.eval`), EMA is off (an EMA at 0.999 would still be mostly
-    the unadapted weights after a few hundred steps), `train=embeddings` freezes all but the puzzle
-    table, the warm-up is a tenth of the steps (at most the source's), and `epochs` is set so that the
-    schedule covers the steps (an epoch is one puzzle per task).
+    Only the demonstration set trains (no evaluation; the evaluators stay for `trm.eval`), EMA is off (an
+    EMA at 0.999 would still be mostly the unadapted weights after a few hundred steps), `train=embeddings`
+    freezes all but the puzzle table, the warm-up is a tenth of the steps (at most the source's), and
+    `epochs` (one pass) is set so that the pass yields every step's batch and the schedule covers them
+    (`adaptation_epochs`).
     """
     from trm.model.registry import spec_of
     from trm.training.config import validate, with_overrides
@@ -130,11 +129,27 @@ def adaptation_config(
         lr_warmup_steps=min(source.lr_warmup_steps, warmup),
     )
     cfg = with_overrides(cfg, list(settings.overrides), spec_of(cfg.arch).name)
-    per_epoch = metadata.total_groups * metadata.mean_puzzle_examples
-    cfg.epochs = max(1, math.ceil((cfg.max_steps or steps) * cfg.global_batch_size / per_epoch) + 1)
+    cfg.epochs = adaptation_epochs(dataset, cfg.global_batch_size, cfg.seed, cfg.max_steps or steps)
     cfg.eval_interval = None
     validate(cfg)
     return cfg
+
+
+def adaptation_epochs(dataset: Path, global_batch_size: int, seed: int, steps: int) -> int:
+    """The fewest epochs in the adaptation's one pass that yield `steps` full batches whatever puzzles the
+    seed draws (the loader drops a pass's last partial batch, and a batch's truncated last visit wastes
+    rows: trm.data.loader.PuzzleLoader.epochs_for_batches) and whose schedule length (the trainer's
+    `total_steps`, which also caps the run) is at least `steps`."""
+    from trm.data.loader import PuzzleLoader
+    from trm.training.throughput import total_steps
+
+    sizing = PuzzleLoader([dataset], "train", global_batch_size=global_batch_size, seed=seed)
+    meta = sizing.metadata
+    per_epoch = meta.total_groups * meta.mean_puzzle_examples
+    epochs = max(sizing.epochs_for_batches(steps), math.ceil(steps * global_batch_size / per_epoch))
+    while total_steps(epochs, meta.total_groups, meta.mean_puzzle_examples, global_batch_size) < steps:
+        epochs += 1  # float rounding of the estimate
+    return epochs
 
 
 def _initial_weights(source: AdaptSource, names: list[str]) -> tuple[dict[str, torch.Tensor], Any]:
@@ -161,7 +176,6 @@ def adapt(
     a signal stop raises `AdaptationStopped` (exit SAVED_RETRY: the same call resumes)."""
     from trm import distributed as dist_utils
     from trm.data.loader import PuzzleLoader
-    from trm.data.metadata import DatasetMetadata
     from trm.distributed import initialize
     from trm.training.checkpoint import find_complete
     from trm.training.loop import Trainer
@@ -180,8 +194,7 @@ def adapt(
             staged = stage_and_build(selected, out, settings)
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
-        metadata = DatasetMetadata.read(dataset / "train" / "dataset.json")
-        cfg = adaptation_config(source.config, dataset, out, settings, metadata)
+        cfg = adaptation_config(source.config, dataset, out, settings)
         train = PuzzleLoader(
             [dataset],
             "train",

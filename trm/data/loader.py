@@ -160,6 +160,49 @@ class PuzzleLoader:
         self._position = position
 
     # ----- train ----------------------------------------------------------------------------------------
+    def _pass_bounds(self) -> list[tuple[int, int]]:
+        """Per set (r, w): the rows one epoch holds at least (the sum over its groups of their smallest
+        puzzle's examples) and the rows a batch may waste at most (the largest puzzle's examples less one)."""
+        bounds = []
+        for data in self._sets:
+            sizes = np.diff(data.puzzle_indices)
+            if data.num_groups and len(sizes):
+                smallest = np.minimum.reduceat(sizes, data.group_indices[:-1])
+                bounds.append((int(smallest.sum()), max(int(sizes.max()) - 1, 0)))
+        return bounds
+
+    def guaranteed_batches(self, epochs: int) -> int:
+        """The fewest train batches one pass of `epochs` epochs yields, whatever puzzles the seed draws.
+
+        A set's pass holds at least epochs·r rows; a batch uses up at most global_batch_size + w of them (the
+        rest of its truncated last visit is dropped) and the pass ends with fewer than global_batch_size
+        rows left, so it yields at least ⌊(epochs·r − gbs)/(gbs + w)⌋ + 1 batches once epochs·r ≥ gbs
+        (r, w: `_pass_bounds`)."""
+        gbs, total = self.global_batch_size, 0
+        for rows_per_epoch, waste in self._pass_bounds():
+            rows = epochs * rows_per_epoch
+            if rows >= gbs:
+                total += (rows - gbs) // (gbs + waste) + 1
+        return total
+
+    def epochs_for_batches(self, batches: int) -> int:
+        """The fewest epochs per pass that guarantee `batches` train batches in one pass (`guaranteed_batches`)."""
+        if not any(rows for rows, _ in self._pass_bounds()):
+            raise TRMError(
+                f"{self.data_paths[0]}: no epoch of its {self.split} split is sure to hold a row (every group has a "
+                "puzzle without examples); rebuild the dataset"
+            )
+        low, high = 1, 1
+        while self.guaranteed_batches(high) < batches:
+            low, high = high + 1, high * 2
+        while low < high:
+            mid = (low + high) // 2
+            if self.guaranteed_batches(mid) >= batches:
+                high = mid
+            else:
+                low = mid + 1
+        return high
+
     def _epoch_key(self, set_index: int, epoch: int) -> np.ndarray:
         mask = (1 << 64) - 1
         base = _mix(_add(_mix(_U64(self.seed & mask)), ((set_index + 1) * 0x632BE59BD9B4E019) & mask))
