@@ -298,7 +298,7 @@ def test_a_damaged_checkpoint_is_refused_before_adapting(
     assert len(err.splitlines()) == 1 and not out.exists()
 
 
-def test_adapt_runs_exactly_the_steps_asked_for_rows_fewer_than_the_batch_included(
+def test_adapt_runs_exactly_the_steps_asked_quietly(
     smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Two shipped evaluation tasks: 7 rows an epoch in puzzles of up to 5 examples, so batches waste the
@@ -316,7 +316,9 @@ def test_adapt_runs_exactly_the_steps_asked_for_rows_fewer_than_the_batch_includ
         str(out),
     ]
     assert main([*argv, "--steps", "5", "--num-aug", "8", "--quiet"]) == 0
-    assert "(step 5)" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "(step 5)" in printed.out
+    assert "train:" not in printed.err + printed.out  # --quiet: no trainer progress bar either
     assert [c.step for c in ckpt.find_complete(out)] == [5]
 
 

@@ -206,6 +206,7 @@ def adapt(
         )
         weights, rows = _initial_weights(source, names)
         trainer = Trainer.create(cfg, info, (train, None), lambda: (weights, source.description))
+        trainer.show_progress = settings.progress
         if settings.minutes is not None:
             trainer.deadline = started + settings.minutes * 60.0
         try:
