@@ -340,7 +340,7 @@ def test_the_adaptation_pass_holds_every_step_for_any_batch_and_row_count(
         meta = PuzzleLoader([dataset], "train", global_batch_size=1).metadata
         for gbs in (1, 3, 8, 13, 100):  # 100: more rows than an epoch holds
             for steps in (1, 5, 12):
-                epochs = adaptation_epochs(dataset, gbs, 0, steps)
+                epochs = adaptation_epochs(dataset, gbs, steps)
                 assert total_steps(epochs, meta.total_groups, meta.mean_puzzle_examples, gbs) >= steps
                 for seed in (0, 7):
                     loader = PuzzleLoader(

@@ -75,12 +75,20 @@ def test_sync_to_copies_every_run_and_the_batch_records(tmp_path, fake, monkeypa
 
 
 def test_the_guards_flags_are_checked_as_the_launchers_variables(tmp_path, capsys, monkeypatch):
-    argv = ["experiment", "batch", "--pattern", "smoke", "--num-gpus", "0", "--dry-run"]
-    argv += ["--checkpoint-dir", str(tmp_path / "ck"), "--data-dir", str(tmp_path / "data")]
+    real = ["experiment", "batch", "--pattern", "smoke", "--num-gpus", "0"]
+    real += ["--checkpoint-dir", str(tmp_path / "ck"), "--data-dir", str(tmp_path / "data")]
+    argv = [*real, "--dry-run"]
     assert main([*argv, "--max-hours", "nan"]) == 2
     assert "--max-hours='nan' is not a finite number" in capsys.readouterr().err
     assert main([*argv, "--sync-to", "bucket"]) == 2
     assert "--sync-to='bucket' is not an rclone remote" in capsys.readouterr().err
+    import trm.launch.after_run.sync as sync
+
+    monkeypatch.setattr(sync.shutil, "which", lambda _name: None)  # no rclone on this host
+    assert main([*real, "--sync-to", "store:b/runs"]) == 2  # a real batch: refused before it starts
+    err = capsys.readouterr().err.strip()
+    assert "--sync-to store:b/runs: rclone is not installed" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "ck").exists()
     monkeypatch.setenv("MAX_HOURS", "48")  # the launcher's variables are the defaults
     monkeypatch.setenv("SYNC_TO", "store:b/runs")
     assert main(argv) == 0

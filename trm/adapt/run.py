@@ -134,24 +134,30 @@ def adaptation_config(source: TrainConfig, dataset: Path, out: Path, settings: A
         lr_warmup_steps=min(source.lr_warmup_steps, warmup),
     )
     cfg = with_overrides(cfg, list(settings.overrides), spec_of(cfg.arch).name)
-    cfg.epochs = adaptation_epochs(dataset, cfg.global_batch_size, cfg.seed, cfg.max_steps or steps)
+    cfg.epochs = adaptation_epochs(dataset, cfg.global_batch_size, cfg.max_steps or steps)
     cfg.eval_interval = None
     validate(cfg)
     return cfg
 
 
-def adaptation_epochs(dataset: Path, global_batch_size: int, seed: int, steps: int) -> int:
+def adaptation_epochs(dataset: Path, global_batch_size: int, steps: int) -> int:
     """The fewest epochs in the adaptation's one pass that yield `steps` full batches whatever puzzles the
     seed draws (the loader drops a pass's last partial batch, and a batch's truncated last visit wastes
-    rows: trm.data.loader.PuzzleLoader.epochs_for_batches) and whose schedule length (the trainer's
-    `total_steps`, which also caps the run) is at least `steps`."""
-    from trm.data.loader import PuzzleLoader
+    rows: trm.data.loader.epochs_for_batches) and whose schedule length (the trainer's `total_steps`, which
+    also caps the run) is at least `steps`. Reads the train split's index arrays only (the loader that
+    trains verifies the dataset)."""
+    from trm.data.formats import SplitData
+    from trm.data.loader import epochs_for_batches, pass_bounds
+    from trm.data.manifest import read_manifest
     from trm.training.throughput import total_steps
 
-    sizing = PuzzleLoader([dataset], "train", global_batch_size=global_batch_size, seed=seed)
-    meta = sizing.metadata
+    split = SplitData(dataset, "train", read_manifest(dataset)["form"])
+    meta = split.metadata
     per_epoch = meta.total_groups * meta.mean_puzzle_examples
-    epochs = max(sizing.epochs_for_batches(steps), math.ceil(steps * global_batch_size / per_epoch))
+    epochs = max(
+        epochs_for_batches(pass_bounds([split]), global_batch_size, steps, dataset),
+        math.ceil(steps * global_batch_size / per_epoch),
+    )
     while total_steps(epochs, meta.total_groups, meta.mean_puzzle_examples, global_batch_size) < steps:
         epochs += 1  # float rounding of the estimate
     return epochs

@@ -538,6 +538,8 @@ class Batch:
     def run(self) -> int:
         """Run every pending experiment; returns 0, exit_codes.SAVED_RETRY, exit_codes.RUNS_FAILED or
         exit_codes.BUDGET_STOPPED (0 also when the batch's budget was already spent: nothing ran)."""
+        if self.options.sync_to and not self.options.dry_run:  # rclone first: before anything is composed
+            self.sync = BatchSync(self.options.sync_to, self.options.sync_every_minutes, self.log_dir)
         self.validate()
         for run in self.runs:
             if outcome.is_finished(run.run_dir):
@@ -546,7 +548,7 @@ class Batch:
             print("\n".join(self.plan_lines()), file=self.out)
             return exit_codes.OK
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        refusal = self._open_guards()
+        refusal = self._open_budget()
         if refusal is not None:
             print(f"batch {self.id}: {refusal}", file=self.out)
             return exit_codes.OK
@@ -599,19 +601,17 @@ class Batch:
             print(f"failed: {', '.join(failed)} (the tail of each stderr log is in {RESULTS})", file=self.out)
         return self.exit_code
 
-    def _open_guards(self) -> str | None:
-        """Open the budget (the refusal when it is spent) and the sync of a batch about to run."""
+    def _open_budget(self) -> str | None:
+        """Open the budget of a batch about to run: the refusal when it is spent, else None (a new session)."""
         o = self.options
-        if o.max_hours is not None:
-            gpus = len({d for slot in self.slots for d in slot.devices})
-            self.budget = BatchBudget.open(self.log_dir, o.max_hours, o.stop_margin_minutes, gpus)
-            refusal = self.budget.refusal()
-            if refusal is not None:
-                return refusal
+        if o.max_hours is None:
+            return None
+        gpus = len({d for slot in self.slots for d in slot.devices})
+        self.budget = BatchBudget.open(self.log_dir, o.max_hours, o.stop_margin_minutes, gpus)
+        refusal = self.budget.refusal()
+        if refusal is None:
             self.budget.record(new_session=True)
-        if o.sync_to:
-            self.sync = BatchSync(o.sync_to, o.sync_every_minutes, self.log_dir)
-        return None
+        return refusal
 
     def handoff_line(self) -> str:
         """Where the batch's results are: the runs' handoff bundles, and what SYNC_TO holds."""

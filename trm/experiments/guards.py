@@ -24,7 +24,7 @@ from typing import Any
 
 from trm.errors import TRMError
 from trm.launch.after_run.ledger import RunLedger
-from trm.launch.after_run.sync import Syncer, rclone_binary
+from trm.launch.after_run.sync import Syncer, SyncError, rclone_binary
 from trm.launch.planning.variables import BY_NAME
 
 SYNC_LOG = "sync.log"
@@ -96,7 +96,10 @@ class BatchSync:
     """SYNC_TO uploads of the batch's runs (periodic while each trains, final at its end) and records."""
 
     def __init__(self, remote: str, every_minutes: float, log_dir: Path) -> None:
-        rclone_binary()  # raises SyncError naming the install command
+        try:
+            rclone_binary()
+        except SyncError as err:
+            raise TRMError(f"--sync-to {remote}: {err}") from None
         self.remote, self.every_s, self.log_dir = remote.rstrip("/"), every_minutes * 60, log_dir
         self._syncers: dict[str, Syncer] = {}
         self._lock = threading.Lock()
