@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from trm.errors import TRMError
 
@@ -75,7 +76,38 @@ def add_adapt_flags(parser: argparse.ArgumentParser) -> None:
         help="its solutions (default: X_solutions.json next to it)",
     )
     group.add_argument("--adapt-dir", type=Path, default=None, help="adaptation run (default: OUTPUT/adapt)")
+    group.add_argument(
+        "--adapt-unseen-only",
+        action="store_true",
+        help="keep only the tasks without trained puzzle-embedding rows in the checkpoint (its training "
+        "dataset's identifiers): a score of tasks the model never saw, as on the hidden test set. Without it, "
+        "tasks with trained rows are scored too, with a warning",
+    )
     add_budget_flags(group, prefix="adapt-")
+
+
+def _adapt_settings(args: argparse.Namespace, overrides: list[str]) -> Any:
+    """The adaptation's settings when --adapt-challenges is given (checked before anything is read), else
+    None; --adapt-* flags without --adapt-challenges are refused (they would do nothing)."""
+    from trm.adapt.flags import given_flags, settings_from
+
+    if args.adapt_challenges is None:
+        given = given_flags(args, "adapt-") + [
+            flag
+            for flag, value in (
+                ("--adapt-solutions", args.adapt_solutions),
+                ("--adapt-dir", args.adapt_dir),
+                ("--adapt-unseen-only", args.adapt_unseen_only),
+            )
+            if value
+        ]
+        if given:
+            raise TRMError(
+                f"{', '.join(given)} without --adapt-challenges: nothing would be adapted; add "
+                "--adapt-challenges FILE (the tasks to adapt to and score) or drop them"
+            )
+        return None
+    return settings_from(args, overrides, prefix="adapt-")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from trm.hub.ref import default_output_dir, refuse_best, resolve
 
+        settings = _adapt_settings(args, args.overrides)
         refuse_best(args.checkpoint, args.best)
         if args.output_dir is not None and args.output_dir.exists() and not args.output_dir.is_dir():
             raise TRMError(f"--output-dir {args.output_dir}: it is a file, not a folder; pass a folder")
@@ -101,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
             logging.info(
                 "evaluating %s, the best checkpoint (%s = %.6g)", checkpoint, best.metric, best.value
             )
-        if args.adapt_challenges is not None:
-            checkpoint = _adapted(checkpoint, args, overrides, output_dir)
+        warnings: list[str] = []
+        if settings is not None:
+            checkpoint, warnings = _adapted(checkpoint, args, overrides, output_dir, settings)
         return evaluate_checkpoint(
             checkpoint,
             overrides,
@@ -110,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             args.weights == "ema",
             puzzle_ids=args.puzzle_ids,
             source=source,
+            warnings=warnings,
         )
     except TRMError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -117,23 +152,37 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _adapted(
-    checkpoint: Path, args: argparse.Namespace, overrides: list[str], output_dir: Path | None
-) -> Path:
-    """Adapt `checkpoint` to --adapt-challenges (budget from the flags); the adapted checkpoint. The run
-    goes to --adapt-dir, else OUTPUT/adapt (never inside a Hub cache: an hf:// checkpoint's OUTPUT is
-    its hub-evals folder)."""
-    from trm.adapt.flags import settings_from
+    checkpoint: Path,
+    args: argparse.Namespace,
+    overrides: list[str],
+    output_dir: Path | None,
+    settings: Any,
+) -> tuple[Path, list[str]]:
+    """Adapt `checkpoint` to --adapt-challenges; the adapted checkpoint and the warnings its evaluation
+    reports (on stderr after the metrics, and in metrics.json). The run goes to --adapt-dir, else
+    OUTPUT/adapt (never inside a Hub cache: an hf:// checkpoint's OUTPUT is its hub-evals folder)."""
+    from trm.adapt.rows import trained_warning
     from trm.adapt.run import adapt
     from trm.adapt.source import source_from_checkpoint
 
-    settings = settings_from(args, overrides, prefix="adapt-")
-    if args.adapt_steps is None and args.adapt_minutes is None:
-        raise TRMError("--adapt-challenges needs a budget: --adapt-steps N and/or --adapt-minutes M")
     out = args.adapt_dir or (output_dir or checkpoint.parent) / "adapt"
     source = source_from_checkpoint(checkpoint, overrides)
-    result = adapt(source, args.adapt_challenges, out, settings, solutions=args.adapt_solutions)  # type: ignore[arg-type]
+    result = adapt(
+        source,
+        args.adapt_challenges,
+        out,
+        settings,
+        solutions=args.adapt_solutions,
+        unseen_only=args.adapt_unseen_only,
+    )
     logging.info("adapted to %d task(s): evaluating %s", result.tasks, result.checkpoint)
-    return result.checkpoint
+    warnings = []
+    if result.trained_tasks:
+        warnings.append(
+            f"{trained_warning(len(result.trained_tasks), result.tasks)}; this score is not a measure of "
+            "unseen tasks: add --adapt-unseen-only to score only the tasks without trained rows"
+        )
+    return result.checkpoint, warnings
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -296,3 +297,153 @@ def test_a_damaged_checkpoint_is_refused_before_adapting(
     err = capsys.readouterr().err.strip()
     assert f"adapt: checkpoint {step} is damaged or incomplete (state.pt does not match its sha256" in err
     assert len(err.splitlines()) == 1 and not out.exists()
+
+
+def test_adapt_runs_exactly_the_steps_asked_quietly(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two shipped evaluation tasks: 7 rows an epoch in puzzles of up to 5 examples, so batches waste the
+    # rest of their truncated last visit; with the old one-epoch margin `--steps 12` at batch 8 stopped at
+    # step 10 and `--steps 5` at batch 1 (cheaper, the same cause) at step 4.
+    two = smoke.write_challenges("two_challenges.json", list(smoke.challenges)[:2])
+    out = tmp_path / "five"
+    argv = [
+        "adapt",
+        str(smoke.checkpoint),
+        "global_batch_size=1",
+        "--challenges",
+        str(two),
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "--steps", "5", "--num-aug", "8", "--quiet"]) == 0
+    printed = capsys.readouterr()
+    assert "(step 5)" in printed.out
+    assert "train:" not in printed.err + printed.out  # --quiet: no trainer progress bar either
+    assert [c.step for c in ckpt.find_complete(out)] == [5]
+
+
+def test_the_adaptation_pass_holds_every_step_for_any_batch_and_row_count(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trm.adapt.run import adaptation_epochs
+    from trm.adapt.tasks import build_demonstrations
+    from trm.data.loader import PuzzleLoader
+    from trm.training.throughput import total_steps
+
+    monkeypatch.setattr(PuzzleLoader, "_train_batch", lambda *_: None)  # count batches, collate none
+    two = smoke.write_challenges("two_challenges.json", list(smoke.challenges)[:2])
+    for name, tasks, num_aug in (("two", two, 2), ("two0", two, 0), ("hidden", hidden, 8)):
+        dataset = tmp_path / name / "dataset"
+        staged = stage_tasks(tasks, None, tmp_path / name / "inputs")
+        build_demonstrations(staged, dataset, num_aug=num_aug, seed=42, progress=False)
+        meta = PuzzleLoader([dataset], "train", global_batch_size=1).metadata
+        for gbs in (1, 3, 8, 13, 100):  # 100: more rows than an epoch holds
+            for steps in (1, 5, 12):
+                epochs = adaptation_epochs(dataset, gbs, steps)
+                assert total_steps(epochs, meta.total_groups, meta.mean_puzzle_examples, gbs) >= steps
+                for seed in (0, 7):
+                    loader = PuzzleLoader(
+                        [dataset], "train", global_batch_size=gbs, seed=seed, epochs_per_iter=epochs
+                    )
+                    batches = sum(1 for _ in loader.iter_train())
+                    assert batches >= steps, (name, gbs, steps, seed)
+                    assert loader.guaranteed_batches(epochs) <= batches
+
+
+def _mixed_tasks(smoke: SmokeCheckpoint, hidden: Path, folder: Path) -> tuple[Path, list[str], dict]:
+    """A task file (with solutions) of the two tasks the smoke run trained on and the three hidden ones."""
+    from trm.data.arc_source import DEFAULT_PREFIX
+
+    seen = list(smoke.challenges)[:2]
+    shipped = json.loads(
+        DEFAULT_PREFIX.with_name(DEFAULT_PREFIX.name + "_evaluation_solutions.json").read_text()
+    )
+    mixed = folder / "mixed_challenges.json"
+    mixed.write_text(json.dumps({**{t: smoke.challenges[t] for t in seen}, **json.loads(hidden.read_text())}))
+    answers = json.loads(hidden.with_name("hidden_solutions.json").read_text())
+    mixed.with_name("mixed_solutions.json").write_text(
+        json.dumps({**{t: shipped[t] for t in seen}, **answers})
+    )
+    return mixed, seen, answers
+
+
+def test_tasks_with_trained_rows_are_named_and_unseen_only_leaves_them_out(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path
+) -> None:
+    mixed, seen, answers = _mixed_tasks(smoke, hidden, tmp_path)
+    source = source_from_checkpoint(smoke.checkpoint)
+    every = adapt(source, mixed, tmp_path / "all", AdaptSettings(steps=0, num_aug=1, progress=False))
+    assert sorted(every.trained_tasks) == sorted(seen) and every.tasks == 5
+    assert any("2 of 5 task(s) have trained puzzle-embedding rows" in note for note in every.notes)
+    assert sorted(json.loads((tmp_path / "all" / "adapt.json").read_text())["trained_tasks"]) == sorted(seen)
+
+    unseen = adapt(
+        source,
+        mixed,
+        tmp_path / "unseen",
+        AdaptSettings(steps=0, num_aug=1, progress=False),
+        unseen_only=True,
+    )
+    assert unseen.trained_tasks == () and unseen.tasks == 3 and sorted(unseen.skipped) == sorted(seen)
+    assert set(json.loads((unseen.dataset / "test_puzzles.json").read_text())) == set(answers)
+
+    only_seen = smoke.write_challenges("only_seen_challenges.json", seen)
+    with pytest.raises(TRMError, match=r"all 2 usable task\(s\) have trained puzzle-embedding rows"):
+        adapt(source, only_seen, tmp_path / "none", AdaptSettings(steps=0, progress=False), unseen_only=True)
+    unnamed = dataclasses.replace(source, identifiers=None)  # which rows are trained cannot be told
+    with pytest.raises(TRMError, match="names of its puzzle rows are unknown"):
+        adapt(unnamed, mixed, tmp_path / "none", AdaptSettings(steps=0, progress=False), unseen_only=True)
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.e2e
+def test_eval_on_tasks_with_trained_rows_warns_and_unseen_only_scores_the_others(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trm.eval import main as eval_main
+
+    mixed, _seen, answers = _mixed_tasks(smoke, hidden, tmp_path)
+    budget = ["--adapt-challenges", str(mixed), "--adapt-steps", "0", "--adapt-num-aug", "1"]
+    assert eval_main([str(smoke.checkpoint), "--output-dir", str(tmp_path / "all"), *budget]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "WARNING: 2 of 5 task(s) have trained puzzle-embedding rows" in err and "--adapt-unseen-only" in err
+    )
+    metrics = json.loads((tmp_path / "all" / "evaluator_ARC_step_0" / "metrics.json").read_text())
+    assert len(metrics["warnings"]) == 1 and "2 of 5 task(s)" in metrics["warnings"][0]
+
+    unseen = tmp_path / "unseen"
+    assert (
+        eval_main([str(smoke.checkpoint), "--output-dir", str(unseen), *budget, "--adapt-unseen-only"]) == 0
+    )
+    assert "WARNING" not in capsys.readouterr().err
+    assert "warnings" not in json.loads((unseen / "evaluator_ARC_step_0" / "metrics.json").read_text())
+    assert set(json.loads((unseen / "adapt" / "dataset" / "test_puzzles.json").read_text())) == set(answers)
+
+
+@pytest.mark.parametrize(
+    ("command", "flags", "said"),
+    [
+        ("adapt", ["--steps", "-1"], "--steps -1: must be >= 0"),
+        ("eval", ["--adapt-challenges", "x.json", "--adapt-steps", "-1"], "--adapt-steps -1: must be >= 0"),
+        ("eval", ["--adapt-challenges", "x.json"], "--adapt-steps N and/or --adapt-minutes M"),
+        (
+            "eval",
+            ["--adapt-steps", "5", "--adapt-unseen-only"],
+            "--adapt-steps, --adapt-unseen-only without --adapt-c",
+        ),
+    ],
+)
+def test_adaptation_flags_are_checked_before_the_checkpoint_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, flags: list[str], said: str
+) -> None:
+    from trm.eval import main as eval_main
+
+    missing = str(tmp_path / "step_9")  # no checkpoint there: the flags are checked first
+    if command == "adapt":
+        code = main(["adapt", missing, "--challenges", "x.json", "--out", str(tmp_path / "o"), *flags])
+    else:
+        code = eval_main([missing, *flags])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and said in err and len(err.splitlines()) == 1

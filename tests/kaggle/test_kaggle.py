@@ -588,6 +588,64 @@ def test_without_adaptation_inference_counts_the_tasks_without_rows_loudly(
     assert "WARNING: 2 of 3 task(s) have no trained puzzle-embedding row" in err and "--adapt-minutes" in err
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--adapt-steps", "-1"], "--adapt-steps -1: must be >= 0"),
+        (["--adapt-minutes", "0"], "--adapt-minutes 0.0: must be positive"),
+        (["--adapt-steps", "2", "--adapt-num-aug", "-2"], "--adapt-num-aug -2: must be >= 0"),
+        (["--adapt-train", "embeddings", "--adapt-dir", "a"], "--adapt-train, --adapt-dir without a budget"),
+    ],
+)
+def test_bad_adapt_flags_are_refused_up_front_with_infers_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], said: str
+) -> None:
+    # No bundle and no task file: the flags are checked before either is read.
+    argv = ["infer", "--weights", str(tmp_path / "none"), "--challenges", str(tmp_path / "none.json")]
+    assert main([*argv, "--out", str(tmp_path / "s.json"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and len(err.splitlines()) == 1
+    assert " --steps" not in err and " --minutes" not in err  # adapt's own flag names
+    assert not (tmp_path / "a").exists()
+
+
+def test_adapt_flags_for_tasks_that_all_have_rows_are_reported_and_so_are_trained_tasks(
+    smoke: SmokeCheckpoint, bundle_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = smoke.write_challenges("seen_challenges.json", task_ids(smoke)[:1])  # a task the bundle trained on
+    work = smoke.root / "seen-adapt"
+    argv = [
+        "infer",
+        "--weights",
+        str(bundle_dir),
+        "--challenges",
+        str(seen),
+        "--out",
+        str(smoke.root / "s.json"),
+    ]
+    assert (
+        main(
+            [
+                *argv,
+                "--num-aug",
+                "2",
+                "--device",
+                "cpu",
+                "--quiet",
+                "--adapt-steps",
+                "3",
+                "--adapt-dir",
+                str(work),
+            ]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert f"WARNING: --adapt-steps, --adapt-dir ignored: every task of {seen} has a trained" in err
+    assert "WARNING: 1 of 1 task(s) have trained puzzle-embedding rows" in err
+    assert not work.exists()  # nothing was adapted
+
+
 @pytest.mark.kaggle
 def test_bundle_adapts_to_a_hidden_task_file_then_votes(
     smoke: SmokeCheckpoint, bundle_dir: Path, capsys: pytest.CaptureFixture[str]

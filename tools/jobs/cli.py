@@ -14,18 +14,26 @@ DEFAULT_OVERLAY = Path("jobs/overlays/prod-4xh100")
 
 def _render(args: argparse.Namespace) -> int:
     from tools.jobs import k8s
+    from tools.jobs.claims import unknown_claim_note, use_claim
     from trm.errors import TRMError
 
+    directory = args.directory or (DEFAULT_OVERLAY if args.experiments is not None else None)
+    if directory is None:
+        raise TRMError("name a kustomization directory (e.g. jobs/overlays/prod-8xh200), or --experiments P")
+    jobs_dir = Path(directory).resolve().parents[1]
     if args.experiments is not None:
         from tools.jobs.experiments import experiments_job
 
-        objects = experiments_job(
-            args.experiments, args.directory or DEFAULT_OVERLAY, args.parallelism, claim=args.claim
-        )
-    elif args.directory is None:
-        raise TRMError("name a kustomization directory (e.g. jobs/overlays/prod-8xh200), or --experiments P")
+        objects = experiments_job(args.experiments, directory, args.parallelism, claim=args.claim)
     else:
-        objects = k8s.render(args.directory)
+        if args.parallelism is not None:
+            raise TRMError("--parallelism applies to --experiments only; drop it or add --experiments P")
+        objects = k8s.render(directory)
+        if args.claim is not None:
+            use_claim(objects, args.claim, jobs_dir)
+    note = unknown_claim_note(args.claim, jobs_dir) if args.claim is not None else None
+    if note:
+        print(note, file=sys.stderr)
     yaml.safe_dump_all(objects, sys.stdout, sort_keys=False, default_flow_style=False, width=200)
     return 0
 
@@ -69,7 +77,7 @@ def _pin(args: argparse.Namespace) -> int:
 def _copy_out(args: argparse.Namespace) -> int:
     from tools.jobs.copyout import copy_out_objects
 
-    objects = copy_out_objects(args.overlay, args.sync_to)
+    objects = copy_out_objects(args.overlay, args.sync_to, claim=args.claim)
     yaml.safe_dump_all(objects, sys.stdout, sort_keys=False, default_flow_style=False, width=200)
     return 0
 
@@ -79,7 +87,7 @@ def _teardown(args: argparse.Namespace) -> int:
 
     from tools.jobs.copyout import REMOVED_LINE, run_of, teardown
 
-    run_name = run_of(args.overlay).run_name
+    run_name = run_of(args.overlay, args.claim).run_name
 
     def run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
         acts = cmd[1] in ("delete", "apply", "wait") or (cmd[1] == "logs" and "trm-remove-run-" in cmd[-1])
@@ -90,7 +98,7 @@ def _teardown(args: argparse.Namespace) -> int:
             return subprocess.CompletedProcess(cmd, 0, log, "")
         return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False, timeout=2400)
 
-    done = teardown(args.overlay, run, secrets=args.delete_secrets)
+    done = teardown(args.overlay, run, secrets=args.delete_secrets, claim=args.claim)
     if not args.dry_run:
         for cmd in done:
             print("done:", " ".join(cmd))
@@ -138,8 +146,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     render.add_argument(
         "--claim",
         metavar="NAME",
-        help="with --experiments: the PersistentVolumeClaim to mount instead of the overlay's (e.g. "
-        "trm-workspace-shared, ReadWriteMany, for pods on several nodes at once)",
+        help="the PersistentVolumeClaim the Job mounts instead of the overlay's: trm-workspace-shared (the "
+        "ReadWriteMany claim of jobs/storage/rwx) on a cluster that has only that one, e.g. `render "
+        "jobs/overlays/smoke --claim trm-workspace-shared | kubectl apply -f -`; with --experiments, for pods "
+        "on several nodes at once. A multi-node Job is refused on a claim that is not ReadWriteMany",
     )
     render.set_defaults(func=_render)
     check = sub.add_parser("check", help="schema-validate every overlay offline and check the job rules")
@@ -190,6 +200,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "after the last one)",
     )
     teardown.set_defaults(func=_teardown)
+    for p in (copy_out, teardown):
+        p.add_argument(
+            "--claim",
+            metavar="NAME",
+            help="the claim the Job was rendered onto with `render --claim` (default: the overlay's own)",
+        )
     family = sub.add_parser(
         "family",
         help="pick OVERLAY's image (CUDA 13.0 or 12.8 family) from the cluster's GPU nodes: their "

@@ -62,8 +62,9 @@ class RunOnCluster:
         return f"trm-remove-run-{self.job.removeprefix('trm-train-')}"
 
 
-def run_of(overlay: str | Path) -> RunOnCluster:
-    """The Job name, RUN_NAME and workspace claim of `overlay` (errors name the overlay and the fix)."""
+def run_of(overlay: str | Path, claim: str | None = None) -> RunOnCluster:
+    """The Job name, RUN_NAME and workspace claim of `overlay` (`claim` when the Job was rendered onto
+    another one with `render --claim`); errors name the overlay and the fix."""
     jobs = [o for o in k8s.render(overlay) if o["kind"] == "Job"]
     if len(jobs) != 1:
         raise TRMError(f"{overlay} renders {len(jobs)} Jobs; name an overlay with one trainer Job")
@@ -79,11 +80,16 @@ def run_of(overlay: str | Path) -> RunOnCluster:
     volume = next((v for v in pod.get("volumes", []) if v["name"] == WORKSPACE_VOLUME), None)
     if volume is None or "persistentVolumeClaim" not in volume:
         raise TRMError(f"{overlay}: the Job mounts no PersistentVolumeClaim named {WORKSPACE_VOLUME!r}")
-    return RunOnCluster(job["metadata"]["name"], run_name, volume["persistentVolumeClaim"]["claimName"])
+    return RunOnCluster(
+        job["metadata"]["name"], run_name, claim or volume["persistentVolumeClaim"]["claimName"]
+    )
 
 
-def copy_out_objects(overlay: str | Path, sync_to: str, root: str | Path = ".") -> list[dict]:
-    """jobs/tools/copy-out set to `overlay`'s run and volume, copying to SYNC_TO/RUN_NAME."""
+def copy_out_objects(
+    overlay: str | Path, sync_to: str, root: str | Path = ".", claim: str | None = None
+) -> list[dict]:
+    """jobs/tools/copy-out set to `overlay`'s run and volume (`claim` instead of the overlay's, as the Job
+    was rendered), copying to SYNC_TO/RUN_NAME."""
     from trm.launch.after_run.sync import check_remote
 
     remote = check_remote(sync_to)
@@ -91,7 +97,7 @@ def copy_out_objects(overlay: str | Path, sync_to: str, root: str | Path = ".") 
         raise TRMError(
             "--sync-to: give the rclone remote:path the run is copied under (e.g. store:bucket/runs)"
         )
-    run = run_of(Path(root) / overlay)
+    run = run_of(Path(root) / overlay, claim)
     objects = copy.deepcopy(k8s.render(Path(root) / COPY_OUT_DIR))
     (pod,) = [o for o in objects if o["kind"] == "Pod"]
     pod["metadata"]["name"] = run.pod
@@ -185,14 +191,20 @@ def claim_is_the_runs(target: RunOnCluster, run: Kubectl) -> bool | None:
 
 
 def teardown(
-    overlay: str | Path, run: Kubectl, root: str | Path = ".", *, secrets: bool = False
+    overlay: str | Path,
+    run: Kubectl,
+    root: str | Path = ".",
+    *,
+    secrets: bool = False,
+    claim: str | None = None,
 ) -> list[list[str]]:
     """Delete what belongs to the overlay's one run, once the copy-out of that run is verified: its Job; its
     volume when the claim is the run's own (annotated RUN_ANNOTATION=RUN_NAME), else only its directories on
     the shared volume (a remover pod); the run Secrets only with `secrets`; the copy-out pod, the proof,
     last, so that a rerun after a partial failure still finds it and finishes. Returns the commands run.
-    Raises TRMError (deleting nothing) without the verified copy, or naming the step that failed."""
-    target = run_of(Path(root) / overlay)
+    Raises TRMError (deleting nothing) without the verified copy, or naming the step that failed. `claim`:
+    the claim the Job was rendered onto (`render --claim`) instead of the overlay's."""
+    target = run_of(Path(root) / overlay, claim)
     problem = verified_copy_problem(target, run)
     if problem:
         raise TRMError(

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from tools.jobs import k8s
+from tools.jobs.claims import claim_access_modes, single_node_claims, use_claim
 from tools.jobs.policy import EXPERIMENTS_FLAG
 from trm.errors import TRMError
 from trm.experiments.batch import batch_id
@@ -22,22 +23,6 @@ from trm.experiments.suite import Catalog
 # Set per pod by the launcher from the experiment; the overlay's values would only mislead a reader.
 PER_EXPERIMENT_ENV = ("TASK", "RUN_NAME")
 EXPERIMENTS_ANNOTATION = "trm-stack/experiments"
-
-
-def claim_access_modes(jobs_dir: Path) -> dict[str, list[str]]:
-    """Access modes of the claims jobs/storage/ defines, by claim name."""
-    import yaml
-
-    modes: dict[str, list[str]] = {}
-    for path in sorted((jobs_dir / "storage").glob("*/pvc.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if isinstance(doc, dict) and doc.get("kind") == "PersistentVolumeClaim":
-                modes[doc["metadata"]["name"]] = list(doc["spec"].get("accessModes", []))
-    return modes
-
-
-def _workspace_claims(pod: dict) -> list[dict]:
-    return [v["persistentVolumeClaim"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v]
 
 
 def experiments_job(
@@ -58,13 +43,10 @@ def experiments_job(
     spec = job["spec"]
     if (spec.get("parallelism") or 1) > 1:
         raise TRMError(f"{overlay} is a multi-node Job; an experiment Job runs one single-node run per pod")
-    pod = spec["template"]["spec"]
-    claims = _workspace_claims(pod)
+    jobs_dir = Path(overlay).resolve().parents[1]
     if claim is not None:
-        for volume_claim in claims:
-            volume_claim["claimName"] = claim
-    modes = claim_access_modes(Path(overlay).resolve().parents[1])
-    single_node = [c["claimName"] for c in claims if "ReadWriteMany" not in modes.get(c["claimName"], [])]
+        use_claim(objects, claim, jobs_dir)
+    single_node = single_node_claims(spec["template"]["spec"], claim_access_modes(jobs_dir))
     if parallelism is not None and parallelism < 1:
         raise TRMError(f"--parallelism {parallelism}: give 1 or more")
     width = min(parallelism or (1 if single_node else len(names)), len(names))

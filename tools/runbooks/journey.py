@@ -414,6 +414,22 @@ def docker_run_problems(code: str, where: str) -> list[str]:
     return problems
 
 
+def adapted_measure_problems(code: str, where: str) -> list[str]:
+    """`trm.eval --adapt-challenges` without `--adapt-unseen-only`: the tasks that have trained rows keep
+    them, so the score measures tasks the model trained on, not the hidden set the runbook means."""
+    problems = []
+    for words in simple_commands(code):
+        words = strip_prefix(words)
+        if words[1:3] != ["-m", "trm.eval"] or not words[0].startswith("python"):
+            continue
+        if _option(words, "--adapt-challenges") is not None and "--adapt-unseen-only" not in words:
+            problems.append(
+                f"{where}: `trm.eval --adapt-challenges` without `--adapt-unseen-only` also scores the tasks "
+                "with trained rows (every evaluation2 task for an arc2 model): add --adapt-unseen-only"
+            )
+    return problems
+
+
 _SECTION_NUMBER = re.compile(r"^## (\d+[a-z]?)\. ", re.M)
 
 
@@ -433,4 +449,5 @@ def journey_problems(book: Runbook) -> list[str]:
             problems += job_apply_problems(block.code, block.where)
             problems += job_copy_problems(block.code, block.where)
             problems += docker_run_problems(block.code, block.where)
+            problems += adapted_measure_problems(block.code, block.where)
     return problems + variable_problems(book) + prose_figure_problems(book) + section_number_problems(book)

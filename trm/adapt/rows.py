@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trm.data.encoding import BLANK_IDENTIFIER
+from trm.data.encoding import BLANK_IDENTIFIER, parse_identifier
 
 
 def mean_trained_row(table: torch.Tensor, blank_id: int = 0) -> torch.Tensor:
@@ -25,11 +25,12 @@ def mean_trained_row(table: torch.Tensor, blank_id: int = 0) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class InitialRows:
-    """The new table and how many of its rows came from trained rows."""
+    """The new table, how many of its rows came from trained rows, and the tasks those rows belong to."""
 
     table: torch.Tensor
     copied: int
     from_mean: int
+    trained_tasks: tuple[str, ...] = ()
 
 
 def initial_rows(
@@ -43,12 +44,29 @@ def initial_rows(
     `trained_names` -> its trained row, else `mean`."""
     index = {n: i for i, n in enumerate(trained_names or []) if n != BLANK_IDENTIFIER}
     table = mean.reshape(1, -1).expand(len(names), -1).clone()
-    copied = 0
+    copied, tasks = 0, {}
     for row, name in enumerate(names):
         if name == BLANK_IDENTIFIER:
             table[row] = trained[blank_id]
         elif name in index:
             table[row] = trained[index[name]]
             copied += 1
+            tasks[parse_identifier(name)[0]] = None
     blanks = names.count(BLANK_IDENTIFIER)
-    return InitialRows(table, copied, len(names) - blanks - copied)
+    return InitialRows(table, copied, len(names) - blanks - copied, tuple(tasks))
+
+
+def trained_tasks(task_ids: list[str], trained_names: list[str] | None) -> list[str]:
+    """The tasks of `task_ids` that have a trained row among `trained_names` (in `task_ids` order)."""
+    seen = {parse_identifier(n)[0] for n in trained_names or [] if n != BLANK_IDENTIFIER}
+    return [t for t in task_ids if t in seen]
+
+
+def trained_warning(trained: int, total: int) -> str:
+    """The line inference and evaluation print when tasks have trained rows: their results are no measure
+    of tasks the model never saw."""
+    return (
+        f"{trained} of {total} task(s) have trained puzzle-embedding rows (the model trained on their "
+        "demonstrations): their results do not show how it does on tasks it never saw, such as a hidden "
+        "test set"
+    )

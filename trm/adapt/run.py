@@ -20,12 +20,13 @@ from typing import Any
 import torch
 
 from trm import exit_codes
-from trm.adapt.rows import initial_rows
+from trm.adapt.rows import initial_rows, trained_tasks, trained_warning
 from trm.adapt.tasks import (
     SelectedTasks,
     StagedTasks,
     build_demonstrations,
     default_solutions,
+    only_unseen,
     select_tasks,
     write_tasks,
 )
@@ -70,17 +71,19 @@ class AdaptSettings:
     overrides: tuple[str, ...] = ()
     progress: bool = True
 
-    def check(self) -> None:
+    def check(self, prefix: str = "") -> None:
+        """TRMError naming the flag (`--{prefix}steps` …: the command's own names) of a bad value."""
+        steps, minutes = f"--{prefix}steps", f"--{prefix}minutes"
         if self.steps is None and self.minutes is None:
-            raise TRMError("give the adaptation a budget: --steps N and/or --minutes M")
+            raise TRMError(f"give the adaptation a budget: {steps} N and/or {minutes} M")
         if self.steps is not None and self.steps < 0:
-            raise TRMError(f"--steps {self.steps}: must be >= 0 (0 writes the unadapted starting point)")
+            raise TRMError(f"{steps} {self.steps}: must be >= 0 (0 writes the unadapted starting point)")
         if self.minutes is not None and not self.minutes > 0:
-            raise TRMError(f"--minutes {self.minutes}: must be positive (or left out)")
+            raise TRMError(f"{minutes} {self.minutes}: must be positive (or left out)")
         if self.train not in TRAIN_CHOICES:
-            raise TRMError(f"--train {self.train!r}: use one of {', '.join(TRAIN_CHOICES)}")
+            raise TRMError(f"--{prefix}train {self.train!r}: use one of {', '.join(TRAIN_CHOICES)}")
         if self.num_aug < 0:
-            raise TRMError(f"--num-aug {self.num_aug}: must be >= 0")
+            raise TRMError(f"--{prefix}num-aug {self.num_aug}: must be >= 0")
 
 
 @dataclass
@@ -98,17 +101,18 @@ class AdaptResult:
     rows_from_mean: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    trained_tasks: tuple[str, ...] = ()
+    """Tasks whose rows started from trained rows: the source trained on their demonstrations."""
 
 
-def adaptation_config(
-    source: TrainConfig, dataset: Path, out: Path, settings: AdaptSettings, metadata: Any
-) -> TrainConfig:
+def adaptation_config(source: TrainConfig, dataset: Path, out: Path, settings: AdaptSettings) -> TrainConfig:
     """The source run's config made into the adaptation run (then the user's overrides on top).
 
-    Only the demonstration set trains (no evaluation; the evaluators stay for `trm.eval`), EMA is off (an EMA at 0.999 would still be mostly
-    the unadapted weights after a few hundred steps), `train=embeddings` freezes all but the puzzle
-    table, the warm-up is a tenth of the steps (at most the source's), and `epochs` is set so that the
-    schedule covers the steps (an epoch is one puzzle per task).
+    Only the demonstration set trains (no evaluation; the evaluators stay for `trm.eval`), EMA is off (an
+    EMA at 0.999 would still be mostly the unadapted weights after a few hundred steps), `train=embeddings`
+    freezes all but the puzzle table, the warm-up is a tenth of the steps (at most the source's), and
+    `epochs` (one pass) is set so that the pass yields every step's batch and the schedule covers them
+    (`adaptation_epochs`).
     """
     from trm.model.registry import spec_of
     from trm.training.config import validate, with_overrides
@@ -130,11 +134,33 @@ def adaptation_config(
         lr_warmup_steps=min(source.lr_warmup_steps, warmup),
     )
     cfg = with_overrides(cfg, list(settings.overrides), spec_of(cfg.arch).name)
-    per_epoch = metadata.total_groups * metadata.mean_puzzle_examples
-    cfg.epochs = max(1, math.ceil((cfg.max_steps or steps) * cfg.global_batch_size / per_epoch) + 1)
+    cfg.epochs = adaptation_epochs(dataset, cfg.global_batch_size, cfg.max_steps or steps)
     cfg.eval_interval = None
     validate(cfg)
     return cfg
+
+
+def adaptation_epochs(dataset: Path, global_batch_size: int, steps: int) -> int:
+    """The fewest epochs in the adaptation's one pass that yield `steps` full batches whatever puzzles the
+    seed draws (the loader drops a pass's last partial batch, and a batch's truncated last visit wastes
+    rows: trm.data.loader.epochs_for_batches) and whose schedule length (the trainer's `total_steps`, which
+    also caps the run) is at least `steps`. Reads the train split's index arrays only (the loader that
+    trains verifies the dataset)."""
+    from trm.data.formats import SplitData
+    from trm.data.loader import epochs_for_batches, pass_bounds
+    from trm.data.manifest import read_manifest
+    from trm.training.throughput import total_steps
+
+    split = SplitData(dataset, "train", read_manifest(dataset)["form"])
+    meta = split.metadata
+    per_epoch = meta.total_groups * meta.mean_puzzle_examples
+    epochs = max(
+        epochs_for_batches(pass_bounds([split]), global_batch_size, steps, dataset),
+        math.ceil(steps * global_batch_size / per_epoch),
+    )
+    while total_steps(epochs, meta.total_groups, meta.mean_puzzle_examples, global_batch_size) < steps:
+        epochs += 1  # float rounding of the estimate
+    return epochs
 
 
 def _initial_weights(source: AdaptSource, names: list[str]) -> tuple[dict[str, torch.Tensor], Any]:
@@ -155,13 +181,14 @@ def adapt(
     settings: AdaptSettings,
     *,
     solutions: str | Path | None = None,
+    unseen_only: bool = False,
 ) -> AdaptResult:
     """Adapt `source` to the tasks of `challenges` in `out` (resuming a run already there); see the module
-    doc. Under torchrun, rank 0 builds the dataset and every rank trains. Raises TRMError on bad input;
-    a signal stop raises `AdaptationStopped` (exit SAVED_RETRY: the same call resumes)."""
+    doc. `unseen_only` leaves out the tasks that have trained rows in the source (`skipped`). Under
+    torchrun, rank 0 builds the dataset and every rank trains. Raises TRMError on bad input; a signal stop
+    raises `AdaptationStopped` (exit SAVED_RETRY: the same call resumes)."""
     from trm import distributed as dist_utils
     from trm.data.loader import PuzzleLoader
-    from trm.data.metadata import DatasetMetadata
     from trm.distributed import initialize
     from trm.training.checkpoint import find_complete
     from trm.training.loop import Trainer
@@ -169,6 +196,12 @@ def adapt(
 
     started = time.monotonic()
     settings.check()
+    if unseen_only and source.identifiers is None and source.mean_row is not None:
+        raise TRMError(
+            f"{source.description}: the names of its puzzle rows are unknown (no identifiers.json in its run's "
+            "single data path), so the tasks without trained rows cannot be told apart; pass "
+            "data_paths=[DATASET] (the dataset it trained on) or leave out the unseen-only flag"
+        )
     out, challenges = Path(out), Path(challenges)
     solutions = Path(solutions) if solutions is not None else default_solutions(challenges)
     dataset = out / "dataset"
@@ -176,12 +209,15 @@ def adapt(
         staged = None
         if info.is_main:
             selected = select_tasks(challenges, solutions)  # bad tasks stop before a file is written
+            if unseen_only:
+                selected = only_unseen(
+                    selected, trained_tasks(list(selected.tasks), source.identifiers), challenges
+                )
             claim_out(out, [challenges, *([solutions] if solutions is not None else [])])
             staged = stage_and_build(selected, out, settings)
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
-        metadata = DatasetMetadata.read(dataset / "train" / "dataset.json")
-        cfg = adaptation_config(source.config, dataset, out, settings, metadata)
+        cfg = adaptation_config(source.config, dataset, out, settings)
         train = PuzzleLoader(
             [dataset],
             "train",
@@ -193,6 +229,7 @@ def adapt(
         )
         weights, rows = _initial_weights(source, names)
         trainer = Trainer.create(cfg, info, (train, None), lambda: (weights, source.description))
+        trainer.show_progress = settings.progress
         if settings.minutes is not None:
             trainer.deadline = started + settings.minutes * 60.0
         try:
@@ -221,9 +258,12 @@ def adapt(
             rows_copied=rows.copied if rows else 0,
             rows_from_mean=rows.from_mean if rows else 0,
             seconds=time.monotonic() - started,
+            trained_tasks=rows.trained_tasks if rows else (),
         )
         if rows is None:
             result.notes.append("the model has no puzzle embedding: only its weights adapt")
+        if result.trained_tasks:
+            result.notes.append(trained_warning(len(result.trained_tasks), result.tasks))
         if trainer.stop_reason == DEADLINE:
             result.notes.append(f"--minutes {settings.minutes} ran out at step {newest.step}")
         if info.is_main:
@@ -297,6 +337,7 @@ def _write_summary(result: AdaptResult, settings: AdaptSettings, source: AdaptSo
         "tasks": result.tasks,
         "skipped": result.skipped,
         "rows": {"copied_from_trained": result.rows_copied, "from_mean": result.rows_from_mean},
+        "trained_tasks": list(result.trained_tasks),
         "seconds": round(result.seconds, 3),
         "notes": result.notes,
     }

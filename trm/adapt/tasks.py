@@ -104,6 +104,26 @@ def select_tasks(challenges: Path, solutions: Path | None) -> SelectedTasks:
     return SelectedTasks({t: tasks[t] for t in kept}, answers, skipped)
 
 
+def only_unseen(selected: SelectedTasks, trained: list[str], challenges: Path) -> SelectedTasks:
+    """`selected` without the `trained` tasks (those with trained rows), each left out with its reason;
+    TRMError when none is left."""
+    if not trained:
+        return selected
+    kept = [t for t in selected.tasks if t not in set(trained)]
+    if not kept:
+        raise TRMError(
+            f"{challenges}: all {len(selected.tasks)} usable task(s) have trained puzzle-embedding rows in the "
+            "checkpoint, so none is unseen; pass a task file the model was not trained on, or score them "
+            "without the unseen-only flag"
+        )
+    why = "trained rows in the checkpoint (only tasks without them are kept)"
+    return SelectedTasks(
+        {t: selected.tasks[t] for t in kept},
+        None if selected.answers is None else {t: selected.answers[t] for t in kept},
+        {**selected.skipped, **dict.fromkeys(trained, why)},
+    )
+
+
 def write_tasks(selected: SelectedTasks, inputs_dir: Path) -> StagedTasks:
     """Write the selected tasks (and their solutions) under the builder's naming in `inputs_dir`."""
     inputs_dir.mkdir(parents=True, exist_ok=True)

@@ -6,25 +6,35 @@ import argparse
 
 from trm.adapt.flags import add_budget_flags, settings_from
 
+SHOWN_TASKS = 5  # left-out tasks named per reason (a file of evaluation tasks may leave out hundreds)
+
 
 def _run(args: argparse.Namespace) -> int:
     from trm.adapt.run import adapt
     from trm.adapt.source import source_from_checkpoint
 
+    settings = settings_from(args, args.overrides)  # bad flags stop before the checkpoint is read
     source = source_from_checkpoint(args.checkpoint, args.overrides)
     result = adapt(
         source,
         args.challenges,
         args.out,
-        settings_from(args, args.overrides),
+        settings,
         solutions=args.solutions,
+        unseen_only=args.unseen_only,
     )
     print(
         f"adapted to {result.tasks} task(s) in {result.seconds:.1f} s: {result.checkpoint} (step {result.step}); "
         f"{result.rows_copied} puzzle row(s) from trained rows, {result.rows_from_mean} from the mean row"
     )
+    by_reason: dict[str, list[str]] = {}
     for task_id, why in sorted(result.skipped.items()):
-        print(f"  task {task_id}: left out ({why})")
+        by_reason.setdefault(why, []).append(task_id)
+    for why, tasks in by_reason.items():
+        shown = ", ".join(tasks[:SHOWN_TASKS]) + (
+            f", … ({len(tasks)} in all)" if len(tasks) > SHOWN_TASKS else ""
+        )
+        print(f"  task(s) {shown}: left out ({why})")
     for note in result.notes:
         print(f"  note: {note}")
     print(
@@ -60,6 +70,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="run directory of the adaptation: created (new or empty folder) or resumed (an earlier adaptation's); "
         "a folder holding anything else is refused",
+    )
+    parser.add_argument(
+        "--unseen-only",
+        action="store_true",
+        help="leave out the tasks that have trained puzzle-embedding rows in the checkpoint (listed as left out)",
     )
     add_budget_flags(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from trm.errors import TRMError
@@ -34,7 +35,18 @@ def _list(args: argparse.Namespace) -> int:
 
 def _options(args: argparse.Namespace, extra: tuple[str, ...] = ()):
     from trm.experiments.batch import Options
+    from trm.experiments.guards import env_setting
 
+    guards = {}
+    if hasattr(args, "max_hours"):  # batch: the launcher's guards, flags first, else its variables
+        guards = {
+            "max_hours": args.max_hours
+            if args.max_hours is not None
+            else env_setting("MAX_HOURS", os.environ),
+            "stop_margin_minutes": env_setting("STOP_MARGIN_MINUTES", os.environ),
+            "sync_to": args.sync_to if args.sync_to is not None else env_setting("SYNC_TO", os.environ),
+            "sync_every_minutes": env_setting("SYNC_EVERY_MINUTES", os.environ),
+        }
     return Options(
         data_dir=args.data_dir,
         checkpoint_dir=args.checkpoint_dir,
@@ -44,6 +56,7 @@ def _options(args: argparse.Namespace, extra: tuple[str, ...] = ()):
         gpus_per_run=getattr(args, "gpus_per_run", 1),
         num_gpus=args.num_gpus,
         extra=extra,
+        **guards,
     )
 
 
@@ -60,7 +73,7 @@ def _show(args: argparse.Namespace) -> int:
     )
     print(to_yaml(cfg), end="")
     print("# commands (python -m trm experiment run " + exp.name + "):")
-    for line in batch.plan_lines()[3:]:
+    for line in batch.run_lines():
         print(f"#{line}")
     return 0
 
@@ -96,6 +109,17 @@ def _batch(args: argparse.Namespace) -> int:
         )
     chosen = catalog.select(args.names, pattern=args.pattern)
     return Batch(chosen, _options(args)).run()
+
+
+def _launcher_value(name: str, flag: str) -> Callable[[str], object]:
+    """Checks a flag's value as the launcher checks its variable `name` (imported when a value is given)."""
+
+    def parse(raw: str) -> object:
+        from trm.experiments.guards import parse_setting
+
+        return parse_setting(name, flag, raw)
+
+    return parse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -160,8 +184,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "batch",
         help="run many experiments: skips finished runs, resumes interrupted ones, batch_results.json",
         description="Run the selected experiments (GPU slots side by side, CPU one at a time). Exit 0 all "
-        "finished, 2 a configuration error (nothing ran), 3 a run failed (see batch_results.json), 75 stopped "
-        "by SIGTERM/SIGINT after the running trainers saved (the same command resumes).",
+        "finished (or the budget was already spent: nothing ran), 2 a configuration error (nothing ran), 3 a "
+        "run failed (see batch_results.json), 75 stopped by SIGTERM/SIGINT after the running trainers saved "
+        "(the same command resumes), 79 the --max-hours budget stopped it after they saved.",
     )
     batch.add_argument("names", nargs="*", help="experiment names or suite ids")
     batch.add_argument("--pattern", help="a glob (exp0[1-3]*) or a prefix (exp01) of experiment names")
@@ -180,6 +205,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="K",
         help="GPUs per run (torchrun when above 1); N GPUs run N // K experiments side by side",
+    )
+    batch.add_argument(
+        "--max-hours",
+        type=_launcher_value("MAX_HOURS", "--max-hours"),
+        default=None,
+        metavar="H",
+        help="budget of the whole batch, every session of it together (default $MAX_HOURS; kept in LOG_DIR/"
+        "ledger.json): at H less $STOP_MARGIN_MINUTES (10) every running trainer saves and the batch exits 79; "
+        "started again it exits 0 without training until H is raised",
+    )
+    batch.add_argument(
+        "--sync-to",
+        type=_launcher_value("SYNC_TO", "--sync-to"),
+        default=None,
+        metavar="REMOTE",
+        help="rclone remote:path (default $SYNC_TO): each run is copied to REMOTE/<run name> every "
+        "$SYNC_EVERY_MINUTES (15) while it trains and when it ends, the batch's logs and results to "
+        "REMOTE/batches/<batch id>",
     )
     batch.set_defaults(func=_batch)
     for p in (ls, show, check, run, batch):

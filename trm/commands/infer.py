@@ -8,12 +8,32 @@ from typing import Any
 from trm.adapt.flags import add_budget_flags
 
 
-def _adapt_settings(args: argparse.Namespace) -> Any:
-    """AdaptSettings when --adapt-minutes or --adapt-steps is given, else None (no adaptation)."""
-    if args.adapt_minutes is None and args.adapt_steps is None:
-        return None
-    from trm.adapt.flags import settings_from
+def adapt_flags_given(args: argparse.Namespace) -> list[str]:
+    """The --adapt-* flags on the command line (budget, --adapt-dir, --adapt-override)."""
+    from trm.adapt.flags import given_flags
 
+    extra = [
+        flag
+        for flag, value in (("--adapt-dir", args.adapt_dir), ("--adapt-override", args.adapt_override))
+        if value
+    ]
+    return [*given_flags(args, "adapt-"), *extra]
+
+
+def _adapt_settings(args: argparse.Namespace) -> Any:
+    """AdaptSettings when --adapt-minutes or --adapt-steps is given, else None (no adaptation); checked
+    before anything is loaded, with infer's flag names. Other --adapt-* flags without a budget are refused."""
+    from trm.adapt.flags import settings_from
+    from trm.errors import TRMError
+
+    if args.adapt_minutes is None and args.adapt_steps is None:
+        given = adapt_flags_given(args)
+        if given:
+            raise TRMError(
+                f"{', '.join(given)} without a budget: nothing would be adapted; add --adapt-minutes M "
+                "and/or --adapt-steps N, or drop them"
+            )
+        return None
     return settings_from(args, list(args.adapt_override or []), prefix="adapt-")
 
 
@@ -22,6 +42,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from trm.kaggle.infer import run_inference
 
+    adapt = _adapt_settings(args)  # bad --adapt-* values stop here, before the bundle is read
     report = run_inference(
         args.weights,
         args.challenges,
@@ -34,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         save_predictions=args.save_predictions,
         progress=not args.quiet,
-        adapt=_adapt_settings(args),
+        adapt=adapt,
         adapt_dir=args.adapt_dir,
     )
     if report.adapted is not None:
@@ -45,6 +66,16 @@ def _run(args: argparse.Namespace) -> int:
         )
     elif report.unseen_tasks:
         print(f"WARNING: {report.notes[-1]}", file=sys.stderr)
+    elif adapt is not None:
+        print(
+            f"WARNING: {', '.join(adapt_flags_given(args))} ignored: every task of {args.challenges} has a "
+            "trained puzzle-embedding row, so nothing was adapted (adaptation is for tasks without one)",
+            file=sys.stderr,
+        )
+    if report.trained_tasks:
+        from trm.adapt.rows import trained_warning
+
+        print(f"WARNING: {trained_warning(report.trained_tasks, report.tasks)}", file=sys.stderr)
     print(
         f"{report.tasks} tasks, {report.test_inputs} test inputs: ran {report.rows_run}/{report.rows_planned} "
         f"rows on {report.device} in {report.seconds:.1f} s ({report.rounds_complete} augmentation round(s) "

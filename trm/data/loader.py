@@ -160,6 +160,16 @@ class PuzzleLoader:
         self._position = position
 
     # ----- train ----------------------------------------------------------------------------------------
+    def guaranteed_batches(self, epochs: int) -> int:
+        """The fewest train batches one pass of `epochs` epochs yields (module function `guaranteed_batches`)."""
+        return guaranteed_batches(pass_bounds(self._sets), self.global_batch_size, epochs)
+
+    def epochs_for_batches(self, batches: int) -> int:
+        """The fewest epochs per pass that guarantee `batches` train batches (module `epochs_for_batches`)."""
+        return epochs_for_batches(
+            pass_bounds(self._sets), self.global_batch_size, batches, self.data_paths[0]
+        )
+
     def _epoch_key(self, set_index: int, epoch: int) -> np.ndarray:
         mask = (1 << 64) - 1
         base = _mix(_add(_mix(_U64(self.seed & mask)), ((set_index + 1) * 0x632BE59BD9B4E019) & mask))
@@ -277,3 +287,53 @@ def _read_json(path: Path) -> Any:
         raise TRMError(
             f"{path}: unreadable ({err}); rebuild the dataset with `python -m trm data build-arc`"
         ) from None
+
+
+# ----- how many batches a pass yields at least ------------------------------------------------------------
+def pass_bounds(sets: Sequence[SplitData]) -> list[tuple[int, int]]:
+    """Per set (r, w): the rows one epoch holds at least (the sum over its groups of their smallest puzzle's
+    examples: a visit takes one puzzle of its group) and the rows a batch may waste at most (the largest
+    puzzle's examples less one: the rest of the batch's truncated last visit)."""
+    bounds = []
+    for data in sets:
+        sizes = np.diff(data.puzzle_indices)
+        if data.num_groups and len(sizes):
+            smallest = np.minimum.reduceat(sizes, data.group_indices[:-1])
+            bounds.append((int(smallest.sum()), max(int(sizes.max()) - 1, 0)))
+    return bounds
+
+
+def guaranteed_batches(bounds: Sequence[tuple[int, int]], global_batch_size: int, epochs: int) -> int:
+    """The fewest train batches one pass of `epochs` epochs yields, whatever puzzles the seed draws.
+
+    A set's pass holds at least epochs·r rows; a batch uses up at most gbs + w of them and the pass ends
+    with fewer than gbs rows left, so it yields at least ⌊(epochs·r − gbs)/(gbs + w)⌋ + 1 batches once
+    epochs·r ≥ gbs (r, w: `pass_bounds`)."""
+    total = 0
+    for rows_per_epoch, waste in bounds:
+        rows = epochs * rows_per_epoch
+        if rows >= global_batch_size:
+            total += (rows - global_batch_size) // (global_batch_size + waste) + 1
+    return total
+
+
+def epochs_for_batches(
+    bounds: Sequence[tuple[int, int]], global_batch_size: int, batches: int, where: str | Path
+) -> int:
+    """The fewest epochs per pass that guarantee `batches` train batches in one pass (`guaranteed_batches`);
+    TRMError naming `where` when no epoch is sure to hold a row."""
+    if not any(rows for rows, _ in bounds):
+        raise TRMError(
+            f"{where}: no epoch of its train split is sure to hold a row (every group has a puzzle without "
+            "examples); rebuild the dataset"
+        )
+    low, high = 1, 1
+    while guaranteed_batches(bounds, global_batch_size, high) < batches:
+        low, high = high + 1, high * 2
+    while low < high:
+        mid = (low + high) // 2
+        if guaranteed_batches(bounds, global_batch_size, mid) >= batches:
+            high = mid
+        else:
+            low = mid + 1
+    return high

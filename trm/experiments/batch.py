@@ -9,7 +9,9 @@ checkpoint (the trainer's own resume). SIGTERM/SIGINT/SIGHUP of the batch are fo
 running trainers, which save and exit 75; the batch then exits 75 (`exit_codes.SAVED_RETRY`). A failed run
 is recorded with the tail of its stderr; without `continue_on_failure` the batch starts nothing more, asks
 the other running trainers to save and stop, and exits `exit_codes.RUNS_FAILED` (so it does at the end
-when any run failed).
+when any run failed). With `max_hours` and `sync_to` a batch has the launcher's guards
+(`trm.experiments.guards`): the budget stops it the same way and it exits `exit_codes.BUDGET_STOPPED`;
+each run is copied to SYNC_TO while it trains and when it ends.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from tqdm import tqdm
 from trm import __version__, exit_codes
 from trm.errors import TRMError
 from trm.experiments import outcome, placement
+from trm.experiments.guards import BatchBudget, BatchSync
 from trm.experiments.suite import Dataset, Experiment, validate
 from trm.io import atomic_write_json
 from trm.launch.planning.plan import merge_overrides
@@ -84,6 +87,15 @@ class Options:
     """Overrides after the experiment's (the `run NAME key=value` form)."""
     python: str = sys.executable
     poll_s: float = 0.5
+    max_hours: float | None = None
+    """The launcher's MAX_HOURS for the whole batch (every session together; None: no limit)."""
+    stop_margin_minutes: float = 10.0
+    """The launcher's STOP_MARGIN_MINUTES: the budget stop comes this long before max_hours."""
+    sync_to: str = ""
+    """The launcher's SYNC_TO: each run is copied to SYNC_TO/<run name> ("" : off)."""
+    sync_every_minutes: float = 15.0
+    ledger_every_s: float = 60.0
+    """How often the budget's hours are written to the ledger while the batch runs."""
 
 
 @dataclass
@@ -103,6 +115,9 @@ class Run:
     exit_dir: Path | None = None
     handoff: Path | None = None
     """The run's handoff bundle (what a single launch leaves), rebuilt after each of its sessions."""
+    sync: str | None = None
+    """With SYNC_TO: how the run's last final upload went ('done' or 'failed: why')."""
+    synced_to: str | None = None
 
     def record(self, log_dir: Path) -> dict[str, Any]:
         """The run's entry of batch_results.json (metrics read from its run directory now)."""
@@ -130,6 +145,8 @@ class Run:
             "best_metrics": {"step": best.step, **best.metrics} if best else {},
             "best_checkpoint": str(best.checkpoint) if best and best.checkpoint else None,
             "handoff": str(self.handoff) if self.handoff else None,
+            "synced_to": self.synced_to,
+            "sync": self.sync,
             "command": self.command,
             "stdout_log": str(log_dir / f"{exp.name}_stdout.log"),
             "stderr_log": str(log_dir / f"{exp.name}_stderr.log"),
@@ -244,6 +261,11 @@ class Batch:
         self.stop_reason: str | None = None
         self.halted_by: str | None = None
         self.exit_code: int | None = None
+        self.budget: BatchBudget | None = None
+        self.budget_stopped = False
+        self.sync: BatchSync | None = None
+        self.records_sync: str | None = None
+        self._ledger_written = time.monotonic()
         self._children: list[subprocess.Popen[bytes]] = []
         self._ready: set[str] = set()
 
@@ -321,6 +343,10 @@ class Batch:
                 "data_dir": str(o.data_dir),
                 "checkpoint_dir": str(o.checkpoint_dir),
                 "log_dir": str(self.log_dir),
+                "max_hours": o.max_hours,
+                "hours_spent": round(self.budget.spent_hours(), 4) if self.budget else None,
+                "sync_to": o.sync_to or None,
+                "records_sync": self.records_sync,
                 "host": host_facts(self.slots, self.gpus),
             },
             "runs": [r.record(self.log_dir) for r in self.runs],
@@ -400,6 +426,9 @@ class Batch:
         run.process = self._spawn(
             cmd, env, self.log_dir / f"{name}_stdout.log", self.log_dir / f"{name}_stderr.log"
         )
+        if self.sync is not None:
+            self.sync.start(run.run_dir, self._handoff_dir(run))
+            run.synced_to = self.sync.target(run.run_dir)
         how = "resuming" if run.resumed else "started"
         table.write(f"{name}: {how} on {slot.label} -> {run.run_dir}")
         self.write_results()
@@ -426,6 +455,16 @@ class Batch:
             self._handoff(run, table)
         took = f"{run.ended - (run.started or run.ended):.1f} s"
         line = f"{run.experiment.name}: {run.status} (exit {code}, {took})"
+        if self.sync is not None and run.run_dir.is_dir():
+            run.synced_to, run.sync = (
+                self.sync.target(run.run_dir),
+                self.sync.finish(run.run_dir, self._handoff_dir(run)),
+            )
+            line += (
+                f"; copied to {run.synced_to}"
+                if run.sync == "done"
+                else f"; copy to {run.synced_to} {run.sync}"
+            )
         if run.status == "failed":
             line += f"; see {self.log_dir / f'{run.experiment.name}_stderr.log'}"
             if not self.options.continue_on_failure and self.halted_by is None:
@@ -440,19 +479,45 @@ class Batch:
         LOG_DIR/handoff/NAME; a bundle that cannot be built is reported, the batch goes on."""
         from trm.launch.after_run.handoff import build_bundle
 
-        out = self.log_dir / "handoff" / run.experiment.name
+        out = self._handoff_dir(run)
         try:
             run.handoff = build_bundle(run.run_dir, out)
         except (TRMError, OSError, ValueError) as err:
             table.write(f"{run.experiment.name}: no handoff bundle ({err})")
 
+    def _handoff_dir(self, run: Run) -> Path:
+        return self.log_dir / "handoff" / run.experiment.name
+
+    def guard_lines(self) -> list[str]:
+        """What the budget and the sync will do (the dry run's and the start's lines)."""
+        o = self.options
+        budget = (
+            f"budget: --max-hours {o.max_hours:g} for the whole batch (stop {o.stop_margin_minutes:g} min before; "
+            f"hours kept in {self.log_dir / 'ledger.json'}); exit {exit_codes.BUDGET_STOPPED} when it stops the batch"
+            if o.max_hours is not None
+            else "budget: none (--max-hours / MAX_HOURS unset)"
+        )
+        sync = (
+            f"sync: each run to {o.sync_to.rstrip('/')}/<run name> every {o.sync_every_minutes:g} min and at its "
+            f"end; the batch's records to {o.sync_to.rstrip('/')}/batches/{self.id}"
+            if o.sync_to
+            else "sync: off (--sync-to / SYNC_TO unset)"
+        )
+        return [budget, sync]
+
     def plan_lines(self) -> list[str]:
-        """The --dry-run text: slots, then per run what would happen and the exact commands."""
-        lines = [
+        """The --dry-run text: slots, budget and sync, then per run what would happen and the exact commands."""
+        return [
             f"batch {self.id}: {len(self.runs)} experiment(s); slots: {', '.join(s.label for s in self.slots)}",
             f"logs and {RESULTS}: {self.log_dir}",
+            *self.guard_lines(),
             "",
+            *self.run_lines(),
         ]
+
+    def run_lines(self) -> list[str]:
+        """Per run: what would happen and the exact commands."""
+        lines = []
         for i, run in enumerate(self.runs):
             slot = self.slots[i % len(self.slots)]
             cfg = self.validate_one(run)
@@ -471,7 +536,10 @@ class Batch:
         return lines
 
     def run(self) -> int:
-        """Run every pending experiment; returns 0, exit_codes.SAVED_RETRY or exit_codes.RUNS_FAILED."""
+        """Run every pending experiment; returns 0, exit_codes.SAVED_RETRY, exit_codes.RUNS_FAILED or
+        exit_codes.BUDGET_STOPPED (0 also when the batch's budget was already spent: nothing ran)."""
+        if self.options.sync_to and not self.options.dry_run:  # rclone first: before anything is composed
+            self.sync = BatchSync(self.options.sync_to, self.options.sync_every_minutes, self.log_dir)
         self.validate()
         for run in self.runs:
             if outcome.is_finished(run.run_dir):
@@ -480,29 +548,51 @@ class Batch:
             print("\n".join(self.plan_lines()), file=self.out)
             return exit_codes.OK
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        refusal = self._open_budget()
+        if refusal is not None:
+            print(f"batch {self.id}: {refusal}", file=self.out)
+            return exit_codes.OK
         previous = {
             s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
         }
         table = Table(self.runs, sys.stderr, live=sys.stderr.isatty())
         try:
+            for line in self.guard_lines():
+                table.write(line)
             self._loop(table)
         finally:
             table.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if self.budget is not None:
+                self.budget.record()
         self.ended = time.time()
         failed = [r.experiment.name for r in self.runs if r.status == "failed"]
-        if self.stop_reason is not None and self.halted_by is None:
+        if self.budget_stopped:
+            self.exit_code = exit_codes.BUDGET_STOPPED
+        elif self.stop_reason is not None and self.halted_by is None:
             self.exit_code = exit_codes.SAVED_RETRY
         elif failed:
             self.exit_code = exit_codes.RUNS_FAILED
         else:
             self.exit_code = exit_codes.OK
         path = self.write_results()
+        if self.sync is not None:
+            self.records_sync = self.sync.records(self.id)
+            path = self.write_results()
         counts = {s: sum(r.status == s for r in self.runs) for s in STATUSES}
         summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        print(self.handoff_line(), file=self.out)
         print(f"batch {self.id}: {summary}; exit {self.exit_code}; results: {path}", file=self.out)
-        if self.exit_code == exit_codes.SAVED_RETRY:
+        if self.exit_code == exit_codes.BUDGET_STOPPED:
+            assert self.budget is not None
+            print(
+                f"stopped by the budget ({self.budget.spent_hours():.4g} h of --max-hours "
+                f"{self.options.max_hours:g}) after the running trainers saved: raise --max-hours (MAX_HOURS) "
+                "and run the same command again to continue",
+                file=self.out,
+            )
+        elif self.exit_code == exit_codes.SAVED_RETRY:
             print(
                 "stopped after the running trainers saved: run the same command again to resume",
                 file=self.out,
@@ -510,6 +600,47 @@ class Batch:
         elif failed:
             print(f"failed: {', '.join(failed)} (the tail of each stderr log is in {RESULTS})", file=self.out)
         return self.exit_code
+
+    def _open_budget(self) -> str | None:
+        """Open the budget of a batch about to run: the refusal when it is spent, else None (a new session)."""
+        o = self.options
+        if o.max_hours is None:
+            return None
+        gpus = len({d for slot in self.slots for d in slot.devices})
+        self.budget = BatchBudget.open(self.log_dir, o.max_hours, o.stop_margin_minutes, gpus)
+        refusal = self.budget.refusal()
+        if refusal is None:
+            self.budget.record(new_session=True)
+        return refusal
+
+    def handoff_line(self) -> str:
+        """Where the batch's results are: the runs' handoff bundles, and what SYNC_TO holds."""
+        bundles = [r for r in self.runs if r.handoff is not None]
+        line = f"handoff: {len(bundles)} bundle(s) under {self.log_dir / 'handoff'}"
+        if self.sync is None:
+            return line + "; no SYNC_TO: copy the run directories and the log dir off the host"
+        tried = [r for r in self.runs if r.sync is not None]
+        copied = sum(r.sync == "done" for r in tried)
+        return (
+            f"{line}; SYNC_TO: {copied} of {len(tried)} run(s) copied to {self.sync.remote}/<run name>, the "
+            f"batch's records {self.records_sync} ({self.sync.remote}/batches/{self.id}; log: "
+            f"{self.log_dir / 'sync.log'})"
+        )
+
+    def _check_budget(self) -> None:
+        """Stop the batch as the launcher's cost guard stops a run once the budget is spent; keep the
+        ledger current."""
+        if self.budget is None:
+            return
+        if self.budget.due() and not self.budget_stopped:
+            self.budget_stopped = True
+            self.request_stop(
+                f"MAX_HOURS budget spent ({self.budget.spent_hours():.4g} h of {self.options.max_hours:g})"
+            )
+        now = time.monotonic()
+        if now - self._ledger_written >= self.options.ledger_every_s:
+            self.budget.record()
+            self._ledger_written = now
 
     def _loop(self, table: Table) -> None:
         for run in self.runs:
@@ -535,6 +666,7 @@ class Batch:
                 slot = run.slot
                 self._finish(run, placement.exit_code(slot, code, run.exit_dir), table)
                 free.append(slot)
+            self._check_budget()
             if self.stop_reason is not None:
                 queue.clear()
             time.sleep(self.options.poll_s)

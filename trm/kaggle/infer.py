@@ -49,6 +49,7 @@ class InferenceReport:
     batch_size: int = 0
     notes: list[str] = field(default_factory=list)
     unseen_tasks: int = 0  # tasks without a trained puzzle row in the bundle
+    trained_tasks: int = 0  # tasks with trained rows: the model trained on their demonstrations
     adapted: Any = None  # trm.adapt.run.AdaptResult when the model was adapted to the challenges first
 
 
@@ -157,6 +158,7 @@ def run_inference(
         bundle.model, test_set, table, dev, batch_size, max_minutes, started, save_predictions, progress
     )
     report.unseen_tasks, report.adapted = len(unseen), adapted
+    report.trained_tasks = len(data) - len(unseen)
     if unseen and adapted is None:
         report.notes.append(unseen_warning(len(unseen), len(data)))
     submission = build_submission(test_set.test_puzzles, table, attempts=2)

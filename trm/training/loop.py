@@ -73,6 +73,7 @@ class Trainer:
         self.timer = StepTimer()
         # A `time.monotonic()` value: once passed, `train` saves and stops as on SIGTERM (stop_reason DEADLINE).
         self.deadline: float | None = None
+        self.show_progress = True  # the progress bar on rank 0 (`trm adapt --quiet` turns it off)
         self.stop_reason: str | None = None  # what stopped the last `train` early (a signal name, DEADLINE)
 
     # ---------------------------------------------------------------- setup
@@ -144,7 +145,7 @@ class Trainer:
             initial=self.progress.step,
             desc="train",
             unit="step",
-            disable=not self.info.is_main,
+            disable=not (self.info.is_main and self.show_progress),
             dynamic_ncols=True,
         )
         self.eval_share.restart()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +62,13 @@ def evaluate_checkpoint(
     *,
     puzzle_ids: str = "trained",
     source: dict[str, Any] | None = None,
+    warnings: list[str] | None = None,
 ) -> int:
     """Build the test loader and model, load the weights, evaluate; rank 0 writes the results.
 
     `puzzle_ids` other than "trained" (trm.evaluation.ablation) evaluates with blank or shuffled puzzle
     identifiers, into `<output>/puzzle_ids-<mode>/`; `source` (where a Hub checkpoint came from, with its
-    commit) is recorded in metrics.json.
+    commit) and `warnings` (what makes the score mean less than it seems) are recorded in metrics.json.
     """
     from trm.evaluation.ablation import TRAINED
 
@@ -76,7 +78,11 @@ def evaluate_checkpoint(
         out = out / f"puzzle_ids-{puzzle_ids}"
     with initialize(cfg.device) as info:
         metrics = _evaluate(cfg, info, checkpoint, step, ours, use_ema, out, puzzle_ids)
-        extra = {"puzzle_ids": puzzle_ids, **({"source": source} if source else {})}
+        extra = {
+            "puzzle_ids": puzzle_ids,
+            **({"source": source} if source else {}),
+            **({"warnings": list(warnings)} if warnings else {}),
+        }
         _report(info, out, step, metrics, extra)
     return 0
 
@@ -158,3 +164,5 @@ def _report(info: DistInfo, out: Path, step: int, metrics: dict[str, float], ext
     for key, value in sorted(metrics.items()):
         print(f"{key}: {value:.4f}")
     print(f"submission: {folder / 'submission.json'}")
+    for line in extra.get("warnings", []):
+        print(f"WARNING: {line}", file=sys.stderr)

@@ -297,3 +297,21 @@ def test_kubectl_cp_from_a_jobs_pod_is_flagged(code, flagged):
     assert bool(problems) is flagged, problems
     if flagged:
         assert "copy-out" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("code", "flagged"),
+    [
+        # runbook 07 v5: evaluation2's tasks all have trained rows in an arc2 model
+        (
+            "python -m trm.eval ck/step_N --adapt-challenges /w/arc-agi_evaluation2_challenges.json --adapt-steps 9",
+            True,
+        ),
+        ("python3 -m trm.eval ck/step_N --adapt-challenges=t.json --adapt-steps 9", True),
+        ("python -m trm.eval ck/step_N --adapt-challenges t.json --adapt-unseen-only --adapt-steps 9", False),
+        ("python -m trm.eval ck/step_N", False),  # the run's own test set: no adaptation
+    ],
+)
+def test_a_measurement_after_adaptation_keeps_only_unseen_tasks(code: str, flagged: bool) -> None:
+    problems = journey.journey_problems(book(f"```bash gpu env=image\n{code}\n```\n"))
+    assert any("--adapt-unseen-only" in p for p in problems) == flagged, problems
