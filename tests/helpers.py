@@ -388,4 +388,3 @@ class HostSyncCounter(TorchDispatchMode):
         if name in HOST_SYNC_OPS:
             self.counts[name] += 1
         return func(*args, **(kwargs or {}))
-
