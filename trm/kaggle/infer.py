@@ -26,6 +26,7 @@ from trm.evaluation.voting import VoteTable, build_submission, record_prediction
 from trm.io import atomic_write_bytes, atomic_write_json
 from trm.kaggle.bundle import load_bundle
 from trm.kaggle.testset import TestSet, build_test_set, read_challenges, unseen_task_ids
+from trm.oom import is_out_of_memory
 
 log = logging.getLogger(__name__)
 # Rows per forward when --batch-size is not given: (CPU, CUDA). Attention over 916 positions is the
@@ -92,10 +93,6 @@ def _save_predictions(path: Path, names: list[str], inputs: list, preds: list, q
         q_halt_logits=np.concatenate(q_halt) if q_halt else np.zeros(0, np.float32),
     )
     atomic_write_bytes(path, buffer.getvalue())
-
-
-def _is_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
 
 
 def run_inference(
@@ -220,7 +217,7 @@ def _run_rows(
             try:
                 preds, q_halt = predict_batch(model, inputs, emb, dev)
             except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
-                if not _is_oom(err) or batch_size == 1:
+                if not is_out_of_memory(err) or batch_size == 1:
                     raise
                 batch_size //= 2
                 report.notes.append(f"out of memory: batch size lowered to {batch_size}")
