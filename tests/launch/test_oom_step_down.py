@@ -114,6 +114,9 @@ def test_train_steps_down_until_it_fits_and_records_it(tmp_path):
     s = launch.settings
     assert (launch.plan.hardware.micro_batch_size, launch.plan.hardware.world_size) == (4, 2)
     complete(s.run_dir, 2, 4)
+    assert "exit 80 (out of memory) with half the micro-batch" in launch.plan.render(
+        launch.environ
+    )  # the dry run
     attempts = fake_torchrun(launch, fits=1)
     launch.train(launch.plan.train_step())
     assert launch.exit_code == exit_codes.OK, out.getvalue()

@@ -154,6 +154,8 @@ def run_inference(
         bundle.model, test_set, table, dev, batch_size, max_minutes, started, save_predictions, progress
     )
     report.unseen_tasks, report.adapted = len(unseen), adapted
+    if adapted is not None:
+        report.notes += [f"adaptation: {note}" for note in adapted.notes]
     if unseen and adapted is None:
         report.notes.append(unseen_warning(len(unseen), len(data)))
     submission = build_submission(test_set.test_puzzles, table, attempts=2)
