@@ -41,6 +41,15 @@ NONFINITE = 78
 # belong to the run (RUN_DIR/launch/ledger.json, every session together): a restart with the same MAX_HOURS
 # exits OK without training; a person raises MAX_HOURS and the same command resumes with what is left.
 BUDGET_STOPPED = 79
+# A CUDA out-of-memory error during training (a training step or an in-run evaluation; trm.oom): the trainer
+# printed one line naming the step and its micro-batch and exited. Nothing of the failed step was saved; the
+# newest complete checkpoint is intact. The launcher answers it itself: it restarts the trainer with half the
+# micro-batch and twice the gradient accumulation (the global batch, and so the training math, kept), resumed
+# from that checkpoint, and records the step-down (launch/oom_step_down.json, plan.json, the handoff); it
+# exits 80 only when even micro-batch 1 runs out of memory (recorded in the run's ledger, so a restart with the
+# same configuration exits OK without training) or, on a multi-node run, so that every node restarts at the
+# smaller micro-batch. Retrying unchanged on the same GPU fails the same way.
+OUT_OF_MEMORY = 80
 # `python -m trm experiment batch`: at least one run of the batch failed (each run's own exit code and the
 # tail of its log are in batch_results.json). Without --continue-on-failure the batch stopped at the first
 # failure, after asking the other running trainers to save. Rerunning the same batch skips finished runs.

@@ -5,7 +5,8 @@ owns the run directory, trm.runlock), 74 a checkpoint save found the disk
 full (the previous checkpoint is intact), 75 stopped by SIGTERM/SIGINT after saving a complete checkpoint
 (run the same command again to resume), 77 the hang watchdog saw no progress (thread stacks in
 hang_rank<r>.txt; rerun to resume), 78 a non-finite loss or gradient (repro in nonfinite_step<N>_rank<r>.pt;
-not to be retried unchanged).
+not to be retried unchanged), 80 CUDA out of memory (one line naming the step and micro-batch; nothing of
+that step saved: rerun with the smaller micro_batch_size it names, which resumes from the newest checkpoint).
 """
 
 from __future__ import annotations

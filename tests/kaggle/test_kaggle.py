@@ -660,6 +660,10 @@ def test_bundle_adapts_to_a_hidden_task_file_then_votes(
     assert main([*argv, "--num-aug", "3", "--device", "cpu", "--quiet", *budget]) == 0
     printed = capsys.readouterr()
     assert "adapted to 3 task(s)" in printed.out and "WARNING" not in printed.err
+    # On CPU the bundle's training micro-batch is kept (a GPU's comes from the tier table: tests/adapt/test_batch.py).
+    assert (
+        "note: adaptation: adapted with micro-batch 8 x 1 accumulation (global batch 8): CPU" in printed.out
+    )
     validate_submission(json.loads(out.read_text()), {t: {"test": tasks[t]["test"]} for t in tasks})
 
     # The adapted bundle has a trained row for every variant of every hidden task, moved off the mean.

@@ -115,6 +115,21 @@ def test_the_budget_belongs_to_the_run_across_restarts(tmp_path):
     assert train_attempts(tmp_path) == 2
 
 
+@pytest.mark.dist
+@pytest.mark.e2e
+def test_out_of_memory_even_at_micro_batch_1_stops_the_restart_loop(tmp_path):
+    """Every micro-batch runs out of memory: the launcher steps 2 -> 1, then exits 80 with one clear line and
+    records the end; the restart policy's next start exits 0 without training."""
+    env = launcher_env(tmp_path, FAKE_OOM_ABOVE="0", MICRO_BATCH_SIZE="2", FAKE_STEP_SECONDS="0.05")
+    starts = docker_on_failure(env)
+    assert [code for code, _ in starts] == [exit_codes.OUT_OF_MEMORY, exit_codes.OK], starts
+    assert "train attempt 2 ran out of GPU memory even at micro-batch 1 (exit 80)" in starts[0][1]
+    assert "ended with exit 80" in starts[1][1] and "even at micro-batch 1" in starts[1][1]
+    assert train_attempts(tmp_path) == 2
+    ledger = json.loads((launch_dir(tmp_path) / "ledger.json").read_text())
+    assert ledger["end"]["exit_code"] == exit_codes.OUT_OF_MEMORY
+
+
 def _ledger(tmp_path: Path, hours: float = 0.0) -> RunLedger:
     return RunLedger(tmp_path / "ledger.json", hours=hours)
 

@@ -250,6 +250,89 @@ def test_probe_steps_down_on_out_of_memory(tmp_path, restore_signals):
     assert "micro 1" in (launch.settings.launch_dir / "train.log").read_text()
 
 
+@pytest.mark.dist
+@pytest.mark.e2e
+def test_out_of_memory_in_training_halves_the_micro_batch_and_resumes_from_the_checkpoint(
+    tmp_path, restore_signals
+):
+    """Both ranks run out of memory at step 3 above micro-batch 1 (exit 80): the launcher restarts at 2, then
+    at 1, each time from the step-2 checkpoint, and the run finishes; a later session starts at 1."""
+    launch, out = make_launch(
+        tmp_path, "finish", SMOKE_STEPS="0", PREFLIGHT="0", FAKE_OOM_ABOVE="1", FAKE_OOM_AT_STEP="3",
+        FAKE_STEP_SECONDS="0.05",
+    )  # fmt: skip
+    planned = launch.plan.hardware
+    assert (planned.micro_batch_size, planned.grad_accumulation, planned.world_size) == (4, 1, 2)
+    assert launch.run() == 0, out.getvalue()
+    s = launch.settings
+    train_log = (s.launch_dir / "train.log").read_text()
+    assert train_log.count("===== train attempt") == 3
+    assert re.findall(r"rank 0: start at step (\d+), mode finish, micro (\d+)", train_log) == [
+        ("0", "4"), ("2", "2"), ("2", "1"),
+    ]  # fmt: skip
+    assert (s.run_dir / "step_6" / "COMPLETE").exists()
+    plan = json.loads((s.launch_dir / "plan.json").read_text())
+    hw = plan["hardware"]
+    assert (hw["micro_batch_size"], hw["grad_accumulation"]) == (1, 4)
+    assert hw["micro_batch_size"] * hw["grad_accumulation"] * hw["world_size"] == planned.global_batch_size
+    steps = plan["oom_step_down"]["steps"]
+    assert [(x["from"], x["to"], x["resumes_from_step"]) for x in steps] == [(4, 2, 2), (2, 1, 2)]
+    from trm.launch.after_run.handoff import collect
+
+    assert collect(s.run_dir)["oom_step_down"] == plan["oom_step_down"]
+    info = (s.artifacts_run_dir / "run.info").read_text()
+    assert "micro-batch 1 x 4 accumulation" in info and "out of memory:  micro-batch 4 -> 2" in info
+
+    again, out2 = make_launch(
+        tmp_path / "unused", "finish", WORKSPACE=str(tmp_path / "ws"), SMOKE_STEPS="0", PREFLIGHT="0",
+        FAKE_OOM_ABOVE="1", FAKE_STEP_SECONDS="0.05", FAKE_TRAINER_STEPS="8",
+    )  # fmt: skip
+    assert again.run() == 0, out2.getvalue()
+    assert "MICRO-BATCH 1: earlier attempts of this run ran out of GPU memory" in out2.getvalue()
+    assert "start at step 6, mode finish, micro 1" in (s.launch_dir / "train.log").read_text()
+    assert "OUT OF MEMORY" not in out2.getvalue()
+
+
+@pytest.mark.slow
+@pytest.mark.launch
+@pytest.mark.dist
+def test_the_real_trainer_out_of_memory_is_stepped_down_and_resumes_from_its_checkpoint(
+    tmp_path, restore_signals
+):
+    """The real trainer (tests/fixtures/launch/oom_trainer.py: torch's OutOfMemoryError at step 3 while the
+    micro-batch is above 2) on the real dataset under torchrun: it exits 80 with its one line, the launcher
+    restarts it at micro-batch 2 x 2 accumulation and it resumes from its step-2 checkpoint."""
+    environ = {
+        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS")},
+        "PYTHONPATH": os.pathsep.join([str(FAKE_DIR), str(ROOT)]),
+        "TASK": "debug-tiny", "NUM_GPUS": "0", "CPU_PROCS": "2", "WORKSPACE": str(tmp_path / "ws"),
+        "PYTHON": sys.executable, "SMOKE_STEPS": "0", "PREFLIGHT": "0",
+        "TRAIN_OVERRIDES": "epochs=4 eval_interval=1 evaluate=false checkpoint.every_steps=2",
+        "OOM_TRAINER_FITS": "2", "OOM_TRAINER_AT_STEP": "3",
+    }  # fmt: skip
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.trainer_module = "oom_trainer"
+    out = io.StringIO()
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", out))
+    assert (plan.hardware.micro_batch_size, plan.hardware.grad_accumulation) == (4, 1)
+    assert launch.run() == 0, out.getvalue()
+    train_log = (settings.launch_dir / "train.log").read_text()
+    assert train_log.count("===== train attempt") == 2
+    assert (
+        "error: CUDA out of memory after step 2 with micro_batch_size=4 (1 accumulation step(s)" in train_log
+    )
+    first = train_log.split("===== train attempt 2")[0]
+    # The trainer's one line, not its traceback (torchrun still prints its own ChildFailedError for exit 80).
+    assert "trm/training/loop.py" not in first and "OutOfMemoryError" not in first
+    assert f"resumed from {settings.run_dir / 'step_2'} (step 2)" in train_log
+    run_json = json.loads((settings.run_dir / "run.json").read_text())
+    assert (run_json["micro_batch_size"], run_json["accum_steps"], run_json["world_size"]) == (2, 2, 2)
+    assert run_json["resumed_from"] == str(settings.run_dir / "step_2")
+    record = json.loads((settings.launch_dir / "oom_step_down.json").read_text())
+    assert [(x["from"], x["to"], x["resumes_from_step"]) for x in record["steps"]] == [(4, 2, 2)]
+
+
 def test_probe_step_time_from_metrics(tmp_path):
     from trm.launch.planning.probe import step_seconds
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from trm import exit_codes
+from trm.adapt.batch import batch_for, train_within_memory
 from trm.adapt.rows import initial_rows, trained_tasks, trained_warning
 from trm.adapt.tasks import (
     SelectedTasks,
@@ -103,6 +104,8 @@ class AdaptResult:
     notes: list[str] = field(default_factory=list)
     trained_tasks: tuple[str, ...] = ()
     """Tasks whose rows started from trained rows: the source trained on their demonstrations."""
+    batch: dict[str, Any] | None = None
+    """The micro-batch it trained with, why, and its out-of-memory step-downs (trm.adapt.batch.AdaptBatch)."""
 
 
 def adaptation_config(source: TrainConfig, dataset: Path, out: Path, settings: AdaptSettings) -> TrainConfig:
@@ -218,29 +221,34 @@ def adapt(
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
         cfg = adaptation_config(source.config, dataset, out, settings)
-        train = PuzzleLoader(
-            [dataset],
-            "train",
-            global_batch_size=cfg.global_batch_size,
-            rank=info.rank,
-            world_size=info.world_size,
-            seed=cfg.seed,
-            epochs_per_iter=cfg.epochs,
-        )
         weights, rows = _initial_weights(source, names)
-        trainer = Trainer.create(cfg, info, (train, None), lambda: (weights, source.description))
-        trainer.show_progress = settings.progress
-        if settings.minutes is not None:
-            trainer.deadline = started + settings.minutes * 60.0
-        try:
-            if settings.steps == 0:
-                if trainer.resumed_from is None:
-                    trainer.save_checkpoint()
-                code = exit_codes.OK
-            else:
-                code = trainer.train()
-        finally:
-            trainer.close()
+
+        def attempt(cfg: TrainConfig) -> tuple[int, Trainer]:
+            train = PuzzleLoader(
+                [dataset],
+                "train",
+                global_batch_size=cfg.global_batch_size,
+                rank=info.rank,
+                world_size=info.world_size,
+                seed=cfg.seed,
+                epochs_per_iter=cfg.epochs,
+            )
+            trainer = Trainer.create(cfg, info, (train, None), lambda: (weights, source.description))
+            trainer.show_progress = settings.progress
+            if settings.minutes is not None:
+                trainer.deadline = started + settings.minutes * 60.0
+            try:
+                if settings.steps == 0:
+                    if trainer.resumed_from is None:
+                        trainer.save_checkpoint()
+                    return exit_codes.OK, trainer
+                return trainer.train(), trainer
+            finally:
+                trainer.close()
+
+        batch = batch_for(cfg, dataset, settings.overrides, info.device, info.world_size)
+        log.info("adaptation batch: %s", batch.describe())
+        code, trainer, batch = train_within_memory(attempt, cfg, batch)
         if code == exit_codes.SAVED_RETRY and trainer.stop_reason != DEADLINE:
             raise AdaptationStopped(
                 f"adaptation stopped by {trainer.stop_reason or 'a stop request'} at step "
@@ -259,7 +267,9 @@ def adapt(
             rows_from_mean=rows.from_mean if rows else 0,
             seconds=time.monotonic() - started,
             trained_tasks=rows.trained_tasks if rows else (),
+            batch=batch.to_dict(),
         )
+        result.notes += batch.notes()
         if rows is None:
             result.notes.append("the model has no puzzle embedding: only its weights adapt")
         if result.trained_tasks:
@@ -339,6 +349,7 @@ def _write_summary(result: AdaptResult, settings: AdaptSettings, source: AdaptSo
         "rows": {"copied_from_trained": result.rows_copied, "from_mean": result.rows_from_mean},
         "trained_tasks": list(result.trained_tasks),
         "seconds": round(result.seconds, 3),
+        "batch": result.batch,
         "notes": result.notes,
     }
     atomic_write_json(result.out / SUMMARY, summary)

@@ -56,7 +56,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "overrides",
         nargs="*",
-        help="trainer overrides for the adaptation run, e.g. global_batch_size=64 lr=1e-4 device=cpu",
+        help="trainer overrides for the adaptation run, e.g. lr=1e-4 device=cpu micro_batch_size=8 (by default "
+        "the micro-batch is chosen for the GPU from the hardware tier table, the global batch kept, and halved "
+        "on out-of-memory)",
     )
     parser.add_argument("--challenges", required=True, help="ARC task file (Kaggle challenges format)")
     parser.add_argument(

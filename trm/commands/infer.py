@@ -137,6 +137,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--adapt-override",
         action="append",
         metavar="KEY=VALUE",
-        help="trainer override for the adaptation, repeatable (e.g. global_batch_size=256)",
+        help="trainer override for the adaptation, repeatable: micro_batch_size=8 fixes the micro-batch (by "
+        "default it is chosen for the GPU from the hardware tier table and halved on out-of-memory), lr=1e-4; "
+        "global_batch_size= changes the training math",
     )
     parser.set_defaults(func=_run)

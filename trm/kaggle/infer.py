@@ -26,6 +26,7 @@ from trm.evaluation.voting import VoteTable, build_submission, record_prediction
 from trm.io import atomic_write_bytes, atomic_write_json
 from trm.kaggle.bundle import load_bundle
 from trm.kaggle.testset import TestSet, build_test_set, read_challenges, unseen_task_ids
+from trm.oom import is_out_of_memory
 
 log = logging.getLogger(__name__)
 # Rows per forward when --batch-size is not given: (CPU, CUDA). Attention over 916 positions is the
@@ -95,10 +96,6 @@ def _save_predictions(path: Path, names: list[str], inputs: list, preds: list, q
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def _is_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.cuda.OutOfMemoryError) or "out of memory" in str(err).lower()
-
-
 def run_inference(
     weights: str | Path,
     challenges: str | Path,
@@ -159,6 +156,8 @@ def run_inference(
     )
     report.unseen_tasks, report.adapted = len(unseen), adapted
     report.trained_tasks = len(data) - len(unseen)
+    if adapted is not None:
+        report.notes += [f"adaptation: {note}" for note in adapted.notes]
     if unseen and adapted is None:
         report.notes.append(unseen_warning(len(unseen), len(data)))
     submission = build_submission(test_set.test_puzzles, table, attempts=2)
@@ -222,7 +221,7 @@ def _run_rows(
             try:
                 preds, q_halt = predict_batch(model, inputs, emb, dev)
             except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
-                if not _is_oom(err) or batch_size == 1:
+                if not is_out_of_memory(err) or batch_size == 1:
                     raise
                 batch_size //= 2
                 report.notes.append(f"out of memory: batch size lowered to {batch_size}")

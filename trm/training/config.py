@@ -283,6 +283,11 @@ def selected_arch(argv: list[str], default: str = "trm") -> str:
     return name
 
 
+def override_key(override: str) -> str:
+    """`+arch.L_cycles=4` -> `arch.L_cycles`."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def normalize_overrides(argv: list[str], arch: str | None = None) -> list[str]:
     """Check every key against the schema of the selected arch, strip a leading `+` from known keys,
     drop `arch=<name>` (it selects the schema) and spell aliases (`data_path=D` → `data_paths=[D]`)."""

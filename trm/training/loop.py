@@ -4,7 +4,8 @@ One loader pass covers `eval_interval` epochs (upstream's iteration). After each
 weights when ema=True; trm.training.eval_run), then save a checkpoint. Saving, its schedule (rolling
 checkpoints) and retention belong to `trm.training.checkpointer`; resuming to `trm.training.resume`. After
 every step the ranks agree on one set of named flags (`trm.training.step_flags`) in one all-reduce.
-SIGTERM/SIGINT finish the current step, save and return SAVED_RETRY (75); SIGUSR1 saves and continues. A stop during an evaluation ends it at the next test batch
+SIGTERM/SIGINT finish the current step, save and return SAVED_RETRY (75); SIGUSR1 saves and continues. A CUDA
+out-of-memory error raises `trm.oom.OutOfMemory` (exit OUT_OF_MEMORY, 80) without saving. A stop during an evaluation ends it at the next test batch
 (all ranks agree) and saves the training state as it was before that evaluation: its partial metrics and
 votes are dropped and the checkpoint does not count it, so the resumed run evaluates again. Starting again
 with the same checkpoint_path resumes from the newest complete checkpoint, bit-exactly.
@@ -23,7 +24,9 @@ from tqdm import tqdm
 
 from trm import distributed as dist_utils
 from trm import exit_codes
+from trm.batching import halved_micro_batch
 from trm.distributed import DistInfo
+from trm.oom import OutOfMemory, is_out_of_memory, training_out_of_memory
 from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build
@@ -153,9 +156,26 @@ class Trainer:
         try:
             with handle_signals(self.deadline) as requests:
                 return self._run(requests, bar)
+        except RuntimeError as err:  # torch.cuda.OutOfMemoryError is one
+            if not is_out_of_memory(err):
+                raise
+            raise self._out_of_memory(err) from None
         finally:
             self.watchdog.stop()
             bar.close()
+
+    def _out_of_memory(self, err: RuntimeError) -> OutOfMemory:
+        """The one-line error (exit OUT_OF_MEMORY) of a step or evaluation that ran out of GPU memory."""
+        plan = self.components.plan
+        return training_out_of_memory(
+            err,
+            step=self.progress.step,
+            micro_batch_size=plan.micro_batch_size,
+            accumulation=plan.accum_steps,
+            global_batch_size=self.cfg.global_batch_size,
+            world_size=self.info.world_size,
+            smaller=halved_micro_batch(plan.local_batch_size, plan.micro_batch_size),
+        )
 
     def _run(self, requests: StopRequests, bar: tqdm) -> int:
         p = self.progress

@@ -28,6 +28,7 @@ from trm.errors import TRMError
 from trm.gitinfo import UNKNOWN, code_git_sha
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from trm.launch.planning.estimate import ESTIMATE_FILE
+from trm.launch.running.stepdown import STEP_DOWN_FILE
 from trm.launch.running.supervisor import read_events
 from trm.training.throughput import summarize as summarize_throughput
 
@@ -230,6 +231,8 @@ def status_of(exit_code: object) -> str:
         77: "stopped: the trainer hung (thread stacks in hang_rank*.txt; run the resume command to continue)",
         78: "failed: a non-finite loss or gradient (repro in nonfinite_step*_rank*.pt; change lr or "
         "grad_clip_norm before resuming)",
+        80: "stopped: CUDA out of memory (even at micro-batch 1, or a multi-node run restarting at a smaller "
+        "micro-batch: see oom_step_down)",
         79: "stopped by the MAX_HOURS budget after saving (run the resume command to continue)",
         2: "failed: configuration or preflight error (exit 2)",
         3: "failed: some runs of an experiment batch failed (each run's status is in batch_results.json)",
@@ -313,6 +316,9 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "restore_command": plan.get("restore_command"),
         # set when torch.compile failed in the smoke gate and the run trained eager (trm.compile_setting)
         "compile_fallback": _read_json(launch / FALLBACK_FILE) or None,
+        # set when the trainer ran out of GPU memory and the launcher halved the micro-batch
+        # (trm.launch.running.stepdown): what was planned, what trains now, each step
+        "oom_step_down": _read_json(launch / STEP_DOWN_FILE) or None,
     }  # fmt: skip
 
 
@@ -331,6 +337,7 @@ def render_info(data: dict[str, Any]) -> str:
         f"hardware:       {hw.get('tier', '?')}: {hw.get('world_size', '?')} x {hw.get('gpu_name', '?')}, "
         f"micro-batch {hw.get('micro_batch_size', '?')} x {hw.get('grad_accumulation', '?')} accumulation, "
         f"global batch {hw.get('global_batch_size', '?')}",
+        *([f"out of memory:  {_step_down_line(data['oom_step_down'])}"] if data.get("oom_step_down") else []),
         "gpus:           " + (", ".join(f"{g['name']} {g['uuid']}" for g in data["gpus"]) or "none (CPU)"),
         "versions:       " + ", ".join(f"{k} {v}" for k, v in data["versions"].items() if v),
         f"/dev/shm:       {data['dev_shm_bytes'] / 1024**3:.2f} GiB" if data["dev_shm_bytes"] else "/dev/shm:       ?",
@@ -355,6 +362,18 @@ def render_info(data: dict[str, Any]) -> str:
             f"  {name:<36} last {m['last']:.6g} @ {m['last_step']}  min {m['min']:.6g}  max {m['max']:.6g}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _step_down_line(record: dict[str, Any]) -> str:
+    """`micro-batch 4 -> 2 (train attempt 1, resumed from step 2) -> 1 (...); global batch 16 kept`."""
+    parts = [str(record.get("planned_micro_batch_size", "?"))]
+    for step in record.get("steps") or []:
+        resumed = step.get("resumes_from_step")
+        where = f"{step.get('where', '?')}, resumed from " + (
+            f"step {resumed}" if resumed is not None else "the start"
+        )
+        parts.append(f"{step.get('to', '?')} ({where})")
+    return f"micro-batch {' -> '.join(parts)}; global batch {record.get('global_batch_size', '?')} kept"
 
 
 def _throughput_line(t: dict[str, Any]) -> str:

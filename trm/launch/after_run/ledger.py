@@ -6,8 +6,9 @@ starts the launcher again with the same environment. Two things keep that from b
 
 - MAX_HOURS bounds the run, not the session: a launch whose run has already spent MAX_HOURS (less
   STOP_MARGIN_MINUTES) does not start; raising MAX_HOURS continues it.
-- A trainer that ended with NONFINITE (78) or CONFIG_ERROR (2) would replay the same failure: the same
-  configuration does not start again. A changed one (other overrides, lr, data path: another train
+- A trainer that ended with NONFINITE (78), CONFIG_ERROR (2) or OUT_OF_MEMORY (80: even at micro-batch 1,
+  after the launcher's step-downs) would replay the same failure: the same configuration does not start
+  again. A changed one (other overrides, lr, data path: another train
   command) starts; so does `CONTINUE_RUN=<end id>` (the id the refusal prints), once: a later terminal end
   gets a new id, so the setting left in a container's environment never reopens a loop.
 - A launcher that failed itself after admission (a defect, exit 1) is kept the same way, with its reason:
@@ -38,6 +39,7 @@ TERMINAL_ENDS = {
     exit_codes.BUDGET_STOPPED: "the MAX_HOURS budget of the run is spent",
     exit_codes.NONFINITE: "the loss or the gradients were not finite (NaN/Inf); the same data diverges again",
     exit_codes.CONFIG_ERROR: "the trainer stopped on a configuration error",
+    exit_codes.OUT_OF_MEMORY: "the trainer ran out of GPU memory even at micro-batch 1",
 }
 
 

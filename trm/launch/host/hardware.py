@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -196,6 +196,20 @@ class BatchLayout:
             f"compile={'true' if self.compile else 'false'}",
             f"device={self.device}",
         ]
+
+    def with_micro_batch(self, micro: int, note: str) -> BatchLayout:
+        """This layout at another micro-batch (a divisor of the per-rank batch): the accumulation follows, so
+        micro-batch x accumulation x world size stays the global batch; `note` says why."""
+        if micro < 1 or self.local_batch_size % micro:
+            raise ValueError(
+                f"micro-batch {micro} does not divide the per-rank batch {self.local_batch_size}"
+            )
+        return replace(
+            self,
+            micro_batch_size=micro,
+            grad_accumulation=self.local_batch_size // micro,
+            notes=[*self.notes, note],
+        )
 
     def to_dict(self) -> dict[str, object]:
         """The plan as JSON-ready data, overrides included."""

@@ -15,7 +15,7 @@ from trm.launch.planning.budget import budget_warning
 from trm.launch.planning.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.planning.settings import LaunchSettings
 from trm.launch.planning.variables import ENV_VARS, arch_override
-from trm.training.config import TrainConfig, compose
+from trm.training.config import TrainConfig, compose, override_key
 from trm.training.recipes import Recipe, get_recipe
 
 # scripts/train_prod.sh exports TRM_LAUNCHER=scripts/train_prod.sh, so the resume command names it; the
@@ -33,11 +33,6 @@ TRAINER_ENV_DEFAULTS = {
     # CUDA device i is nvidia-smi's GPU i, so the UUIDs in preflight and handoff name the right devices.
     "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
 }
-
-
-def override_key(override: str) -> str:
-    """`+arch.L_cycles=4` -> `arch.L_cycles`."""
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def merge_overrides(base: list[str] | tuple[str, ...], extra: list[str] | tuple[str, ...]) -> list[str]:
@@ -378,7 +373,8 @@ class LaunchPlan:
         s = self.settings
         what = (
             "torchrun (python -m torch.distributed.run); resumes from the newest complete checkpoint in "
-            f"{s.run_dir}; exit 75 (saved) or 77 (hung) without a stop request restarts (at most {s.max_restarts} times); log: "
+            f"{s.run_dir}; exit 75 (saved) or 77 (hung) without a stop request restarts (at most {s.max_restarts} times), "
+            "exit 80 (out of memory) with half the micro-batch and twice the accumulation (down to 1); log: "
             f"{s.launch_dir / 'train.log'}"
         )
         return Step("train", what, (self.train_command,))

@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import csv
 import itertools
-import re
 import statistics
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from trm.batching import largest_divisor_at_most
+from trm import exit_codes
+from trm.batching import halved_micro_batch
 from trm.io import atomic_write_json
 from trm.launch.host.nvidia_smi import GpuInfo, Runner, query_memory_used
 from trm.launch.planning.plan import LaunchFailed, LaunchPlan
 from trm.launch.running.supervisor import AttemptResult, Console, Supervisor
+from trm.oom import OOM_TEXT
 from trm.safe_remove import remove_own_temp
 
-OOM = re.compile(r"out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 WARMUP_STEPS = 2  # compile and allocator warm-up are excluded from the step time
 
 
@@ -130,7 +130,8 @@ def run_probe(launch: ProbeHost, runner: Runner | None = None) -> int:
             "micro_batch_size": micro,
             "grad_accumulation": hw.local_batch_size // micro,
             "returncode": result.returncode,
-            "out_of_memory": result.returncode != 0 and bool(OOM.search(text)),
+            "out_of_memory": result.returncode != 0
+            and (exit_codes.OUT_OF_MEMORY in result.rank_codes.values() or bool(OOM_TEXT.search(text))),
             "peak_mib": {str(k): v for k, v in sorted(peak.items())},
             "vram_mib": vram_mib,
             "step_seconds": round(seconds, 4) if seconds is not None else None,
@@ -141,8 +142,8 @@ def run_probe(launch: ProbeHost, runner: Runner | None = None) -> int:
             raise LaunchFailed(128 + 15, f"stopped during the probe ({launch.supervisor.stop_reason})")
         if result.returncode == 0:
             break
-        smaller = largest_divisor_at_most(hw.local_batch_size, micro // 2) if micro > 1 else 0
-        if record["out_of_memory"] and smaller >= 1:
+        smaller = halved_micro_batch(hw.local_batch_size, micro)
+        if record["out_of_memory"] and smaller is not None:
             launch.console.log(f"probe: out of memory at micro-batch {micro}; trying {smaller}")
             micro = smaller
             continue

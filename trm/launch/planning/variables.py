@@ -235,7 +235,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar(
         "MICRO_BATCH_SIZE",
-        "per-GPU examples per forward pass (memory only)",
+        "per-GPU examples per forward pass (memory only); halved by the launcher when the trainer runs out of "
+        "memory",
         "hardware",
         parse=integer(1),
         unset=None,
@@ -291,7 +292,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar(
         "MAX_RESTARTS",
-        "restarts after the trainer saved and exited 75, or hung (exit 77), without being asked to stop",
+        "restarts after the trainer saved and exited 75, or hung (exit 77), without being asked to stop (an "
+        "out-of-memory restart at half the micro-batch, exit 80, is not counted)",
         parse=integer(),
         unset=3,
     ),

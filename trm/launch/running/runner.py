@@ -9,6 +9,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import IO
 
@@ -24,6 +25,7 @@ from trm.launch.after_run.ledger import (
 )
 from trm.launch.after_run.sync import Syncer, SyncError
 from trm.launch.host import cuda_visible
+from trm.launch.host.hardware import BatchLayout
 from trm.launch.host.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
 from trm.launch.planning.estimate import ESTIMATE_FILE, RunEstimate
 from trm.launch.planning.plan import (
@@ -36,6 +38,7 @@ from trm.launch.planning.plan import (
     resume_where,
 )
 from trm.launch.planning.settings import LaunchSettings
+from trm.launch.running.stepdown import STEP_DOWN_FILE, StepDownRecord, apply_record, step_down
 from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.launch.running.workspace import ensure_writable
 from trm.runlock import HOLDER_ENV, RunLock, RunLocked
@@ -91,9 +94,18 @@ def _read_reason(path: Path) -> str:
         return "recorded earlier"
 
 
+def complete_steps(run_dir: Path) -> list[int]:
+    """The steps of the `step_N/` folders of `run_dir` that have their COMPLETE marker, ascending."""
+    return sorted(
+        int(d.name[5:])
+        for d in run_dir.glob("step_*")
+        if d.name[5:].isdigit() and d.is_dir() and (d / "COMPLETE").exists()
+    )
+
+
 def has_complete_checkpoint(run_dir: Path) -> bool:
     """Whether `run_dir` holds a `step_N/` with its COMPLETE marker."""
-    return any((d / "COMPLETE").exists() for d in run_dir.glob("step_*") if d.is_dir())
+    return bool(complete_steps(run_dir))
 
 
 def resolve(
@@ -127,6 +139,8 @@ class Launch:
         self.config = ""  # the configuration's fingerprint, taken before the probe may change the micro-batch
         self.failure: str | None = None  # why the launcher itself failed after admission (not the trainer)
         self.lock: RunLock | None = None  # the run directory's lock (node 0), held for the whole session
+        self.step_downs: StepDownRecord | None = None  # the out-of-memory step-downs this session trains with
+        self.out_of_memory: str | None = None  # why training ended: out of memory even at micro-batch 1
 
     # -- helpers ---------------------------------------------------------------------------------
     def _check(self, cmd: list[str], label: str, failure: str, passed_on: tuple[int, ...] = ()) -> None:
@@ -175,6 +189,7 @@ class Launch:
                 "gpu_hourly_usd": s.gpu_hourly_usd,
                 "max_hours": s.max_hours,
                 "budget_warning": plan.budget_warning(plan.estimate()),
+                "oom_step_down": asdict(self.step_downs) if self.step_downs is not None else None,
                 "image_digest": self.environ.get("TRM_IMAGE_DIGEST") or None,
             },
         )
@@ -283,8 +298,61 @@ class Launch:
 
         micro = run_probe(self)
         if micro != self.plan.hardware.micro_batch_size:
-            self.plan.overrides = self.plan.trainer_overrides(micro_batch_size=micro)
+            self.train_with(self.plan.hardware.with_micro_batch(micro, f"the probe stepped down to {micro}"))
             self.console.log(f"probe: training with micro-batch {micro}")
+
+    # -- out of memory: half the micro-batch, twice the accumulation (trm.launch.running.stepdown) ---------
+    def train_with(self, layout: BatchLayout) -> None:
+        """Train (and smoke-test) with `layout`'s micro-batch from now on."""
+        self.plan.hardware = layout
+        self.plan.overrides = self.plan.trainer_overrides(micro_batch_size=layout.micro_batch_size)
+
+    def resume_step_down(self) -> None:
+        """An earlier session of this run ran out of memory on this plan: start at the micro-batch that fit."""
+        path = self.settings.launch_dir / STEP_DOWN_FILE
+        record = StepDownRecord.load(self.settings.launch_dir)
+        if record is None:
+            return
+        why = record.mismatch(self.plan.hardware)
+        if why is not None:
+            self.console.log(f"{path} not applied: {why}")
+            return
+        self.step_downs = record
+        self.train_with(apply_record(self.plan.hardware, record))
+        self.console.log(
+            f"MICRO-BATCH {record.micro_batch_size}: earlier attempts of this run ran out of GPU memory on "
+            f"this hardware ({record.summary()}), recorded in {path}; delete that file to try micro-batch "
+            f"{record.planned_micro_batch_size} again"
+        )
+
+    def step_down_after_oom(self, where: str) -> bool:
+        """After `where` ran out of memory: train on with half the micro-batch and twice the accumulation,
+        recorded (the record, an event, plan.json); False when the micro-batch is already 1."""
+        s, micro = self.settings, self.plan.hardware.micro_batch_size
+        steps = complete_steps(s.run_dir)
+        stepped = step_down(
+            self.plan.hardware,
+            self.step_downs or StepDownRecord.load(s.launch_dir),
+            where=where,
+            resumes_from=steps[-1] if steps else None,
+        )
+        if stepped is None:
+            self.out_of_memory = (
+                f"{where} ran out of GPU memory even at micro-batch 1 (exit {exit_codes.OUT_OF_MEMORY}): this "
+                f"model does not fit {self.plan.hardware.gpu_name}; train on a GPU with more memory"
+            )
+            return False
+        layout, self.step_downs = stepped
+        path = self.step_downs.save(s.launch_dir)
+        self.events.write("oom_step_down", **self.step_downs.steps[-1])
+        self.train_with(layout)
+        self.write_plan()
+        self.console.log(
+            f"OUT OF MEMORY in {where} at micro-batch {micro}: training on with micro-batch "
+            f"{layout.micro_batch_size} x {layout.grad_accumulation} accumulation (global batch "
+            f"{layout.global_batch_size} kept), from the newest complete checkpoint; recorded in {path}"
+        )
+        return True
 
     def smoke_gate(self, step: Step) -> None:
         """A few steps of the real config in a scratch directory (fresh runs only)."""
@@ -297,6 +365,14 @@ class Launch:
         (command,) = step.commands
         result = self.torchrun(command, s.launch_dir / "smoke.log", "smoke gate")
         self._smoke_stopped()
+        while result.outcome == "out_of_memory" and self.step_down_after_oom("the smoke gate"):
+            remove_own_temp(self.plan.smoke_dir())
+            (command,) = step.commands  # made again: the plan now has the smaller micro-batch
+            label = f"smoke gate (micro-batch {self.plan.hardware.micro_batch_size})"
+            result = self.torchrun(command, s.launch_dir / "smoke.log", label)
+            self._smoke_stopped()
+        if self.out_of_memory is not None:
+            raise LaunchFailed(exit_codes.OUT_OF_MEMORY, self.out_of_memory)
         if result.returncode != 0:
             reason = self._compile_fallback_reason(s.launch_dir / "smoke.log")
             if reason is None:
@@ -353,17 +429,23 @@ class Launch:
 
     def train(self, step: Step) -> None:
         """torchrun under supervision; exit 75 or 77 without a stop request restarts from the newest
-        complete checkpoint (at most MAX_RESTARTS restarts in all). Sets exit_code."""
+        complete checkpoint (at most MAX_RESTARTS restarts in all), exit 80 with half the micro-batch (down
+        to 1; not counted). Sets exit_code."""
         s = self.settings
-        restarts = 0
+        restarts = attempt = 0
         while True:
-            label = f"train attempt {restarts + 1}"
+            attempt += 1
+            label = f"train attempt {attempt}"
             (command,) = step.commands
             self.console.log(f"{label}: {' '.join(command)}")
             result = self.torchrun(command, s.launch_dir / "train.log", label)
             if result.outcome == "ok":
                 self.console.log("training finished")
                 self.exit_code = exit_codes.OK
+                return
+            if result.outcome == "out_of_memory":
+                if self._after_oom(label):
+                    continue
                 return
             if result.outcome in ("saved", "hung"):
                 what = (
@@ -419,6 +501,29 @@ class Launch:
             )
             self.exit_code = code
             return
+
+    def _after_oom(self, label: str) -> bool:
+        """`label` ran out of memory: whether to train on at the smaller micro-batch (else sets exit_code)."""
+        if not self.step_down_after_oom(label):
+            self.console.log(self.out_of_memory or "")
+            self.exit_code = exit_codes.OUT_OF_MEMORY
+            return False
+        micro = self.plan.hardware.micro_batch_size
+        if self.supervisor.stop_reason:
+            self.console.log(
+                f"stop requested ({self.supervisor.stop_reason}): not restarted; the same command resumes at "
+                f"micro-batch {micro}"
+            )
+            self.exit_code = self._stop_code()
+            return False
+        if self.settings.nnodes > 1:
+            self.console.log(
+                f"a multi-node run restarts as a whole: exiting {exit_codes.OUT_OF_MEMORY}; the same command on "
+                f"every node resumes from the newest complete checkpoint at micro-batch {micro}"
+            )
+            self.exit_code = exit_codes.OUT_OF_MEMORY
+            return False
+        return True
 
     def handoff(self, step: Step) -> None:
         """Write the handoff bundle (at exit, whatever the outcome)."""
@@ -504,8 +609,8 @@ class Launch:
 
     def record_end(self) -> None:
         """Keep a terminal end in the ledger, so that a restart with the same configuration stops: the
-        trainer's 79, 78 or 2, or a failure of the launcher itself after admission (a restart policy would
-        repeat it forever)."""
+        trainer's 79, 78 or 2, an out-of-memory at micro-batch 1 (80), or a failure of the launcher itself
+        after admission (a restart policy would repeat it forever)."""
         if self.ledger is None:
             return
         if self.failure is not None:
@@ -517,6 +622,8 @@ class Launch:
                 f"CONTINUE_RUN to that id or change the configuration"
             )
             return
+        if self.exit_code == exit_codes.OUT_OF_MEMORY and self.out_of_memory is None:
+            return  # a multi-node run's step-down: every node restarts at the smaller micro-batch
         if self.exit_code not in TERMINAL_ENDS:
             return
         if self.exit_code != exit_codes.BUDGET_STOPPED and not self.trainer_ran:
@@ -529,7 +636,7 @@ class Launch:
         )
 
     def run(self) -> int:
-        """Every step of the plan in order; returns the launcher exit code (0, 2, 74-79 or the trainer's).
+        """Every step of the plan in order; returns the launcher exit code (0, 2, 74-80 or the trainer's).
 
         A launch the ledger refuses returns 0 at once: nothing runs, nothing is released. A launch whose run
         directory another launcher or trainer owns (trm.runlock) returns CONFIG_ERROR and touches nothing."""
@@ -565,6 +672,7 @@ class Launch:
         self.supervisor.install_signal_handlers()
         if not self.admitted():
             return exit_codes.OK
+        self.resume_step_down()
         self.write_plan()
         hardware = self.plan.hardware
         gpus = hardware.world_size if hardware.device == "cuda" else 0

@@ -99,7 +99,7 @@ class AttemptResult:
 
     @property
     def outcome(self) -> str:
-        """ok, saved, hung or failed.
+        """ok, saved, out_of_memory, hung or failed.
 
         saved: some rank exited 75 and no rank failed otherwise (torchrun itself exits 0 then: the rank
         wrappers run with --saved-exits-zero). The trainer exits 75 only after the
@@ -110,6 +110,8 @@ class AttemptResult:
         progress, so anything that failed first would have ended the attempt before it; and a rank whose
         peer exited mid-collective fails there (gloo: connection closed, NCCL: abort), or is SIGKILLed by
         torchrun when it ignores the SIGTERM.
+        out_of_memory: some rank exited 80 (trm.oom: CUDA out of memory) and no rank exited 2, 74 or 78; the
+        other ranks' failures, a watchdog's 77 included, are its consequences (their peer left a collective).
         """
         codes = set(self.rank_codes.values())
         benign = {0, exit_codes.SAVED_RETRY, -signal.SIGTERM, 128 + signal.SIGTERM}
@@ -118,6 +120,8 @@ class AttemptResult:
         if self.returncode == 0:
             return "ok"
         final = {exit_codes.CONFIG_ERROR, exit_codes.DISK_FULL, exit_codes.NONFINITE}
+        if exit_codes.OUT_OF_MEMORY in codes and not codes & final:
+            return "out_of_memory"
         if exit_codes.HUNG in codes and not codes & final:
             return "hung"
         return "failed"
