@@ -86,11 +86,36 @@ def catalog_families(catalog_families: tuple = ()) -> tuple[Family, ...]:
     return tuple(family_from_tuple(entry) for entry in catalog_families)
 
 
+def _driver_meets(driver_version: str | int, min_driver: str) -> bool:
+    """Whether the host driver is at least `min_driver` ("570.26"); a bare branch (Kubernetes' driver-major
+    label, e.g. 570) is compared by branch."""
+    from trm.images import compat
+
+    if not min_driver:
+        return True
+    if isinstance(driver_version, int) or "." not in str(driver_version).strip():
+        return driver_major(driver_version) >= compat.version_tuple(min_driver)[0]
+    return compat.version_tuple(str(driver_version)) >= compat.version_tuple(min_driver)
+
+
+def _nearest(sms: set[int], entries: list[tuple[str, set[int], str]]) -> tuple[str, set[int], str]:
+    """The variant built for the SMs closest to `sms` (same major release first)."""
+
+    def distance(entry: tuple[str, set[int], str]) -> tuple[int, int]:
+        built = entry[1]
+        same_major = all(any(b // 10 == sm // 10 for b in built) for sm in sms)
+        return (0 if same_major else 1, sum(min(abs(b - sm) for b in built) for sm in sms))
+
+    return min(entries, key=distance)
+
+
 def variant_for_host(
     sms: set[int], driver_version: str | int, catalog_variants: tuple = (), families: tuple = ()
 ) -> tuple[Family, str, str]:
     """(family, variant, tag) of the image for GPUs with compute capabilities `sms` (e.g. {90}) on this
-    driver: the driver picks the family, the SMs its variant. TRMError with the fix when none fits."""
+    driver: the driver picks the family, the SMs its variant. TRMError with the fix when none fits: a
+    driver older than the variant's GPUs need (Blackwell: R570), or GPUs no variant covers (one line naming
+    the capability, the nearest variant and the torch-backend fallback)."""
     from trm.images import compat
 
     if not catalog_variants:
@@ -98,10 +123,16 @@ def variant_for_host(
 
         catalog_variants = catalog.VARIANTS
     family = family_for_driver(driver_version, catalog_families(families))
-    covering = []
-    for name, _cuda, _floor, _min, archs, tag, lock in catalog_variants:
+    covering, too_new, ours = [], [], []
+    for name, _cuda, _floor, min_driver, archs, tag, lock in catalog_variants:
+        if lock != family.name:
+            continue
         built = compat.parse_sm_list(" ".join(archs))
-        if lock == family.name and all(compat.sm_covered(sm, built) for sm in sms):
+        ours.append((name, {sm for sm, _ptx in built}, tag))
+        if all(compat.sm_covered(sm, built) for sm in sms):
+            if not _driver_meets(driver_version, min_driver):
+                too_new.append((name, min_driver))
+                continue
             # a build for exactly these SMs first (an sm_80 build also runs on sm_89, slower)
             exact = {sm for sm, _ptx in built} >= sms
             covering.append((not exact, name, tag))
@@ -109,7 +140,27 @@ def variant_for_host(
         _, name, tag = min(covering, key=lambda entry: entry[0])
         return family, name, tag
     have = ", ".join(f"sm_{sm}" for sm in sorted(sms)) or "no GPU"
+    if too_new:
+        name, min_driver = too_new[0]
+        raise TRMError(
+            f"NVIDIA driver {driver_version} is too old for {have}: the {name} image needs driver >= {min_driver} "
+            f"(R{min_driver.split('.')[0]}, the first with CUDA "
+            f"{compat.arch_cuda_floor([f'{sm // 10}.{sm % 10}' for sm in sms]) or '?'} for these GPUs); rent a "
+            f"host with driver R{min_driver.split('.')[0]}+ or have the driver upgraded (runbooks/v1/01-provision.md)"
+        )
+    capability = ", ".join(f"{sm // 10}.{sm % 10}" for sm in sorted(sms))
+    if not sms or not ours:
+        raise TRMError(
+            f"no {family.name} image variant covers {have} (docker/images.toml [variants.*] with lock = "
+            f"{family.name!r}); add one with these archs, or run on GPUs an existing variant covers"
+        )
+    near, near_sms, near_tag = _nearest(sms, ours)
+    archs = [f"{sm // 10}.{sm % 10}" for sm in sorted(sms)]
     raise TRMError(
-        f"no {family.name} image variant covers {have} (docker/images.toml [variants.*] with lock = "
-        f"{family.name!r}); add one with these archs, or run on GPUs an existing variant covers"
+        f"no {family.name} image variant covers compute capability {capability} ({have}): the nearest is "
+        f"{near} ({near_tag}, built for {', '.join(f'sm_{sm}' for sm in sorted(near_sms))}), whose adam-atan2 "
+        "kernels do not run here; fallback: trm's AdamATan2 (the torch backend, no per-GPU build) from a venv "
+        "whose CUDA torch supports these GPUs (the trainer falls back to it when the extension has no kernel "
+        f"for them, and its log, run.json and the handoff say so), or add a [variants.*] table with archs {archs} "
+        "to docker/images.toml"
     )
