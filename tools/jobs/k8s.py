@@ -210,7 +210,7 @@ def check_jobs(
     refs = RefChecker(root, cli, tasks)
     rendered = {d: render(d) for d in overlay_dirs(root)}
     rwx = jobpolicy.rwx_claim_names(rendered)
-    from tools.jobs.sky import check_task_families, pin_tasks
+    from tools.jobs.sky import check_task_candidates, check_task_families, pin_tasks
 
     problems = [
         f"{d}: `images:` is stale; run `python -m tools.jobs pin`" for d in pin_images(root, check=True)
@@ -220,6 +220,7 @@ def check_jobs(
         for p in pin_tasks(root, images, check=True)
     ]
     problems += check_task_families(root)
+    problems += check_task_candidates(root)
     for directory, objects in [*rendered.items(), *(extra or [])]:
         rel = directory.relative_to(root)
         problems += [f"{rel}: {p}" for p in validate(objects, version)]

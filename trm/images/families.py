@@ -36,7 +36,12 @@ class Family:
     @property
     def node_affinity(self) -> dict[str, object]:
         """The Kubernetes node-selector requirement on GPU feature discovery's driver label."""
-        return {"key": DRIVER_LABEL, "operator": "Gt", "values": [str(self.min_driver - 1)]}
+        return driver_affinity(self.min_driver)
+
+
+def driver_affinity(branch: int) -> dict[str, object]:
+    """The Kubernetes node-selector requirement for drivers of `branch` or newer (the label is the branch)."""
+    return {"key": DRIVER_LABEL, "operator": "Gt", "values": [str(branch - 1)]}
 
 
 DRIVER_LABEL = "nvidia.com/cuda.driver.major"
@@ -84,6 +89,23 @@ def catalog_families(catalog_families: tuple = ()) -> tuple[Family, ...]:
 
         catalog_families = catalog.FAMILIES
     return tuple(family_from_tuple(entry) for entry in catalog_families)
+
+
+def variant_driver_floor(
+    variant: str, catalog_variants: tuple = (), families: tuple = ()
+) -> tuple[Family, int] | None:
+    """(family, oldest driver branch) of an image variant: its family's min_driver, raised where its GPUs
+    need a newer driver (the CUDA 12.8 Blackwell variants: R570). None for a variant not in the catalog."""
+    if not catalog_variants:
+        from trm.images import catalog
+
+        catalog_variants = catalog.VARIANTS
+    entry = next((e for e in catalog_variants if e[0] == variant), None)
+    family = next((f for f in catalog_families(families) if entry and f.name == entry[-1]), None)
+    if entry is None or family is None:
+        return None
+    own = int(str(entry[3]).split(".")[0]) if entry[3] else 0
+    return family, max(family.min_driver, own)
 
 
 def _driver_meets(driver_version: str | int, min_driver: str) -> bool:

@@ -509,3 +509,20 @@ def test_a_family_too_old_for_the_variants_gpus_is_refused(tmp_path):
         TRMError, match=r"\[variants.sm100-cu126\] builds for \['10.0'\].*CUDA 12.6.*CUDA 12.8"
     ):
         load_config(write_config(tmp_path, GPU + blackwell))
+
+
+@pytest.mark.parametrize(
+    ("name", "archs", "sm_list", "backend", "adam", "require"),
+    [("sm100", "10.0", "sm_100", "ext", "0.0.3", "cuda>=13.0"),
+     ("sm120", "12.0", "sm_120", "ext", "0.0.3", "cuda>=13.0"),
+     ("sm100-cu128", "10.0", "sm_100", "torch", "none", "cuda>=12.8"),
+     ("sm120-cu128", "12.0", "sm_120", "torch", "none", "cuda>=12.8")],
+)  # fmt: skip
+def test_blackwell_build_arguments(name, archs, sm_list, backend, adam, require):
+    """What the Dockerfile gets for the Blackwell variants: the extension built for exactly their SM on the
+    CUDA 13.0 family (its label and preflight say `ext`), trm's AdamATan2 on the 12.8 one (labelled `torch`,
+    adam-atan2 `none`), and the driver floor the container toolkit enforces."""
+    config = load_config(CONFIG)
+    args = context.build_args(config, config.variants[name], ROOT)
+    assert (args["CUDA_ARCHS"], args["SM_LIST"], args["OPTIMIZER_BACKEND"]) == (archs, sm_list, backend)
+    assert (args["ADAM_ATAN2_VERSION"], args["NVIDIA_REQUIRE_CUDA"]) == (adam, require)
