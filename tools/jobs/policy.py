@@ -11,7 +11,6 @@ import shlex
 from pathlib import Path
 
 from tools.images.imagelock import LockedImage
-from tools.jobs.k8s import VARIANT_ANNOTATION
 from tools.shell.refs import RefChecker
 from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, HUNG, NODE_FAULT, NONFINITE, SAVED_RETRY
 from trm.gpu_names import names_model
@@ -38,9 +37,9 @@ GPU_PRODUCT_VALUES = {
     "H200": ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB"),
     "B200": ("NVIDIA-B200",),
     "RTX-PRO-6000": (
-        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
-        "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",
-        "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition",
+        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",  # pragma: allowlist secret (a GPU name)
+        "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",  # pragma: allowlist secret (a GPU name)
+        "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition",  # pragma: allowlist secret (a GPU name)
     ),
     "RTX-5090": ("NVIDIA-GeForce-RTX-5090",),
     "RTX-A6000": ("NVIDIA-RTX-A6000",),
@@ -59,6 +58,8 @@ GPU_SM = {
 # H200; an sm100 one: the B200), so the smoke runs on whatever such GPU the cluster has.
 GPU_ANNOTATION = "trm-stack/gpu"
 ANY_GPU = "any"
+# The image variant an overlay deploys (commonAnnotations; tools.jobs.k8s pins its digest).
+VARIANT_ANNOTATION = "trm-stack/image-variant"
 # What the launcher needs after SIGTERM besides the trainer's save: the handoff bundle and its own exit.
 GRACE_MARGIN_S = 60
 # activeDeadlineSeconds >= the Job's expected run x this: the dataset build, compiles, restarts after a

@@ -146,14 +146,14 @@ def variant_for_host(
         catalog_variants = catalog.VARIANTS
     family = family_for_driver(driver_version, catalog_families(families))
     covering, too_new, ours = [], [], []
-    for name, _cuda, _floor, min_driver, archs, tag, lock in catalog_variants:
+    for name, _cuda, floor, min_driver, archs, tag, lock in catalog_variants:
         if lock != family.name:
             continue
         built = compat.parse_sm_list(" ".join(archs))
         ours.append((name, {sm for sm, _ptx in built}, tag))
         if all(compat.sm_covered(sm, built) for sm in sms):
             if not _driver_meets(driver_version, min_driver):
-                too_new.append((name, min_driver))
+                too_new.append((name, min_driver, floor))
                 continue
             # a build for exactly these SMs first (an sm_80 build also runs on sm_89, slower)
             exact = {sm for sm, _ptx in built} >= sms
@@ -163,12 +163,12 @@ def variant_for_host(
         return family, name, tag
     have = ", ".join(f"sm_{sm}" for sm in sorted(sms)) or "no GPU"
     if too_new:
-        name, min_driver = too_new[0]
+        name, min_driver, floor = too_new[0]
+        branch = min_driver.split(".")[0]
         raise TRMError(
             f"NVIDIA driver {driver_version} is too old for {have}: the {name} image needs driver >= {min_driver} "
-            f"(R{min_driver.split('.')[0]}, the first with CUDA "
-            f"{compat.arch_cuda_floor([f'{sm // 10}.{sm % 10}' for sm in sms]) or '?'} for these GPUs); rent a "
-            f"host with driver R{min_driver.split('.')[0]}+ or have the driver upgraded (runbooks/v1/01-provision.md)"
+            f"(R{branch}: its GPUs first appear in CUDA {floor}, whose driver that is); rent a host with driver "
+            f"R{branch}+ or have the driver upgraded (runbooks/v1/01-provision.md)"
         )
     capability = ", ".join(f"{sm // 10}.{sm % 10}" for sm in sorted(sms))
     if not sms or not ours:

@@ -105,7 +105,16 @@ def test_a_pool_of_r570_b200s_gets_the_cuda_12_8_blackwell_variant_with_its_r570
     """The CUDA 12.8 family starts at R525, but its Blackwell variants need R570 (CUDA 12.8's own driver):
     the written driver rule says so, and `jobs check` asks for the same."""
     shutil.copytree(ROOT / "jobs", tmp_path / "jobs")
-    overlay = tmp_path / "jobs" / "overlays" / "prod-8xb200"
+    # a user's B200 overlay: the 8xH200 one with the B200 product and the sm100 image
+    overlay = tmp_path / "jobs" / "overlays" / "prod-8xh200"
+    kustomization = overlay / "kustomization.yaml"
+    kustomization.write_text(
+        kustomization.read_text()
+        .replace("trm-stack/gpu: H200", "trm-stack/gpu: B200")
+        .replace("trm-stack/image-variant: sm90", "trm-stack/image-variant: sm100")
+    )
+    patch = overlay / "job-patch.yaml"
+    patch.write_text(patch.read_text().replace("[NVIDIA-H200, NVIDIA-H200-SXM5-141GB]", "[NVIDIA-B200]"))
     choice = choose(overlay, _nodes(*(_node(f"gpu-{i}", "NVIDIA-B200", "570") for i in range(2))))
     assert (choice.current, choice.variant, choice.family, choice.driver_floor) == (
         "sm100", "sm100-cu128", "cu128", 570,

@@ -29,7 +29,6 @@ LOCK = {
     "variants": {
         "sm90": {"repository": "registry.example.com/trm", "tag": "0.1.0-cu130-sm90", "digest": DIGEST},
         "sm90-cu128": {"repository": "registry.example.com/trm", "tag": "0.1.0-cu128-sm90", "digest": DIGEST},
-        "sm100": {"repository": "registry.example.com/trm", "tag": "0.1.0-cu130-sm100", "digest": DIGEST},
     }
 }
 
@@ -78,7 +77,6 @@ def test_every_overlay_is_there_and_validates_offline(rendered):
         "jobs/overlays/prod-8xh200",
         "jobs/overlays/multinode-2x8xh200",
         "jobs/overlays/urm-8xh100",
-        "jobs/overlays/prod-8xb200",
         "jobs/storage/rwo",
         "jobs/storage/rwx",
         "jobs/tools/copy-out",
@@ -143,7 +141,6 @@ def test_gpu_counts_products_and_deadlines(rendered):
         "jobs/overlays/prod-8xh200": (8, None),
         "jobs/overlays/multinode-2x8xh200": (8, None),
         "jobs/overlays/urm-8xh100": (8, None),
-        "jobs/overlays/prod-8xb200": (8, 172800),
     }
     for name, (gpus, deadline) in expected.items():
         job = _job(rendered[name])
@@ -156,7 +153,6 @@ def test_gpu_counts_products_and_deadlines(rendered):
             assert job["spec"]["activeDeadlineSeconds"] == deadline
     for overlay, gpu in [
         ("prod-8xh200", "H200"), ("multinode-2x8xh200", "H200"), ("prod-4xh100", "H100"), ("urm-8xh100", "H100"),
-        ("prod-8xb200", "B200"),
     ]:  # fmt: skip
         pod = _job(rendered[f"jobs/overlays/{overlay}"])["spec"]["template"]["spec"]
         assert "nodeSelector" not in pod, overlay
@@ -176,7 +172,7 @@ def test_trainer_runs_behind_the_entrypoint_with_time_to_save(rendered):
 
 
 def test_budget_and_disk_full_end_the_job(rendered):
-    assert len(_job_overlays(rendered)) == 6
+    assert len(_job_overlays(rendered)) == 5
     for name, objects in _job_overlays(rendered).items():
         job = _job(objects)
         assert jobpolicy._exit_rule(job, exit_codes.BUDGET_STOPPED) == "FailJob", name
