@@ -28,7 +28,7 @@ SHAPES = [
     f"{model}x{n}"
     for model in ("h100", "h200", "a100-40g", "a100-80g", "l40s", "rtx4090")
     for n in (1, 2, 4, 8)
-]
+] + ["b200x8", "rtx5090x1", "rtxpro6000x1", "a6000x2", "l4x4"]
 
 
 def fake_smi_env(tmp_path: Path, shape: str | None, base: dict[str, str] | None = None) -> dict[str, str]:

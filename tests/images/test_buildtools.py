@@ -79,6 +79,34 @@ def test_arch_list_maps_to_sass_names():
     assert buildtools.arch_flags_to_sm("8.0;8.9 9.0+PTX") == {"sm_80", "sm_89", "sm_90"}
 
 
+def test_blackwell_archs_map_to_their_sass_names_and_the_wheel_check_holds_them(tmp_path):
+    """The sm100/sm120 builds: TORCH_CUDA_ARCH_LIST 10.0 / 12.0 must give exactly sm_100 / sm_120 (the
+    listing of the sm100 build measured with the build lock's nvcc 13.0.88 and cuobjdump 13.2.51)."""
+    assert buildtools.arch_flags_to_sm("10.0") == {"sm_100"} and buildtools.arch_flags_to_sm("12.0") == {
+        "sm_120"
+    }
+    listing = "ELF file    1: adam_atan2_backend.1.sm_100.cubin\\n"
+    wheel = _wheel(tmp_path / "adam_atan2-0.0.3-cp311-cp311-linux_x86_64.whl")
+    assert buildtools.check_adam_wheel(wheel, "0.0.3", {"sm_100"}, _fake_cuobjdump(tmp_path, listing)) == {
+        "sm_100"
+    }
+    with pytest.raises(BuildCheckError, match=r"SASS for \['sm_100'\], expected exactly \['sm_120'\]"):
+        buildtools.check_adam_wheel(wheel, "0.0.3", {"sm_120"}, _fake_cuobjdump(tmp_path, listing))
+
+
+def test_the_host_build_targets_the_visible_blackwell_gpus(monkeypatch):
+    """The GPU check and the bootstrap build adam-atan2 for what torch sees: no SM list in the code."""
+    import torch
+
+    caps = {0: (10, 0), 1: (10, 0)}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: caps[i])
+    assert buildtools.visible_gpu_archs() == "10.0"
+    caps.update({0: (12, 0), 1: (8, 6)})
+    assert buildtools.visible_gpu_archs() == "8.6;12.0"
+
+
 def test_cuobjdump_listing_is_parsed():
     out = (
         "ELF file    1: adam_atan2_backend.1.sm_80.cubin\nELF file    2: adam_atan2_backend.2.sm_90a.cubin\n"

@@ -67,8 +67,50 @@ def test_variant_for_host_prefers_the_exact_build_of_the_family(sms, driver, var
 
 
 def test_no_variant_for_mixed_gpus_names_the_fix():
-    with pytest.raises(TRMError, match=r"no cu128 image variant covers sm_80, sm_90"):
+    with pytest.raises(
+        TRMError, match=r"no cu128 image variant covers compute capability 8.0, 9.0 \(sm_80, sm_90\)"
+    ):
         variant_for_host({80, 90}, "550.127.05")
+
+
+@pytest.mark.parametrize(
+    ("sms", "driver", "variant"),
+    [({100}, "580.95.05", "sm100"), ({100}, "570.124.06", "sm100-cu128"), ({120}, "590.44.01", "sm120"),
+     ({120}, "575.57.08", "sm120-cu128"), ({100}, 570, "sm100-cu128"),
+     # B300 (10.3) and GB10 (12.1): a cubin of X.0 runs on X.y
+     ({103}, "580.95.05", "sm100"), ({121}, "580.95.05", "sm120"),
+     # sm_86 (A6000, A40, A10, RTX 3090) runs the sm_80 build; L4 (sm_89) its own
+     ({86}, "580.95.05", "sm80"), ({86}, "550.127.05", "sm80-cu128"), ({89}, "580.95.05", "sm89")],
+)  # fmt: skip
+def test_blackwell_and_sm86_hosts_get_their_variant(sms, driver, variant):
+    family, name, _tag = variant_for_host(sms, driver)
+    assert name == variant
+    assert family.optimizer_backend == ("ext" if family.name == "cu130" else "torch")
+
+
+@pytest.mark.parametrize("driver", ["565.57.01", "550.127.05", 565])
+def test_blackwell_on_a_driver_older_than_r570_names_the_floor(driver):
+    """The CUDA 12.8 family starts at R525, but Blackwell needs CUDA 12.8's own driver (570.26)."""
+    with pytest.raises(
+        TRMError, match=r"too old for sm_100: the sm100-cu128 image needs driver >= 570\.26 \(R570"
+    ):
+        variant_for_host({100}, driver)
+
+
+@pytest.mark.parametrize(
+    ("sms", "driver", "capability", "nearest"),
+    [({75}, "580.95.05", "7.5", "sm80"), ({70}, "550.127.05", "7.0", "sm80-cu128"),
+     ({110}, "580.95.05", "11.0", "sm100")],
+)  # fmt: skip
+def test_an_uncovered_capability_is_one_line_with_the_nearest_variant_and_the_fallback(
+    sms, driver, capability, nearest
+):
+    with pytest.raises(TRMError) as err:
+        variant_for_host(sms, driver)
+    text = str(err.value)
+    assert "\n" not in text
+    assert f"compute capability {capability}" in text and f"the nearest is {nearest} (" in text
+    assert "the torch backend" in text and f"archs ['{capability}']" in text
 
 
 def test_catalog_variants_name_their_family():

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -34,6 +35,12 @@ EXPECTED = {
     "rtx4090x2": ("rtx4090-24g", 32, 12),
     "rtx4090x4": ("rtx4090-24g", 32, 6),
     "rtx4090x8": ("rtx4090-24g", 32, 3),
+    # Blackwell, Ampere sm_86 and L4 (no tier named them before: VRAM fallback or no tier at all)
+    "b200x8": ("b200-180g", 96, 1),
+    "rtx5090x1": ("rtx5090-32g", 64, 12),
+    "rtxpro6000x1": ("rtxpro6000-96g", 256, 3),
+    "a6000x2": ("a6000-48g", 96, 4),
+    "l4x4": ("l4-24g", 32, 6),
 }
 
 
@@ -60,10 +67,75 @@ def test_a100_40g_and_80g_are_told_apart_by_vram():
 
 
 def test_unknown_gpu_falls_back_by_vram():
-    plan = select_layout(gpus_of("unknown-96gx2"))
+    # A Hopper card no tier names (sm_90 is no tier's compute capability): its memory decides.
+    plan = select_layout(parse_query_csv("NVIDIA H20, 97871, 9.0, 580.95.05, GPU-x\n" * 2))
     assert plan.matched_by == "vram"
-    assert plan.tier == "h100-80g"  # 95.6 GiB reaches the 75 GiB tiers but not the 130 GiB one
+    assert plan.tier == "rtxpro6000-96g"  # 95.6 GiB reaches the 90 GiB tier but not the 130 GiB one
     assert any("not in the table" in n for n in plan.notes)
+
+
+def test_rtx_pro_6000_server_edition_is_matched_by_name():
+    """The recorded 2x RTX PRO 6000 Server Edition host fell back by VRAM to the H100 tier before."""
+    plan = select_layout(gpus_of("rtxpro6000-serverx2"))
+    assert (plan.tier, plan.matched_by, plan.micro_batch_size, plan.grad_accumulation) == (
+        "rtxpro6000-96g", "name", 192, 2,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("line", "tier"),
+    [
+        # Blackwell cards no tier names: sized like their siblings of the same compute capability
+        ("NVIDIA RTX PRO 5000 Blackwell, 48935, 12.0", "rtx5090-32g"),  # the largest 12.0 tier it reaches
+        ("NVIDIA B300 SXM6 AC, 275040, 10.3", "b200-180g"),
+        ("NVIDIA RTX A5000, 24564, 8.6", "rtx3090-24g"),
+    ],
+)
+def test_an_unknown_card_is_matched_by_its_compute_capability(line, tier):
+    plan = select_layout(parse_query_csv(f"{line}, 580.95.05, GPU-x\n"))
+    assert (plan.tier, plan.matched_by) == (tier, "compute capability")
+    assert any(f"sized by its compute capability {line.rsplit(', ', 1)[1]}" in n for n in plan.notes)
+
+
+def test_compute_capability_matching_needs_the_vram_and_never_takes_a_mig_slice():
+    # 16 GB Blackwell: no 12.0 tier fits it, its VRAM decides
+    small = select_layout(parse_query_csv("NVIDIA GeForce RTX 5080, 16303, 12.0, 580.95.05, GPU-x\n"))
+    assert (small.tier, small.matched_by) == ("gpu-16g", "vram")
+    # a MIG slice of an RTX PRO 6000 (compute capability 12.0) is sized by its slice's memory: not as the
+    # whole card (name) nor as an RTX 5090 (compute capability)
+    whole = parse_query_csv((FIXTURES / "rtxpro6000x1" / "query.csv").read_text())[0]
+    slice_ = replace(whole, name=f"{whole.name} MIG 2g.48gb", memory_mib=48 * 1024, mig_profile="2g.48gb")
+    plan = select_layout([slice_])
+    assert (plan.tier, plan.matched_by) == ("a6000-48g", "vram")  # the largest tier 48 GiB reaches
+    assert any("MIG slice 2g.48gb" in n for n in plan.notes)
+    assert select_layout([replace(slice_, mig_profile=None)]).matched_by == "compute capability"
+
+
+@pytest.mark.parametrize(
+    ("name", "tier"),
+    [("NVIDIA A10", "rtx3090-24g"), ("NVIDIA A10G", "rtx3090-24g"), ("NVIDIA L4", "l4-24g"),
+     ("NVIDIA A40", "a6000-48g"), ("NVIDIA GB200", "b200-180g")],
+)  # fmt: skip
+def test_names_match_as_whole_words(name, tier):
+    """ "A10" is not the A100 and "L4" not the L40S: before, the 24 GB tier listed "A10" and "L4" as substrings
+    and only the order of the table kept an A100 or an L40S away from it."""
+    memory = {"A10": 23028, "A10G": 23028, "L4": 23034, "A40": 46068, "GB200": 189471}[name.split()[-1]]
+    plan = select_layout(parse_query_csv(f"{name}, {memory}, 8.6, 580.95.05, GPU-x\n"))
+    assert (plan.tier, plan.matched_by) == (tier, "name")
+    table = load_table()
+    a10 = next(t for t in table.tiers if t.name == "rtx3090-24g")
+    l4 = next(t for t in table.tiers if t.name == "l4-24g")
+    assert not a10.matches_name("NVIDIA A100-SXM4-80GB") and not l4.matches_name("NVIDIA L40S")
+
+
+def test_a_malformed_compute_capability_in_the_table_names_the_key(tmp_path):
+    from trm.launch.host.hardware import TABLE_PATH
+
+    text = TABLE_PATH.read_text().replace('compute_caps = ["10.0", "10.3"]', 'compute_caps = ["sm_100"]')
+    path = tmp_path / "hw.toml"
+    path.write_text(text)
+    with pytest.raises(TRMError, match=r"compute_caps \['sm_100'\] must be compute capabilities"):
+        load_table(path)
 
 
 def test_mixed_host_is_sized_for_the_weakest_gpu():
@@ -113,6 +185,10 @@ def test_table_tiers_cover_the_issue_list():
     table = load_table()
     names = {t.name for t in table.tiers}
     assert {"rtx4090-24g", "a100-40g", "l40s-48g", "h100-80g", "a100-80g", "h200-141g"} <= names
+    assert {"b200-180g", "rtxpro6000-96g", "rtx5090-32g", "a6000-48g", "rtx3090-24g", "l4-24g"} <= names
+    for tier in table.tiers:
+        if tier.name in ("b200-180g", "rtxpro6000-96g", "rtx5090-32g", "a6000-48g", "rtx3090-24g", "l4-24g"):
+            assert tier.source == "estimate" and tier.compile is True
     assert table.global_batch_size == 768
 
 

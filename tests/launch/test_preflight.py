@@ -190,14 +190,30 @@ def test_shipped_catalog_lists_every_gpu_variant_with_its_driver():
         "sm90",
         "sm80",
         "sm89",
+        "sm100",
+        "sm120",
         "sm90-cu128",
         "sm80-cu128",
         "sm89-cu128",
+        "sm100-cu128",
+        "sm120-cu128",
     }
     assert [f[0] for f in catalog.FAMILIES] == ["cu130", "cu128"]
-    for _name, cuda, floor, min_driver, archs, tag, _family in catalog.VARIANTS:
-        assert floor == cuda.split(".")[0] + ".0"
+    for name, cuda, floor, min_driver, archs, tag, _family in catalog.VARIANTS:
+        # Blackwell (10.0, 12.0) first appears in CUDA 12.8: its CUDA 12.8 images need that release's driver
+        blackwell_cu128 = name in ("sm100-cu128", "sm120-cu128")
+        assert floor == ("12.8" if blackwell_cu128 else cuda.split(".")[0] + ".0")
         assert compat.min_driver_for(floor) == min_driver and tag.startswith("trm:") and archs
+        assert not blackwell_cu128 or min_driver == "570.26"
+
+
+def test_an_uncovered_sm_names_the_variants_that_cover_it(monkeypatch, tmp_path):
+    """An RTX A6000 (sm_86) in the sm89 image: the fix names sm80/sm80-cu128 (an sm_80 cubin runs on 8.6),
+    not a nonexistent `sm86` tag as before."""
+    install_fake_smi(monkeypatch, tmp_path, "a6000x2")
+    check = by_name(run_preflight(gpu_context(image_sm_list="8.9")))["image sm"]
+    assert check.status == "fail"
+    assert "use the image variant sm80 or sm80-cu128" in check.fix and "sm86" not in check.fix
 
 
 def test_cpu_torch_on_a_gpu_host(monkeypatch, tmp_path):

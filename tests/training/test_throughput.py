@@ -124,6 +124,15 @@ def test_training_formula_matches_torch_flop_counter(mlp_t: bool) -> None:
         ("NVIDIA L40S", 362.05),
         ("NVIDIA L4", 121.0),  # the sm89 tier had no peak (no MFU) before; not the L40S
         ("NVIDIA GeForce RTX 4090", 165.2),  # the sm89 tier had no peak before
+        # Blackwell and Ampere sm_86, no peak (no MFU, no FLOP-based time estimate) before
+        ("NVIDIA B200", 2250.0),
+        ("NVIDIA GB200", 2500.0),  # not the B200
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", 500.0),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 500.0),
+        ("NVIDIA GeForce RTX 5090", 209.5),  # GeForce: bf16 with fp32 accumulate at half rate
+        ("NVIDIA RTX A6000", 154.8),
+        ("NVIDIA A40", 149.7),
+        ("NVIDIA GeForce RTX 3090", 71.0),  # GeForce: half rate
     ],
 )
 def test_peak_table_reads_each_gpu_by_its_most_specific_name(device_name: str, tflops: float) -> None:
@@ -131,10 +140,18 @@ def test_peak_table_reads_each_gpu_by_its_most_specific_name(device_name: str, t
 
 
 def test_unknown_devices_and_mig_slices_have_no_peak() -> None:
-    for name in ("cpu", "Tesla T4", "NVIDIA A10G", "NVIDIA L40", "NVIDIA GeForce RTX 4080"):
+    for name in (
+        "cpu",
+        "Tesla T4",
+        "NVIDIA A10G",
+        "NVIDIA L40",
+        "NVIDIA GeForce RTX 4080",
+        "NVIDIA RTX 6000 Ada Generation",
+    ):
         assert peak_flops(name) is None, name
     # A slice has a share of the SMs its name does not give: no MFU rather than one against the whole GPU.
     assert peak_flops("NVIDIA H100 80GB HBM3 MIG 3g.40gb") is None
+    assert peak_flops("NVIDIA B200 MIG 1g.23gb") is None
 
 
 class FakeClock:

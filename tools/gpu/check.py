@@ -531,7 +531,9 @@ def extension_build(ctx: Context) -> Outcome:
         )
     import torch
 
-    problem = prerequisite_problem(ctx.env, torch.version.cuda)
+    from trm.images.buildtools import visible_gpu_archs
+
+    problem = prerequisite_problem(ctx.env, torch.version.cuda, visible_gpu_archs())
     if problem is not None:
         return Outcome(
             "fail" if ctx.require_extension else "skip",

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trm.images.compat import arch_cuda_floor, cuda_major_minor
 from trm.io import atomic_write_json
 from trm.safe_remove import remove_own_temp
 
@@ -53,8 +54,10 @@ def nvcc_release(nvcc: str) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
-def prerequisite_problem(env: dict[str, str], torch_cuda: str | None) -> str | None:
-    """None when the build can start, else one line: what is missing and the fix."""
+def prerequisite_problem(env: dict[str, str], torch_cuda: str | None, archs: str = "") -> str | None:
+    """None when the build can start, else one line: what is missing and the fix. `archs` (the visible
+    GPUs' TORCH_CUDA_ARCH_LIST, e.g. "10.0") also needs an nvcc that targets them: Blackwell's from CUDA 12.8
+    on (trm.images.compat.FIRST_CUDA_FOR_ARCH)."""
     if not torch_cuda:
         return "this torch has no CUDA (torch.version.cuda is None): install the host's CUDA build of torch"
     major = int(torch_cuda.split(".")[0])
@@ -71,6 +74,13 @@ def prerequisite_problem(env: dict[str, str], torch_cuda: str | None) -> str | N
         return f"{nvcc} --version names no release: {fix}"
     if release[0] != major:
         return f"{nvcc} is CUDA {release[0]}.{release[1]}, torch's CUDA is {torch_cuda}: {fix}"
+    needed = arch_cuda_floor([a for a in archs.split(";") if a])
+    if needed and release < cuda_major_minor(needed):
+        return (
+            f"{nvcc} is CUDA {release[0]}.{release[1]}, which cannot compile for compute capability {archs} (first "
+            f"in CUDA {needed}): install CUDA {needed}+'s nvcc of the same major as torch ({torch_cuda}), or run "
+            "the GPU check from the image of these GPUs (docs/images.md)"
+        )
     return None
 
 

@@ -55,7 +55,7 @@ def variant_for_driver(config, name: str, driver: str) -> str:
         raise TRMError(f"--driver picks among GPU variants; {name!r} is the CPU image, which needs no driver")
     sms = {int(arch.replace(".", "")) for arch in variant.archs}
     catalog = tuple(
-        (v.name, v.cuda, v.driver_cuda_floor, "", v.archs, v.name, v.lock)
+        (v.name, v.cuda, v.driver_cuda_floor, v.min_driver, v.archs, v.name, v.lock)
         for v in config.variants.values()
         if v.is_gpu
     )
@@ -87,8 +87,10 @@ def run(args: argparse.Namespace) -> int:
         for path in requirements.fill_wheelhouse(config, variants, root):
             print(f"wheelhouse ready: {path.relative_to(root)}")
     elif args.action == "docs":
-        changed = docs.write_docs(config, project_version(root), root / docs.README_PATH, check=args.check)
-        print(f"{docs.README_PATH}: {'updated' if changed else 'up to date'}")
+        changed_paths = docs.write_image_tables(config, project_version(root), root, check=args.check)
+        print(
+            f"image table: {', '.join(map(str, changed_paths)) + ' updated' if changed_paths else 'up to date'}"
+        )
         changed = docs.write_catalog(
             config, project_version(root), root / docs.CATALOG_PATH, check=args.check
         )
@@ -162,7 +164,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--lock-file", default=None, help="lock file (default docker/images.lock.json)")
     p = actions.add_parser(
         "docs",
-        help="regenerate the tag table in docker/README.md, trm/images/catalog.py (preflight's) and the "
+        help="regenerate the tag table (docker/README.md, docs/images.md), trm/images/catalog.py (preflight's) and the "
         "host driver table (docs/images.md, docker/README, runbooks 01 and 08)",
     )
     p.add_argument("--check", action="store_true", help="fail (exit 2) when the table is stale instead")

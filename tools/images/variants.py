@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.images.compat import arch_cuda_floor, cuda_major_minor, min_driver_for
 from trm.images.families import Family
 
 CONFIG_PATH = Path("docker/images.toml")
@@ -58,8 +59,20 @@ class Variant:
     @property
     def driver_cuda_floor(self) -> str:
         """The oldest driver CUDA version that runs this image: `<major>.0` (CUDA minor-version
-        compatibility: the images carry SASS for their GPUs, so no PTX needs the driver's JIT)."""
-        return f"{self.cuda.split('.')[0]}.0" if self.cuda else ""
+        compatibility: the images carry SASS for their GPUs, so no PTX needs the driver's JIT), raised to
+        the first CUDA release of its GPUs (Blackwell: 12.8, whose driver is R570; trm.images.compat)."""
+        if not self.cuda:
+            return ""
+        family_floor = f"{self.cuda.split('.')[0]}.0"
+        arch_floor = arch_cuda_floor(self.archs)
+        if arch_floor and cuda_major_minor(arch_floor) > cuda_major_minor(family_floor):
+            return arch_floor
+        return family_floor
+
+    @property
+    def min_driver(self) -> str:
+        """The oldest driver version that runs this image (`""` for the CPU variant): e.g. 570.26."""
+        return (min_driver_for(self.driver_cuda_floor) or "") if self.cuda else ""
 
     @property
     def container_env(self) -> dict[str, str]:
@@ -191,6 +204,13 @@ def load_config(path: str | Path = CONFIG_PATH) -> ImageConfig:
                 f"{path}: {where} has lock={lock!r} and archs={list(archs)}; a GPU variant needs archs and a "
                 f"lock naming a [families.<name>] table ({', '.join(config.families) or 'none defined'}), "
                 "a CPU variant neither"
+            )
+        arch_floor = arch_cuda_floor(archs)
+        if family and arch_floor and cuda_major_minor(family.cuda) < cuda_major_minor(arch_floor):
+            raise TRMError(
+                f"{path}: {where} builds for {list(archs)}, which CUDA {family.cuda} (lock {lock!r}) cannot "
+                f"target: they need CUDA {arch_floor} or newer (trm.images.compat.FIRST_CUDA_FOR_ARCH); use a "
+                "family of that CUDA release or newer"
             )
         extras = tuple(sorted(_require(table, "extras", list, where, path)))
         if extras_by_lock.setdefault(lock, extras) != extras:

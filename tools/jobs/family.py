@@ -24,7 +24,7 @@ import yaml
 from tools.jobs.k8s import VARIANT_ANNOTATION, overlay_variant
 from tools.jobs.policy import GPU_PRODUCT_LABEL
 from trm.errors import TRMError
-from trm.images.families import DRIVER_LABEL, driver_major, variant_for_host
+from trm.images.families import DRIVER_LABEL, driver_major, variant_driver_floor, variant_for_host
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Choice:
     overlay: Path
     variant: str
     family: str
-    driver_floor: int  # the family's minimum driver branch
+    driver_floor: int  # the variant's minimum driver branch (its family's, or newer for its GPUs)
     drivers: dict[str, int]  # matching node -> driver branch
     current: str | None  # the overlay's variant before
 
@@ -130,7 +130,8 @@ def choose(overlay: Path, nodes: list[dict]) -> Choice:
     oldest = min(drivers.values())
     # raises with the fix when the oldest driver is older than every family, or no variant covers the SMs
     family, variant, _tag = variant_for_host(_sms_of(current), oldest)
-    return Choice(overlay, variant, family.name, family.min_driver, drivers, current)
+    floor = variant_driver_floor(variant)
+    return Choice(overlay, variant, family.name, floor[1] if floor else family.min_driver, drivers, current)
 
 
 _FLOOR = re.compile(r"(- key: " + re.escape(DRIVER_LABEL) + r"\n\s+operator: Gt\n\s+values: \[\")(\d+)(\"\])")

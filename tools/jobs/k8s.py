@@ -19,12 +19,13 @@ from pathlib import Path
 import yaml
 
 from tools.images.imagelock import LockedImage, read_lock
+from tools.jobs import policy
 from trm.errors import TRMError
 
 JOBS_DIR = Path("jobs")
 KUBERNETES_VERSION = "1.33"  # the API the manifests are validated against (kubernetes-validate schemas)
 IMAGE_NAME = "trm-stack"  # the placeholder image name in jobs/base, replaced by each overlay's `images:`
-VARIANT_ANNOTATION = "trm-stack/image-variant"
+VARIANT_ANNOTATION = policy.VARIANT_ANNOTATION
 
 
 def overlay_dirs(root: str | Path = ".") -> list[Path]:
@@ -202,15 +203,14 @@ def check_jobs(
     """Render every overlay and report schema errors, stale image pins and policy violations (the
     `python -m trm` commands of the pods against `cli`, the full parser of `trm.commands`); `extra`:
     objects rendered otherwise from an overlay (the experiment Job), checked the same way."""
-    from tools.jobs import policy as jobpolicy
     from tools.shell.refs import RefChecker
 
     root = Path(root)
     images = read_lock(root)
     refs = RefChecker(root, cli, tasks)
     rendered = {d: render(d) for d in overlay_dirs(root)}
-    rwx = jobpolicy.rwx_claim_names(rendered)
-    from tools.jobs.sky import check_task_families, pin_tasks
+    rwx = policy.rwx_claim_names(rendered)
+    from tools.jobs.sky import check_task_candidates, check_task_families, pin_tasks
 
     problems = [
         f"{d}: `images:` is stale; run `python -m tools.jobs pin`" for d in pin_images(root, check=True)
@@ -220,17 +220,17 @@ def check_jobs(
         for p in pin_tasks(root, images, check=True)
     ]
     problems += check_task_families(root)
+    problems += check_task_candidates(root)
     for directory, objects in [*rendered.items(), *(extra or [])]:
         rel = directory.relative_to(root)
         problems += [f"{rel}: {p}" for p in validate(objects, version)]
         variant = overlay_variant(directory)
         image = images.get(variant) if variant else None
-        problems += [f"{rel}: {p}" for p in jobpolicy.check_objects(objects, image, refs, rwx)]
+        problems += [f"{rel}: {p}" for p in policy.check_objects(objects, image, refs, rwx)]
         for obj in objects:
             if obj.get("kind") == "Job":
                 pod = obj["spec"]["template"]["spec"]
                 problems += [
-                    f"{rel}: {p}"
-                    for p in jobpolicy.check_driver_affinity(obj["metadata"]["name"], pod, variant)
+                    f"{rel}: {p}" for p in policy.check_driver_affinity(obj["metadata"]["name"], pod, variant)
                 ]
     return problems

@@ -13,6 +13,7 @@ from pathlib import Path
 from tools.images.imagelock import LockedImage
 from tools.shell.refs import RefChecker
 from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, HUNG, NODE_FAULT, NONFINITE, SAVED_RETRY
+from trm.gpu_names import names_model
 
 TRAINER = "trainer"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -29,21 +30,43 @@ LAUNCH_COMMAND = ["python", "-m", "trm", "launch"]
 EXPERIMENTS_FLAG = "--experiments"
 # The values GPU feature discovery puts in nvidia.com/gpu.product (the driver's product name with dashes)
 # seen for the same GPU on different clusters and drivers. A pod must accept every spelling of its GPU.
+# Whole GPUs only: a MIG partition is labelled `<product>-MIG-<profile>` and is never listed (a Job sized
+# for a whole GPU must not land on a slice of one).
 GPU_PRODUCT_VALUES = {
     "H100": ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
     "H200": ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB"),
+    "B200": ("NVIDIA-B200",),
+    "RTX-PRO-6000": (
+        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",  # pragma: allowlist secret (a GPU name)
+        "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",  # pragma: allowlist secret (a GPU name)
+        "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition",  # pragma: allowlist secret (a GPU name)
+    ),
+    "RTX-5090": ("NVIDIA-GeForce-RTX-5090",),
+    "RTX-A6000": ("NVIDIA-RTX-A6000",),
+    "A40": ("NVIDIA-A40",),
+    "A10": ("NVIDIA-A10", "NVIDIA-A10G"),
+    "RTX-3090": ("NVIDIA-GeForce-RTX-3090",),
+    "L4": ("NVIDIA-L4",),
 }
+# The compute capability of each of those GPUs (as an SM number): which image variants run on it.
+GPU_SM = {
+    "H100": 90, "H200": 90, "B200": 100, "RTX-PRO-6000": 120, "RTX-5090": 120,
+    "RTX-A6000": 86, "A40": 86, "A10": 86, "RTX-3090": 86, "L4": 89,
+}  # fmt: skip
 # Each overlay names the GPU its Job is sized for (commonAnnotations); the affinity must follow it. "any"
-# (the one-GPU smoke) accepts every known product, so the smoke runs on whatever GPU the cluster has.
+# (the one-GPU smoke) accepts every known product its image variant runs on (an sm90 smoke: every H100 and
+# H200; an sm100 one: the B200), so the smoke runs on whatever such GPU the cluster has.
 GPU_ANNOTATION = "trm-stack/gpu"
 ANY_GPU = "any"
+# The image variant an overlay deploys (commonAnnotations; tools.jobs.k8s pins its digest).
+VARIANT_ANNOTATION = "trm-stack/image-variant"
 # What the launcher needs after SIGTERM besides the trainer's save: the handoff bundle and its own exit.
 GRACE_MARGIN_S = 60
 # activeDeadlineSeconds >= the Job's expected run x this: the dataset build, compiles, restarts after a
 # preemption or a hang, and an estimate that is not a measurement.
 DEADLINE_MARGIN = 1.25
 # The GPU model a Job's annotation names, as the launcher's estimate knows it ("any": the smoke; H100).
-DEADLINE_GPU = {"H100": "H100", "H200": "H200", ANY_GPU: "H100"}
+DEADLINE_GPU = {"H100": "H100", "H200": "H200", "B200": "B200", ANY_GPU: "H100"}
 
 
 def launcher_env_names() -> set[str]:
@@ -300,7 +323,8 @@ def check_gpu_placement(name: str, pod: dict) -> list[str]:
     problems = []
     for values in terms:
         for gpu, known in GPU_PRODUCT_VALUES.items():
-            if any(gpu in v for v in values):
+            # whole words: the A10's rule is not the A100's, the L4's not the L40S's, the B200's not the GB200's
+            if any(names_model(gpu.replace("-", " "), v.replace("-", " ")) for v in values):
                 missing = [v for v in known if v not in values]
                 if missing:
                     problems.append(
@@ -310,24 +334,44 @@ def check_gpu_placement(name: str, pod: dict) -> list[str]:
     return problems
 
 
-def accepted_products(gpu: str) -> list[str]:
-    """The nvidia.com/gpu.product values a Job sized for `gpu` (a GPU_PRODUCT_VALUES key, or "any") accepts."""
+def gpus_run_by(variant: str | None) -> list[str]:
+    """The GPU_PRODUCT_VALUES GPUs whose compute capability the image variant's build runs on (all of them
+    for an unknown variant)."""
+    from trm.images import catalog, compat
+
+    archs = next((entry[4] for entry in catalog.VARIANTS if entry[0] == variant), None)
+    if archs is None:
+        return list(GPU_PRODUCT_VALUES)
+    built = compat.parse_sm_list(" ".join(archs))
+    return [gpu for gpu in GPU_PRODUCT_VALUES if compat.sm_covered(GPU_SM[gpu], built)]
+
+
+def accepted_products(gpu: str, variant: str | None = None) -> list[str]:
+    """The nvidia.com/gpu.product values a Job sized for `gpu` (a GPU_PRODUCT_VALUES key, or "any": every
+    product the Job's image `variant` runs on) accepts."""
     if gpu == ANY_GPU:
-        return [v for values in GPU_PRODUCT_VALUES.values() for v in values]
+        return [v for name in gpus_run_by(variant) for v in GPU_PRODUCT_VALUES[name]]
     return list(GPU_PRODUCT_VALUES[gpu])
 
 
 def check_gpu_follows_overlay(name: str, job: dict) -> list[str]:
-    """The Job's GPU annotation is known and its required affinity accepts exactly that GPU's products."""
-    gpu = job["metadata"].get("annotations", {}).get(GPU_ANNOTATION)
+    """The Job's GPU annotation is known, its image variant runs on that GPU, and its required affinity
+    accepts exactly that GPU's products (for "any": every product the variant runs on)."""
+    annotations = job["metadata"].get("annotations", {})
+    gpu, variant = annotations.get(GPU_ANNOTATION), annotations.get(VARIANT_ANNOTATION)
     choices = [*GPU_PRODUCT_VALUES, ANY_GPU]
     if gpu not in choices:
         return [
             f"{name}: annotation {GPU_ANNOTATION} must name the GPU the overlay is sized for ({', '.join(choices)}; "
             "commonAnnotations in its kustomization.yaml), so that its node affinity can follow it"
         ]
+    if gpu != ANY_GPU and gpu not in gpus_run_by(variant):
+        return [
+            f"{name}: {GPU_ANNOTATION}={gpu} (sm_{GPU_SM[gpu]}) but {VARIANT_ANNOTATION}={variant} does not run "
+            f"on it ('no kernel image is available'); use a variant for sm_{GPU_SM[gpu]} (docs/images.md)"
+        ]
     terms = _product_terms(job["spec"]["template"]["spec"])
-    want = accepted_products(gpu)
+    want = accepted_products(gpu, variant)
     if any(sorted(values) != sorted(want) for values in terms):
         return [
             f"{name}: {GPU_ANNOTATION}={gpu} but the {GPU_PRODUCT_LABEL} affinity accepts {terms}: set it to "
@@ -337,21 +381,21 @@ def check_gpu_follows_overlay(name: str, job: dict) -> list[str]:
 
 
 def check_driver_affinity(name: str, pod: dict, variant: str | None) -> list[str]:
-    """Every required node-affinity term asks for a node whose driver runs the variant's image family
-    (GPU feature discovery's nvidia.com/cuda.driver.major above the family's min_driver - 1)."""
-    from trm.images import catalog
-    from trm.images.families import DRIVER_LABEL, catalog_families
+    """Every required node-affinity term asks for a node whose driver runs the variant's image (GPU feature
+    discovery's nvidia.com/cuda.driver.major above its floor - 1: the family's min_driver, or the newer
+    driver its GPUs need, R570 for the CUDA 12.8 Blackwell variants)."""
+    from trm.images.families import DRIVER_LABEL, driver_affinity, variant_driver_floor
 
-    lock = next((entry[-1] for entry in catalog.VARIANTS if entry[0] == variant), None)
-    family = next((f for f in catalog_families() if f.name == lock), None)
-    if family is None:
+    floor = variant_driver_floor(variant) if variant else None
+    if floor is None:
         return []
-    want = family.node_affinity
+    family, branch = floor
+    want = driver_affinity(branch)
     affinity = pod.get("affinity", {}).get("nodeAffinity", {})
     terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms", [])
     fix = (
         f'add to each term {{key: {DRIVER_LABEL}, operator: Gt, values: ["{want["values"][0]}"]}} (variant '
-        f"{variant} is CUDA {family.cuda}, drivers R{family.min_driver}+; docker/images.toml [families])"
+        f"{variant} is CUDA {family.cuda}, drivers R{branch}+; docker/images.toml [families])"
     )
     if not terms:
         return [f"{name}: no required node affinity on the driver: {fix}"]

@@ -5,8 +5,10 @@ until that variant is released:
 
     image_id: docker:trm-stack  # trm-stack/image-variant: sm90
 
-`pin_tasks` rewrites only the value on that line (`docker:<repository>@sha256:…`), so the comments and
-layout of the file stay as they are. `sky jobs launch --image-id …` still overrides it.
+A task that accepts several GPUs lists them as `resources.any_of` candidates, each with its
+`accelerators` and its own `image_id` line (the images are per SM), the accelerators line first.
+`pin_tasks` rewrites only the value on each such line (`docker:<repository>@sha256:…`), so the comments
+and layout of the file stay as they are. `sky jobs launch --gpus … --image-id …` still overrides them.
 """
 
 from __future__ import annotations
@@ -27,10 +29,30 @@ _IMAGE_LINE = re.compile(
 )
 
 
-def task_variant(text: str) -> str | None:
-    """The image variant a task's `image_id` line names (None: the task pins no trm image)."""
-    match = _IMAGE_LINE.search(text)
-    return match["variant"] if match else None
+_ACCELERATORS = re.compile(
+    r"^[ \t-]+accelerators:[ \t]*(?P<name>[A-Za-z0-9_.-]+?)(?::\d+)?[ \t]*(?:#.*)?$", re.M
+)
+# The compute capability (SM) of the GPUs our tasks name, under SkyPilot's accelerator names (`sky gpus
+# list`): which image variant each candidate must run.
+ACCELERATOR_SM = {
+    "H100": 90, "H200": 90, "B200": 100, "RTXPRO6000": 120, "RTX5090": 120, "A100": 80, "A100-80GB": 80,
+    "A6000": 86, "A40": 86, "A10": 86, "A10G": 86, "RTX3090": 86, "L4": 89, "L40S": 89, "RTX4090": 89,
+}  # fmt: skip
+
+
+def task_variants(text: str) -> list[str]:
+    """The image variants a task's `image_id` lines name, in order ([]: the task pins no trm image)."""
+    return [match["variant"] for match in _IMAGE_LINE.finditer(text)]
+
+
+def task_candidates(text: str) -> list[tuple[str | None, str]]:
+    """(accelerator, image variant) of each `image_id` line: the accelerator named last above it (None
+    when there is none)."""
+    out = []
+    for match in _IMAGE_LINE.finditer(text):
+        above = list(_ACCELERATORS.finditer(text, 0, match.start()))
+        out.append((above[-1]["name"] if above else None, match["variant"]))
+    return out
 
 
 def wanted_image_id(variant: str, images: dict[str, LockedImage]) -> str:
@@ -50,15 +72,19 @@ def pin_tasks(
     changed = []
     for path in sorted((Path(root) / TASKS_DIR).glob("*.yaml")):
         text = path.read_text(encoding="utf-8")
-        match = _IMAGE_LINE.search(text)
-        if match is None or (variants is not None and match["variant"] not in variants):
-            continue
-        wanted = wanted_image_id(match["variant"], images)
-        if match["value"] == wanted:
+        new = _IMAGE_LINE.sub(
+            lambda m: (
+                m.group(0)
+                if variants is not None and m["variant"] not in variants
+                else f"{m['lead']}{wanted_image_id(m['variant'], images)}{m['tail']}"
+            ),
+            text,
+        )
+        if new == text:
             continue
         changed.append(path)
         if not check:
-            atomic_write_text(path, text[: match.start("value")] + wanted + text[match.end("value") :])
+            atomic_write_text(path, new)
     return changed
 
 
@@ -72,11 +98,39 @@ def check_task_families(root: str | Path) -> list[str]:
     family_of = {entry[0]: entry[-1] for entry in catalog.VARIANTS}
     problems = []
     for path in sorted((Path(root) / TASKS_DIR).glob("*.yaml")):
-        variant = task_variant(path.read_text(encoding="utf-8"))
-        if variant is not None and family_of.get(variant) != oldest.name:
-            problems.append(
-                f"{path.relative_to(root)}: variant {variant} needs a newer driver than SkyPilot's VM images "
-                f"promise; use a {oldest.name} variant (CUDA {oldest.cuda}, drivers R{oldest.min_driver}+), "
-                f"e.g. {next(n for n, f in family_of.items() if f == oldest.name)}"
-            )
+        for variant in dict.fromkeys(task_variants(path.read_text(encoding="utf-8"))):
+            if family_of.get(variant) != oldest.name:
+                problems.append(
+                    f"{path.relative_to(root)}: variant {variant} needs a newer driver than SkyPilot's VM "
+                    f"images promise; use a {oldest.name} variant (CUDA {oldest.cuda}, drivers "
+                    f"R{oldest.min_driver}+), e.g. {next(n for n, f in family_of.items() if f == oldest.name)}"
+                )
+    return problems
+
+
+def check_task_candidates(root: str | Path) -> list[str]:
+    """Each candidate of a task runs the image variant of its GPU: the variant's build covers the compute
+    capability of the accelerator named above its `image_id` line (an sm90 image on a B200 fails at the
+    first kernel: 'no kernel image is available')."""
+    from trm.images import catalog, compat
+
+    archs_of = {entry[0]: entry[4] for entry in catalog.VARIANTS}
+    problems = []
+    for path in sorted((Path(root) / TASKS_DIR).glob("*.yaml")):
+        where = path.relative_to(root)
+        for accelerator, variant in task_candidates(path.read_text(encoding="utf-8")):
+            if accelerator not in ACCELERATOR_SM:
+                problems.append(
+                    f"{where}: the image_id of variant {variant} has no known accelerator above it "
+                    f"({accelerator or 'none'}); put `accelerators: <GPU>:<count>` first in each candidate, a "
+                    f"GPU of tools/jobs/sky.py ACCELERATOR_SM ({', '.join(ACCELERATOR_SM)})"
+                )
+                continue
+            sm = ACCELERATOR_SM[accelerator]
+            built = compat.parse_sm_list(" ".join(archs_of.get(variant, ())))
+            if not compat.sm_covered(sm, built):
+                problems.append(
+                    f"{where}: candidate {accelerator} (sm_{sm}) runs variant {variant}, which has no kernels for "
+                    f"it; use a variant for sm_{sm} (docs/images.md)"
+                )
     return problems

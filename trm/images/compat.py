@@ -21,6 +21,21 @@ MIN_DRIVER_FOR_CUDA: dict[tuple[int, int], str] = {
 }
 
 
+# The first CUDA release that compiles for (and so whose driver runs) a GPU architecture, where it is newer
+# than a family's first release. Blackwell: CUDA 12.8 added the sm_100 (B200, GB200) and sm_120 (RTX 50xx,
+# RTX PRO 6000 Blackwell) targets (CUDA 12.8 release notes; NVIDIA's Blackwell Compatibility Guide, 1.4.2),
+# and CUDA 12.9 sm_103 (B300) and sm_121 (GB10). So a Blackwell image needs at least the CUDA 12.8 driver,
+# 570.26 (MIN_DRIVER_FOR_CUDA): the R570 branch, whatever its family's own floor.
+FIRST_CUDA_FOR_ARCH: dict[str, str] = {"10.0": "12.8", "12.0": "12.8", "10.3": "12.9", "12.1": "12.9"}
+
+
+def arch_cuda_floor(archs: tuple[str, ...] | list[str]) -> str | None:
+    """The newest of the first CUDA releases of `archs` (e.g. ("10.0",) -> "12.8"); None when no arch
+    needs more than any CUDA 12 release."""
+    floors = [FIRST_CUDA_FOR_ARCH[a] for a in archs if a in FIRST_CUDA_FOR_ARCH]
+    return max(floors, key=cuda_major_minor) if floors else None
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
     """ "550.54.14" -> (550, 54, 14); non-numeric parts are dropped."""
     return tuple(int(p) for p in re.findall(r"\d+", version))

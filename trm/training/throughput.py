@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from trm.gpu_names import name_pattern
+
 T = TypeVar("T")
 
 # Dense bf16 tensor-core peak of one GPU (no sparsity; fp32 accumulate, what torch's bf16 matmuls use), in
@@ -60,16 +62,28 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
     ("L40S", 362.05),
     ("L4", 121.0),
     ("RTX 4090", 165.2),
+    # Blackwell data center: the HGX B200 data sheet (FP16/BF16 36 PFLOPS sparse per 8 GPUs: 2,250 dense
+    # each) and the GB200 NVL72 data sheet (360 PFLOPS sparse per 72 GPUs: 2,500 dense each)
+    ("B200", 2250.0),
+    ("GB200", 2500.0),
+    # Blackwell workstation and consumer (sm_120): the RTX PRO 6000 Blackwell data sheet (4,000 FP4 AI TOPS
+    # sparse; BF16 is a quarter of FP4 and dense half of sparse: 500; full-rate fp32 accumulate, as on every
+    # RTX PRO card; the 300 W Max-Q edition clocks lower, so its MFU reads low), and the RTX Blackwell
+    # architecture white paper, appendix A (GeForce RTX 5090: bf16 with fp32 accumulate 209.5, half its
+    # fp16-accumulate rate, as on every GeForce card)
+    ("RTX PRO 6000", 500.0),
+    ("RTX 5090", 209.5),
+    # Ampere sm_86: the GA102 architecture white paper (RTX A6000: bf16 with fp32 accumulate 154.8 dense;
+    # GeForce RTX 3090: 71, half rate) and the A40 data sheet (149.7 dense). The A10G (AWS) has no NVIDIA
+    # data sheet and stays out (no MFU).
+    ("RTX A6000", 154.8),
+    ("A40", 149.7),
+    ("RTX 3090", 71.0),
 )
 
 
-def _name_pattern(key: str) -> re.Pattern[str]:
-    """`key` as whole words of a device name: "A10" is not the A100, "L4" not the L40S."""
-    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(key)}(?![A-Za-z0-9])", re.IGNORECASE)
-
-
-# Longest key first, so "H100 NVL" is found before "H100".
-_PEAK_PATTERNS = [(_name_pattern(k), t) for k, t in sorted(PEAK_TFLOPS, key=lambda e: -len(e[0]))]
+# Longest key first, so "H100 NVL" is found before "H100" (whole words: trm.gpu_names).
+_PEAK_PATTERNS = [(name_pattern(k), t) for k, t in sorted(PEAK_TFLOPS, key=lambda e: -len(e[0]))]
 
 
 def peak_flops(device_name: str) -> float | None:

@@ -45,6 +45,21 @@ def test_prerequisites_name_what_is_missing_and_the_fix(tmp_path: Path) -> None:
     assert "CUDA build of torch" in (ext.prerequisite_problem(bare, None) or "")
 
 
+def test_a_blackwell_gpu_needs_an_nvcc_that_targets_it(tmp_path: Path) -> None:
+    """CUDA 12.8 is the first nvcc with sm_100/sm_120: a CUDA 12.6 nvcc next to a CUDA 12 torch passed the
+    major check before and failed inside nvcc ('Unsupported gpu architecture')."""
+    old = _fake_nvcc(tmp_path / "cuda126" / "bin", "12.6")
+    problem = ext.prerequisite_problem({"PATH": str(old.parent)}, "12.8", "10.0")
+    assert problem == (
+        f"{old} is CUDA 12.6, which cannot compile for compute capability 10.0 (first in CUDA 12.8): install "
+        "CUDA 12.8+'s nvcc of the same major as torch (12.8), or run the GPU check from the image of these GPUs "
+        "(docs/images.md)"
+    )
+    assert ext.prerequisite_problem({"PATH": str(old.parent)}, "12.8", "9.0") is None  # Hopper: any CUDA 12
+    new = _fake_nvcc(tmp_path / "cuda13" / "bin", "13.0")
+    assert ext.prerequisite_problem({"PATH": str(new.parent)}, "13.0", "12.0") is None
+
+
 def test_the_build_part_checks_nvcc_before_it_starts(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(ga, "extension_imports", lambda python, env: False)
     ctx = ga.Context(

@@ -59,15 +59,22 @@ CPU = '[variants.cpu]\ndescription = "CPU"\nlock = "cpu"\narchs = []\nextras = [
 
 def test_repo_config_has_both_gpu_families_with_pinned_bases():
     config = load_config(CONFIG)
-    assert list(config.variants) == ["cpu", "sm90", "sm80", "sm89", "sm90-cu128", "sm80-cu128", "sm89-cu128"]
-    for name in ("sm90", "sm80", "sm89"):
+    assert list(config.variants) == [
+        "cpu", "sm90", "sm80", "sm89", "sm100", "sm120",
+        "sm90-cu128", "sm80-cu128", "sm89-cu128", "sm100-cu128", "sm120-cu128",
+    ]  # fmt: skip
+    for name in ("sm90", "sm80", "sm89", "sm100", "sm120"):
         new, old = config.variants[name], config.variants[f"{name}-cu128"]
         assert (new.cuda, new.torch, new.optimizer_backend) == ("13.0", "2.13.0", "ext")
         assert (old.cuda, old.torch, old.optimizer_backend) == ("12.8", "2.10.0", "torch")
         assert new.archs == old.archs and new.extras == old.extras == ("hub", "sync", "tensorboard", "wandb")
-        # R525+ drivers start the CUDA 12.8 images (minor-version compatibility), R580+ the 13.0 ones
-        assert old.container_env["NVIDIA_REQUIRE_CUDA"] == "cuda>=12.0"
-        assert new.container_env["NVIDIA_REQUIRE_CUDA"] == "cuda>=13.0"
+        # R525+ drivers start the CUDA 12.8 images (minor-version compatibility), R580+ the 13.0 ones;
+        # Blackwell GPUs need CUDA 12.8's own driver (570.26, R570), so their 12.8 images ask for it
+        blackwell = name in ("sm100", "sm120")
+        assert old.container_env["NVIDIA_REQUIRE_CUDA"] == ("cuda>=12.8" if blackwell else "cuda>=12.0")
+        assert old.min_driver == ("570.26" if blackwell else "525.60.13")
+        assert new.container_env["NVIDIA_REQUIRE_CUDA"] == "cuda>=13.0" and new.min_driver == "580.65.06"
+    assert config.variants["sm100"].sm_list == ("sm_100",) and config.variants["sm120"].sm_list == ("sm_120",)
     assert config.variants["cpu"].torch == config.torch
     assert config.variants["sm90"].sm_list == ("sm_90",)
     assert config.variants["sm80"].archs == ("8.0",)
@@ -153,7 +160,7 @@ def test_variants_sharing_a_lock_must_share_extras(tmp_path):
 def test_docs_table_is_fresh():
     """Fails when docker/images.toml changed without `python -m tools.images docs`."""
     config = load_config(CONFIG)
-    docs.write_docs(config, context.project_version(ROOT), ROOT / docs.README_PATH, check=True)
+    assert docs.write_image_tables(config, context.project_version(ROOT), ROOT, check=True) == []
     docs.write_catalog(config, context.project_version(ROOT), ROOT / docs.CATALOG_PATH, check=True)
     assert docs.write_driver_tables(config, ROOT, check=True) == []
 
@@ -161,10 +168,13 @@ def test_docs_table_is_fresh():
 def test_driver_table_rows_follow_the_families(tmp_path):
     config = load_config(CONFIG)
     table = docs.render_driver_table(config)
-    assert "| R580 or newer | `sm90`, `sm80`, `sm89` | 13.0 | 2.13.0 | adam-atan2 extension |" in table
     assert (
-        "| R525 to R579 | `sm90-cu128`, `sm80-cu128`, `sm89-cu128` | 12.8 | 2.10.0 | trm AdamATan2 (torch) |"
+        "| R580 or newer | `sm90`, `sm80`, `sm89`, `sm100`, `sm120` | 13.0 | 2.13.0 | adam-atan2 extension |"
         in table
+    )
+    assert (
+        "| R525 to R579 | `sm90-cu128`, `sm80-cu128`, `sm89-cu128`, `sm100-cu128` (R570+), `sm120-cu128` (R570+) "
+        "| 12.8 | 2.10.0 | trm AdamATan2 (torch) |" in table
     )
     assert "| older than R525 | none:" in table
     for rel in docs.DRIVER_TABLE_PATHS:
@@ -355,7 +365,8 @@ def test_gpu_runtime_images_ask_the_container_toolkit_for_compute():
         if variant.is_gpu:
             assert args["NVIDIA_VISIBLE_DEVICES"] == "all"
             assert args["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
-            assert args["NVIDIA_REQUIRE_CUDA"] == f"cuda>={variant.cuda.split('.')[0]}.0"
+            assert args["NVIDIA_REQUIRE_CUDA"] == f"cuda>={variant.driver_cuda_floor}"
+            assert variant.driver_cuda_floor in (f"{variant.cuda.split('.')[0]}.0", "12.8")
         else:
             assert args["NVIDIA_VISIBLE_DEVICES"] == args["NVIDIA_DRIVER_CAPABILITIES"] == ""
     dockerfile = (ROOT / context.DOCKERFILE).read_text()
@@ -465,3 +476,53 @@ def test_cuda128_build_arguments_say_the_torch_backend_everywhere():
     assert '--optimizer-backend "${OPTIMIZER_BACKEND}"' in runtime
     # the toolchain and the extension are built only for families that ship it
     assert dockerfile.count('[ "${OPTIMIZER_BACKEND}" = ext ]') == 2
+
+
+def test_docs_list_every_variant_with_its_driver_floor():
+    """docs/images.md carries the generated variant table: each variant, its tag and the oldest driver."""
+    config = load_config(CONFIG)
+    text = (ROOT / "docs/images.md").read_text()
+    for variant in config.variants.values():
+        floor = f">= {variant.min_driver}" if variant.is_gpu else "none"
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{variant.name}` |"))
+        assert f"| {floor} |" in row, row
+    assert "| >= 570.26 |" in next(line for line in text.splitlines() if line.startswith("| `sm100-cu128` |"))
+
+
+def test_a_stale_image_table_in_the_docs_is_refused(tmp_path):
+    config = load_config(CONFIG)
+    for rel in docs.IMAGE_TABLE_PATHS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(f"x\n{docs.BEGIN}\nold\n{docs.END}\n")
+    with pytest.raises(TRMError, match=r"image table in \S*docker/README.md is stale"):
+        docs.write_image_tables(config, "0.1.0", tmp_path, check=True)
+    assert docs.write_image_tables(config, "0.1.0", tmp_path) == list(docs.IMAGE_TABLE_PATHS)
+    assert "`sm120-cu128`" in (tmp_path / "docs/images.md").read_text()
+
+
+def test_a_family_too_old_for_the_variants_gpus_is_refused(tmp_path):
+    """CUDA 12.6 has no Blackwell target: a cu126 variant for 10.0 is a config error naming CUDA 12.8."""
+    blackwell = (
+        '[variants.sm100-cu126]\ndescription = "B200"\nlock = "cu126"\narchs = ["10.0"]\nextras = []\n'
+    )
+    with pytest.raises(
+        TRMError, match=r"\[variants.sm100-cu126\] builds for \['10.0'\].*CUDA 12.6.*CUDA 12.8"
+    ):
+        load_config(write_config(tmp_path, GPU + blackwell))
+
+
+@pytest.mark.parametrize(
+    ("name", "archs", "sm_list", "backend", "adam", "require"),
+    [("sm100", "10.0", "sm_100", "ext", "0.0.3", "cuda>=13.0"),
+     ("sm120", "12.0", "sm_120", "ext", "0.0.3", "cuda>=13.0"),
+     ("sm100-cu128", "10.0", "sm_100", "torch", "none", "cuda>=12.8"),
+     ("sm120-cu128", "12.0", "sm_120", "torch", "none", "cuda>=12.8")],
+)  # fmt: skip
+def test_blackwell_build_arguments(name, archs, sm_list, backend, adam, require):
+    """What the Dockerfile gets for the Blackwell variants: the extension built for exactly their SM on the
+    CUDA 13.0 family (its label and preflight say `ext`), trm's AdamATan2 on the 12.8 one (labelled `torch`,
+    adam-atan2 `none`), and the driver floor the container toolkit enforces."""
+    config = load_config(CONFIG)
+    args = context.build_args(config, config.variants[name], ROOT)
+    assert (args["CUDA_ARCHS"], args["SM_LIST"], args["OPTIMIZER_BACKEND"]) == (archs, sm_list, backend)
+    assert (args["ADAM_ATAN2_VERSION"], args["NVIDIA_REQUIRE_CUDA"]) == (adam, require)

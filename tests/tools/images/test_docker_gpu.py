@@ -24,7 +24,10 @@ from tools.images.variants import load_config
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[3]
-GPU_VARIANTS = os.environ.get("TRM_GPU_VARIANTS", "sm90 sm80 sm89").split()
+# Every variant that compiles the extension (sm90, sm80, sm89, sm100, sm120), or TRM_GPU_VARIANTS.
+GPU_VARIANTS = os.environ.get("TRM_GPU_VARIANTS", "").split() or [
+    v.name for v in load_config(ROOT / "docker/images.toml").variants.values() if v.optimizer_backend == "ext"
+]
 
 
 @pytest.fixture(scope="module")

@@ -211,7 +211,9 @@ def test_a_rerun_after_a_failed_removal_on_the_shared_volume_finishes_it(kustomi
 def test_the_gpu_affinity_follows_the_overlay(kustomize):
     smoke = next(o for o in k8s.render(ROOT / "jobs" / "overlays" / "smoke") if o["kind"] == "Job")
     # Before: the smoke inherited the base's H100-only affinity and stayed Pending on H200 clusters.
-    assert jobpolicy._product_terms(smoke["spec"]["template"]["spec"]) == [jobpolicy.accepted_products("any")]
+    assert jobpolicy._product_terms(smoke["spec"]["template"]["spec"]) == [
+        jobpolicy.accepted_products("any", "sm90")
+    ]
     assert jobpolicy.check_gpu_follows_overlay("Job/smoke", smoke) == []
     h100_only = {**smoke, "metadata": {**smoke["metadata"], "annotations": {"trm-stack/gpu": "any"}}}
     h100_only["spec"] = {"template": {"spec": {"affinity": {"nodeAffinity": {
@@ -246,3 +248,49 @@ def test_the_dry_run_walks_every_step_and_runs_no_delete(kustomize, monkeypatch,
         == "would run: kubectl delete pod trm-copy-out-prod-4xh100 --ignore-not-found"
     )
     assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"get", "logs"}  # reads only
+
+
+def _with(job: dict, gpu: str, variant: str, products: list[str]) -> dict:
+    annotations = {"trm-stack/gpu": gpu, "trm-stack/image-variant": variant}
+    spec = {"template": {"spec": {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": products}
+        ]}]}}}}}}  # fmt: skip
+    return {**job, "metadata": {**job["metadata"], "annotations": annotations}, "spec": spec}
+
+
+def test_any_gpu_means_every_product_the_overlays_image_runs_on(kustomize):
+    """ "any" is every known GPU the image variant's build runs on: with the Blackwell and sm_86 products in
+    the policy, an sm90 smoke listing them would land on GPUs its adam-atan2 has no kernel for."""
+    smoke = next(o for o in k8s.render(ROOT / "jobs" / "overlays" / "smoke") if o["kind"] == "Job")
+    assert set(jobpolicy.accepted_products("any", "sm90")) == {
+        "NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB", "NVIDIA-H200", "NVIDIA-H200-SXM5-141GB",
+    }  # fmt: skip
+    assert jobpolicy.accepted_products("any", "sm100") == ["NVIDIA-B200"]
+    assert "NVIDIA-RTX-A6000" in jobpolicy.accepted_products("any", "sm80")  # sm_86 runs the sm_80 build
+    everything = [v for values in jobpolicy.GPU_PRODUCT_VALUES.values() for v in values]
+    assert jobpolicy.check_gpu_follows_overlay("Job/smoke", _with(smoke, "any", "sm90", everything))
+    blackwell = _with(smoke, "any", "sm120", jobpolicy.accepted_products("any", "sm120"))
+    assert jobpolicy.check_gpu_follows_overlay("Job/smoke", blackwell) == []
+    assert set(jobpolicy.accepted_products("any", "sm120")) >= {
+        "NVIDIA-GeForce-RTX-5090",
+        "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",  # pragma: allowlist secret (a GPU name)
+    }
+
+
+def test_a_gpu_the_variant_does_not_run_on_is_refused(kustomize):
+    smoke = next(o for o in k8s.render(ROOT / "jobs" / "overlays" / "smoke") if o["kind"] == "Job")
+    job = _with(smoke, "B200", "sm90", ["NVIDIA-B200"])
+    (problem,) = jobpolicy.check_gpu_follows_overlay("Job/x", job)
+    assert "trm-stack/gpu=B200 (sm_100) but trm-stack/image-variant=sm90 does not run on it" in problem
+    assert jobpolicy.check_gpu_follows_overlay("Job/x", _with(smoke, "B200", "sm100", ["NVIDIA-B200"])) == []
+
+
+def test_every_spelling_of_a_new_gpu_is_required_and_names_match_as_whole_words():
+    pod = _with({"metadata": {}}, "A10", "sm80", ["NVIDIA-A10"])["spec"]["template"]["spec"]
+    (problem,) = jobpolicy.check_gpu_placement("Job/x", pod)
+    assert "affinity for A10 lacks NVIDIA-A10G" in problem
+    # an A100 or L40S product is not the A10's or the L4's (whole words, not substrings)
+    for products in (["NVIDIA-A100-SXM4-80GB"], ["NVIDIA-L40S"], ["NVIDIA-GB200"]):
+        pod = _with({"metadata": {}}, "any", "sm80", products)["spec"]["template"]["spec"]
+        assert jobpolicy.check_gpu_placement("Job/x", pod) == [], products

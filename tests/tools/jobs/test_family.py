@@ -98,3 +98,39 @@ def test_the_command_reads_kubectls_json_and_refuses_anything_else(overlay, tmp_
     bad.write_text("NAME STATUS ROLES\n")
     with pytest.raises(TRMError, match=r"nodes.txt: not the output of `kubectl get nodes -o json`"):
         read_nodes(str(bad))
+
+
+@pytest.mark.kube
+def test_a_pool_of_r570_b200s_gets_the_cuda_12_8_blackwell_variant_with_its_r570_floor(tmp_path):
+    """The CUDA 12.8 family starts at R525, but its Blackwell variants need R570 (CUDA 12.8's own driver):
+    the written driver rule says so, and `jobs check` asks for the same."""
+    shutil.copytree(ROOT / "jobs", tmp_path / "jobs")
+    # a user's B200 overlay: the 8xH200 one with the B200 product and the sm100 image
+    overlay = tmp_path / "jobs" / "overlays" / "prod-8xh200"
+    kustomization = overlay / "kustomization.yaml"
+    kustomization.write_text(
+        kustomization.read_text()
+        .replace("trm-stack/gpu: H200", "trm-stack/gpu: B200")
+        .replace("trm-stack/image-variant: sm90", "trm-stack/image-variant: sm100")
+    )
+    patch = overlay / "job-patch.yaml"
+    patch.write_text(patch.read_text().replace("[NVIDIA-H200, NVIDIA-H200-SXM5-141GB]", "[NVIDIA-B200]"))
+    choice = choose(overlay, _nodes(*(_node(f"gpu-{i}", "NVIDIA-B200", "570") for i in range(2))))
+    assert (choice.current, choice.variant, choice.family, choice.driver_floor) == (
+        "sm100", "sm100-cu128", "cu128", 570,
+    )  # fmt: skip
+    assert "-> family cu128 (driver R570+), variant sm100-cu128 (was sm100)" in choice.summary()
+    write(choice)
+    assert 'values: ["569"]' in (overlay / "job-patch.yaml").read_text()
+    pods = pod_specs(render(overlay))
+    assert [p for name, pod in pods for p in check_driver_affinity(name, pod, "sm100-cu128")] == []
+    # the family's own floor (R525) is not enough for these GPUs
+    (_name, pod), *_ = pods
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ][0]
+    next(e for e in term["matchExpressions"] if e["key"] == "nvidia.com/cuda.driver.major")["values"] = [
+        "524"
+    ]
+    (problem,) = check_driver_affinity("Job/x", pod, "sm100-cu128")
+    assert 'values: ["569"]' in problem and "drivers R570+" in problem

@@ -39,7 +39,10 @@ def test_exit_codes_recovery_and_the_launcher(path):
     # restarts on errors.
     assert recovery["recover_on_exit_codes"] == [exit_codes.SAVED_RETRY, exit_codes.HUNG]
     assert recovery["max_restarts_on_errors"] == 0
-    assert task["resources"]["image_id"] == "docker:trm-stack"  # until released; --image-id overrides it
+    # one candidate per GPU, each with its image (placeholder until released; --gpus + --image-id override)
+    candidates = task["resources"]["any_of"]
+    assert candidates and all(c["image_id"] == "docker:trm-stack" for c in candidates)
+    assert "image_id" not in task["resources"] and "accelerators" not in task["resources"]
     # The run restores from the bucket, then runs the production launcher from the synced checkout.
     run = task["run"]
     assert task["workdir"] == "." and run.strip().splitlines()[-1] == "bash scripts/train_prod.sh"
@@ -69,10 +72,14 @@ def test_skypilot_loads_the_task(path, tmp_path, monkeypatch):
 
     config = _load(path)
     task = sky.Task.from_yaml_config(copy.deepcopy(config), env_overrides=[("CHECKPOINT_BUCKET", "trm-runs")])
-    (resources,) = task.resources
-    assert resources.job_recovery == config["resources"]["job_recovery"]
-    gpu, count = config["resources"]["accelerators"].split(":")
-    assert resources.accelerators == {gpu: int(count)}
+    # one Resources per any_of candidate, each with its GPU and its own image
+    want = {
+        (c["accelerators"].split(":")[0], int(c["accelerators"].split(":")[1]), c["image_id"])
+        for c in config["resources"]["any_of"]
+    }
+    got = {(*next(iter(r.accelerators.items())), r.image_id[r.region]) for r in task.resources}
+    assert got == want
+    assert all(r.job_recovery == config["resources"]["job_recovery"] for r in task.resources)
     assert set(task.storage_mounts) == {"/sync"}
     # the bucket name is required at launch (--env CHECKPOINT_BUCKET=…)
     with pytest.raises(ValueError, match="CHECKPOINT_BUCKET"):
@@ -88,12 +95,37 @@ def test_skypilot_loads_the_task(path, tmp_path, monkeypatch):
         sky.Task.from_yaml_config(broken, env_overrides=[("CHECKPOINT_BUCKET", "trm-runs")])
 
 
-def test_every_task_names_its_image_variant_and_is_unreleased_here():
-    from tools.jobs.sky import PLACEHOLDER, task_variant
+def test_every_task_names_its_image_variants_and_is_unreleased_here():
+    from tools.jobs.sky import PLACEHOLDER, task_candidates
 
     for path in TASKS:
-        assert task_variant(path.read_text()) == "sm90-cu128", path.name
-        assert _load(path)["resources"]["image_id"] == PLACEHOLDER
+        candidates = task_candidates(path.read_text())
+        assert ("H100", "sm90-cu128") in candidates and ("B200", "sm100-cu128") in candidates, path.name
+        assert all(c["image_id"] == PLACEHOLDER for c in _load(path)["resources"]["any_of"])
+    smoke = dict(task_candidates((ROOT / "jobs" / "skypilot" / "smoke.yaml").read_text()))
+    # the smoke accepts the Blackwell, Ampere sm_86 and L4 cards, each with the variant of its SM
+    assert {k: smoke[k] for k in ("RTXPRO6000", "RTX5090", "A6000", "A10G", "L4")} == {
+        "RTXPRO6000": "sm120-cu128", "RTX5090": "sm120-cu128", "A6000": "sm80-cu128", "A10G": "sm80-cu128",
+        "L4": "sm89-cu128",
+    }  # fmt: skip
+
+
+def test_a_candidate_whose_image_does_not_run_its_gpu_is_a_check_problem(tmp_path):
+    import shutil
+
+    from tools.jobs.sky import check_task_candidates
+
+    assert check_task_candidates(ROOT) == []
+    shutil.copytree(ROOT / "jobs" / "skypilot", tmp_path / "jobs" / "skypilot")
+    path = tmp_path / "jobs" / "skypilot" / "train.yaml"
+    path.write_text(path.read_text().replace("image-variant: sm100-cu128", "image-variant: sm90-cu128"))
+    (problem,) = check_task_candidates(tmp_path)
+    assert (
+        "train.yaml: candidate B200 (sm_100) runs variant sm90-cu128, which has no kernels for it" in problem
+    )
+    path.write_text(path.read_text().replace("accelerators: B200:4", "accelerators: TPU-v9:4"))
+    (problem,) = check_task_candidates(tmp_path)
+    assert "has no known accelerator above it (TPU-v9)" in problem
 
 
 def test_pinning_rewrites_only_the_image_id_value(tmp_path):
@@ -105,6 +137,7 @@ def test_pinning_rewrites_only_the_image_id_value(tmp_path):
     shutil.copytree(ROOT / "jobs" / "skypilot", tmp_path / "jobs" / "skypilot")
     digest = "sha256:" + "ab" * 32
     images = {"sm90-cu128": LockedImage("sm90-cu128", "ghcr.io/team/trm", "0.1.0-cu128-sm90", digest)}
+    pinned = f"docker:ghcr.io/team/trm@{digest}"
     before = {p.name: p.read_text() for p in (tmp_path / "jobs" / "skypilot").glob("*.yaml")}
     assert pin_tasks(tmp_path, {}, check=True) == []  # nothing released: the placeholder is right
     assert pin_tasks(tmp_path, images, variants={"cpu"}) == []  # another variant released: untouched
@@ -113,15 +146,18 @@ def test_pinning_rewrites_only_the_image_id_value(tmp_path):
     assert pin_tasks(tmp_path, images) == []  # idempotent
     for path in (tmp_path / "jobs" / "skypilot").glob("*.yaml"):
         text = path.read_text()
-        assert _load(path)["resources"]["image_id"] == f"docker:ghcr.io/team/trm@{digest}"
+        # the released variant's candidate is pinned, the others keep the placeholder
+        ids = {c["accelerators"]: c["image_id"] for c in _load(path)["resources"]["any_of"]}
+        assert ids.pop("H100:" + ("1" if path.name == "smoke.yaml" else "4")) == pinned
+        assert set(ids.values()) == {"docker:trm-stack"}
         # one line changed, its comment kept
         changed = [
             (a, b) for a, b in zip(before[path.name].splitlines(), text.splitlines(), strict=True) if a != b
         ]
         assert changed == [
             (
-                "  image_id: docker:trm-stack  # trm-stack/image-variant: sm90-cu128",
-                f"  image_id: docker:ghcr.io/team/trm@{digest}  # trm-stack/image-variant: sm90-cu128",
+                "    image_id: docker:trm-stack  # trm-stack/image-variant: sm90-cu128",
+                f"    image_id: {pinned}  # trm-stack/image-variant: sm90-cu128",
             )
         ]
 

@@ -133,17 +133,21 @@ def test_release_pins_the_lock_restamps_runbooks_and_pins_the_overlays(repo):
         assert kustomization["images"] == [{"name": k8s.IMAGE_NAME, "newName": REPOSITORY, "digest": sm90}]
         assert sm90 in (directory / k8s.PIN_PATCH).read_text()
     assert k8s.pin_images(repo, check=True) == []  # what `jobs check` compares: nothing stale
-    # the SkyPilot tasks run the CUDA 12.8 image (sm90-cu128), not released here: they keep the placeholder
+    # the SkyPilot tasks run the CUDA 12.8 images (sm90-cu128, sm100-cu128, ...), not released here: every
+    # candidate keeps the placeholder
     for name in ("smoke.yaml", "train.yaml"):
         task = yaml.safe_load((repo / "jobs" / "skypilot" / name).read_text())
-        assert task["resources"]["image_id"] == "docker:trm-stack"
+        assert {c["image_id"] for c in task["resources"]["any_of"]} == {"docker:trm-stack"}
     assert not {p.name for p in outcome.pinned} & {"smoke.yaml", "train.yaml"}
     _git(repo, "add", "-A")  # a release starts from a clean checkout
     _git(repo, "commit", "-qm", "release cpu sm90")
     cu128 = release(repo, REGISTRY, _variants("sm90-cu128"), fake, out=io.StringIO())
     for name in ("smoke.yaml", "train.yaml"):
         task = yaml.safe_load((repo / "jobs" / "skypilot" / name).read_text())
-        assert task["resources"]["image_id"] == f"docker:{REPOSITORY}@{_digest('sm90-cu128-1')}"
+        ids = {c["accelerators"].split(":")[0]: c["image_id"] for c in task["resources"]["any_of"]}
+        # the H100 candidate runs the released sm90-cu128; the others keep the placeholder until theirs is
+        assert ids.pop("H100") == f"docker:{REPOSITORY}@{_digest('sm90-cu128-1')}"
+        assert set(ids.values()) == {"docker:trm-stack"}
     assert {p.name for p in cu128.pinned} >= {"smoke.yaml", "train.yaml"}
     printed = out.getvalue().splitlines()
     assert printed[:2] == [f"cpu\t{REPOSITORY}@{cpu}", f"sm90\t{REPOSITORY}@{sm90}"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from trm.batching import largest_divisor_at_most
 from trm.errors import TRMError
+from trm.gpu_names import names_model
 from trm.launch.host.nvidia_smi import GpuInfo
 from trm.training.config import TrainConfig
 
@@ -87,6 +89,8 @@ class Tier:
     speed: TierSpeed | None = None
     """With source "measured": the step time and evaluation rate the launcher's estimate uses."""
     note: str = ""
+    compute_caps: tuple[str, ...] = ()
+    """Compute capabilities ("10.0") whose GPUs this tier sizes when no tier names them (never MIG slices)."""
 
     @property
     def provenance(self) -> str:
@@ -94,8 +98,9 @@ class Tier:
         return f"{self.source} ({self.measured})" if self.measured else self.source
 
     def matches_name(self, gpu_name: str) -> bool:
-        """Whether one of the `match` substrings occurs in the nvidia-smi name."""
-        return any(m.lower() in gpu_name.lower() for m in self.match)
+        """Whether one of the `match` entries occurs as whole words of the nvidia-smi name ("A10" is not
+        the A100, "L4" not the L40S; trm.gpu_names)."""
+        return any(names_model(m, gpu_name) for m in self.match)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,7 +179,7 @@ class BatchLayout:
 
     tier: str
     tier_source: str
-    matched_by: str  # "name", "vram" or "cpu"
+    matched_by: str  # "name", "compute capability", "vram" or "cpu"
     gpu_name: str
     vram_gib: float
     gpus_per_node: int
@@ -253,11 +258,18 @@ def _tier(raw: dict[str, object], where: str) -> Tier:
             measured=str(raw.get("measured", "")),
             speed=_speed(raw.get("speed"), where),
             note=str(raw.get("note", "")),
+            compute_caps=tuple(str(c) for c in raw.get("compute_caps", [])),  # type: ignore[union-attr]
         )
     except KeyError as err:
         raise TRMError(
             f"hardware table {where}: missing key {err}; add it (see the header of hardware.toml)"
         ) from err
+    bad_caps = [c for c in tier.compute_caps if not re.fullmatch(r"\d+\.\d+", c)]
+    if bad_caps:
+        raise TRMError(
+            f"hardware table {where}: compute_caps {bad_caps} must be compute capabilities as nvidia-smi's "
+            'compute_cap prints them, e.g. ["10.0"]'
+        )
     if tier.source not in TIER_SOURCES:
         raise TRMError(
             f"hardware table {where}: source = {tier.source!r}; use one of {', '.join(TIER_SOURCES)}"
@@ -321,11 +333,16 @@ def load_table(path: str | Path = TABLE_PATH) -> HardwareTable:
 
 
 def match_tier(gpu: GpuInfo, table: HardwareTable) -> tuple[Tier, str]:
-    """The tier for one GPU: by name (VRAM permitting), else by VRAM alone."""
+    """The tier for one GPU: by name (VRAM permitting), else by compute capability (the largest tier of
+    that capability its VRAM reaches; not for a MIG slice, which has a share of the GPU), else by VRAM
+    alone."""
     vram = gpu.memory_gib
     for tier in table.tiers:
         if tier.matches_name(gpu.name) and vram >= tier.min_vram_gib:
             return tier, "name"
+    by_cap = [t for t in table.tiers if gpu.compute_cap.strip() in t.compute_caps and vram >= t.min_vram_gib]
+    if by_cap and not gpu.mig_profile:
+        return max(by_cap, key=lambda t: t.min_vram_gib), "compute capability"
     by_vram = [t for t in table.tiers if vram >= t.min_vram_gib]
     if not by_vram:
         smallest = min(t.min_vram_gib for t in table.tiers)
@@ -437,6 +454,11 @@ def size_device(used: list[GpuInfo], table: HardwareTable, cpu_procs: int, notes
         )
     if matched_by == "vram":
         notes.append(f"{gpu.name} is not in the table; fell back by VRAM to tier {tier.name}")
+    elif matched_by == "compute capability":
+        notes.append(
+            f"{gpu.name} is not in the table; sized by its compute capability {gpu.compute_cap} like tier "
+            f"{tier.name} ({tier.min_vram_gib:.0f} GiB and up): add a tier naming it once measured"
+        )
     return SizedDevice(tier, matched_by, "cuda", gpu.name, gpu.memory_gib, len(used))
 
 

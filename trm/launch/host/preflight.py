@@ -240,19 +240,38 @@ def check_disk(
     return CheckResult("disk", "ok", found)
 
 
-def _check_sm(gpus: list[GpuInfo], sm_list: str, label: str, source: str) -> CheckResult:
+def covering_variants(sms: set[int], catalog: tuple = image_catalog.VARIANTS) -> list[str]:
+    """The image variants (trm/images/catalog.py) whose builds run on every one of `sms`: sm_86 -> sm80
+    and sm80-cu128 (an sm_80 cubin runs on 8.6)."""
+    return [
+        name
+        for name, _cuda, _floor, _min, archs, _tag, _lock in catalog
+        if all(compat.sm_covered(sm, compat.parse_sm_list(" ".join(archs))) for sm in sms)
+    ]
+
+
+def _check_sm(
+    gpus: list[GpuInfo], sm_list: str, label: str, source: str, catalog: tuple = image_catalog.VARIANTS
+) -> CheckResult:
     built = compat.parse_sm_list(sm_list)
     missing = sorted({g.sm for g in gpus if not compat.sm_covered(g.sm, built)})
     found = f"GPU SM {sorted({g.sm for g in gpus})}; {label} built for {sm_list!r} ({source})"
     if missing:
         names = sorted({g.name for g in gpus if g.sm in missing})
-        tags = ", ".join(f"sm{m}" for m in missing)
+        variants = covering_variants(set(missing), catalog)
+        use = (
+            f"use the image variant {' or '.join(variants)} (the driver picks which: `python -m tools.images "
+            f"ref {variants[0]} --driver <version>`)"
+            if variants
+            else "no trm image variant covers them (the launch plan's image line names the nearest and the "
+            "torch-backend fallback)"
+        )
         return CheckResult(
             f"{label} sm",
             "fail",
             found,
             f"{', '.join(names)} need SM {missing}, which this {label} lacks ('no kernel image is available' "
-            f"later): use the image variant tagged {tags}, or rebuild with TORCH_CUDA_ARCH_LIST including "
+            f"later): {use}, or rebuild with TORCH_CUDA_ARCH_LIST including "
             + " ".join(f"{m // 10}.{m % 10}" for m in missing),
         )
     return CheckResult(f"{label} sm", "ok", found)
