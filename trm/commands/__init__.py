@@ -48,6 +48,10 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("infer", "offline ARC inference with a Kaggle bundle"),
     Command(
+        "kaggle",
+        "publish a Kaggle bundle: weights and wheelhouse datasets and an offline notebook (the kaggle client)",
+    ),
+    Command(
         "launch", "run the production launch (what scripts/train_prod.sh calls); configured by environment"
     ),
     Command("package", "package a checkpoint for offline use"),

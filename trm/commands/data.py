@@ -174,7 +174,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     report = audit(args.dataset_dir, args.against, progress=not args.quiet)
     out = args.out or Path("audits") / Path(args.dataset_dir).resolve().name
-    json_path, md_path = write_report(report, out)
+    written, note = write_report(report, out, args.input_file_prefix)
     s = report["summary"]
     for name in ("pairs", "inputs", "outputs"):
         found = s[f"test_{name}_in_train"]
@@ -185,7 +185,14 @@ def _audit(args: argparse.Namespace) -> int:
     dups = s["duplicate_task_groups"]
     print(f"duplicate task groups: {dups['exact']} exact, {dups['augmented']} up to augmentation")
     print(f"puzzle-embedding table: {report['embedding_table']['rows']:,} rows")
-    print(f"wrote {json_path} and {md_path}")
+    clean = s["clean_test_tasks"]
+    print(
+        f"clean test tasks (no overlap with another training task): {clean['clean']} of {clean['test_tasks']}, "
+        f"{clean['clean_without_trained_rows']} of them without trained puzzle-embedding rows"
+    )
+    if note:
+        print(f"note: {note}")
+    print(f"wrote {', '.join(str(p) for p in written)}")
     return 0
 
 
@@ -330,7 +337,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="Report the test pairs, inputs and outputs of DATASET that occur in the training split "
         "(exactly, or up to a dihedral transform and colour permutation), the puzzle identifiers the splits "
         "share and what that means for the puzzle embedding, tasks duplicated across subsets, and the size "
-        "of the embedding table; as audit.json and audit.md.",
+        "of the embedding table; as audit.json and audit.md. Also the clean evaluation split: the test tasks "
+        "that overlap no other training task (exactly or up to augmentation), listed in clean_tasks.json "
+        "(with whether the training side has trained rows for each) and copied as clean_challenges.json / "
+        "clean_solutions.json in Kaggle's format, for `python -m trm.eval --adapt-challenges` and `infer`.",
     )
     aud.add_argument("dataset_dir", help="an ARC dataset built by `python -m trm data build-arc`")
     aud.add_argument(
@@ -339,7 +349,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="check DATASET's test split against this dataset's train split instead (what a checkpoint was "
         "trained on), identifiers included",
     )
-    aud.add_argument("--out", type=Path, default=None, help="report folder (default: audits/<DATASET name>)")
+    aud.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="report folder (default: audits/<DATASET name>); an earlier audit there is replaced, a folder "
+        "holding anything else is refused",
+    )
+    aud.add_argument(
+        "--input-file-prefix",
+        default=str(DEFAULT_PREFIX),
+        help="where the clean pair is copied from: the prefix DATASET was built from (build-arc's flag; default: "
+        "the shipped data), checked against the sha256s its manifest records",
+    )
     aud.add_argument("--quiet", action="store_true", help="no progress bars")
     aud.set_defaults(func=_audit)
 

@@ -6,7 +6,10 @@ Reported (audit.json, and audit.md for people):
     a match inside the test task's own demonstrations is marked `same_task`;
   * puzzle identifiers shared between the splits and what that means for the puzzle embedding;
   * tasks that duplicate one another across subsets (e.g. ConceptARC vs ARC-AGI), exactly or up to augmentation;
-  * the size of the puzzle-embedding table the dataset implies.
+  * the size of the puzzle-embedding table the dataset implies;
+  * the clean evaluation split: the test tasks none of whose test pairs, inputs or outputs occurs in
+    another training task and which duplicate no task (trm.data.clean_split), listed in clean_tasks.json
+    and copied as a Kaggle challenges/solutions pair (clean_challenges.json, clean_solutions.json).
 With --against OTHER, the training side is OTHER's train split (the data a checkpoint was trained on) and
 DATASET's test split is checked against it, identifiers included.
 
@@ -31,15 +34,20 @@ import numpy as np
 from tqdm import tqdm
 
 from trm.errors import TRMError
-from trm.io import atomic_write_json, atomic_write_text
+from trm.io import atomic_directory, atomic_write_json, atomic_write_text
 
-from .arc_source import DUMMY_OUTPUT
+from .arc_source import DEFAULT_PREFIX, DUMMY_OUTPUT
+from .clean_split import CHALLENGES_NAME as CLEAN_CHALLENGES
+from .clean_split import LIST_NAME as CLEAN_LIST
+from .clean_split import SOLUTIONS_NAME as CLEAN_SOLUTIONS
+from .clean_split import select_clean, write_clean_split
 from .encoding import COLOUR_OFFSET, GRID_SIZE, SEQ_LEN, VOCAB_SIZE, dihedral
 from .formats import SplitData
 from .manifest import read_verified_manifest
 
 EXACT, AUGMENTED = "exact", "augmented"
 JSON_NAME, MARKDOWN_NAME = "audit.json", "audit.md"
+KIND = "data-audit"  # the kind of output in the report folder's creation marker (trm.safe_remove)
 # The puzzle-embedding width of the published ARC model (TRMArch.puzzle_emb_ndim), for the table's size.
 DEFAULT_EMB_NDIM = 512
 _DUMMY = np.array(DUMMY_OUTPUT, dtype=np.uint8)
@@ -355,6 +363,13 @@ def audit(dataset: str | Path, against: str | Path | None = None, *, progress: b
     summary["duplicate_task_groups"] = {
         h: sum(1 for d in duplicates if d["match"] == h) for h in (EXACT, AUGMENTED)
     }
+    clean = select_clean(
+        [(t.task_id, t.subset) for t in test.tasks if t.test_pairs],
+        matches,
+        duplicates,
+        {t.task_id for t in train.tasks if t.train_pairs},
+    )
+    summary["clean_test_tasks"] = clean["counts"]
     return {
         "dataset": {"path": str(test.path), "fingerprint": test.manifest["fingerprint"]},
         "against": {"path": str(train.path), "fingerprint": train.manifest["fingerprint"]}
@@ -378,6 +393,7 @@ def audit(dataset: str | Path, against: str | Path | None = None, *, progress: b
             "rows_per_task": round(rows / max(len(train.tasks), 1), 2),
             "float32_bytes_at_puzzle_emb_ndim_512": rows * DEFAULT_EMB_NDIM * 4,
         },
+        "clean_split": clean,
     }
 
 
@@ -443,15 +459,48 @@ training pair.
 
 {table["rows"]:,} rows for {table["tasks"]:,} tasks ({table["rows_per_task"]} per task): {table["float32_bytes_at_puzzle_emb_ndim_512"] / 2**20:,.1f} MiB
 in float32 at puzzle_emb_ndim 512, against about 7M parameters in the network itself.
-"""
+
+## Clean evaluation split
+
+{_clean_section(report["clean_split"])}"""
 
 
-def write_report(report: dict[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
-    """audit.json and audit.md in `out_dir` (each written atomically)."""
+def _clean_section(clean: dict[str, Any]) -> str:
+    c = clean["counts"]
+    lines = [
+        f"{c['clean']} of {c['test_tasks']} test tasks overlap no other training task (no test pair, input or "
+        "output in another task, exactly or up to augmentation, and no duplicate task); "
+        f"{c['clean_without_trained_rows']} of them have no trained puzzle-embedding rows on the training "
+        f"side, the way a hidden test set meets a checkpoint. They are listed in `{CLEAN_LIST}` and copied "
+        f"as `{CLEAN_CHALLENGES}` / `{CLEAN_SOLUTIONS}` (Kaggle format).",
+        "",
+    ]
+    if clean["excluded"]:
+        lines += ["| excluded test task | subset | why |", "|---|---|---|"]
+        for e in clean["excluded"][:_SHOWN]:
+            more = f" and {len(e['why']) - 2} more" if len(e["why"]) > 2 else ""
+            lines.append(f"| {e['task']} | {e['subset']} | {'; '.join(e['why'][:2])}{more} |")
+        if len(clean["excluded"]) > _SHOWN:
+            lines.append(f"\n… and {len(clean['excluded']) - _SHOWN} more in {CLEAN_LIST}")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(
+    report: dict[str, Any], out_dir: str | Path, input_prefix: str | Path = DEFAULT_PREFIX
+) -> tuple[list[Path], str | None]:
+    """The report folder `out_dir`, published atomically: audit.json, audit.md and the clean split
+    (trm.data.clean_split; its pair copied from the input files under `input_prefix`). An earlier audit
+    folder is replaced; a folder holding anything else is refused. Returns the files and a note."""
+    from trm.safe_remove import check_replaceable
+
+    from .manifest import read_manifest
+
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise TRMError(f"--out {out}: it is a file, not a folder; pass a folder for audit.json and audit.md")
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / JSON_NAME, report)
-    atomic_write_text(out / MARKDOWN_NAME, render_markdown(report))
-    return out / JSON_NAME, out / MARKDOWN_NAME
+    sources = [report["dataset"]["path"], *([report["against"]["path"]] if report["against"] else [])]
+    check_replaceable(out, kind=KIND, sources=sources, flag="--out")
+    manifest = read_manifest(report["dataset"]["path"])
+    with atomic_directory(out, overwrite=True, kind=KIND, tool="trm data audit", sources=sources) as tmp:
+        atomic_write_json(tmp / JSON_NAME, report)
+        atomic_write_text(tmp / MARKDOWN_NAME, render_markdown(report))
+        written, note = write_clean_split(tmp, report, manifest, input_prefix)
+    return [out / JSON_NAME, out / MARKDOWN_NAME, *(out / p.name for p in written)], note

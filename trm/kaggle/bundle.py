@@ -19,12 +19,13 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trm.errors import TRMError
 from trm.io import sha256_file
+
+if TYPE_CHECKING:  # torch is imported where a model is loaded: reading and checking a bundle needs none
+    import torch
 
 FORMAT = "trm-kaggle-bundle"
 FORMAT_VERSION = 1
@@ -135,6 +136,8 @@ def load_bundle(
     early_halt: bool = False,
 ) -> Bundle:
     """Verify and load a bundle; forward_dtype None = bfloat16 on CUDA, float32 on CPU."""
+    import torch
+
     from trm.model.registry import build_model
 
     root = Path(root)

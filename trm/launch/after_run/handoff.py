@@ -236,6 +236,7 @@ def status_of(exit_code: object) -> str:
         79: "stopped by the MAX_HOURS budget after saving (run the resume command to continue)",
         2: "failed: configuration or preflight error (exit 2)",
         3: "failed: some runs of an experiment batch failed (each run's status is in batch_results.json)",
+        4: "failed: a Kaggle publish call failed (`python -m trm kaggle publish` names it; rerun it)",
     }.get(exit_code, f"failed (exit {exit_code})")  # type: ignore[call-overload]
 
 
