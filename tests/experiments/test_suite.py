@@ -59,6 +59,7 @@ def test_listed_variants_record_every_swept_key_with_the_recipes_value_where_the
     assert without.swept == {"arch.puzzle_emb_ndim": 0, "arch.puzzle_emb_len": 0}
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_every_shipped_experiment_composes_through_the_trainers_configuration():
     catalog = Catalog.load()
     configs = validate(list(catalog.experiments.values()), DATA, CKPT)

@@ -147,6 +147,7 @@ def test_image_ref_refuses_an_old_driver(tmp_path):
     )
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 @pytest.mark.parametrize(
     ("shape", "line"),
     [("h100x4", "image         sm90-cu128 (trm:0.1.0-cu128-sm90: CUDA 12.8, torch 2.10.0, optimizer trm AdamATan2"),

@@ -172,6 +172,7 @@ def test_unknown_without_the_dataset_or_on_cpu(tmp_path: Path) -> None:
     assert isinstance(cpu, str) and "on CPU" in cpu and "PROBE=1" in cpu
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_dry_run_prints_expected_time_and_cost(tmp_path: Path) -> None:
     write_dataset(tmp_path / "ws" / "data" / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)
     proc = dry_run(tmp_path, "h100x4", TASK="arc1", GPU_HOURLY_USD="2.5")

@@ -24,6 +24,7 @@ def test_docs_cost_table_is_the_generated_one(capsys: pytest.CaptureFixture[str]
     assert capsys.readouterr().out.strip() == committed
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_the_table_covers_the_paper_tasks_and_says_what_each_figure_is() -> None:
     rows = [line.split(" | ") for line in markdown_table().splitlines()[2:]]
     assert {row[0].lstrip("| ") for row in rows} == {"arc1", "arc2", "sudoku-mlp", "sudoku-att", "maze"}

@@ -115,6 +115,7 @@ class BreakingHead(torch.nn.Module):
         return self.head(carry, batch)
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_compile_time_is_measured_per_model_from_a_fresh_start(monkeypatch, capsys):
     """Each model's first compiled step is timed `repeats` times, interleaved, with its own graphs and
     breaks (not the sum over the models timed before it). Dynamo's eager backend keeps it fast."""

@@ -25,6 +25,7 @@ def _dry_run(tmp_path: Path, *args: str, **env_extra: str) -> subprocess.Complet
     )  # fmt: skip
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_dry_run_prints_every_part_and_touches_nothing(tmp_path: Path) -> None:
     out = tmp_path / "report"
     proc = _dry_run(tmp_path, "--out", str(out))

@@ -146,6 +146,7 @@ def test_malformed_baseline_names_the_fix(tmp_path: Path):
         scan_repo(repo)
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_the_repository_holds_no_secret():
     findings = scan_repo(ROOT)
     assert findings == [], "\n".join(map(str, findings))
