@@ -65,6 +65,7 @@ def test_training_step_is_one_graph_without_breaks():
     assert counter.frame_count == 1
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 @pytest.mark.parametrize("overrides", [{}, {"eval_early_halt": True}], ids=["all-steps", "early-halt"])
 def test_compiled_evaluation_is_one_graph_and_matches_eager(tmp_path, overrides):
     """Every chunk (4, 4, 2 rows) runs the same graph; metrics and predictions are eager's. Fails on the
@@ -120,6 +121,7 @@ def test_inductor_compiled_evaluation_matches_eager(tmp_path):
         assert compiled_metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_the_trainer_evaluates_with_its_compiled_step(tmp_path, monkeypatch):
     """compile=true: evaluation gets the compiled module (the old loop handed it the eager loss head).
     Dynamo's eager backend keeps it fast; the metrics' equality is test_compiled_evaluation_*'s."""

@@ -78,6 +78,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_shim_runs_a_cuda_only_trainer_on_cpu_with_our_optimizer(tmp_path):
     checkout = tmp_path / "checkout"
     checkout.mkdir()
@@ -129,6 +130,7 @@ def test_setups_give_both_trainers_the_same_run_and_compile_only_the_paper_setup
         assert ours_env["WANDB_MODE"] == up_env["WANDB_MODE"] == "disabled"
 
 
+@pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
 def test_cuda_mode_runs_the_script_unchanged_and_stands_in_only_for_a_missing_extension(tmp_path):
     checkout = tmp_path / "checkout"
     checkout.mkdir()
