@@ -16,7 +16,7 @@ DATA_DIR ?= data
 .PHONY: help venv test test-e2e test-oldest-torch lint data runbooks gpu-check
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s "$$(printf '\t')"
 
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
