@@ -660,6 +660,9 @@ def test_bundle_adapts_to_a_hidden_task_file_then_votes(
     assert main([*argv, "--num-aug", "3", "--device", "cpu", "--quiet", *budget]) == 0
     printed = capsys.readouterr()
     assert "adapted to 3 task(s)" in printed.out and "WARNING" not in printed.err
+    # The time plan comes first: 3 steps of the tiny model on an L4, far within the 12 h.
+    plan = printed.out.index("time plan for arc-prize-2025: 4 x NVIDIA L4, 12 h, offline")
+    assert plan < printed.out.index("adapted to") and "  adaptation     3 steps" in printed.out
     # On CPU the bundle's training micro-batch is kept (a GPU's comes from the tier table: tests/adapt/test_batch.py).
     assert (
         "note: adaptation: adapted with micro-batch 8 x 1 accumulation (global batch 8): CPU" in printed.out
@@ -679,6 +682,30 @@ def test_bundle_adapts_to_a_hidden_task_file_then_votes(
     first = out.read_text()
     assert main([*argv, "--num-aug", "3", "--device", "cpu", "--quiet", *budget]) == 0
     assert out.read_text() == first
+
+
+def test_plan_only_prints_the_time_plan_and_loads_no_model(
+    smoke: SmokeCheckpoint,
+    bundle_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_load(*_: object, **__: object) -> None:
+        raise AssertionError("--plan-only loaded the model")
+
+    monkeypatch.setattr(B, "load_bundle", no_load)
+    challenges = smoke.write_challenges("plan.json", task_ids(smoke)[SEEN_TASKS - 1 : SEEN_TASKS + 2])
+    argv = ["infer", "--weights", str(bundle_dir), "--challenges", str(challenges), "--plan-only"]
+    assert main([*argv, "--adapt-minutes", "30", "--gpus", "2", "--hours", "1", "--num-aug", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "time plan for arc-prize-2025: 2 x NVIDIA L4, 1 h, offline" in out
+    assert "tasks          3 (2 without a trained row: adapted)" in out
+    assert "budget         40.0 min (the competition's 1 h less 20 min reserve)" in out
+    assert "estimate, derived from the NVIDIA H100 80GB HBM3 measurement of 2026-11-26" in out
+    assert "adaptation     " in out and "30.0 min (50.0 % of 1 h)" in out
+    assert "1 of the 2 GPUs idle" in out and "submission" not in out
+    assert main([*argv[:-1]]) == 2  # without --plan-only, --out is needed
+    assert "--out is required" in capsys.readouterr().err
 
 
 def _tree(root: Path) -> dict[str, bytes]:
