@@ -12,7 +12,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(shutil.which("make") is None or shutil.which("column") is None, reason="needs make and column")
+@pytest.mark.skipif(
+    shutil.which("make") is None or shutil.which("column") is None, reason="needs make and column"
+)
 def test_make_help_lists_every_documented_target() -> None:
     """Fails on the help rule that matched only letters, '_' and '-' (it left out test-e2e and gpu-run-1)."""
     documented = re.findall(r"^([^\s:#.][^\s:]*):[^\n]*## ", (ROOT / "Makefile").read_text(), re.M)

@@ -298,10 +298,38 @@ def _offline(argv: list[str]) -> list[str]:
     return argv
 
 
+@pytest.fixture(scope="module")
+def wheels_bundle(smoke: SmokeCheckpoint) -> Path:
+    """The smoke checkpoint packaged with its wheelhouse (downloads the pinned wheels from the index)."""
+    out = smoke.root / "bundle-wheels"
+    package_kaggle(smoke.checkpoint, out, python_version="3.11", progress=False)
+    return out
+
+
+def _fresh_venv(env_dir: Path, root: Path) -> tuple[Path, Path, dict[str, str]]:
+    """(python, site-packages, environment) of a new venv that sees this machine's torch and torch's own
+    dependencies, and nothing else (a .pth file), with no pip configuration."""
+    import os
+    import subprocess
+    import venv
+
+    from tests.helpers import torch_only_path
+
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    python = env_dir / "bin" / "python"
+    site = Path(
+        subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .decode()
+        .strip()
+    )
+    (site / "host_torch.pth").write_text(str(torch_only_path(root / "host-torch")) + "\n")
+    return python, site, {"PATH": os.environ["PATH"], "HOME": str(root), "PIP_CONFIG_FILE": os.devnull}
+
+
 @pytest.mark.slow
 @pytest.mark.kaggle
 def test_wheelhouse_installs_offline_in_a_fresh_venv_and_infers(
-    smoke: SmokeCheckpoint, bundle_dir: Path
+    smoke: SmokeCheckpoint, wheels_bundle: Path
 ) -> None:
     """Package with wheels (downloads from the index), then in a fresh venv with no network and no pip
     config: install from the wheelhouse only, run `python -m trm infer`, compare with this process.
@@ -309,15 +337,11 @@ def test_wheelhouse_installs_offline_in_a_fresh_venv_and_infers(
     torch is not in the wheelhouse (Kaggle has it), so the venv sees this machine's torch and torch's own
     dependencies, and nothing else, through a .pth file.
     """
-    import os
     import subprocess
-    import venv
 
-    from tests.helpers import torch_only_path
     from trm.kaggle.wheelhouse import REQUIREMENTS
 
-    out = smoke.root / "bundle-wheels"
-    package_kaggle(smoke.checkpoint, out, python_version="3.11", progress=False)
+    out = wheels_bundle
     wheels = out / B.WHEELS
     pins = (wheels / REQUIREMENTS).read_text().split()
     assert "hydra-core==1.3.8" in pins and "antlr4-python3-runtime==4.9.3" in pins
@@ -326,15 +350,7 @@ def test_wheelhouse_installs_offline_in_a_fresh_venv_and_infers(
     assert len(list(wheels.glob("*.whl"))) == len(pins) + 1
 
     env_dir = smoke.root / "fresh"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site = Path(
-        subprocess.check_output([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-        .decode()
-        .strip()
-    )
-    (site / "host_torch.pth").write_text(str(torch_only_path(smoke.root / "host-torch")) + "\n")
-    env = {"PATH": os.environ["PATH"], "HOME": str(smoke.root), "PIP_CONFIG_FILE": os.devnull}
+    python, site, env = _fresh_venv(env_dir, smoke.root)
     pip = [str(python), "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels)]
     for extra in (
         ["-r", str(wheels / REQUIREMENTS)],
@@ -365,6 +381,62 @@ def test_wheelhouse_installs_offline_in_a_fresh_venv_and_infers(
     run_inference(out, challenges, here, num_aug=3, device="cpu", progress=False)
     assert offline == json.loads(here.read_text())
     validate_submission(offline, {t: smoke.challenges[t] for t in tasks})
+
+
+@pytest.mark.slow
+@pytest.mark.kaggle
+def test_published_notebook_runs_offline_end_to_end_on_cpu(
+    smoke: SmokeCheckpoint, wheels_bundle: Path, tmp_path: Path
+) -> None:
+    """The notebook `trm kaggle publish` pushes, as a script, in a fresh venv with no network: it finds the
+    staged weights and wheelhouse datasets and the competition's challenges under a stand-in for
+    /kaggle/input (TRM_KAGGLE_INPUT), installs trm-stack from the wheelhouse with pip --no-index, adapts to
+    the tasks without trained rows and writes a valid submission.json into TRM_KAGGLE_WORKING."""
+    import shutil
+    import subprocess
+
+    from trm.kaggle.notebook import INPUT_ENV, WORKING_ENV, script
+    from trm.kaggle.publish import PublishOptions, stage
+
+    plan = stage(wheels_bundle, tmp_path / "publish", PublishOptions(owner="alice", adapt_minutes=5))
+    kernel = plan.folder / "kernel"
+    notebook = next(kernel.glob("*.ipynb")).read_text()
+    # CPU-sized: few augmentations, a few adaptation steps (the flags the notebook passes stay as published).
+    code = script(notebook).replace(
+        '"--max-minutes", str(MAX_MINUTES),',
+        '"--max-minutes", str(MAX_MINUTES), "--num-aug", "2", "--device", "cpu", "--quiet",'
+        ' "--adapt-steps", "2", "--adapt-num-aug", "2",',
+    )
+    assert code != script(notebook), "the notebook's infer command changed: update this test's CPU sizing"
+    inputs, working = tmp_path / "input", tmp_path / "working"
+    shutil.copytree(plan.folder / "weights", inputs / "datasets" / "alice" / "trm-arc-weights")
+    shutil.copytree(plan.folder / "wheels", inputs / "datasets" / "alice" / "trm-arc-wheels")
+    tasks = task_ids(smoke)[SEEN_TASKS - 1 : SEEN_TASKS + 1]  # one trained task, one without a row
+    competition = inputs / "competitions" / "arc-prize-2025"
+    competition.mkdir(parents=True)
+    shutil.copy(smoke.write_challenges("notebook.json", tasks), competition / "arc-agi_test_challenges.json")
+    working.mkdir()
+    (working / "notebook.py").write_text(code)
+
+    python, site, env = _fresh_venv(tmp_path / "kernel-venv", tmp_path)
+    env.update({INPUT_ENV: str(inputs), WORKING_ENV: str(working)})
+    proc = subprocess.run(
+        _offline([str(python), "notebook.py"]),
+        env=env,
+        cwd=working,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.index("wheelhouse: ") < out.index("time plan for arc-prize-2025: 4 x NVIDIA L4, 12 h, offline")
+    assert "tasks          2 (1 without a trained row: adapted)" in out
+    assert "adapted to 2 task(s)" in out  # every task of the file gets rows
+    assert (site / "trm").is_dir()  # installed from the wheelhouse into the kernel's venv
+    submission = json.loads((working / "submission.json").read_text())
+    validate_submission(submission, {t: smoke.challenges[t] for t in tasks})
+    assert (working / "adapt" / "bundle" / B.MANIFEST).is_file()
 
 
 def test_model_without_puzzle_table_packages_and_infers(smoke: SmokeCheckpoint, tmp_path: Path) -> None:
@@ -660,6 +732,9 @@ def test_bundle_adapts_to_a_hidden_task_file_then_votes(
     assert main([*argv, "--num-aug", "3", "--device", "cpu", "--quiet", *budget]) == 0
     printed = capsys.readouterr()
     assert "adapted to 3 task(s)" in printed.out and "WARNING" not in printed.err
+    # The time plan comes first: 3 steps of the tiny model on an L4, far within the 12 h.
+    plan = printed.out.index("time plan for arc-prize-2025: 4 x NVIDIA L4, 12 h, offline")
+    assert plan < printed.out.index("adapted to") and "  adaptation     3 steps" in printed.out
     # On CPU the bundle's training micro-batch is kept (a GPU's comes from the tier table: tests/adapt/test_batch.py).
     assert (
         "note: adaptation: adapted with micro-batch 8 x 1 accumulation (global batch 8): CPU" in printed.out
@@ -679,6 +754,30 @@ def test_bundle_adapts_to_a_hidden_task_file_then_votes(
     first = out.read_text()
     assert main([*argv, "--num-aug", "3", "--device", "cpu", "--quiet", *budget]) == 0
     assert out.read_text() == first
+
+
+def test_plan_only_prints_the_time_plan_and_loads_no_model(
+    smoke: SmokeCheckpoint,
+    bundle_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_load(*_: object, **__: object) -> None:
+        raise AssertionError("--plan-only loaded the model")
+
+    monkeypatch.setattr(B, "load_bundle", no_load)
+    challenges = smoke.write_challenges("plan.json", task_ids(smoke)[SEEN_TASKS - 1 : SEEN_TASKS + 2])
+    argv = ["infer", "--weights", str(bundle_dir), "--challenges", str(challenges), "--plan-only"]
+    assert main([*argv, "--adapt-minutes", "30", "--gpus", "2", "--hours", "1", "--num-aug", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "time plan for arc-prize-2025: 2 x NVIDIA L4, 1 h, offline" in out
+    assert "tasks          3 (2 without a trained row: adapted)" in out
+    assert "budget         40.0 min (the competition's 1 h less 20 min reserve)" in out
+    assert "estimate, derived from the NVIDIA H100 80GB HBM3 measurement of 2026-11-26" in out
+    assert "adaptation     " in out and "30.0 min (50.0 % of 1 h)" in out
+    assert "1 of the 2 GPUs idle" in out and "submission" not in out
+    assert main([*argv[:-1]]) == 2  # without --plan-only, --out is needed
+    assert "--out is required" in capsys.readouterr().err
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -37,12 +37,42 @@ def _adapt_settings(args: argparse.Namespace) -> Any:
     return settings_from(args, list(args.adapt_override or []), prefix="adapt-")
 
 
+def _time_plan(args: argparse.Namespace, adapt: Any) -> Any:
+    """The competition's time plan for this bundle and challenges file (trm.kaggle.plan); reads the
+    bundle's config.json and identifiers only."""
+    from trm.kaggle.competition import competition
+    from trm.kaggle.package import local_bundle
+    from trm.kaggle.plan import plan_for_bundle
+    from trm.kaggle.testset import read_challenges
+
+    comp = competition(args.competition, gpus=args.gpus, hours=args.hours)
+    bundle, _ = local_bundle(args.weights, not args.quiet)
+    return plan_for_bundle(
+        comp,
+        bundle,
+        read_challenges(args.challenges),
+        num_aug=args.num_aug,
+        adapt_steps=None if adapt is None else adapt.steps,
+        adapt_minutes=None if adapt is None else adapt.minutes,
+        max_minutes=args.max_minutes,
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     import sys
 
+    from trm.errors import TRMError
     from trm.kaggle.infer import run_inference
 
+    if args.out is None and not args.plan_only:
+        raise TRMError("--out is required: the submission.json to write (or --plan-only to print the plan)")
     adapt = _adapt_settings(args)  # bad --adapt-* values stop here, before the bundle is read
+    plan = _time_plan(args, adapt)
+    print(plan.describe(), flush=True)
+    if args.plan_only:
+        return 0
+    from trm.kaggle.plan import planned_settings
+
     report = run_inference(
         args.weights,
         args.challenges,
@@ -50,12 +80,12 @@ def _run(args: argparse.Namespace) -> int:
         num_aug=args.num_aug,
         batch_size=args.batch_size,
         device=args.device,
-        max_minutes=args.max_minutes,
+        max_minutes=plan.budget_minutes,
         early_halt=args.early_halt,
         seed=args.seed,
         save_predictions=args.save_predictions,
         progress=not args.quiet,
-        adapt=adapt,
+        adapt=planned_settings(plan, adapt),
         adapt_dir=args.adapt_dir,
     )
     if report.adapted is not None:
@@ -101,7 +131,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="bundle folder from `python -m trm package kaggle`, or hf://ORG/NAME[/DIR][@REVISION] (a bundle, "
         "or a checkpoint of ours or upstream's, packaged once into ~/.cache/trm-stack/hub-bundles/)",
     )
-    parser.add_argument("--out", required=True, help="submission.json to write")
+    parser.add_argument("--out", default=None, help="submission.json to write (required unless --plan-only)")
     parser.add_argument("--num-aug", type=int, default=1000, help="variants per task incl. the original")
     parser.add_argument(
         "--batch-size",
@@ -122,6 +152,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of unseen tasks' augmentation plans")
     parser.add_argument("--save-predictions", default=None, help="also write every row's prediction (.npz)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    from trm.kaggle.competition import COMPETITIONS, DEFAULT
+
+    plan = parser.add_argument_group(
+        "competition time plan",
+        "printed before adaptation starts: adaptation steps and minutes, the minutes left for inference and "
+        "their share of the competition's hours, step times on the competition GPU (trm.kaggle.plan); "
+        "adaptation is shortened when it and inference would not fit, and --max-minutes is capped to the "
+        "competition's hours less a reserve",
+    )
+    plan.add_argument(
+        "--competition",
+        default=DEFAULT,
+        choices=sorted(COMPETITIONS),
+        help=f"the competition's hardware and hours (default {DEFAULT}: 4 x L4, 12 h, offline)",
+    )
+    plan.add_argument("--gpus", type=int, default=None, help="override the competition's GPU count")
+    plan.add_argument("--hours", type=float, default=None, help="override the competition's run-time limit")
+    plan.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print the time plan and exit 0 (reads config.json and the challenges, loads no model)",
+    )
     adapt = parser.add_argument_group(
         "test-time training",
         "tasks without a trained puzzle row score about zero unless the model is first adapted to their "

@@ -5,7 +5,9 @@ It finds what is attached by content, not by mount path: the wheelhouse is the f
 `trm_stack-*.whl`, the weights the folder whose `config.json` is a trm-kaggle-bundle, the challenges the
 competition's file of the configured name, anywhere under /kaggle/input. The commands are the ones the
 bundle's README.md gives (pip with --no-index from the wheelhouse; `trm infer` with the time budget and,
-when given, test-time adaptation of the tasks without trained rows).
+when given, test-time adaptation of the tasks without trained rows). TRM_KAGGLE_INPUT / TRM_KAGGLE_WORKING
+replace /kaggle/input and /kaggle/working, so that the same notebook runs anywhere (`script`: its code
+cells as one Python file).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 from trm.kaggle.bundle import FORMAT
 
 INPUT, WORKING = "/kaggle/input", "/kaggle/working"
+# Run the notebook outside Kaggle (the offline CI test, a dry run on a workstation): the folders instead.
+INPUT_ENV, WORKING_ENV = "TRM_KAGGLE_INPUT", "TRM_KAGGLE_WORKING"
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,12 @@ def _settings_cell(s: KernelSettings) -> str:
     return "\n".join(
         [
             "# Written by `python -m trm kaggle publish`; change and re-run to experiment.",
-            f"INPUT = {INPUT!r}  # where Kaggle mounts attached datasets and the competition",
-            f"WORKING = {WORKING!r}  # the notebook's output folder: submission.json goes here",
+            "import os",
+            "",
+            "# where Kaggle mounts attached datasets and the competition (TRM_KAGGLE_INPUT: a copy elsewhere)",
+            f"INPUT = os.environ.get({INPUT_ENV!r}, {INPUT!r})",
+            "# the notebook's output folder, submission.json goes here (TRM_KAGGLE_WORKING: elsewhere)",
+            f"WORKING = os.environ.get({WORKING_ENV!r}, {WORKING!r})",
             f"WEIGHTS_DATASET = {s.weights_dataset!r}",
             f"WHEELS_DATASET = {s.wheels_dataset!r}",
             f"CHALLENGES_NAME = {s.challenges_name!r}",
@@ -70,7 +78,7 @@ for found, what in ((wheels, WHEELS_DATASET), (bundles, WEIGHTS_DATASET), (chall
     if not found:
         raise SystemExit(f"nothing of {{what}} under {{INPUT}}: attach it to this notebook (Add Input)")
 WHEELS, WEIGHTS, CHALLENGES = os.path.dirname(wheels[0]), bundles[0], challenges[0]
-print("wheelhouse:", WHEELS, "| weights:", WEIGHTS, "| challenges:", CHALLENGES)"""
+print("wheelhouse:", WHEELS, "| weights:", WEIGHTS, "| challenges:", CHALLENGES, flush=True)"""
 
 _INSTALL = """# Install trm-stack and its pinned dependencies from the wheelhouse (no index: the internet is off).
 import subprocess
@@ -93,6 +101,12 @@ subprocess.run(command, check=True)"""
 def code_cells(settings: KernelSettings) -> list[str]:
     """The notebook's code cells, in order: settings, locate, install, infer."""
     return [_settings_cell(settings), _LOCATE, _INSTALL, _INFER]
+
+
+def script(notebook_text: str) -> str:
+    """A notebook's code cells as one Python script (what running it top to bottom executes)."""
+    cells = json.loads(notebook_text)["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code") + "\n"
 
 
 def _cell(kind: str, source: str) -> dict[str, Any]:

@@ -281,22 +281,33 @@ def recipe_config(name: str) -> TrainConfig:
     return compose([*get_recipe(name).overrides, "data_paths=[unused]"])
 
 
+def reference_model(speed: TierSpeed) -> Any:
+    """The model config (one row) of the recipe a `[tier.speed]` measured, on its dataset's recorded sizes;
+    None when the dataset's sizes are not recorded (trm.launch.planning.dataset_sizes)."""
+    from trm.model.registry import model_config
+    from trm.training.recipes import get_recipe
+
+    sizes = recorded_sizes(get_recipe(speed.recipe).dataset)
+    if sizes is None:
+        return None
+    return model_config(
+        recipe_config(speed.recipe).arch, batch_size=1, seq_len=int(sizes[0]["seq_len"]),
+        vocab_size=int(sizes[0]["vocab_size"]), num_puzzle_identifiers=1, forward_dtype="bfloat16",
+    )  # fmt: skip
+
+
 def workload_scale(speed: TierSpeed, cfg: TrainConfig, seq_len: int) -> tuple[float, float] | None:
     """(training, evaluation) FLOPs per row of `cfg` on `seq_len` cells over those of the measured recipe,
     when both run the same architecture on the same tokens per row (else None: the measurement does not
     carry over)."""
     from trm.model.registry import model_config, spec_of
-    from trm.training.recipes import get_recipe
 
-    reference = get_recipe(speed.recipe)
-    sizes = recorded_sizes(reference.dataset)
-    reference_arch = recipe_config(speed.recipe).arch
-    if sizes is None or spec_of(reference_arch).name != spec_of(cfg.arch).name:
+    ref_model = reference_model(speed)
+    if ref_model is None or spec_of(ref_model).name != spec_of(cfg.arch).name:
         return None
-    ref_model, run_model = (
-        model_config(arch, batch_size=1, seq_len=cells, vocab_size=int(sizes[0]["vocab_size"]),
-                     num_puzzle_identifiers=1, forward_dtype="bfloat16")
-        for arch, cells in ((reference_arch, int(sizes[0]["seq_len"])), (cfg.arch, seq_len))
+    run_model = model_config(
+        cfg.arch, batch_size=1, seq_len=seq_len, vocab_size=ref_model.vocab_size, num_puzzle_identifiers=1,
+        forward_dtype="bfloat16",
     )  # fmt: skip
     if ref_model.total_seq_len != run_model.total_seq_len:
         return None
