@@ -4,6 +4,7 @@
         [--seeds S] [--out DIR]
     nox -s bench -- curves --setup sudoku --variant "lr2x: lr=2e-3"     # ours vs ours with overrides
     nox -s bench -- curves --setup sudoku --resume-at random            # ours vs ours stopped and resumed
+    nox -s bench -- curves --setup sudoku --subset-eval 0.1 --top-k 3    # full vs subset in-run evaluations
 
 Both trainers run on the same data (our compact build; upstream's materialized build of the same
 puzzles) and configuration (a recipe of trm/training/recipes.py, rendered as the upstream keys both take),
@@ -24,6 +25,11 @@ the uninterrupted one at every step ("identical"), not only a matching distribut
 
 Writes <out>/<setup>[-<variant>|-resume].json (every run's curve, the intervals, the verdicts, the command) and a
 .png beside it (both trainers' means with their bands). All figures are measured.
+
+`--subset-eval FRACTION` compares ours evaluating the whole test set at `--evals` in-run evaluations with
+ours evaluating a subset there (`eval_subset.fraction=FRACTION`, `eval_subset.seed` = the run's seed,
+`best.top_k=--top-k`): the training curves must be identical step by step, and the checkpoint the subset
+run chooses at its end the full run's best or within its Wilson interval (tools.bench.curve_best).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tools import checkout_env
-from tools.bench import curve_data, curve_stats
+from tools.bench import curve_data, curve_stats, curve_subset
 from trm.errors import TRMError
 from trm.exit_codes import SAVED_RETRY
 from trm.io import atomic_write_bytes, atomic_write_json
@@ -69,6 +75,7 @@ class Setup:
     build_args: tuple[str, ...]
     steps: int  # the default run length
     sudoku_csv: tuple[int, int, int] | None = None  # train puzzles, test puzzles, blanks (generated CSVs)
+    eval_test: int | None = None  # generated test puzzles when in-run evaluations are compared
 
 
 _SMALL_TRM = {"hidden_size": 64, "num_heads": 2, "L_layers": 1, "H_cycles": 2, "L_cycles": 2,
@@ -85,6 +92,7 @@ SETUPS = {
         build_args=("--num-aug", "8"),
         steps=200,
         sudoku_csv=(512, 64, 2),
+        eval_test=512,
     ),
     "arc": Setup(
         name="arc",
@@ -153,15 +161,34 @@ def _run(cmd: list[str], cwd: Path | None, what: str) -> None:
         raise TRMError(f"{what} failed (exit {proc.returncode}):\n{tail}")
 
 
-def ours_command(overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int) -> list[str]:
+# Our trainer's evaluation settings unless a plan evaluates: none, and one checkpoint kept.
+NO_EVALUATION = ("evaluate=false", "checkpoint.keep=1")
+
+
+def ours_command(
+    overrides: Sequence[str],
+    data: Path,
+    run_dir: Path,
+    seed: int,
+    steps: int,
+    evaluation: Sequence[str] = NO_EVALUATION,
+) -> list[str]:
     return [sys.executable, "-m", "trm.train", *overrides, f"data_paths=[{data}]", f"seed={seed}",
-            f"max_steps={steps}", "log_interval=1", "evaluate=false", "device=cpu", "checkpoint.keep=1",
+            f"max_steps={steps}", "log_interval=1", *evaluation, "device=cpu",
             f"+checkpoint_path={run_dir}"]  # fmt: skip
 
 
-def run_ours(overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int) -> Curves:
+def run_ours(
+    overrides: Sequence[str],
+    data: Path,
+    run_dir: Path,
+    seed: int,
+    steps: int,
+    evaluation: Sequence[str] = NO_EVALUATION,
+) -> Curves:
     """Our trainer for `steps` steps."""
-    _run(ours_command(overrides, data, run_dir, seed, steps), None, f"our trainer (seed {seed})")
+    cmd = ours_command(overrides, data, run_dir, seed, steps, evaluation)
+    _run(cmd, None, f"our trainer (seed {seed})")
     return read_jsonl(run_dir / "metrics.jsonl", steps)
 
 
@@ -250,8 +277,14 @@ def compare(
     ]
 
 
-def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str], title: str) -> bytes:
-    """Both sides' means with their interval bands, one panel per metric; PNG bytes."""
+def plot(
+    comparisons: list[curve_stats.MetricComparison],
+    labels: tuple[str, str],
+    title: str,
+    best: dict | None = None,
+) -> bytes:
+    """Both sides' means with their interval bands, one panel per metric (and with `best`, the
+    --subset-eval result's entry, a panel of the checkpoints' full scores and choices); PNG bytes."""
     import io
 
     import matplotlib
@@ -259,8 +292,11 @@ def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(comparisons), figsize=(4.2 * len(comparisons), 3.4))
-    for ax, comp in zip(axes, comparisons, strict=True):
+    panels = len(comparisons) + (best is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.4))
+    if best is not None:
+        curve_subset.plot_choices(axes[-1], best)
+    for ax, comp in zip(axes, comparisons, strict=False):
         for side, label, color in ((comp.a, labels[0], "tab:blue"), (comp.b, labels[1], "tab:orange")):
             mean = [i.mean for i in side]
             ax.plot(comp.steps, mean, color=color, label=label)
@@ -313,6 +349,22 @@ def main(argv: list[str] | None = None) -> int:
     change.add_argument(
         "--resume-at", default=None, help="STEP or 'random': ours against ours stopped there and resumed"
     )
+    change.add_argument(
+        "--subset-eval",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="ours with full in-run evaluations against ours evaluating this share of the test set in-run",
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=3, help="with --subset-eval: the subset side's best.top_k (default 3)"
+    )
+    parser.add_argument(
+        "--evals",
+        type=int,
+        default=10,
+        help="with --subset-eval: in-run evaluations per run (about; default 10)",
+    )
     args = parser.parse_args(argv)
     try:
         return _main(args, parser.prog, recorded_argv(list(sys.argv[1:] if argv is None else argv)))
@@ -328,15 +380,18 @@ class Plan:
     labels: tuple[str, str]
     suffix: str  # of the output files' names
     run_b: Callable[[int], Curves]  # seed -> side B's curves
-    resume_at: int | None = None
-    resumed_from: list[int] | None = None  # per seed: the step of the checkpoint the SIGTERM saved
+    run_a: Callable[[int], Curves] | None = None  # seed -> side A's curves (None: ours, no evaluation)
+    finish: Callable[[list[Curves], list[Curves]], dict] | None = None  # both sides' runs -> JSON entries
 
 
 def plan(
     args: argparse.Namespace, base: tuple[str, ...], data: tuple[Path, Path], work: Path, steps: int
 ) -> Plan:
-    """Side B: ours with --variant overrides, ours stopped at --resume-at and resumed, else upstream."""
+    """Side B: ours with --variant overrides, ours stopped at --resume-at and resumed, ours evaluating a
+    subset in-run (--subset-eval; side A then evaluates in full), else upstream."""
     ours_data, theirs_data = data
+    if args.subset_eval is not None:
+        return subset_plan(args, base, ours_data, work, steps)
     if args.variant is not None:
         name, overrides = parse_variant(args.variant)
         changed = with_overrides(base, overrides)
@@ -355,7 +410,10 @@ def plan(
             return curves
 
         return Plan(
-            ("trm-stack", f"trm-stack stopped at {at}, resumed"), "-resume", resumed, at, resumed_from
+            ("trm-stack", f"trm-stack stopped at {at}, resumed"),
+            "-resume",
+            resumed,
+            finish=lambda a, b: {**resume_identity(a, b, at), "resumed_from": resumed_from},
         )
     checkout = os.environ.get("TRM_UPSTREAM")
     if not checkout:
@@ -366,6 +424,80 @@ def plan(
         ("trm-stack", "upstream"),
         "",
         lambda seed: run_upstream(base, Path(checkout), theirs_data, work / f"upstream-{seed}", seed, steps),
+    )
+
+
+def check_subset_args(fraction: float, top_k: int, evals: int) -> None:
+    """--subset-eval, --top-k and --evals as the comparison needs them."""
+    if not 0 < fraction < 1:
+        raise TRMError(f"--subset-eval {fraction}: give the subset's share of the test set, in (0, 1)")
+    if top_k < 1:
+        raise TRMError(
+            f"--top-k {top_k}: the subset run re-evaluates its top k on the full set at its end; give 1 or more"
+        )
+    if evals < 2:
+        raise TRMError(f"--evals {evals}: choosing a best checkpoint needs 2 or more evaluations")
+
+
+def eval_schedule(data: Path, steps: int, batch: int, evals: int) -> tuple[int, int]:
+    """(epochs, eval_interval) for about `evals` in-run evaluations in `steps` steps: an evaluation after
+    every `eval_interval` epochs (at least 1), and epochs a multiple of it covering the steps."""
+    meta = json.loads((data / "train" / "dataset.json").read_text(encoding="utf-8"))
+    per_epoch = meta["total_groups"] * meta["mean_puzzle_examples"] / batch
+    interval = max(1, round(steps / evals / per_epoch))
+    epochs = interval * math.ceil(epochs_for(data, steps, batch) / interval)
+    return epochs, interval
+
+
+# Both sides of --subset-eval: evaluate after every pass, an evaluation checkpoint each, all kept, none by time.
+IN_RUN_EVALUATION = (
+    "evaluate=true",
+    "checkpoint.keep=0",
+    "checkpoint.every_eval=true",
+    "checkpoint.every_minutes=0",
+)
+
+
+def subset_plan(args: argparse.Namespace, base: tuple[str, ...], data: Path, work: Path, steps: int) -> Plan:
+    """Side A: ours evaluating the whole test set in-run; side B: the same, evaluating a subset
+    (eval_subset.fraction, seeded by the run's seed) and choosing its best among the top k on the full set."""
+    batch = int(next(o for o in base if o.startswith("global_batch_size=")).split("=", 1)[1])
+    epochs, interval = eval_schedule(data, steps, batch, args.evals)
+    scheduled = with_overrides(base, [f"epochs={epochs}", f"eval_interval={interval}"])
+    fraction, top_k = args.subset_eval, args.top_k
+
+    def subset_keys(seed: int) -> tuple[str, ...]:
+        return (*IN_RUN_EVALUATION, f"eval_subset.fraction={fraction}", f"eval_subset.seed={seed}",
+                f"best.top_k={top_k}")  # fmt: skip
+
+    def finish(runs_a: list[Curves], runs_b: list[Curves]) -> dict:
+        full = [work / f"full-{seed}" for seed in range(len(runs_a))]
+        subset = [work / f"subset-{seed}" for seed in range(len(runs_b))]
+        identity = step_identity(runs_a, runs_b)
+        weights = [curve_subset.weights_identity(a, b) for a, b in zip(full, subset, strict=True)]
+        best = curve_subset.compare_runs(full, subset)
+        same_weights = all(w["first_difference"] is None for w in weights)
+        training = "identical" if identity["identical"] and same_weights else "NOT identical"
+        return {
+            "eval_schedule": {
+                "epochs": epochs,
+                "eval_interval": interval,
+                "fraction": fraction,
+                "top_k": top_k,
+            },
+            "identical": identity["identical"],
+            "first_difference": identity["first_difference"],
+            "weights": weights,
+            "best": best,
+            "verdict": f"training {training} at every step; {best['verdict']}",
+        }
+
+    return Plan(
+        ("trm-stack full evaluations", f"trm-stack subset {fraction:g}, top-{top_k}"),
+        f"-subset{fraction:g}",
+        lambda seed: run_ours(scheduled, data, work / f"subset-{seed}", seed, steps, subset_keys(seed)),
+        run_a=lambda seed: run_ours(scheduled, data, work / f"full-{seed}", seed, steps, IN_RUN_EVALUATION),
+        finish=finish,
     )
 
 
@@ -389,6 +521,12 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         raise TRMError(f"--seeds {args.seeds}: intervals across seeds need 2 or more")
     if steps < 2:
         raise TRMError(f"--steps {steps}: a curve needs 2 or more steps")
+    if args.subset_eval is not None:
+        check_subset_args(args.subset_eval, args.top_k, args.evals)
+        if setup.eval_test is not None and setup.sudoku_csv is not None:
+            setup = dataclasses.replace(
+                setup, sudoku_csv=(*setup.sudoku_csv[:1], setup.eval_test, *setup.sudoku_csv[2:])
+            )
     work = args.keep or Path(tempfile.mkdtemp(prefix="trm-curves-"))
     started = time.monotonic()
     try:
@@ -396,9 +534,10 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         epochs = epochs_for(data[0], steps, setup.recipe.global_batch_size)
         base = setup.recipe.with_changes(epochs=epochs, eval_interval=epochs).overrides
         how = plan(args, base, data, work, steps)
+        run_a = how.run_a or (lambda seed: run_ours(base, data[0], work / f"ours-{seed}", seed, steps))
         runs_a, runs_b = [], []
         for seed in range(args.seeds):  # interleaved, so drift of the machine hits both sides alike
-            runs_a.append(run_ours(base, data[0], work / f"ours-{seed}", seed, steps))
+            runs_a.append(run_a(seed))
             runs_b.append(how.run_b(seed))
             print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)
         comparisons = compare(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps)
@@ -416,9 +555,8 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
             "metrics": [c.as_dict() for c in comparisons],
             "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
         }
-        if how.resume_at is not None:
-            result.update(resume_identity(runs_a, runs_b, how.resume_at))
-            result["resumed_from"] = how.resumed_from
+        if how.finish is not None:
+            result.update(how.finish(runs_a, runs_b))
         write_outputs(args.out / f"{setup.name}{how.suffix}", result, comparisons)
     finally:
         if args.keep is None:
@@ -426,24 +564,31 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
     return 0
 
 
-def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict:
-    """The resume check's verdict: "identical" when every seed's resumed run logged exactly what the
-    uninterrupted one did, at every step."""
+def step_identity(runs_a: list[Curves], runs_b: list[Curves]) -> dict:
+    """ "identical" when every seed's side B logged exactly what its side A did, at every step; else the
+    first differing step per seed."""
     first = [identical(a, b) for a, b in zip(runs_a, runs_b, strict=True)]
     same = all(f is None for f in first)
     verdict = "identical" if same else f"not identical (first differing step per seed: {first})"
-    return {"resume_at": at, "identical": same, "first_difference": first, "verdict": verdict}
+    return {"identical": same, "first_difference": first, "verdict": verdict}
+
+
+def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict:
+    """The resume check's verdict: each seed's resumed run against the uninterrupted one (step_identity)."""
+    return {"resume_at": at, **step_identity(runs_a, runs_b)}
 
 
 def write_outputs(stem: Path, result: dict, comparisons: list[curve_stats.MetricComparison]) -> None:
     """<stem>.json and <stem>.png, and the verdicts on stdout."""
     labels = result["labels"]
-    atomic_write_json(stem.with_suffix(".json"), result)
+    atomic_write_json(stem.parent / f"{stem.name}.json", result)
     title = (
         f"{result['setup']}: {labels[0]} vs {labels[1]}, {result['seeds']} seeds, "
         f"{LEVEL:.0%} intervals (measured); {result['verdict']}"
     )
-    atomic_write_bytes(stem.with_suffix(".png"), plot(comparisons, (labels[0], labels[1]), title))
+    atomic_write_bytes(
+        stem.parent / f"{stem.name}.png", plot(comparisons, (labels[0], labels[1]), title, result.get("best"))
+    )
     for c in comparisons:
         fd = c.final_difference
         print(

@@ -133,7 +133,7 @@ def subset_metrics(metrics: Mapping[str, float], ranked_by: str) -> dict[str, fl
     full-evaluation name such as ARC/pass@2 or eval/all/exact_accuracy) as `<name>/wilson_low|high`."""
     out = {f"{SUBSET_PREFIX}{k}": float(v) for k, v in metrics.items()}
     if ranked_by in metrics:
-        n = _denominator(metrics, ranked_by)
+        n = denominator(metrics, ranked_by)
         if n is not None:
             low, high = wilson_interval(metrics[ranked_by] * n, n)
             out[f"{SUBSET_PREFIX}{ranked_by}/wilson_low"] = low
@@ -141,7 +141,7 @@ def subset_metrics(metrics: Mapping[str, float], ranked_by: str) -> dict[str, fl
     return out
 
 
-def _denominator(metrics: Mapping[str, float], name: str) -> float | None:
+def denominator(metrics: Mapping[str, float], name: str) -> float | None:
     """How many items a proportion metric averages over: ARC/count for ARC metrics, the set's row count
     for `eval/<set>/<metric>`."""
     if name.startswith("ARC/"):
