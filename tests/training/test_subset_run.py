@@ -84,3 +84,21 @@ def test_a_candidates_full_evaluation_pets_the_watchdog_and_restores_the_weights
     assert "eval/all/exact_accuracy" in metrics and len(beats) == 2  # one per test batch
     after = trainer.components.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_a_subset_run_trains_exactly_as_a_full_run(tmp_path: Path) -> None:
+    """Evaluating a subset instead of the whole test set (and re-evaluating candidates at the end) leaves
+    training alone: the same weights, optimizer and EMA state, and the same train metrics at every step."""
+    code_full, full = run(tmp_path / "full", "checkpoint.keep=0")
+    code_sub, sub = run(tmp_path / "sub", *SUBSET, "checkpoint.keep=0")
+    assert code_full == code_sub == exit_codes.OK
+    assert_same_state(full, sub)
+
+    def train_rows(run_dir: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if k.startswith("train/") or k == "step"} for r in metric_rows(run_dir)
+                if any(k.startswith("train/") for k in r)]  # fmt: skip
+
+    assert (
+        train_rows(tmp_path / "full") == train_rows(tmp_path / "sub")
+        and len(train_rows(tmp_path / "sub")) == 8
+    )

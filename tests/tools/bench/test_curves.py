@@ -196,3 +196,18 @@ def test_upstream_runner_records_what_upstream_logs(tmp_path, monkeypatch):
     assert [json.loads(x) for x in metrics.read_text().splitlines()] == [
         {"step": 3, "train/lm_loss": 2.5, "train/count": 1.0}
     ]
+
+
+@pytest.mark.e2e  # four trainer processes, each evaluating in-run
+def test_full_against_subset_evaluation_end_to_end(tmp_path):
+    out = tmp_path / "out"
+    argv = ["--setup", "sudoku", "--steps", "32", "--seeds", "2", "--evals", "2", "--subset-eval", "0.1",
+            "--top-k", "2", "--out", str(out)]  # fmt: skip
+    assert curves.main(argv) == 0
+    result = json.loads((out / "sudoku-subset0.1.json").read_text())
+    assert result["eval_schedule"] == {"epochs": 3, "eval_interval": 1, "fraction": 0.1, "top_k": 2}
+    assert result["identical"] is True and result["first_difference"] == [None, None]
+    assert all(w == {"steps": [16, 32], "first_difference": None} for w in result["weights"])
+    for seed in result["best"]["per_seed"]:
+        assert seed["n"] == 512 and seed["scores_agree"] is True and sorted(seed["candidates"]) == [16, 32]
+    assert result["verdict"].startswith("training identical at every step; same best checkpoint on")
