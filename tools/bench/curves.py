@@ -363,7 +363,14 @@ def main(argv: list[str] | None = None) -> int:
         "--evals",
         type=int,
         default=10,
-        help="with --subset-eval: in-run evaluations per run (about; default 10)",
+        help="with --subset-eval: in-run evaluations per run (about; default 10), from --eval-from on",
+    )
+    parser.add_argument(
+        "--eval-from",
+        type=int,
+        default=0,
+        metavar="STEP",
+        help="with --subset-eval: no in-run evaluation before this step (default 0: from the first pass)",
     )
     args = parser.parse_args(argv)
     try:
@@ -427,8 +434,8 @@ def plan(
     )
 
 
-def check_subset_args(fraction: float, top_k: int, evals: int) -> None:
-    """--subset-eval, --top-k and --evals as the comparison needs them."""
+def check_subset_args(fraction: float, top_k: int, evals: int, eval_from: int, steps: int) -> None:
+    """--subset-eval, --top-k, --evals and --eval-from as the comparison needs them."""
     if not 0 < fraction < 1:
         raise TRMError(f"--subset-eval {fraction}: give the subset's share of the test set, in (0, 1)")
     if top_k < 1:
@@ -437,16 +444,20 @@ def check_subset_args(fraction: float, top_k: int, evals: int) -> None:
         )
     if evals < 2:
         raise TRMError(f"--evals {evals}: choosing a best checkpoint needs 2 or more evaluations")
+    if not 0 <= eval_from < steps:
+        raise TRMError(f"--eval-from {eval_from}: give a step in 0..{steps - 1} (the run has {steps})")
 
 
-def eval_schedule(data: Path, steps: int, batch: int, evals: int) -> tuple[int, int]:
-    """(epochs, eval_interval) for about `evals` in-run evaluations in `steps` steps: an evaluation after
-    every `eval_interval` epochs (at least 1), and epochs a multiple of it covering the steps."""
+def eval_schedule(data: Path, steps: int, batch: int, evals: int, start: int = 0) -> tuple[int, int, int]:
+    """(epochs, eval_interval, min_eval_interval) for about `evals` in-run evaluations between step
+    `start` and step `steps`: one after every `eval_interval` epochs (at least 1) from the first pass that
+    ends at or after `start` on, and epochs a multiple of the interval covering the steps."""
     meta = json.loads((data / "train" / "dataset.json").read_text(encoding="utf-8"))
     per_epoch = meta["total_groups"] * meta["mean_puzzle_examples"] / batch
-    interval = max(1, round(steps / evals / per_epoch))
+    interval = max(1, round((steps - start) / evals / per_epoch))
     epochs = interval * math.ceil(epochs_for(data, steps, batch) / interval)
-    return epochs, interval
+    first = max(0, math.ceil(start / (interval * per_epoch)) - 1)
+    return epochs, interval, first
 
 
 # Both sides of --subset-eval: evaluate after every pass, an evaluation checkpoint each, all kept, none by time.
@@ -462,8 +473,10 @@ def subset_plan(args: argparse.Namespace, base: tuple[str, ...], data: Path, wor
     """Side A: ours evaluating the whole test set in-run; side B: the same, evaluating a subset
     (eval_subset.fraction, seeded by the run's seed) and choosing its best among the top k on the full set."""
     batch = int(next(o for o in base if o.startswith("global_batch_size=")).split("=", 1)[1])
-    epochs, interval = eval_schedule(data, steps, batch, args.evals)
-    scheduled = with_overrides(base, [f"epochs={epochs}", f"eval_interval={interval}"])
+    epochs, interval, first = eval_schedule(data, steps, batch, args.evals, args.eval_from)
+    scheduled = with_overrides(
+        base, [f"epochs={epochs}", f"eval_interval={interval}", f"min_eval_interval={first}"]
+    )
     fraction, top_k = args.subset_eval, args.top_k
 
     def subset_keys(seed: int) -> tuple[str, ...]:
@@ -482,6 +495,7 @@ def subset_plan(args: argparse.Namespace, base: tuple[str, ...], data: Path, wor
             "eval_schedule": {
                 "epochs": epochs,
                 "eval_interval": interval,
+                "min_eval_interval": first,
                 "fraction": fraction,
                 "top_k": top_k,
             },
@@ -522,7 +536,7 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
     if steps < 2:
         raise TRMError(f"--steps {steps}: a curve needs 2 or more steps")
     if args.subset_eval is not None:
-        check_subset_args(args.subset_eval, args.top_k, args.evals)
+        check_subset_args(args.subset_eval, args.top_k, args.evals, args.eval_from, steps)
         if setup.eval_test is not None and setup.sudoku_csv is not None:
             setup = dataclasses.replace(
                 setup, sudoku_csv=(*setup.sudoku_csv[:1], setup.eval_test, *setup.sudoku_csv[2:])

@@ -55,6 +55,12 @@ class PuzzleIdAblation(nn.Module):
         """The wrapped head's initial carry for the mapped batch."""
         return self.loss_head.initial_carry(self._mapped(batch))
 
+    def eval_act_steps(self) -> int | None:
+        """The wrapped head's fixed number of evaluation ACT steps (None: slots may halt early)."""
+        from trm.evaluation.runner import fixed_act_steps
+
+        return fixed_act_steps(self.loss_head)
+
     def forward(self, carry: Any, batch: dict[str, torch.Tensor], *args: Any, **kwargs: Any) -> Any:
         """One step of the wrapped head on the mapped batch."""
         return self.loss_head(carry, self._mapped(batch), *args, **kwargs)

@@ -11,6 +11,11 @@ shorter last chunk is padded with copies of its first row that a row mask leaves
 the halting test and of the outputs, so evaluation uses one static graph and never recompiles for a batch
 size. The eager loss head gets the chunks as they are.
 
+When no slot can halt early in evaluation (the default: every slot runs `halt_max_steps`, see
+`fixed_act_steps`), a chunk runs exactly that many ACT steps without reading the halting flag, so the host
+never waits for the device between steps; with early halting (arch.eval_early_halt, arch.act_inference)
+it reads the flag after every step.
+
 A long evaluation (ARC-AGI-2's is ~170k rows) can be stopped between batches: `should_stop` is asked
 before each batch (every rank asks it as often, so it may all-reduce), and when it says so the evaluators
 drop this round's partial votes and `EvaluationStopped` is raised: nothing is written, nothing pooled.
@@ -69,6 +74,7 @@ def evaluate(
     for ev in evaluators:
         ev.begin_eval()
     pad_to = chunk_size if is_compiled(loss_head) else None
+    act_steps = fixed_act_steps(loss_head)
     wanted = tuple(dict.fromkeys([*save_outputs, *(k for ev in evaluators for k in ev.required_outputs)]))
     sums: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
     saved: dict[str, list[torch.Tensor]] = defaultdict(list)
@@ -88,7 +94,7 @@ def evaluate(
                 batch = {k: v[:rows].to(info.device, non_blocking=True) for k, v in batch.items()}
                 for start in range(0, rows, chunk_size):
                     chunk = {k: v[start : start + chunk_size] for k, v in batch.items()}
-                    metrics, outputs = _run_to_halt(loss_head, chunk, wanted, pad_to)
+                    metrics, outputs = _run_to_halt(loss_head, chunk, wanted, pad_to, act_steps)
                     for name, value in metrics.items():
                         acc = sums[set_name]
                         acc[name] = acc.get(name, 0) + value.detach().double()
@@ -138,19 +144,38 @@ def pad_rows(batch: dict[str, torch.Tensor], size: int) -> tuple[dict[str, torch
     return padded, mask
 
 
+def fixed_act_steps(loss_head: torch.nn.Module) -> int | None:
+    """How many ACT steps every slot of a fresh carry takes in evaluation, when that is fixed (the loss
+    head's `eval_act_steps`, through a torch.compile wrapper); None when slots may halt early, or the head
+    does not say."""
+    module = getattr(loss_head, "_orig_mod", loss_head)
+    steps = getattr(module, "eval_act_steps", None)
+    return steps() if callable(steps) else None
+
+
 def _run_to_halt(
-    loss_head: torch.nn.Module, batch: dict[str, torch.Tensor], wanted: tuple[str, ...], pad_to: int | None
+    loss_head: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    wanted: tuple[str, ...],
+    pad_to: int | None,
+    act_steps: int | None = None,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Fresh carry, step until every slot halted; metrics and outputs of the last step. With `pad_to`
-    (a compiled loss head) every call gets `pad_to` rows and a row mask, full chunks included (one graph)."""
+    """Fresh carry, step until every slot halted; metrics and outputs of the last step. With `act_steps`
+    every slot halts at that step: exactly that many steps run, and the halting flag is never read (no
+    host sync). With `pad_to` (a compiled loss head) every call gets `pad_to` rows and a row mask, full
+    chunks included (one graph)."""
     rows = next(iter(batch.values())).shape[0]
     extra: dict[str, torch.Tensor] = {}
     if pad_to is not None:
         batch, extra["row_mask"] = pad_rows(batch, pad_to)
     carry = loss_head.initial_carry(batch)
+    taken = 0
     while True:
         carry, _loss, metrics, outputs, all_halted = loss_head(carry, batch, return_keys=wanted, **extra)
-        if all_halted:
+        taken += 1
+        # bool(all_halted) makes the host wait for the device: only when slots may halt early
+        done = taken == act_steps if act_steps is not None else bool(all_halted)
+        if done:
             return metrics, {k: v[:rows] for k, v in outputs.items()}
 
 

@@ -115,6 +115,15 @@ class TinyRecursiveModel(nn.Module):
                 halted = halted | frozen | (q_halt > 0)
         return ACTCarry(new_inner, steps.to(torch.int32), halted, data), outputs
 
+    def eval_act_steps(self) -> int | None:
+        """The ACT steps every slot of a fresh carry takes in evaluation when none can halt early
+        (halt_max_steps: neither arch.eval_early_halt nor the baseline's arch.act_inference); else None.
+        Read at every evaluation: URM's extra-loops pass raises it for its duration."""
+        cfg = self.config
+        if cfg.eval_early_halt or (cfg.halt_max_steps > 1 and getattr(cfg, "act_inference", False)):
+            return None
+        return int(cfg.halt_max_steps)
+
     def _min_halt_steps(
         self, q_halt: torch.Tensor, steps: torch.Tensor, exploration: HaltExploration | None
     ) -> torch.Tensor:

@@ -74,6 +74,10 @@ class ACTLossHead(nn.Module):
         """The model's initial (all-halted) carry for `batch`."""
         return self.model.initial_carry(batch)
 
+    def eval_act_steps(self) -> int | None:
+        """The model's fixed number of evaluation ACT steps (None: slots may halt early)."""
+        return self.model.eval_act_steps()
+
     def forward(
         self,
         carry: ACTCarry,

@@ -135,8 +135,11 @@ def test_the_schedule_evaluates_about_as_often_as_asked(tmp_path: Path) -> None:
     meta = {"total_groups": 512, "mean_puzzle_examples": 1.0}
     (tmp_path / "train" / "dataset.json").write_text(json.dumps(meta))
     # 16 steps per epoch at batch 32: 600 steps and 12 evaluations -> every 3 epochs (48 steps), 39 epochs
-    assert curves.eval_schedule(tmp_path, 600, 32, 12) == (39, 3)
-    assert curves.eval_schedule(tmp_path, 32, 32, 10) == (3, 1)  # never under one epoch
+    assert curves.eval_schedule(tmp_path, 600, 32, 12) == (39, 3, 0)
+    assert curves.eval_schedule(tmp_path, 32, 32, 10) == (3, 1, 0)  # never under one epoch
+    # From step 144 on, 6 evaluations up to step 240: every epoch, the first after pass 9 (144 = 9 x 16)
+    assert curves.eval_schedule(tmp_path, 240, 32, 6, start=144) == (16, 1, 8)
+    assert curves.eval_schedule(tmp_path, 240, 32, 6, start=150)[2] == 9  # the pass ending at 160
 
 
 @pytest.mark.parametrize(
@@ -145,6 +148,7 @@ def test_the_schedule_evaluates_about_as_often_as_asked(tmp_path: Path) -> None:
         (["--subset-eval", "1.0"], "--subset-eval 1.0: give the subset's share of the test set, in (0, 1)"),
         (["--subset-eval", "0.1", "--top-k", "0"], "--top-k 0: the subset run re-evaluates its top k"),
         (["--subset-eval", "0.1", "--evals", "1"], "--evals 1: choosing a best checkpoint needs 2 or more"),
+        (["--subset-eval", "0.1", "--steps", "8", "--eval-from", "8"], "--eval-from 8: give a step in 0..7"),
     ],
 )
 def test_bad_subset_arguments_are_refused_before_anything_runs(tmp_path, capsys, argv, message) -> None:

@@ -205,7 +205,9 @@ def test_full_against_subset_evaluation_end_to_end(tmp_path):
             "--top-k", "2", "--out", str(out)]  # fmt: skip
     assert curves.main(argv) == 0
     result = json.loads((out / "sudoku-subset0.1.json").read_text())
-    assert result["eval_schedule"] == {"epochs": 3, "eval_interval": 1, "fraction": 0.1, "top_k": 2}
+    assert result["eval_schedule"] == {
+        "epochs": 3, "eval_interval": 1, "min_eval_interval": 0, "fraction": 0.1, "top_k": 2
+    }  # fmt: skip
     assert result["identical"] is True and result["first_difference"] == [None, None]
     assert all(w == {"steps": [16, 32], "first_difference": None} for w in result["weights"])
     for seed in result["best"]["per_seed"]:
