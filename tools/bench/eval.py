@@ -2,12 +2,16 @@
 
     python -m tools.bench.eval                       # tiny CPU config (the model bench's), eager and compiled
     python -m tools.bench.eval --config paper        # on a GPU: one rank's share of the arc2 model, bf16
+    python -m tools.bench.eval --chunk 64            # rows per forward (default: the config's batch)
 
 Runs `trm.evaluation.runner.evaluate` (every test row to halting, its metrics reduced) over random ARC-shaped
 test batches whose last chunk is short, so the compiled run pads it (one static graph). The compiled module
-is compiled by an untimed first pass (its time is printed); then eager and compiled passes alternate
-`--repeats` times and the median rows/s of each is reported with their ratio. The two passes' predictions
-are compared (Inductor's kernels round differently from eager's, so a few may differ on a random model).
+is compiled by an untimed first pass (its time is printed); then the passes alternate `--repeats` times and
+the median rows/s of each is reported with the ratios. Each of eager and compiled runs twice: with the
+evaluator's fixed number of ACT steps (`fixed`: the host never waits for the device between steps) and with
+the loop that reads the halting flag after every step (`flag`: the evaluator before that change, one host
+sync per step). The passes' predictions are compared (Inductor's kernels round differently from eager's,
+so a few may differ on a random model).
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ import torch
 
 from tools.bench.model import CONFIGS, build_ours, make_batch
 from trm.distributed import DistInfo
+from trm.evaluation import runner
 from trm.evaluation.runner import evaluate
+
+FIXED, FLAG = "fixed", "flag"  # the ACT loop: fixed step count, or reading the halting flag every step
 
 
 @dataclass
@@ -52,14 +59,22 @@ class SyntheticTestLoader:
             yield "all", batch, batch["inputs"].shape[0]
 
 
-def one_pass(head: torch.nn.Module, loader: SyntheticTestLoader, chunk: int, out: Path) -> tuple[float, Any]:
-    """Seconds for one evaluation pass, and its predictions."""
+def one_pass(
+    head: torch.nn.Module, loader: SyntheticTestLoader, chunk: int, out: Path, loop: str = FIXED
+) -> tuple[float, Any]:
+    """Seconds for one evaluation pass (`loop`: FIXED or FLAG), and its predictions."""
     device = next(head.parameters()).device
+    fixed = runner.fixed_act_steps
     start = time.perf_counter()
-    evaluate(
-        head, loader, [], DistInfo(device=device), chunk_size=chunk, save_dir=out, step=0,
-        save_outputs=("preds",), show_progress=False,
-    )  # fmt: skip
+    try:
+        if loop == FLAG:
+            runner.fixed_act_steps = lambda _head: None  # the loop reads the halting flag every step
+        evaluate(
+            head, loader, [], DistInfo(device=device), chunk_size=chunk, save_dir=out, step=0,
+            save_outputs=("preds",), show_progress=False,
+        )  # fmt: skip
+    finally:
+        runner.fixed_act_steps = fixed
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
@@ -79,11 +94,16 @@ def main(argv: list[str] | None = None) -> int:
         help="rows past whole chunks per batch (default: a quarter chunk)",
     )
     parser.add_argument("--repeats", type=int, default=3, help="timed passes of each (default 3)")
+    parser.add_argument(
+        "--chunk", type=int, default=None, help="rows per forward (default: the config's batch)"
+    )
     args = parser.parse_args(argv)
 
     device = torch.device(args.device)
     config_name = args.config or ("paper" if device.type == "cuda" else "tiny")
     config = CONFIGS[config_name]("trm")
+    if args.chunk is not None:
+        config = dataclasses.replace(config, batch_size=args.chunk)
     chunk = config.batch_size
     extra = args.extra_rows if args.extra_rows is not None else max(1, chunk // 4)
     loader = SyntheticTestLoader(config, chunk + extra, args.batches)
@@ -99,18 +119,34 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         first, _ = one_pass(compiled, loader, chunk, root / "first")
         print(f"compiled: first pass (compiles) {first:.1f} s")
-        times: dict[str, list[float]] = {"eager": [], "compiled": []}
+        variants = [
+            (f"{n} {loop}", m, loop)
+            for n, m in (("eager", head), ("compiled", compiled))
+            for loop in (FLAG, FIXED)
+        ]
+        times: dict[str, list[float]] = {name: [] for name, _m, _l in variants}
         preds: dict[str, torch.Tensor] = {}
         for i in range(args.repeats):
-            for name, module in (("eager", head), ("compiled", compiled)):
-                seconds, preds[name] = one_pass(module, loader, chunk, root / f"{name}{i}")
+            for name, module, loop in variants:
+                seconds, preds[name] = one_pass(
+                    module, loader, chunk, root / f"{name}{i}".replace(" ", "-"), loop
+                )
                 times[name].append(seconds)
     rates = {name: loader.rows / statistics.median(t) for name, t in times.items()}
     for name, rate in rates.items():
         runs = " ".join(f"{x:.2f}" for x in times[name])
-        print(f"{name:9s} {rate:9.1f} rows/s (median of {args.repeats} passes: {runs} s)")
-    print(f"speedup compiled vs eager evaluation: {rates['compiled'] / rates['eager']:.2f}x")
-    same = (preds["eager"] == preds["compiled"]).all(dim=-1).float().mean().item()
+        print(f"{name:14s} {rate:9.1f} rows/s (median of {args.repeats} passes: {runs} s)")
+    for mode in ("eager", "compiled"):
+        print(
+            f"{mode}: fixed steps vs flag read every step: {rates[f'{mode} {FIXED}'] / rates[f'{mode} {FLAG}']:.2f}x"
+        )
+    print(
+        f"speedup compiled vs eager evaluation: {rates[f'compiled {FIXED}'] / rates[f'eager {FIXED}']:.2f}x"
+    )
+    for mode in ("eager", "compiled"):
+        same_loop = torch.equal(preds[f"{mode} {FIXED}"], preds[f"{mode} {FLAG}"])
+        print(f"{mode}: predictions of both loops identical: {same_loop}")
+    same = (preds[f"eager {FIXED}"] == preds[f"compiled {FIXED}"]).all(dim=-1).float().mean().item()
     print(f"predictions identical in {same:.1%} of rows")
     return 0
 
