@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.adapt.generated import write_tasks
-from tests.helpers import SEEN_TASKS, TINY_ARCH, SmokeCheckpoint, make_smoke
+from tests.helpers import SEEN_TASKS, TINY_ARCH, HostSyncCounter, SmokeCheckpoint, make_smoke
 from trm.commands import main
 from trm.data.encoding import dihedral, encode_grid, parse_identifier
 from trm.errors import TRMError
@@ -509,10 +509,15 @@ def test_rows_run_every_act_step_unless_early_halt(bundle_dir: Path, early_halt:
 
     model.forward = counting  # type: ignore[method-assign]
     inputs = np.full((3, 900), 2, dtype=np.uint8)
-    preds, q_halt = infer_mod.predict_batch(model, inputs, np.ones(3, dtype=np.int64), torch.device("cpu"))
+    with HostSyncCounter() as syncs:
+        preds, q_halt = infer_mod.predict_batch(
+            model, inputs, np.ones(3, dtype=np.int64), torch.device("cpu")
+        )
     assert (
         len(calls) == (1 if early_halt else model.config.halt_max_steps) and model.config.halt_max_steps > 1
     )
+    # Every step runs without reading the halting flag unless a slot may halt early (then once per step).
+    assert sum(syncs.counts.values()) == (1 if early_halt else 0)
     assert preds.shape == (3, 900) and preds.dtype == np.uint8 and (q_halt > 0).all()
 
 

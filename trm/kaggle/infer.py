@@ -68,16 +68,19 @@ def resolve_device(name: str) -> torch.device:
 def predict_batch(
     model: Any, inputs: np.ndarray, embedding_ids: np.ndarray, device: torch.device
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Run a batch through every ACT step (until all slots halted); (preds uint8 [B, 900], q_halt [B])."""
+    """Run a batch through every ACT step (until all slots halted); (preds uint8 [B, 900], q_halt [B]).
+    Without early halting every slot halts at halt_max_steps: that many steps run and the halting flag is
+    never read (no host sync between steps)."""
     batch = {
         "inputs": torch.from_numpy(inputs.astype(np.int32)).to(device),
         "puzzle_identifiers": torch.from_numpy(embedding_ids.astype(np.int32)).to(device),
     }
     with torch.inference_mode():
         carry = model.initial_carry(batch)
-        for _ in range(model.config.halt_max_steps):
+        fixed = model.eval_act_steps()
+        for _ in range(fixed or model.config.halt_max_steps):
             carry, outputs = model(carry, batch)
-            if bool(carry.halted.all()):
+            if fixed is None and bool(carry.halted.all()):
                 break
         preds = outputs["logits"].argmax(dim=-1).to(torch.uint8).cpu().numpy()
         q_halt = outputs["q_halt_logits"].float().cpu().numpy()
