@@ -23,13 +23,14 @@ The verdict per metric and overall: "indistinguishable at equal steps" or the st
 command (it resumes), and also checks identity: each seed's resumed run must log exactly the metrics of
 the uninterrupted one at every step ("identical"), not only a matching distribution.
 
-Writes <out>/<setup>[-<variant>|-resume].json (every run's curve, the intervals, the verdicts, the command) and a
+Writes <out>/<setup>[-<variant>|-resume|-subset<FRACTION>].json (every run's curve, the intervals, the verdicts, the command) and a
 .png beside it (both trainers' means with their bands). All figures are measured.
 
-`--subset-eval FRACTION` compares ours evaluating the whole test set at `--evals` in-run evaluations with
-ours evaluating a subset there (`eval_subset.fraction=FRACTION`, `eval_subset.seed` = the run's seed,
-`best.top_k=--top-k`): the training curves must be identical step by step, and the checkpoint the subset
-run chooses at its end the full run's best or within its Wilson interval (tools.bench.curve_best).
+`--subset-eval FRACTION` compares ours evaluating the whole test set at about `--evals` in-run evaluations
+(from step `--eval-from` on) with ours evaluating a subset there (`eval_subset.fraction=FRACTION`,
+`eval_subset.seed` = the run's seed, `best.top_k=--top-k`): the training curves must be identical step by
+step, the checkpoints' weights equal, and the checkpoint the subset run chooses at its end the full run's
+best or within its Wilson interval (tools.bench.curve_subset).
 """
 
 from __future__ import annotations
