@@ -467,7 +467,8 @@ def size_device(used: list[GpuInfo], table: HardwareTable, cpu_procs: int, notes
     elif matched_by == "compute capability":
         notes.append(
             f"{gpu.name} is not in the table; sized by its compute capability {gpu.compute_cap} like tier "
-            f"{tier.name} ({tier.min_vram_gib:.0f} GiB and up): add it to the GPU catalog (trm/gpu_catalog.py) with its tier"
+            f"{tier.name} ({tier.min_vram_gib:.0f} GiB and up): add it to the GPU catalog (trm/gpu_catalog.py) "
+            "with its tier"
         )
     return SizedDevice(tier, matched_by, "cuda", gpu.name, gpu.memory_gib, len(used))
 
