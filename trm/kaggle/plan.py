@@ -6,7 +6,7 @@ competition's GPU and hours (trm.kaggle.competition), shortened so that submissi
   command, so adaptation counts within it (trm.kaggle.infer).
 - step time on one competition GPU: the measured `[tier.speed]` of the GPU's hardware tier when there is
   one, else the measured H100 step (trm/launch/host/hardware.toml) x the H100's peak bf16 FLOP/s over the
-  competition GPU's (trm.training.throughput.PEAK_TFLOPS), labelled estimate. Either is scaled by the
+  competition GPU's (the GPU catalog, trm.gpu_catalog), labelled estimate. Either is scaled by the
   bundle's FLOPs per row over the measured recipe's; an adaptation step trains the bundle's global batch.
 - inference: every test input x --num-aug rows (at most: a task has fewer variants when its grids allow
   fewer), each to halt_max_steps ACT steps, at the measured evaluation rate scaled the same way.
@@ -200,7 +200,7 @@ def competition_speed(competition: Competition, bundle_config: dict[str, Any]) -
         if ours is None or theirs is None:
             raise TRMError(
                 f"no peak FLOP/s for {competition.gpu if theirs is None else speed.gpu} in "
-                "trm.training.throughput.PEAK_TFLOPS: add it to plan for this GPU"
+                "the GPU catalog (trm/gpu_catalog.py): add its peak_bf16_tflops to plan for this GPU"
             )
         peak_ratio = ours / theirs
     run_model = model_config(bundle_config, batch_size=1, forward_dtype="bfloat16", early_halt=False)
