@@ -38,7 +38,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tools.gpu.check import ADAM_SDIST, CALLS, DEFAULT_KIT, NO_GPU, PARTS, UPSTREAM_DIR
+from tools.gpu.check.core import ADAM_SDIST, DEFAULT_KIT, NO_GPU, UPSTREAM_DIR
+from tools.gpu.check.plan import CALLS, PARTS
 from trm.errors import TRMError
 from trm.images.venvtools import normalize
 from trm.io import atomic_write_json, atomic_write_text
