@@ -1,16 +1,18 @@
 """GPU host acceptance: one command that checks a host with NVIDIA GPUs end to end, within a time budget.
 
-    python -m tools.gpu.check --call 1|2 [--budget-s 540] [--out DIR] [--kit DIR] [--extension-dir DIR]
+    python -m tools.gpu.check --call 1|2|3 [--budget-s 540] [--out DIR] [--kit DIR] [--extension-dir DIR]
     python -m tools.gpu.check [--budget-s 540] [--profile quick|full] [--require-extension]
                                         [--dry-run] [--out build/gpu-acceptance] [--only PART ...]
-    make gpu-run-1 / make gpu-run-2       make gpu-check ARGS="..."       nox -s gpu_acceptance -- ...
+    make gpu-run-1 / gpu-run-2 / gpu-run-3   make gpu-check ARGS="..."       nox -s gpu_acceptance -- ...
 
 It runs with the Python it is started with and that Python's own torch (2.10–2.13 accepted, never
 installed or replaced) from a checkout of this repository: a dev venv, or a host Python with the GPU kit
 (`make gpu-kit`, installed `--no-index`), or our GPU image with the checkout and kit mounted
 (docs/gpu-host-checks.md). A short GPU loan is two calls (CALLS): call 1 proves (the gpu test set, the
 extension against ours, training on the extension) while the extension builds; call 2, right after it,
-measures (the probe, our trainer against upstream's, the SDPA backends, a profiler split). Without --call
+measures (the probe, our trainer against upstream's, the SDPA backends, a profiler split; the learning
+curves when time is left); call 3, when the loan has time left or on a later one, runs the learning
+curves (ours against upstream's trainer on this GPU, about 5 minutes). Without --call
 every part runs in one go, the proof first. Parts, each recorded as pass / fail / error / skip with its
 numbers, its output's tail, its planned and measured time:
 
@@ -35,6 +37,9 @@ numbers, its output's tail, its planned and measured time:
                    sequence 916
   profile          `python -m tools.bench.step_profile`: a compiled paper step's time in matmul, attention,
                    elementwise, other and idle
+  curves           (optional) `python -m tools.bench.curves --device cuda`: Sudoku learning curves of our
+                   trainer and upstream's on this GPU, seed pairs while its budget allows, compared as on
+                   CPU; JSON (and PNG where matplotlib imports) in OUT/curves/ (tools.gpu.check.curves)
   bench            (optional) `python -m tools.bench.model --config paper`: ms/step, MFU, compile time
   checkpoint       (optional) `python -m tools.bench.checkpoint --device cuda`: the loop blocked by an
                    asynchronous save (pinned buffers) vs a synchronous one, same sha256s
@@ -59,6 +64,6 @@ of time). `--dry-run` prints the plan and touches neither the GPU nor the output
 The package: `cli` (the flags and the plan), `plan` (the parts in order with their planned seconds, and the
 calls), `driver` (the budget and the status), `report`, `core` (what the parts share: Outcome, Context,
 Part, run_command), and the parts by group: `host` (facts, kit, imports), `extension`, `suite` (collect,
-gpu-tests), `optimizer`, `resume`, `probe`, `step` (step-ab, sdpa, profile) and `bench` (bench, checkpoint,
-eval).
+gpu-tests), `optimizer`, `resume`, `probe`, `step` (step-ab, sdpa, profile), `curves` and `bench` (bench,
+checkpoint, eval).
 """

@@ -68,8 +68,9 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
         help=f"report folder (default {DEFAULT_OUT}, with --call N {DEFAULT_OUT}/call-N)",
     )  # fmt: skip
     parser.add_argument("--call", type=int, choices=sorted(CALLS), default=None,
-                        help="one of the two prepared calls of a short GPU loan (1: the gpu tests, the extension, "
-                             "training on it; 2: the probe, the step A/B, SDPA, the profile); implies "
+                        help="one of the prepared calls of a short GPU loan (1: the gpu tests, the extension, "
+                             "training on it; 2: the probe, the step A/B, SDPA, the profile, the learning curves "
+                             "when time is left; 3: the learning curves, ours vs upstream on this GPU); implies "
                              "--require-extension")  # fmt: skip
     parser.add_argument("--extension-dir", type=Path, default=None,
                         help="where the extension is built, shared by the calls (default: OUT/../extension with "
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     args.adam_sdist = args.adam_sdist or args.kit / ADAM_SDIST
     print(plan_text(chosen, args.out, env, args.profile, args.budget_s, args.kit), flush=True)
     if args.call:
-        left = "left running for call 2 if unfinished" if args.call == 1 else "picked up from call 1"
+        left = "left running for call 2 if unfinished" if args.call == 1 else "picked up from an earlier call"
         print(
             f"  call {args.call}: the extension is required; its build in {extension_dir} ({left})",
             flush=True,

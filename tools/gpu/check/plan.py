@@ -11,6 +11,7 @@ from tools.gpu.check.bench import (
     evaluation,
 )
 from tools.gpu.check.core import Part
+from tools.gpu.check.curves import CURVES_LIMIT_S, CURVES_PLANNED_S, CURVES_STEPS, curves
 from tools.gpu.check.extension import EXTENSION_WAIT_S, extension_build
 from tools.gpu.check.host import KIT_LIMIT_S, facts, imports, kit_install
 from tools.gpu.check.optimizer import OPTIMIZER_LIMIT_S, OPTIMIZER_STEPS, optimizer
@@ -47,6 +48,7 @@ PARTS: tuple[Part, ...] = (
     Part("step-ab", f"tools.bench.train --setup paper: our trainer vs upstream's, interleaved, >= {STEP_AB_MIN_STEPS} timed steps each", {"quick": 230, "full": 230}, STEP_AB_LIMIT_S, step_ab),
     Part("sdpa", "tools.bench.sdpa: attention backends (cuDNN, flash, efficient, math) at head dim 64, seq 916", {"quick": 20, "full": 30}, SDPA_LIMIT_S, sdpa),
     Part("profile", "tools.bench.step_profile: a compiled paper step under torch.profiler (matmul, attention, elementwise, idle)", {"quick": 75, "full": 90}, PROFILE_LIMIT_S, step_profile),
+    Part("curves", f"tools.bench.curves --device cuda: Sudoku learning curves, ours vs upstream's trainer, {CURVES_STEPS} steps x seeds while time allows (~5 min)", {"quick": CURVES_PLANNED_S, "full": CURVES_PLANNED_S}, CURVES_LIMIT_S, curves, required=False),
     Part("bench", "tools.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 125, "full": 240}, BENCH_LIMIT_S, bench, required=False),
     Part("checkpoint", "tools.bench.checkpoint --device cuda: loop blocked by an async save vs a synchronous one", {"quick": 50, "full": 60}, CHECKPOINT_LIMIT_S, checkpoint_save, required=False),
     Part("eval", "tools.bench.eval --config paper: evaluation rows/s eager and compiled", {"quick": 90, "full": 120}, EVAL_LIMIT_S, evaluation, required=False),
@@ -54,8 +56,12 @@ PARTS: tuple[Part, ...] = (
 
 # The two calls of one short GPU loan (docs/gpu-host-checks.md): call 1 proves (the gpu tests, the extension,
 # training on it) while the extension builds; call 2, at once while the machine is warm, measures. Each
-# call's required parts fit DEFAULT_BUDGET_S on the plan above; the optional ones run when time is left.
+# call's required parts fit DEFAULT_BUDGET_S on the plan above; the optional ones run when time is left
+# (the learning curves in call 2 only when its measurements ran short of their plan). Call 3 is the learning
+# curves' own call, for a loan with time left after calls 1 and 2 or a later one (it installs the kit and
+# builds or picks up the extension first).
 CALLS: dict[int, tuple[str, ...]] = {
     1: ("facts", "kit", "imports", "extension-build", "collect", "gpu-tests", "optimizer", "resume"),
-    2: ("facts", "extension-build", "probe", "step-ab", "sdpa", "profile", "checkpoint", "eval"),
+    2: ("facts", "extension-build", "probe", "step-ab", "sdpa", "profile", "curves", "checkpoint", "eval"),
+    3: ("facts", "kit", "imports", "extension-build", "curves"),
 }
