@@ -12,6 +12,7 @@ second, so a part cut off at its limit still reports the comparison so far.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,13 @@ def curves(ctx: Context) -> Outcome:
     out = ctx.out / "curves"
     budget = harness_budget(ctx)
     limit = ctx.limit(CURVES_LIMIT_S)
+    started = time.time()
     code, output = run_command(
         curves_command(ctx, out, budget), ctx, timeout_s=limit, log_name="curves.log",
         env={**env, "TRM_UPSTREAM": upstream},
     )  # fmt: skip
     stem = out / f"{CURVES_SETUP}-cuda"
-    result = read_result(stem.with_suffix(".json"))
+    result = read_result(stem.with_suffix(".json"), started)
     if result is None:
         if code is None:
             return Outcome(
@@ -86,9 +88,12 @@ def curves(ctx: Context) -> Outcome:
     return Outcome("pass" if same and not failed else "fail", summary, data, tail(output))
 
 
-def read_result(path: Path) -> dict[str, Any] | None:
-    """The harness's JSON, or None when it wrote none (or a half one: it writes atomically, so only a crash)."""
+def read_result(path: Path, since: float) -> dict[str, Any] | None:
+    """The harness's JSON written since `since` (time.time()), or None: it wrote none in this run (a JSON of
+    an earlier run into the same folder is not this run's result)."""
     try:
+        if path.stat().st_mtime < since:
+            return None
         result = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from tests.tools.gpu.check.helpers import fake_ctx
 from tools.bench import curves as harness
@@ -133,14 +134,22 @@ def test_the_part_runs_the_harness_on_cuda_and_passes_on_indistinguishable_curve
 
 def test_parted_curves_fail_and_a_cut_off_harness_reports_what_it_compared(tmp_path, monkeypatch) -> None:
     ctx = fake_ctx(tmp_path, TRM_UPSTREAM="/opt/upstream")
-    monkeypatch.setattr(
-        curves, "run_command", lambda *a, **k: (write_harness_json(tmp_path, 0.5, monkeypatch), (0, ""))[1]
-    )
+
+    def harness(offset: float, code: int | None):
+        def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
+            write_harness_json(tmp_path, offset, monkeypatch)
+            return code, "seed 2: both runs done"
+
+        return fake_run
+
+    monkeypatch.setattr(curves, "run_command", harness(0.5, 0))
     parted = curves.curves(ctx)
     assert parted.status == "fail" and "part at step 4" in parted.summary, parted
-    monkeypatch.setattr(curves, "run_command", lambda *a, **k: (None, "seed 2: both runs done"))
-    cut = curves.curves(ctx)  # the JSON of the last complete seed is still there
-    assert cut.status == "fail" and "cut off at the" in cut.summary and cut.data["exit_code"] is None
-    (tmp_path / "curves" / "sudoku-cuda.json").unlink()
+    monkeypatch.setattr(curves, "run_command", harness(0.0, None))  # killed at the limit after seed 3's JSON
+    cut = curves.curves(ctx)
+    assert cut.status == "pass" and "cut off at the" in cut.summary and cut.data["exit_code"] is None, cut
+    # Killed before two seeds were compared: the JSON an earlier run left in the folder is not this run's.
+    monkeypatch.setattr(curves, "run_command", lambda *a, **k: (None, "seed 0: both runs done"))
+    monkeypatch.setattr(curves, "time", SimpleNamespace(time=lambda: 4e9))  # starts after that JSON
     lost = curves.curves(ctx)
     assert lost.status == "error" and "before two seeds were compared" in lost.summary
