@@ -1,6 +1,6 @@
 """Trainer benchmark: optimizer steps/s of `python -m trm.train`, optionally against upstream's trainer.
 
-    nox -s bench -- train [--setup tiny|paper] [--steps 40] [--keep DIR] [--json FILE]
+    nox -s bench -- train [--setup tiny|paper] [--steps 40] [--keep DIR] [--json]
     TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=python] nox -s bench -- train
 
 Setups:
@@ -16,7 +16,7 @@ evaluation excluded). Upstream runs on the same data in its layout, through `too
 (on CPU its device changes are applied in memory), for about the same number of steps; its s/step comes
 from its tqdm records after the same warm-up. Ours runs before and after it and both runs' steps are
 pooled; each run times at least MIN_TIMED_STEPS step intervals, and each side reports its median and minimum
-s/step (`--json` writes them too). Upstream's imports (pydantic, einops, argdantic, wandb, coolname) must be importable by
+s/step (`--json` prints them as a JSON object too). Upstream's imports (pydantic, einops, argdantic, wandb, coolname) must be importable by
 TRM_UPSTREAM_PYTHON (default: this interpreter; PYTHONPATH works too). If it cannot run, why is printed
 instead of a ratio.
 """
@@ -36,7 +36,6 @@ import tempfile
 from pathlib import Path
 
 from tools import checkout_env
-from trm.io import atomic_write_json
 from trm.safe_remove import remove_own_temp
 from trm.training.recipes import Recipe, get_recipe
 
@@ -265,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setup", choices=sorted(SETUPS), default="tiny", help="tiny (CPU) or paper (GPU)")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--keep", type=Path, default=None, help="keep data and runs here")
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     args = parser.parse_args(argv)
     if args.steps < WARMUP_STEPS + MIN_TIMED_STEPS + 1:
         parser.error(
@@ -286,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             ours_times += bench_ours(setup, work / "arc", work / "ours-2", args.steps)
         record = results(setup, ours_times, theirs)
         report(setup, record)
-        if args.json is not None:
-            atomic_write_json(args.json, record)
+        if args.json:
+            print(json.dumps(record))
     finally:
         if args.keep is None:
             remove_own_temp(work)

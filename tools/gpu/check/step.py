@@ -4,7 +4,6 @@ attention backends) and `profile` (a compiled step split by kernel kind)."""
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from tools.gpu.check.core import Context, Outcome, run_command, tail, upstream_checkout
@@ -19,29 +18,21 @@ SDPA_LIMIT_S = 120
 PROFILE_LIMIT_S = 240
 
 
-_TRAIN_OURS = re.compile(
-    r"trm-stack: +(?P<sps>[\d.]+) steps/s \((?P<s>[\d.]+) s/step median of (?P<n>\d+)(?:, MFU (?P<mfu>[\d.]+)%)?"
-)
-_TRAIN_THEIRS = re.compile(
-    r"upstream: +(?P<sps>[\d.]+) steps/s \((?P<s>[\d.]+) s/step(?: median of (?P<n>\d+))?(?:, MFU (?P<mfu>[\d.]+)%)?"
-)
-_TRAIN_FAILED = re.compile(r"upstream: +could not run: (?P<why>.*)")
-_TRAIN_RATIO = re.compile(r"ratio: +(?P<ratio>[\d.]+)x")
+def step_ab_figures(record: dict[str, Any]) -> dict[str, Any]:
+    """ours / upstream s per step (median and min), timed steps and MFU, and the ratio, from the JSON object
+    `tools.bench.train --json` prints."""
 
+    def side(figures: dict[str, Any]) -> dict[str, Any]:
+        return {"s_per_step": figures["median_s_per_step"], "min_s_per_step": figures["min_s_per_step"],
+                "steps_per_s": figures["steps_per_s"], "timed_steps": figures["steps"], "mfu": figures["mfu"]}  # fmt: skip
 
-def parse_step_ab(output: str) -> dict[str, Any]:
-    """ours / upstream s per step, timed steps and MFU, and the ratio, from tools.bench.train's table."""
-    data: dict[str, Any] = {}
-    for line in output.splitlines():
-        for key, pattern in (("ours", _TRAIN_OURS), ("upstream", _TRAIN_THEIRS)):
-            if m := pattern.search(line):
-                data[key] = {"s_per_step": float(m["s"]), "steps_per_s": float(m["sps"]),
-                             "timed_steps": int(m["n"]) if m["n"] else None,
-                             "mfu": float(m["mfu"]) / 100 if m["mfu"] else None}  # fmt: skip
-        if m := _TRAIN_FAILED.search(line):
-            data["upstream_failed"] = m["why"].strip()
-        elif m := _TRAIN_RATIO.search(line):
-            data["ratio_vs_upstream"] = float(m["ratio"])
+    data: dict[str, Any] = {"ours": side(record["ours"])}
+    theirs = record.get("upstream")
+    if theirs is not None and "failed" in theirs:
+        data["upstream_failed"] = theirs["failed"]
+    elif theirs is not None:
+        data["upstream"] = side(theirs)
+        data["ratio_vs_upstream"] = record["ratio_vs_upstream"]
     return data
 
 
@@ -57,26 +48,27 @@ def step_ab(ctx: Context) -> Outcome:
     if problem is not None:
         return Outcome("fail", f"not run: {problem}", {"extension_required": True})
     cmd = [ctx.python, "-m", "tools.bench.train", "--setup", "paper", "--steps", str(STEP_AB_STEPS),
-           "--keep", str(ctx.work / "step-ab")]  # fmt: skip
+           "--keep", str(ctx.work / "step-ab"), "--json"]  # fmt: skip
     limit = ctx.limit(STEP_AB_LIMIT_S)
     code, output = run_command(
         cmd, ctx, timeout_s=limit, log_name="step-ab.log", env={**env, "TRM_UPSTREAM": upstream}
     )
     if code is None:
         return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
-    data = parse_step_ab(output)
+    record = _json_tail(output)
+    data = step_ab_figures(record) if record is not None else {}
     data.update(upstream_checkout=upstream, steps_per_run=STEP_AB_STEPS, measured=True)
     ours, theirs = data.get("ours"), data.get("upstream")
     if code != 0 or ours is None:
         return Outcome("fail", f"tools.bench.train exited {code}", data, tail(output))
     if theirs is None or "ratio_vs_upstream" not in data:
         return Outcome("fail", f"ours {ours['s_per_step']:.3f} s/step; upstream did not run: "
-                       f"{data.get('upstream_failed', 'no line')}", data, tail(output))  # fmt: skip
+                       f"{data.get('upstream_failed', 'no figures')}", data, tail(output))  # fmt: skip
     short = [name for name, r, need in (("ours", ours, 2 * STEP_AB_MIN_STEPS), ("upstream", theirs, STEP_AB_MIN_STEPS))
              if r["timed_steps"] is not None and r["timed_steps"] < need]  # fmt: skip
     summary = (
-        f"paper setup, interleaved ours/upstream/ours: ours {ours['s_per_step']:.3f} s/step ({ours['timed_steps']} steps),"
-        f" upstream {theirs['s_per_step']:.3f} s/step ({theirs['timed_steps']} steps): {data['ratio_vs_upstream']:.2f}x"
+        f"paper setup, interleaved ours/upstream/ours: ours {ours['s_per_step']:.3f} s/step median, {ours['min_s_per_step']:.3f} min ({ours['timed_steps']} steps),"
+        f" upstream {theirs['s_per_step']:.3f} median, {theirs['min_s_per_step']:.3f} min ({theirs['timed_steps']} steps): {data['ratio_vs_upstream']:.2f}x"
         + (f"; too few timed steps: {', '.join(short)}" if short else "")
     )
     return Outcome("fail" if short else "pass", summary, data, tail(output))
