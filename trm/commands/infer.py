@@ -42,8 +42,10 @@ def _ranks(args: argparse.Namespace) -> tuple[int, int]:
     import os
 
     from trm.errors import TRMError
+    from trm.kaggle.infer import resolve_device
     from trm.kaggle.ranks import gpu_devices, resolve_ranks
 
+    resolve_device(args.device)  # a bad --device is named before --ranks is checked against the GPUs
     gpus = [] if args.device == "cpu" else gpu_devices(os.environ)
     ranks = resolve_ranks(args.ranks, args.device, gpus)
     groups = ranks if args.groups is None else args.groups
