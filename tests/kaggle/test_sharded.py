@@ -80,6 +80,24 @@ def test_a_rank_that_fails_is_killed_or_runs_late_is_told_apart(tmp_path: Path) 
     assert [r.ok for r in ranks] == [True, False, False, False] and isinstance(ranks[0], RankProcess)
 
 
+def test_the_work_folder_is_new_empty_or_an_earlier_ranked_runs(tmp_path: Path) -> None:
+    from trm.kaggle.sharded import claim_work
+    from trm.safe_remove import MARKER
+
+    work = tmp_path / "adapt"
+    claim_work(work, [tmp_path / "c.json"])
+    assert (work / MARKER).is_file()
+    claim_work(work, [tmp_path / "c.json"])  # its own: reused
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(TRMError, match=r"--adapt-dir .*mine: refusing to use it"):
+        claim_work(mine, [tmp_path / "c.json"])
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    with pytest.raises(TRMError, match="which this command reads"):
+        claim_work(tmp_path, [tmp_path / "c.json"])
+
+
 def test_the_plan_reflects_the_ranks_used() -> None:
     speed = Speed(adapt_step_seconds=7.5, adapt_step_rows=768, infer_row_seconds=0.1, source="test")
     common = dict(
@@ -261,3 +279,47 @@ def _subset(challenges: Path, tasks: list[str], folder: Path) -> Path:
     path = folder / "subset_challenges.json"
     path.write_text(json.dumps({t: data[t] for t in tasks}))
     return path
+
+
+@pytest.mark.e2e
+@pytest.mark.kaggle
+def test_a_group_that_raises_gets_fallbacks_and_an_earlier_runs_result_is_never_merged(
+    smoke: SmokeCheckpoint, bundle_dir: Path, hidden: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trm.kaggle import sharded
+    from trm.kaggle.groups import split_tasks
+
+    out = smoke.root / "raised" / "submission.json"
+    out.parent.mkdir()
+    kw = dict(ranks=1, groups=2, num_aug=2, device="cpu", progress=False, adapt_dir=out.parent / "work")
+    first = sharded.run_sharded(bundle_dir, hidden, out, **kw)  # type: ignore[arg-type]
+    assert [g["result"] for g in first.groups] == ["not adapted", "not adapted"]
+    complete = json.loads(out.read_text())
+    assert (out.parent / "work" / "groups" / "group-1.json").is_file()  # the first run's result stays there
+
+    real = sharded._run_group
+
+    def group_1_raises(job, index, *args):  # type: ignore[no-untyped-def]
+        if index == 1:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real(job, index, *args)
+
+    monkeypatch.setattr(sharded, "_run_group", group_1_raises)
+    second = sharded.run_sharded(bundle_dir, hidden, out, **kw)  # type: ignore[arg-type]
+    group1 = split_tasks(json.loads(hidden.read_text()), 2)[1]
+    assert second.groups[1]["result"] == (
+        "fallback (rank 0: exit 1; group: failed: RuntimeError: CUDA error: an illegal memory access was encountered)"
+    )
+    assert any(f"predictions (2 augmentation round(s)): {', '.join(group1)}" in n for n in second.notes)
+    # Without adaptation the fallback predicts what the group itself did: the same complete file.
+    assert json.loads(out.read_text()) == complete
+    record = json.loads((out.parent / "work" / "groups" / "group-1.json").read_text())
+    assert record["status"] == "failed" and "illegal memory access" in record["error"]
+    # A done result written by another run (its id differs) is not this run's.
+    job = sharded.Job(**json.loads((out.parent / "work" / "job.json").read_text()))
+    stale = json.loads((out.parent / "work" / "groups" / "group-0.json").read_text())
+    assert sharded._read_result(job, out.parent / "work", 0)[0] == stale
+    (out.parent / "work" / "groups" / "group-0.json").write_text(
+        json.dumps({**stale, "run_id": "an-earlier-run"})
+    )
+    assert sharded._read_result(job, out.parent / "work", 0) == (None, "no result of this run")
