@@ -138,6 +138,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_sharded(args: argparse.Namespace, plan: Any, adapt: Any, ranks: int, groups: int) -> int:
     """`--ranks N` / `--groups G`: task groups on rank processes (trm.kaggle.sharded)."""
+    import sys
+
     from trm.kaggle.plan import planned_settings
     from trm.kaggle.sharded import run_sharded
 
@@ -159,6 +161,10 @@ def _run_sharded(args: argparse.Namespace, plan: Any, adapt: Any, ranks: int, gr
     )
     for g in report.groups:
         print(f"group {g['group']} on rank {g['rank']}: {g['tasks']} task(s), {g['result']}")
+    if report.trained_tasks:
+        from trm.adapt.rows import trained_warning
+
+        print(f"WARNING: {trained_warning(report.trained_tasks, report.tasks)}", file=sys.stderr)
     _print_report(report, args.out)
     return 0
 
@@ -254,7 +260,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     adapt.add_argument(
         "--adapt-dir",
         default=None,
-        help="where the adaptation runs and resumes (default: adapt/ next to --out)",
+        help="where the adaptation runs and resumes (default: adapt/ next to --out); with --ranks/--groups the "
+        "work folder: each group's adaptation run, its attempts, the ranks' logs and ranks.json",
     )
     adapt.add_argument(
         "--adapt-override",
