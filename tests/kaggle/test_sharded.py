@@ -258,10 +258,8 @@ def test_a_killed_rank_leaves_a_complete_submission_with_un_adapted_predictions_
     assert {t: submission[t] for t in group0} == {t: one_rank[t] for t in group0}  # rank 0's work kept
     # Rank 1's tasks: what the bundle predicts without adaptation, said in the output.
     plain = smoke.root / "killed" / "plain.json"
-    run_inference(
-        bundle_dir, smoke.write_challenges("g1.json", []) if False else _subset(hidden, group1, plain.parent),
-        plain, num_aug=3, device="cpu", progress=False,
-    )  # fmt: skip
+    subset = _subset(hidden, group1, plain.parent)
+    run_inference(bundle_dir, subset, plain, num_aug=3, device="cpu", progress=False)
     assert {t: submission[t] for t in group1} == json.loads(plain.read_text())
     assert (
         "group 1 on rank 1: 2 task(s), fallback (rank 1: killed by SIGKILL; group: no result)" in printed.out
