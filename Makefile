@@ -30,7 +30,7 @@ venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast wh
 test: venv ## run the CPU test suite (pytest-xdist)
 	$(NOX) -s tests
 
-test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `make test` leaves out; CI runs both
+test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `make test` leaves out (Kaggle ones: kaggle-test); CI runs all
 	$(NOX) -s tests_e2e
 
 test-oldest-torch: venv ## the core CPU tests under the CUDA 12.8 images' torch (2.10), in build/venv-torch-oldest

@@ -43,7 +43,8 @@ def tests(session: nox.Session) -> None:
 @nox.session(default=False)
 def tests_e2e(session: nox.Session) -> None:
     """The end-to-end and multi-process CPU tests (marker e2e) that the default `tests` session leaves out."""
-    session.run(PYTHON, "-m", "pytest", "-n", "auto", "-m", "e2e and not slow", *session.posargs)
+    # the Kaggle ones (marker kaggle too) run once, in the kaggle session
+    session.run(PYTHON, "-m", "pytest", "-n", "auto", "-m", "e2e and not slow and not kaggle", *session.posargs)
 
 
 # The core of the CPU suite, run again under the oldest torch the code supports: the CUDA 12.8 images'
