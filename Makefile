@@ -36,7 +36,7 @@ test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `
 test-oldest-torch: venv ## the core CPU tests under the CUDA 12.8 images' torch (2.10), in build/venv-torch-oldest
 	$(NOX) -s tests_oldest_torch
 
-lint: venv ## ruff + shellcheck + actionlint (.github/workflows)
+lint: venv ## ruff + the type check's ratchet (mypy) + shellcheck + actionlint (.github/workflows)
 	$(NOX) -s lint
 
 data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 1000 augmentations)
