@@ -21,6 +21,7 @@ from typing import Any
 
 from trm.batching import largest_divisor_at_most
 from trm.compile_setting import CHOICES as COMPILE_CHOICES
+from trm.compile_setting import torch_compile_mode
 from trm.errors import TRMError
 from trm.key_roles import EVAL_ONLY, LATER, RENAMED_FROM, RESUMABLE, RUN_ONLY, keyed, role_of, with_role
 from trm.model.registry import ARCHS, get_spec, spec_of
@@ -146,6 +147,8 @@ class TrainConfig:
     """Per-rank examples per forward; accumulation = (global/world)/micro. Memory only, never the math."""
     compile: str = keyed(RUN_ONLY, "auto")
     """torch.compile: auto (on CUDA unless DISABLE_COMPILE) | true | false."""
+    compile_mode: str = keyed(RUN_ONLY, "default")
+    """torch.compile's mode when compiling: default | max-autotune-no-cudagraphs | max-autotune | reduce-overhead."""
     checkpoint: CheckpointConfig = keyed(RUN_ONLY, default_factory=CheckpointConfig)
     """When checkpoints are written and which are kept (`checkpoint.keep=3`…)."""
     log_interval: int = keyed(RUN_ONLY, 1)
@@ -448,6 +451,7 @@ def validate(cfg: TrainConfig) -> None:
         raise TRMError(f"micro_batch_size={cfg.micro_batch_size} must be ≥ 1 (or null for no accumulation).")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise TRMError(f"max_steps={cfg.max_steps} must be ≥ 1 (or null for the schedule's length).")
+    torch_compile_mode(cfg.compile_mode)  # an unknown mode: one error naming the choices
     for key, allowed in (("compile", COMPILE_CHOICES), ("device", ("auto", "cuda", "cpu"))):
         value = str(getattr(cfg, key)).lower()
         if value not in allowed:
