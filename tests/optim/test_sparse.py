@@ -187,7 +187,9 @@ def _rank_main(rank: int, world: int, port: int, out_path: str, equal_rows: bool
             backprop(module, IDS[1][2:], grads[1][2:])
         opt.step()
         torch.save(module.weight, f"{out_path}.{rank}")
-        if equal_rows:  # a step handing out fewer rows than the slots (3 of 4 on each rank) updates just those
+        if (
+            equal_rows
+        ):  # a step handing out fewer rows than the slots (3 of 4 on each rank) updates just those
             backprop(module, IDS[rank][:3], grads[rank][:3])
             opt.step()
             torch.save(module.weight, f"{out_path}.{rank}.short")

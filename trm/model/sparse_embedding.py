@@ -45,8 +45,12 @@ class SparsePuzzleEmbedding(nn.Module):
         like = self.weight
         rows_buffer = torch.zeros(rows, like.shape[1], dtype=like.dtype, device=like.device)
         self.register_buffer("grad_rows", rows_buffer.requires_grad_(True), persistent=False)
-        self.register_buffer("slot_ids", torch.zeros(rows, dtype=torch.long, device=like.device), persistent=False)
-        self.register_buffer("cursor", torch.zeros((), dtype=torch.long, device=like.device), persistent=False)
+        self.register_buffer(
+            "slot_ids", torch.zeros(rows, dtype=torch.long, device=like.device), persistent=False
+        )
+        self.register_buffer(
+            "cursor", torch.zeros((), dtype=torch.long, device=like.device), persistent=False
+        )
 
     @property
     def rows(self) -> int:
@@ -58,7 +62,9 @@ class SparsePuzzleEmbedding(nn.Module):
         if rows != self.rows:
             self._allocate_slots(rows)
 
-    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> SparsePuzzleEmbedding:
+    def _apply(
+        self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> SparsePuzzleEmbedding:
         """`.to()` & co. move the table; the slots are recreated empty beside it (a moved copy of the leaf
         would be a non-leaf tensor whose gradient nobody could read)."""
         super()._apply(fn, recurse)

@@ -68,7 +68,8 @@ class SparseEmbeddingSignSGD(Optimizer):
         group = self.param_groups[0]
         lr, wd = float(group["lr"]), float(group["weight_decay"])
         weight = module.weight
-        rows = slot_ids.clamp(max=end - 1)  # in range even when no slot was handed out (then written unchanged)
+        # In range even when no slot was handed out (every slot then holds `end`, and is written unchanged).
+        rows = slot_ids.clamp(max=end - 1)
         old = weight[rows]
         weight[rows] = torch.where(touched, old * (1.0 - lr * wd) - lr * torch.sign(summed), old)
         return loss

@@ -11,8 +11,6 @@ GPU check's business (tests/model/test_compile_gpu.py).
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch._dynamo
@@ -93,7 +91,9 @@ def _train(head: ACTLossHead, step_fn, table_step) -> list[list[torch.Tensor]]:
     for step in range(STEPS):
         seen = []
         for k, micro in enumerate(_micro_batches(step)):
-            carries[k], loss, _, outputs, _ = step_fn(carries[k], micro, return_keys=("logits",), exploration=EXPLORE)
+            carries[k], loss, _, outputs, _ = step_fn(
+                carries[k], micro, return_keys=("logits",), exploration=EXPLORE
+            )
             loss.backward()
             seen.append(outputs["logits"].detach())
         seen += [p.grad.clone() for p in head.parameters()]
