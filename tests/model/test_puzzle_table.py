@@ -141,3 +141,19 @@ def test_compiled_training_step_is_one_graph_with_the_same_bits():
     assert dict(counters["graph_break"]) == {}
     assert counter.frame_count == 1
     _assert_same_bits(got, _reference(compiled=True))
+
+
+def test_checkpoints_hold_the_table_only_and_old_ones_load():
+    """A model saved with the leaf-per-forward table (whose state is `weight` alone) loads strictly into
+    today's model, rows handed out or not; today's state dict has the same keys (no slot buffers)."""
+    old = _head()
+    table = old.model.inner.puzzle_emb
+    old.model.inner.puzzle_emb = LeafPerForward(table.weight.neg(), table.dtype)
+    saved = old.model.state_dict()
+    new = _head()
+    micro = _micro_batches(0)[0]
+    _, loss, *_ = new(new.initial_carry(micro), micro, exploration=EXPLORE)
+    loss.backward()  # the slots now hold rows and gradients
+    assert list(new.model.state_dict()) == list(saved)
+    new.model.load_state_dict(saved, strict=True)
+    assert torch.equal(new.model.puzzle_emb.weight, saved["inner.puzzle_emb.weight"])
