@@ -112,7 +112,7 @@ gpu-run-1: ## GPU loan, call 1: facts, kit, extension build (left running), gpu 
 gpu-run-2: ## GPU loan, call 2 (right after call 1): H200 probe, step A/B vs upstream, SDPA backends, profiler split
 	$(GPU_PYTHON) -m tools.gpu.check --call 2 $(ARGS)
 
-gpu-run-3: ## GPU loan, call 3 (time left after calls 1-2, or a later loan): Sudoku learning curves, ours vs upstream, ~5 min
+gpu-run-3: ## GPU loan, call 3 (time left after calls 1-2, or a later loan): Sudoku learning curves, ours vs upstream, ~5 min; then the compile-mode comparison if time is left
 	$(GPU_PYTHON) -m tools.gpu.check --call 3 $(ARGS)
 
 gpu-kit: venv ## build/gpu-kit/: wheels (Python KIT_PYTHON) + adam-atan2 sdist for a bare GPU host, offline (UPSTREAM=DIR adds it; HOST_HAS="numpy …" leaves out what the host has)

@@ -1,5 +1,6 @@
-"""The optional bench parts: `bench` (the paper-config model step against upstream's), `checkpoint` (an
-asynchronous save against a synchronous one) and `eval` (evaluation rows/s)."""
+"""The optional bench parts: `bench` (the paper-config model step against upstream's), `compile-modes` (our
+step compiled in another torch.compile mode against the default one), `checkpoint` (an asynchronous save
+against a synchronous one) and `eval` (evaluation rows/s)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,22 @@ EVAL_LIMIT_S = 240
 EVAL_REPEATS = {"quick": "2", "full": "3"}
 
 
-_BENCH_LINE = re.compile(r"^(?P<label>\S+/(?:eager|compiled))\s+(?P<ms>[\d.]+) ms/step\s+(?P<sps>[\d.]+) steps/s"
+_BENCH_LINE = re.compile(r"^(?P<label>\S+/(?:eager|compiled|[a-z-]+))\s+(?P<ms>[\d.]+) ms/step\s+(?P<sps>[\d.]+) steps/s"
                          r"(?: \((?:first step|compile) (?P<first>[\d.]+) s\))?.*?(?: mfu=(?P<mfu>[\d.]+)%)?$")  # fmt: skip
 _SPEEDUP = re.compile(r"^speedup (?P<what>.+?): (?P<ratio>[\d.]+)x vs upstream")
+_MODE_RATIO = re.compile(r"^compile mode (?P<mode>\S+): (?P<ratio>[\d.]+)x vs the default mode")
+# The lever the part measures (docs/training.md, "torch.compile's mode"): autotuned matmuls with fused
+# epilogues, no CUDA graphs (the carry's buffers stay the step's own).
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+COMPILE_MODES_LIMIT_S = 420  # eager, default-compiled and autotuned variants of the paper step
 
 
 def parse_bench(output: str) -> dict[str, Any]:
-    """ms/step, steps/s and MFU per variant, and the speedups against upstream, from tools.bench.model."""
+    """ms/step, steps/s and MFU per variant, and the speedups against upstream and of other compile modes
+    against the default one, from tools.bench.model."""
     variants: dict[str, dict[str, float | None]] = {}
     speedups: dict[str, float] = {}
+    modes: dict[str, float] = {}
     for line in output.splitlines():
         if m := _BENCH_LINE.match(line.strip()):
             mfu = m.group("mfu")
@@ -41,7 +49,9 @@ def parse_bench(output: str) -> dict[str, Any]:
                 variants[m.group("label")]["first_step_s"] = float(m.group("first"))
         elif m := _SPEEDUP.match(line.strip()):
             speedups[m.group("what")] = float(m.group("ratio"))
-    return {"variants": variants, "speedup_vs_upstream": speedups}
+        elif m := _MODE_RATIO.match(line.strip()):
+            modes[m.group("mode")] = float(m.group("ratio"))
+    return {"variants": variants, "speedup_vs_upstream": speedups, "speedup_vs_default_mode": modes}
 
 
 def bench(ctx: Context) -> Outcome:
@@ -76,6 +86,29 @@ def bench(ctx: Context) -> Outcome:
             data,
             tail(output),
         )
+    return Outcome("pass", summary, data, tail(output))
+
+
+def compile_modes(ctx: Context) -> Outcome:
+    """Our paper step compiled in COMPILE_MODE against the default mode, in one interleaved run."""
+    cmd = [ctx.python, "-m", "tools.bench.model", "--config", "paper", "--steps", "10", "--warmup", "2",
+           "--compile-repeats", "0", "--no-attention-split", "--compile-mode", COMPILE_MODE]  # fmt: skip
+    limit = ctx.limit(COMPILE_MODES_LIMIT_S)
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="compile-modes.log")
+    if code is None:
+        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
+    data = parse_bench(output)
+    ratio = data["speedup_vs_default_mode"].get(COMPILE_MODE)
+    tuned, plain = data["variants"].get(f"ours/{COMPILE_MODE}"), data["variants"].get("ours/compiled")
+    if code != 0 or ratio is None or tuned is None or plain is None:
+        return Outcome(
+            "fail", f"tools.bench.model exited {code} without the mode's ratio", data, tail(output)
+        )
+    summary = (
+        f"paper step, {COMPILE_MODE} {tuned['ms_per_step']:.1f} ms/step against default "
+        f"{plain['ms_per_step']:.1f}: {ratio:.2f}x (first step {tuned.get('first_step_s', 0):.0f} s "
+        f"against {plain.get('first_step_s', 0):.0f} s)"
+    )
     return Outcome("pass", summary, data, tail(output))
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 from tools.gpu.check.bench import (
     BENCH_LIMIT_S,
     CHECKPOINT_LIMIT_S,
+    COMPILE_MODE,
+    COMPILE_MODES_LIMIT_S,
     EVAL_LIMIT_S,
     bench,
     checkpoint_save,
+    compile_modes,
     evaluation,
 )
 from tools.gpu.check.core import Part
@@ -33,7 +36,8 @@ from tools.gpu.check.suite import GPU_TESTS_LIMIT_S, collect, gpu_tests
 # optimizer 32 once the extension is built (the build: 65-89 s in the background), resume 90, checkpoint 48,
 # eval 88). Estimates, not measured yet: kit (pip --no-index, ~10 s there), gpu-tests (never started there;
 # 150 s plus up to ~45 s waiting for the build it requires), step-ab (3 trainer runs of ~50 s compile + 26
-# steps, plus data), sdpa, profile (one compile of the paper step, 50 s there, plus 5 steps). An H200 is
+# steps, plus data), sdpa, profile (one compile of the paper step, 50 s there, plus 5 steps), compile-modes
+# (eager, default and autotuned compiles of the paper step: the autotuning's minutes are a guess). An H200 is
 # planned as an H100: the plan errs long.
 PARTS: tuple[Part, ...] = (
     Part("facts", "versions and GPU facts (nvidia-smi, MIG, CUDA devices)", {"quick": 5, "full": 5}, 60, facts, needs_cuda=False),
@@ -50,6 +54,7 @@ PARTS: tuple[Part, ...] = (
     Part("profile", "tools.bench.step_profile: a compiled paper step under torch.profiler (matmul, attention, elementwise, idle)", {"quick": 75, "full": 90}, PROFILE_LIMIT_S, step_profile),
     Part("curves", f"tools.bench.curves --device cuda: Sudoku learning curves, ours vs upstream's trainer, {CURVES_STEPS} steps x seeds while time allows (~5 min)", {"quick": CURVES_PLANNED_S, "full": CURVES_PLANNED_S}, CURVES_LIMIT_S, curves, required=False),
     Part("bench", "tools.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 125, "full": 240}, BENCH_LIMIT_S, bench, required=False),
+    Part("compile-modes", f"tools.bench.model --config paper --compile-mode {COMPILE_MODE}: that torch.compile mode vs the default", {"quick": 240, "full": 240}, COMPILE_MODES_LIMIT_S, compile_modes, required=False),
     Part("checkpoint", "tools.bench.checkpoint --device cuda: loop blocked by an async save vs a synchronous one", {"quick": 50, "full": 60}, CHECKPOINT_LIMIT_S, checkpoint_save, required=False),
     Part("eval", "tools.bench.eval --config paper: evaluation rows/s eager and compiled", {"quick": 90, "full": 120}, EVAL_LIMIT_S, evaluation, required=False),
 )  # fmt: skip
@@ -59,9 +64,9 @@ PARTS: tuple[Part, ...] = (
 # call's required parts fit DEFAULT_BUDGET_S on the plan above; the optional ones run when time is left
 # (the learning curves in call 2 only when its measurements ran short of their plan). Call 3 is the learning
 # curves' own call, for a loan with time left after calls 1 and 2 or a later one (it installs the kit and
-# builds or picks up the extension first).
+# builds or picks up the extension first); the compile-mode comparison follows them when time is left.
 CALLS: dict[int, tuple[str, ...]] = {
     1: ("facts", "kit", "imports", "extension-build", "collect", "gpu-tests", "optimizer", "resume"),
     2: ("facts", "extension-build", "probe", "step-ab", "sdpa", "profile", "curves", "checkpoint", "eval"),
-    3: ("facts", "kit", "imports", "extension-build", "curves"),
+    3: ("facts", "kit", "imports", "extension-build", "curves", "compile-modes"),
 }

@@ -41,6 +41,32 @@ def test_bench_part_requires_the_upstream_comparison_when_asked(tmp_path: Path, 
     assert failed.status == "fail" and "no comparison came out" in failed.summary
 
 
+MODES_OUTPUT = "\n".join(
+    [
+        "arch=trm config=paper device=cuda threads=16 batch=192 seq=916 hidden=512 dtype=bfloat16",
+        "ours/eager              412.3 ms/step   2.43 steps/s (first step 3.1 s) mfu=21.5%",
+        "ours/compiled           301.9 ms/step   3.31 steps/s (first step 48.2 s) mfu=29.4%",
+        "ours/max-autotune-no-cudagraphs    270.0 ms/step   3.70 steps/s (first step 190.4 s) mfu=32.9%",
+        "compile mode max-autotune-no-cudagraphs: 1.12x vs the default mode (ours; above 1: faster)",
+    ]
+)
+
+
+def test_compile_modes_part_reads_the_modes_ratio(tmp_path: Path, monkeypatch) -> None:
+    calls = []
+    monkeypatch.setattr(bench, "run_command", lambda cmd, *a, **k: calls.append(cmd) or (0, MODES_OUTPUT))
+    outcome = bench.compile_modes(fake_ctx(tmp_path))
+    assert outcome.status == "pass", outcome
+    assert outcome.summary == (
+        "paper step, max-autotune-no-cudagraphs 270.0 ms/step against default 301.9: 1.12x "
+        "(first step 190 s against 48 s)"
+    )
+    assert outcome.data["speedup_vs_default_mode"] == {"max-autotune-no-cudagraphs": 1.12}
+    assert calls[0][calls[0].index("--compile-mode") + 1] == bench.COMPILE_MODE
+    monkeypatch.setattr(bench, "run_command", lambda *a, **k: (1, MODES_OUTPUT.rsplit("\n", 1)[0]))
+    assert bench.compile_modes(fake_ctx(tmp_path)).status == "fail"
+
+
 CHECKPOINT_JSON = {
     "device": "cuda:0", "identifiers": 1191730, "puzzle_emb_ndim": 512, "puzzle_table_mb": 2440.663,
     "checkpoint_mb": 4890.1, "sync_save_s": 9.5, "async_first_blocked_s": 2.1, "async_blocked_s": 0.41,
