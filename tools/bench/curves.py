@@ -228,6 +228,25 @@ def run_upstream(
     return curves
 
 
+def train_flops(overrides: Sequence[str], data: Path, steps: int) -> list[float]:
+    """Cumulative model training FLOPs of our trainer with `overrides` on `data` after steps 0..steps
+    (index s: steps 1..s), each step at its depth (a depth curriculum's early steps are cheaper): the
+    trainer's own count (trm.training.throughput, trm.training.curriculum) times the global batch."""
+    from trm.model.registry import model_config
+    from trm.training.config import compose
+    from trm.training.curriculum import cumulative_train_flops, run_schedule
+    from trm.training.throughput import total_steps
+
+    cfg = compose([*overrides, f"data_paths=[{data}]"])
+    meta = json.loads((data / "train" / "dataset.json").read_text(encoding="utf-8"))
+    model = model_config(
+        cfg.arch, batch_size=1, seq_len=meta["seq_len"], vocab_size=meta["vocab_size"],
+        num_puzzle_identifiers=meta["num_puzzle_identifiers"], forward_dtype="float32",
+    )  # fmt: skip
+    total = total_steps(cfg.epochs, meta["total_groups"], meta["mean_puzzle_examples"], cfg.global_batch_size)
+    return cumulative_train_flops(model, run_schedule(cfg, total), steps, cfg.global_batch_size)
+
+
 def identical(a: Curves, b: Curves) -> int | None:
     """The first step where two runs' logged metrics differ (None: equal at every step of every metric)."""
     differing = [s for m in METRICS for s in sorted(set(a[m]) | set(b[m])) if a[m].get(s) != b[m].get(s)]
@@ -250,8 +269,29 @@ def compare(
     ]
 
 
-def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str], title: str) -> bytes:
-    """Both sides' means with their interval bands, one panel per metric; PNG bytes."""
+def compare_at_compute(
+    runs_a: list[Curves],
+    runs_b: list[Curves],
+    flops: tuple[list[float], list[float]],
+    steps: int,
+    halt_max_steps: int,
+) -> list[curve_stats.MetricComparison]:
+    """Both sides at equal training compute: each run's window means (the equal-step window) placed at
+    its cumulative FLOPs and interpolated onto 10 common FLOP values (curve_stats.compare_metric_at_compute)."""
+    window = max(steps // 10, halt_max_steps)
+    return [
+        curve_stats.compare_metric_at_compute(
+            m, [r[m] for r in runs_a], [r[m] for r in runs_b], *flops, window=window, level=LEVEL
+        )
+        for m in METRICS
+    ]
+
+
+def plot(
+    rows: list[list[curve_stats.MetricComparison]], labels: tuple[str, str], title: str
+) -> bytes:
+    """Both sides' means with their interval bands, one panel per metric, one row per axis (equal steps,
+    then equal compute when compared); PNG bytes."""
     import io
 
     import matplotlib
@@ -259,7 +299,19 @@ def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(comparisons), figsize=(4.2 * len(comparisons), 3.4))
+    width = len(rows[0])
+    fig, grid = plt.subplots(len(rows), width, figsize=(4.2 * width, 3.4 * len(rows)), squeeze=False)
+    for axes, comparisons in zip(grid, rows, strict=True):
+        _plot_row(axes, comparisons, labels)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _plot_row(axes, comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str]) -> None:
     for ax, comp in zip(axes, comparisons, strict=True):
         for side, label, color in ((comp.a, labels[0], "tab:blue"), (comp.b, labels[1], "tab:orange")):
             mean = [i.mean for i in side]
@@ -268,16 +320,10 @@ def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str
                 comp.steps, [i.low for i in side], [i.high for i in side], color=color, alpha=0.25
             )
         if comp.parted_at is not None:
-            ax.axvline(comp.parted_at, color="red", linestyle=":", label=f"part at {comp.parted_at}")
+            ax.axvline(comp.parted_at, color="red", linestyle=":", label=comp.verdict)
         ax.set_title(f"{comp.metric}\n{comp.verdict}", fontsize=9)
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("optimizer step" if comp.axis == curve_stats.STEPS else "cumulative training FLOPs")
     axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -330,6 +376,7 @@ class Plan:
     run_b: Callable[[int], Curves]  # seed -> side B's curves
     resume_at: int | None = None
     resumed_from: list[int] | None = None  # per seed: the step of the checkpoint the SIGTERM saved
+    overrides_b: tuple[str, ...] | None = None  # side B's trainer config when it is not side A's
 
 
 def plan(
@@ -344,6 +391,7 @@ def plan(
             ("trm-stack", f"trm-stack {name}"),
             f"-{name}",
             lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps),
+            overrides_b=changed,
         )
     if args.resume_at is not None:
         at = _resume_step(args.resume_at, steps)
@@ -401,7 +449,16 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
             runs_a.append(run_ours(base, data[0], work / f"ours-{seed}", seed, steps))
             runs_b.append(how.run_b(seed))
             print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)
-        comparisons = compare(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps)
+        halt_max_steps = setup.recipe.config.arch.halt_max_steps
+        comparisons = compare(runs_a, runs_b, steps, halt_max_steps)
+        flops = (
+            train_flops(base, data[0], steps),
+            train_flops(how.overrides_b or base, data[0], steps),
+        )
+        # Equal compute only where the sides' FLOPs per step differ (a variant of another depth or size).
+        at_compute = (
+            compare_at_compute(runs_a, runs_b, flops, steps, halt_max_steps) if flops[0] != flops[1] else []
+        )
         result = {
             "setup": setup.name,
             "command": f"{prog} {shlex.join(argv)}".strip(),
@@ -414,12 +471,18 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
             "wall_seconds": round(time.monotonic() - started),
             "verdict": curve_stats.overall_verdict(comparisons),
             "metrics": [c.as_dict() for c in comparisons],
+            "train_flops": {how.labels[0]: flops[0][-1], how.labels[1]: flops[1][-1]},
             "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
         }
+        if at_compute:
+            result["equal_compute"] = {
+                "verdict": curve_stats.overall_verdict(at_compute),
+                "metrics": [c.as_dict() for c in at_compute],
+            }
         if how.resume_at is not None:
             result.update(resume_identity(runs_a, runs_b, how.resume_at))
             result["resumed_from"] = how.resumed_from
-        write_outputs(args.out / f"{setup.name}{how.suffix}", result, comparisons)
+        write_outputs(args.out / f"{setup.name}{how.suffix}", result, [comparisons, *([at_compute] if at_compute else [])])
     finally:
         if args.keep is None:
             remove_own_temp(work)  # the bench's own scratch folder
@@ -435,21 +498,25 @@ def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict
     return {"resume_at": at, "identical": same, "first_difference": first, "verdict": verdict}
 
 
-def write_outputs(stem: Path, result: dict, comparisons: list[curve_stats.MetricComparison]) -> None:
-    """<stem>.json and <stem>.png, and the verdicts on stdout."""
+def write_outputs(stem: Path, result: dict, rows: list[list[curve_stats.MetricComparison]]) -> None:
+    """<stem>.json and <stem>.png, and the verdicts on stdout (`rows`: the equal-step comparisons, then
+    the equal-compute ones when there are)."""
     labels = result["labels"]
     atomic_write_json(stem.with_suffix(".json"), result)
+    verdicts = [result["verdict"]] + ([result["equal_compute"]["verdict"]] if "equal_compute" in result else [])
     title = (
         f"{result['setup']}: {labels[0]} vs {labels[1]}, {result['seeds']} seeds, "
-        f"{LEVEL:.0%} intervals (measured); {result['verdict']}"
+        f"{LEVEL:.0%} intervals (measured); {'; '.join(verdicts)}"
     )
-    atomic_write_bytes(stem.with_suffix(".png"), plot(comparisons, (labels[0], labels[1]), title))
-    for c in comparisons:
-        fd = c.final_difference
-        print(
-            f"  {c.metric:24s} {c.verdict:34s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
-        )
-    print(f"verdict: {result['verdict']}\nwrote {stem}.json and {stem}.png")
+    atomic_write_bytes(stem.with_suffix(".png"), plot(rows, (labels[0], labels[1]), title))
+    for comparisons, verdict in zip(rows, verdicts, strict=True):
+        for c in comparisons:
+            fd = c.final_difference
+            print(
+                f"  {c.metric:24s} {c.verdict:36s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
+            )
+        print(f"verdict: {verdict}")
+    print(f"wrote {stem}.json and {stem}.png")
 
 
 def _resume_step(value: str | None, steps: int) -> int | None:

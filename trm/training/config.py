@@ -24,6 +24,7 @@ from trm.compile_setting import CHOICES as COMPILE_CHOICES
 from trm.errors import TRMError
 from trm.model.registry import ARCHS, get_spec, spec_of
 from trm.model.schema import LossConfig, TRMArch
+from trm.training import curriculum
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,11 @@ RUN_ONLY_KEYS = frozenset(
 )
 # Keys added after runs were named by their config hash: left out of the hash while at their default,
 # so existing runs keep their names.
-LATER_KEYS: dict[str, Any] = {"use_muon": False, "grad_clip_norm": None}
+LATER_KEYS: dict[str, Any] = {
+    "use_muon": False,
+    "grad_clip_norm": None,
+    "depth_curriculum": {"ramp": 0.0, "stages": 3},  # DepthCurriculumConfig's defaults (off)
+}
 # Architecture keys that change only evaluation: left out of the config hash (run names stay).
 ARCH_EVAL_ONLY_KEYS = frozenset({"loop_deltas"})
 # Architecture keys that may differ on resume: numerics or evaluation only, no shape or semantics change.
@@ -138,12 +143,23 @@ class BestConfig:
     """At the end and in `trm best`: the top-k checkpoints by subset score are evaluated fully; 0: subset decides."""
 
 
+@dataclass
+class DepthCurriculumConfig:
+    """`depth_curriculum.*`: opt-in, fewer recursion cycles in early training steps (trm.training.curriculum)."""
+
+    ramp: float = 0.0
+    """Share of the schedule's steps over which H_cycles/L_cycles ramp up to the arch's, in [0, 1); 0: off."""
+    stages: int = 3
+    """Depth stages, the last at full depth (2-6); stage k of n runs ceil(H·k/n), ceil(L·k/n) cycles."""
+
+
 # The nested sections of TrainConfig: field name -> dataclass.
 SECTIONS: dict[str, type] = {
     "checkpoint": CheckpointConfig,
     "watchdog": WatchdogConfig,
     "eval_subset": EvalSubsetConfig,
     "best": BestConfig,
+    "depth_curriculum": DepthCurriculumConfig,
 }
 
 
@@ -219,6 +235,8 @@ class TrainConfig:
     """How the best checkpoint is chosen from subset scores (`best.top_k=3`)."""
     grad_clip_norm: float | None = None
     """Clip the all-reduced dense gradients to this global L2 norm (null: off, as upstream)."""
+    depth_curriculum: DepthCurriculumConfig = field(default_factory=DepthCurriculumConfig)
+    """Opt-in depth curriculum: early steps run fewer cycles (`depth_curriculum.ramp=0.6`; evaluation: full)."""
 
 
 def _schema_keys(cls: type, prefix: str = "") -> dict[str, str]:
@@ -467,6 +485,7 @@ def validate(cfg: TrainConfig) -> None:
                 "(watchdog.timeout_minutes=0 turns the watchdog off)."
             )
     _validate_subset(cfg.eval_subset, cfg.best)
+    curriculum.validate(cfg)
     if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
         raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:

@@ -15,6 +15,8 @@ Recipes:
   fp32, batch 32), the configuration of the reference CPU measurements of upstream's trainer.
 - `sudoku-mlp` / `sudoku-att` / `maze`: upstream README's Sudoku-Extreme (MLP-mixer or attention) and
   Maze-Hard runs, evaluated by exact accuracy only (`evaluators=[]`).
+- `sudoku-curriculum`: `sudoku-mlp` with the opt-in depth curriculum of CGAR (arXiv 2511.08653): H, L
+  cycles (1, 2) for the first 30 % of the steps, (2, 4) up to 60 %, then (3, 6); evaluation at full depth.
 - `urm-arc1` / `urm-arc2` / `urm-sudoku`: the Universal Reasoning Model with the settings of its
   reference's `scripts/URM_arcagi1.sh`, `URM_arcagi2.sh` (Muon) and `URM_sudoku.sh`.
 """
@@ -29,7 +31,7 @@ from typing import Any
 
 from trm.errors import TRMError
 from trm.model.schema import TRMArch, URMArch
-from trm.training.config import TrainConfig, as_dict, train_config
+from trm.training.config import DepthCurriculumConfig, TrainConfig, as_dict, train_config
 
 GIB = 1024**3
 
@@ -323,6 +325,19 @@ RECIPES.update(
             TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_SUDOKU_RUN),
         ),
     )
+)
+
+
+# Opt-in variants that change training (never a recipe's default): CGAR's progressive depth curriculum
+# (arXiv 2511.08653) on upstream's Sudoku MLP run: (H, L) = (1, 2) for the first 30 % of the steps, (2, 4) up
+# to 60 %, then the recipe's (3, 6); evaluation always at full depth (trm.training.curriculum).
+RECIPES["sudoku-curriculum"] = RECIPES["sudoku-mlp"].with_changes(
+    depth_curriculum=DepthCurriculumConfig(ramp=0.6, stages=3)
+)
+RECIPES["sudoku-curriculum"] = dataclasses.replace(
+    RECIPES["sudoku-curriculum"],
+    name="sudoku-curriculum",
+    summary="sudoku-mlp with CGAR's depth curriculum (opt-in: fewer cycles for the first 60 % of the steps)",
 )
 
 
