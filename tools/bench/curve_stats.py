@@ -195,7 +195,9 @@ def _verdict(a: list[Interval], b: list[Interval], final: Interval, xs: Sequence
 def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     """The piecewise-linear curve through (xs, ys) (xs increasing) at x, inside [xs[0], xs[-1]]."""
     if not xs or not xs[0] <= x <= xs[-1]:
-        raise TRMError(f"{x:g} lies outside the curve's range {xs[0] if xs else '?'}..{xs[-1] if xs else '?'}")
+        raise TRMError(
+            f"{x:g} lies outside the curve's range {xs[0] if xs else '?'}..{xs[-1] if xs else '?'}"
+        )
     hi = next(i for i, v in enumerate(xs) if v >= x)
     if xs[hi] == x or hi == 0:
         return ys[hi]
@@ -203,11 +205,17 @@ def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
     return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo])
 
 
-def compute_grid(flops_a: Sequence[float], flops_b: Sequence[float], window: int, points: int) -> list[float]:
-    """`points` equally spaced cumulative-FLOP values that both sides reach with a full first window: from
-    the later side's FLOPs at step `window` to the smaller of the two totals (flops_x[s]: steps 1..s)."""
-    low = max(flops_a[window], flops_b[window])
-    high = min(flops_a[-1], flops_b[-1])
+def window_centres(flops: Sequence[float], window: int) -> list[float]:
+    """Where each window mean sits on the compute axis: for the windows ending at steps window..N, the mean
+    cumulative FLOPs of their steps (flops[s]: after steps 1..s). A window mean estimates the curve at its
+    window's centre, and the two sides' windows span different FLOPs when their steps cost differently."""
+    return [statistics.fmean(flops[s - window + 1 : s + 1]) for s in range(window, len(flops))]
+
+
+def compute_grid(centres_a: Sequence[float], centres_b: Sequence[float], points: int) -> list[float]:
+    """`points` equally spaced FLOP values that both sides' window centres cover: from the later first
+    centre to the smaller last one."""
+    low, high = max(centres_a[0], centres_b[0]), min(centres_a[-1], centres_b[-1])
     if points < 2 or not high > low:
         raise TRMError(
             f"no common compute range: {low:.3g}..{high:.3g} FLOPs (run more steps or a shorter window)"
@@ -215,13 +223,13 @@ def compute_grid(flops_a: Sequence[float], flops_b: Sequence[float], window: int
     return [low + (high - low) * i / (points - 1) for i in range(points)]
 
 
-def values_at_compute(curve: Curve, flops: Sequence[float], window: int, grid: Sequence[float]) -> list[float]:
-    """One run's window means at every step from `window` on, placed at that step's cumulative FLOPs
-    (flops[s]) and interpolated onto `grid`."""
-    steps = range(window, len(flops))
-    xs = [flops[s] for s in steps]
-    ys = [window_mean(curve, s, window) for s in steps]
-    return [interpolate(xs, ys, g) for g in grid]
+def values_at_compute(
+    curve: Curve, flops: Sequence[float], window: int, grid: Sequence[float]
+) -> list[float]:
+    """One run's window means (windows ending at steps window..N), each at its window's centre on the
+    compute axis (window_centres), interpolated onto `grid`."""
+    ys = [window_mean(curve, s, window) for s in range(window, len(flops))]
+    return [interpolate(window_centres(flops, window), ys, g) for g in grid]
 
 
 def compare_metric_at_compute(
@@ -234,10 +242,11 @@ def compare_metric_at_compute(
     points: int = 10,
     level: float = 0.95,
 ) -> MetricComparison:
-    """Both sides of one metric at equal training compute: each run's window means (window steps) against
-    its side's cumulative FLOPs (flops_x[s] for steps 1..s; the same for every seed of a side),
-    interpolated onto a common grid of `points` FLOP values; intervals and verdict as at equal steps."""
-    grid = compute_grid(flops_a, flops_b, window, points)
+    """Both sides of one metric at equal training compute: each run's window means (window steps) placed at
+    their windows' centres on its side's cumulative FLOPs (flops_x[s] after steps 1..s; the same for every
+    seed of a side), interpolated onto a common grid of `points` FLOP values; intervals and verdict as at
+    equal steps."""
+    grid = compute_grid(window_centres(flops_a, window), window_centres(flops_b, window), points)
     per_a = list(zip(*(values_at_compute(r, flops_a, window, grid) for r in runs_a), strict=True))
     per_b = list(zip(*(values_at_compute(r, flops_b, window, grid) for r in runs_b), strict=True))
     a = [mean_interval(v, level) for v in per_a]

@@ -287,9 +287,7 @@ def compare_at_compute(
     ]
 
 
-def plot(
-    rows: list[list[curve_stats.MetricComparison]], labels: tuple[str, str], title: str
-) -> bytes:
+def plot(rows: list[list[curve_stats.MetricComparison]], labels: tuple[str, str], title: str) -> bytes:
     """Both sides' means with their interval bands, one panel per metric, one row per axis (equal steps,
     then equal compute when compared); PNG bytes."""
     import io
@@ -482,7 +480,11 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         if how.resume_at is not None:
             result.update(resume_identity(runs_a, runs_b, how.resume_at))
             result["resumed_from"] = how.resumed_from
-        write_outputs(args.out / f"{setup.name}{how.suffix}", result, [comparisons, *([at_compute] if at_compute else [])])
+        write_outputs(
+            args.out / f"{setup.name}{how.suffix}",
+            result,
+            [comparisons, *([at_compute] if at_compute else [])],
+        )
     finally:
         if args.keep is None:
             remove_own_temp(work)  # the bench's own scratch folder
@@ -503,7 +505,9 @@ def write_outputs(stem: Path, result: dict, rows: list[list[curve_stats.MetricCo
     the equal-compute ones when there are)."""
     labels = result["labels"]
     atomic_write_json(stem.with_suffix(".json"), result)
-    verdicts = [result["verdict"]] + ([result["equal_compute"]["verdict"]] if "equal_compute" in result else [])
+    verdicts = [result["verdict"]] + (
+        [result["equal_compute"]["verdict"]] if "equal_compute" in result else []
+    )
     title = (
         f"{result['setup']}: {labels[0]} vs {labels[1]}, {result['seeds']} seeds, "
         f"{LEVEL:.0%} intervals (measured); {'; '.join(verdicts)}"

@@ -80,11 +80,7 @@ RUN_ONLY_KEYS = frozenset(
 )
 # Keys added after runs were named by their config hash: left out of the hash while at their default,
 # so existing runs keep their names.
-LATER_KEYS: dict[str, Any] = {
-    "use_muon": False,
-    "grad_clip_norm": None,
-    "depth_curriculum": {"ramp": 0.0, "stages": 3},  # DepthCurriculumConfig's defaults (off)
-}
+LATER_KEYS: dict[str, Any] = {"use_muon": False, "grad_clip_norm": None}
 # Architecture keys that change only evaluation: left out of the config hash (run names stay).
 ARCH_EVAL_ONLY_KEYS = frozenset({"loop_deltas"})
 # Architecture keys that may differ on resume: numerics or evaluation only, no shape or semantics change.
@@ -631,6 +627,8 @@ def math_dict(cfg: TrainConfig) -> dict[str, Any]:
         if k not in RUN_ONLY_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])
     }
     math["arch"] = {k: v for k, v in math["arch"].items() if k not in ARCH_EVAL_ONLY_KEYS}
+    if not cfg.depth_curriculum.ramp:  # off (whatever its stages): the math of runs named before it existed
+        math.pop("depth_curriculum", None)
     return math
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +106,9 @@ def validate(cfg: Any) -> None:
             f"depth_curriculum.ramp={ramp} with arch={name}: it has no recursion cycles to ramp; set "
             f"depth_curriculum.ramp=0 (or use one of {', '.join(RECURSIVE_ARCHS)})."
         )
-    depths = {(s.H_cycles, s.L_cycles) for s in stages(cfg.arch.H_cycles, cfg.arch.L_cycles, ramp, c.stages, 1000)}
+    depths = {
+        (s.H_cycles, s.L_cycles) for s in stages(cfg.arch.H_cycles, cfg.arch.L_cycles, ramp, c.stages, 1000)
+    }
     if len(depths) < 2:
         raise TRMError(
             f"depth_curriculum.ramp={ramp} with arch.H_cycles={cfg.arch.H_cycles} arch.L_cycles="
@@ -150,7 +152,9 @@ def train_flops_per_example(model_config: Any, schedule: Sequence[Stage], first:
     return total / (last - first + 1)
 
 
-def cumulative_train_flops(model_config: Any, schedule: Sequence[Stage], steps: int, batch: int) -> list[float]:
+def cumulative_train_flops(
+    model_config: Any, schedule: Sequence[Stage], steps: int, batch: int
+) -> list[float]:
     """Training FLOPs of steps 1..s of `batch` examples each, for s = 0..steps (index s)."""
     from trm.training.throughput import act_step_flops
 
@@ -169,9 +173,7 @@ def record(schedule: Sequence[Stage], model_config: Any | None) -> list[dict[str
     for s in schedule:
         row: dict[str, Any] = s.as_dict()
         if model_config is not None:
-            try:
+            with suppress(ValueError):  # an architecture without a FLOP count
                 row["train_flops_per_example"] = act_step_flops(depth_config(model_config, s)).train
-            except ValueError:
-                pass
         out.append(row)
     return out

@@ -287,7 +287,9 @@ class Trainer:
         with curriculum.at_depth(c.model.config, stage):
             for k in range(plan.accum_steps):
                 slots = plan.micro_slots(k)
-                exploration = HaltExploration(explore[slots].to(info.device), min_steps[slots].to(info.device))
+                exploration = HaltExploration(
+                    explore[slots].to(info.device), min_steps[slots].to(info.device)
+                )
                 micro = slice_rows(batch, plan.micro_rows(k))
                 carry, loss, metrics, _, _ = c.step_module(self.carries[k], micro, exploration=exploration)
                 (loss / cfg.global_batch_size).backward()
