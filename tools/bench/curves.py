@@ -3,6 +3,7 @@
     TRM_UPSTREAM=/path/to/TinyRecursiveModels nox -s bench -- curves [--setup sudoku|arc] [--steps N]
         [--seeds S] [--out DIR]
     nox -s bench -- curves --setup sudoku --variant "lr2x: lr=2e-3"     # ours vs ours with overrides
+    nox -s bench -- curves --setup sudoku --variant "curriculum: depth_curriculum.ramp=0.3 depth_curriculum.stages=2"
     nox -s bench -- curves --setup sudoku --resume-at random            # ours vs ours stopped and resumed
 
 Both trainers run on the same data (our compact build; upstream's materialized build of the same
@@ -18,12 +19,18 @@ checkpoint, and the seeds give a mean with a
 Student-t interval; the final checkpoint's difference gets Welch's interval (tools.bench.curve_stats).
 The verdict per metric and overall: "indistinguishable at equal steps" or the step where they part.
 
+When the two sides' steps cost different training FLOPs (a variant of another depth, e.g. a depth
+curriculum, or size), they are also compared at equal compute: each run's window means placed at their
+windows' mean cumulative FLOPs (the trainer's own count per step, trm.training.curriculum) and interpolated
+onto 10 common FLOP values, from where both sides have a first window to the smaller of the two totals.
+
 `--resume-at` stops our run by SIGTERM once it logged that step (it saves and exits 75), reruns the same
 command (it resumes), and also checks identity: each seed's resumed run must log exactly the metrics of
 the uninterrupted one at every step ("identical"), not only a matching distribution.
 
-Writes <out>/<setup>[-<variant>|-resume].json (every run's curve, the intervals, the verdicts, the command) and a
-.png beside it (both trainers' means with their bands). All figures are measured.
+Writes <out>/<setup>[-<variant>|-resume].json (every run's curve, the intervals, the verdicts, each side's
+training FLOPs, the command) and a .png beside it (both trainers' means with their bands; a second row at
+equal compute when compared). All figures are measured.
 """
 
 from __future__ import annotations
