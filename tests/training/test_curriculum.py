@@ -151,6 +151,18 @@ def test_off_runs_every_step_at_full_depth_and_on_trains_differently(
     assert metric_rows(tmp_path / "on")[1] != metric_rows(tmp_path / "off")[1]
 
 
+def test_architectures_without_cycles_train_at_their_one_depth() -> None:
+    cfg = compose(["arch=transformers_baseline", "data_paths=[x]"])
+    schedule = curriculum.run_schedule(cfg, 10)
+    assert schedule == [Stage(1, 10, 1, None)]  # its arch has H_cycles (1) but no L_cycles
+    model = model_config(
+        cfg.arch, batch_size=1, seq_len=8, vocab_size=12, num_puzzle_identifiers=3, forward_dtype="float32"
+    )
+    with curriculum.at_depth(model, schedule[0]):  # a no-op: nothing to set
+        pass
+    assert curriculum.train_flops_per_example(model, schedule, 1, 10) == act_step_flops(model).train
+
+
 def tiny_model_config(**arch: int):
     cfg = compose(
         [

@@ -35,18 +35,24 @@ RECURSIVE_ARCHS = ("trm", "trm_singlez", "trm_hier6", "hrm", "urm")
 
 @dataclass(frozen=True)
 class Stage:
-    """Steps first..last (1-based, both included) run H_cycles outer and L_cycles inner cycles."""
+    """Steps first..last (1-based, both included) run H_cycles outer and L_cycles inner cycles (None for an
+    architecture without them, which only ever has the one full-depth stage)."""
 
     first: int
     last: int
-    H_cycles: int
-    L_cycles: int
+    H_cycles: int | None
+    L_cycles: int | None
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
 
-def stages(H: int, L: int, ramp: float, count: int, total_steps: int) -> list[Stage]:
+def depth_of(config: Any) -> tuple[int | None, int | None]:
+    """(H_cycles, L_cycles) of an architecture or model config (None where it has no such key)."""
+    return getattr(config, "H_cycles", None), getattr(config, "L_cycles", None)
+
+
+def stages(H: Any, L: Any, ramp: float, count: int, total_steps: int) -> list[Stage]:
     """The schedule over steps 1..total_steps (one full-depth stage when ramp is 0)."""
     ramp_steps = ramp * total_steps
     out: list[Stage] = []
@@ -59,7 +65,7 @@ def stages(H: int, L: int, ramp: float, count: int, total_steps: int) -> list[St
     return out
 
 
-def _append(out: list[Stage], first: int, last: int, depth: tuple[int, int]) -> int:
+def _append(out: list[Stage], first: int, last: int, depth: tuple[Any, Any]) -> int:
     """Add steps first..last at `depth` (merged into the previous stage when it has that depth); the next
     first step."""
     if last < first:
@@ -79,7 +85,7 @@ def stage_at(schedule: Sequence[Stage], step: int) -> Stage:
 def run_schedule(cfg: Any, total_steps: int) -> list[Stage]:
     """A TrainConfig's schedule over its `total_steps` (the LR schedule's length)."""
     c = cfg.depth_curriculum
-    return stages(cfg.arch.H_cycles, cfg.arch.L_cycles, c.ramp, c.stages, total_steps)
+    return stages(*depth_of(cfg.arch), c.ramp, c.stages, total_steps)
 
 
 def validate(cfg: Any) -> None:
@@ -116,24 +122,36 @@ def validate(cfg: Any) -> None:
         )
 
 
+def _changes(model_config: Any, stage: Stage) -> dict[str, int]:
+    """The cycle counts the stage sets that differ from the model config's (a key the stage has no value
+    for, or the config lacks, stays as it is)."""
+    wanted = {"H_cycles": stage.H_cycles, "L_cycles": stage.L_cycles}
+    return {
+        k: v
+        for k, v in wanted.items()
+        if v is not None and hasattr(model_config, k) and getattr(model_config, k) != v
+    }
+
+
 @contextmanager
 def at_depth(model_config: Any, stage: Stage) -> Iterator[None]:
     """Run the block with the model config's cycle counts set to the stage's, then restore them (a no-op
     at the configured depth)."""
-    full = (model_config.H_cycles, model_config.L_cycles)
-    if full == (stage.H_cycles, stage.L_cycles):
-        yield
-        return
-    model_config.H_cycles, model_config.L_cycles = stage.H_cycles, stage.L_cycles
+    changes = _changes(model_config, stage)
+    saved = {k: getattr(model_config, k) for k in changes}
+    for k, v in changes.items():
+        setattr(model_config, k, v)
     try:
         yield
     finally:
-        model_config.H_cycles, model_config.L_cycles = full
+        for k, v in saved.items():
+            setattr(model_config, k, v)
 
 
 def depth_config(model_config: Any, stage: Stage) -> Any:
-    """A copy of the model config at the stage's depth (for FLOP counts)."""
-    return dataclasses.replace(model_config, H_cycles=stage.H_cycles, L_cycles=stage.L_cycles)
+    """The model config at the stage's depth (a copy when it differs; for FLOP counts)."""
+    changes = _changes(model_config, stage)
+    return dataclasses.replace(model_config, **changes) if changes else model_config
 
 
 def train_flops_per_example(model_config: Any, schedule: Sequence[Stage], first: int, last: int) -> float:
