@@ -154,6 +154,26 @@ class MetricComparison:
             return f"indistinguishable at equal {self.axis}"
         return f"part at {_at(self.axis, self.parted_at)}"
 
+    @classmethod
+    def from_dict(cls, d: dict) -> MetricComparison:
+        """The inverse of as_dict (a recorded comparison, e.g. to plot it again)."""
+        axis = d.get("axis", STEPS)
+        xs = d["steps"] if axis == STEPS else d["flops"]
+
+        def side(key: str) -> list[Interval]:
+            return [Interval(m, h) for m, h in zip(d[key]["mean"], d[key]["half"], strict=True)]
+
+        fd = d["final_difference"]
+        return cls(
+            d["metric"],
+            list(xs),
+            side("a"),
+            side("b"),
+            Interval(fd["mean"], fd["half"]),
+            d["parted_at"],
+            axis,
+        )
+
     def as_dict(self) -> dict:
         return {
             "metric": self.metric,

@@ -5,11 +5,13 @@
     nox -s bench -- curves --setup sudoku --variant "lr2x: lr=2e-3"     # ours vs ours with overrides
     nox -s bench -- curves --setup sudoku --variant "curriculum: depth_curriculum.ramp=0.3 depth_curriculum.stages=2"
     nox -s bench -- curves --setup sudoku --resume-at random            # ours vs ours stopped and resumed
+    nox -s bench -- curves --device cuda --steps 1000 --seeds 8 --time-budget-s 300   # on one GPU
+    nox -s bench -- curves --replot OUT/sudoku-cuda.json               # draw the PNG of a JSON
 
 Both trainers run on the same data (our compact build; upstream's materialized build of the same
 puzzles) and configuration (a recipe of trm/training/recipes.py, rendered as the upstream keys both take),
-for N optimizer steps and S seeds each (seed s for both), one process at a time, on CPU, with train
-metrics logged every step and no evaluation. Upstream's metrics are recorded from its `wandb.log` calls
+for N optimizer steps and S seeds each (seed s for both), one process at a time, on CPU (or `--device
+cuda`: both on the same GPU, eager), with train metrics logged every step and no evaluation. Upstream's metrics are recorded from its `wandb.log` calls
 (`tools.bench.upstream_trainer --metrics`, W&B disabled); ours come from the run's metrics.jsonl.
 
 The data orders differ by design (our loader draws from a counter-based hash, upstream's from numpy's
@@ -28,9 +30,15 @@ onto 10 common FLOP values, from where both sides have a first window to the sma
 command (it resumes), and also checks identity: each seed's resumed run must log exactly the metrics of
 the uninterrupted one at every step ("identical"), not only a matching distribution.
 
-Writes <out>/<setup>[-<variant>|-resume].json (every run's curve, the intervals, the verdicts, each side's
-training FLOPs, the command) and a .png beside it (both trainers' means with their bands; a second row at
-equal compute when compared). All figures are measured.
+`--time-budget-s T` makes S a maximum: no seed pair starts once the longest pair so far would end past T
+seconds from the start (data build included), after the first two. The files are rewritten after every
+seed from the second, so a run cut off by a time limit keeps its comparison so far.
+
+Writes <out>/<setup>[-<variant>|-resume][-cuda].json (every run's curve, the intervals, the verdicts, each
+side's training FLOPs when they differ, the command) and a .png beside it (both trainers' means with their
+bands; a second row at equal compute when compared); where matplotlib does not import
+(a GPU host with the kit) the JSON says so and `--replot JSON` draws the PNG elsewhere. All figures are
+measured.
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ METRICS = ("train/lm_loss", "train/accuracy", "train/exact_accuracy", "train/q_h
 PER_HALTED = frozenset(("train/accuracy", "train/exact_accuracy", "train/q_halt_accuracy"))
 Curves = dict[str, dict[int, float]]  # metric -> step -> value
 LEVEL = 0.95  # of every interval
+DEVICES = ("cpu", "cuda")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,15 +169,19 @@ def _run(cmd: list[str], cwd: Path | None, what: str) -> None:
         raise TRMError(f"{what} failed (exit {proc.returncode}):\n{tail}")
 
 
-def ours_command(overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int) -> list[str]:
+def ours_command(
+    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, device: str = "cpu"
+) -> list[str]:
     return [sys.executable, "-m", "trm.train", *overrides, f"data_paths=[{data}]", f"seed={seed}",
-            f"max_steps={steps}", "log_interval=1", "evaluate=false", "device=cpu", "checkpoint.keep=1",
+            f"max_steps={steps}", "log_interval=1", "evaluate=false", f"device={device}", "checkpoint.keep=1",
             f"+checkpoint_path={run_dir}"]  # fmt: skip
 
 
-def run_ours(overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int) -> Curves:
+def run_ours(
+    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, device: str = "cpu"
+) -> Curves:
     """Our trainer for `steps` steps."""
-    _run(ours_command(overrides, data, run_dir, seed, steps), None, f"our trainer (seed {seed})")
+    _run(ours_command(overrides, data, run_dir, seed, steps, device), None, f"our trainer (seed {seed})")
     return read_jsonl(run_dir / "metrics.jsonl", steps)
 
 
@@ -205,11 +218,11 @@ def interrupt_at(cmd: list[str], metrics: Path, step: int, what: str) -> None:
 
 
 def run_ours_resumed(
-    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, at: int
+    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, at: int, device: str = "cpu"
 ) -> tuple[Curves, int]:
     """Our trainer stopped by SIGTERM once step `at` is logged, then the same command again (it resumes
     from the checkpoint the signal saved); the curves and the step it resumed from."""
-    cmd = ours_command(overrides, data, run_dir, seed, steps)
+    cmd = ours_command(overrides, data, run_dir, seed, steps, device)
     interrupt_at(cmd, run_dir / "metrics.jsonl", at, f"our trainer (seed {seed}, stopped at step {at})")
     saved = max(int(p.name.removeprefix("step_")) for p in run_dir.glob("step_*") if p.is_dir())
     _run(cmd, None, f"our trainer (seed {seed}, resumed from step {saved})")
@@ -217,13 +230,19 @@ def run_ours_resumed(
 
 
 def run_upstream(
-    overrides: Sequence[str], checkout: Path, data: Path, run_dir: Path, seed: int, steps: int
+    overrides: Sequence[str],
+    checkout: Path,
+    data: Path,
+    run_dir: Path,
+    seed: int,
+    steps: int,
+    device: str = "cpu",
 ) -> Curves:
-    """Upstream's pretrain.py (tools.bench.upstream_trainer, CPU) for its epochs; its first `steps` steps."""
+    """Upstream's pretrain.py (tools.bench.upstream_trainer) for its epochs; its first `steps` steps."""
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics = run_dir / "metrics.jsonl"
     # min_eval_interval=1 with a single iteration: upstream neither evaluates nor saves
-    cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", "cpu", "--metrics", str(metrics),
+    cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", device, "--metrics", str(metrics),
            str(checkout), *overrides, f"data_paths=[{data}]", f"seed={seed}", "min_eval_interval=1",
            f"+checkpoint_path={run_dir / 'ckpt'}", "+project_name=curves", f"+run_name=seed{seed}"]  # fmt: skip
     _run(cmd, checkout, f"upstream's pretrain.py (seed {seed})")
@@ -274,6 +293,29 @@ def compare(
         )
         for m in METRICS
     ]
+
+
+# Keys whose change changes the training FLOPs per step: the model, the depth curriculum, the batch.
+FLOP_KEYS = ("arch", "depth_curriculum.", "global_batch_size")
+
+
+def changes_flops(overrides: Sequence[str]) -> bool:
+    """Whether a variant's overrides touch what the training FLOPs per step depend on (FLOP_KEYS)."""
+    return any(o.split("=", 1)[0].lstrip("+").startswith(FLOP_KEYS) for o in overrides)
+
+
+def comparison_rows(
+    runs_a: list[Curves],
+    runs_b: list[Curves],
+    steps: int,
+    halt_max_steps: int,
+    flops: tuple[list[float], list[float]] | None,
+) -> list[list[curve_stats.MetricComparison]]:
+    """At equal steps; and at equal compute when the sides' FLOPs per step differ."""
+    rows = [compare(runs_a, runs_b, steps, halt_max_steps)]
+    if flops is not None and flops[0] != flops[1]:
+        rows.append(compare_at_compute(runs_a, runs_b, flops, steps, halt_max_steps))
+    return rows
 
 
 def compare_at_compute(
@@ -364,8 +406,17 @@ def main(argv: list[str] | None = None) -> int:
     change.add_argument(
         "--resume-at", default=None, help="STEP or 'random': ours against ours stopped there and resumed"
     )
+    parser.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="where both trainers run (default cpu)"
+    )
+    parser.add_argument("--time-budget-s", type=float, default=None, metavar="T",
+                        help="--seeds becomes a maximum: no seed pair starts that would end past T seconds")  # fmt: skip
+    parser.add_argument("--replot", type=Path, default=None, metavar="JSON",
+                        help="only draw the PNG of a JSON this harness wrote (beside it), e.g. one from a GPU host")  # fmt: skip
     args = parser.parse_args(argv)
     try:
+        if args.replot is not None:
+            return replot(args.replot)
         return _main(args, parser.prog, recorded_argv(list(sys.argv[1:] if argv is None else argv)))
     except TRMError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -389,13 +440,14 @@ def plan(
 ) -> Plan:
     """Side B: ours with --variant overrides, ours stopped at --resume-at and resumed, else upstream."""
     ours_data, theirs_data = data
+    device = args.device
     if args.variant is not None:
         name, overrides = parse_variant(args.variant)
         changed = with_overrides(base, overrides)
         return Plan(
             ("trm-stack", f"trm-stack {name}"),
             f"-{name}",
-            lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps),
+            lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps, device),
             overrides_b=changed,
         )
     if args.resume_at is not None:
@@ -403,7 +455,9 @@ def plan(
         resumed_from: list[int] = []
 
         def resumed(seed: int) -> Curves:
-            curves, saved = run_ours_resumed(base, ours_data, work / f"resumed-{seed}", seed, steps, at)
+            curves, saved = run_ours_resumed(
+                base, ours_data, work / f"resumed-{seed}", seed, steps, at, device
+            )
             resumed_from.append(saved)
             return curves
 
@@ -418,7 +472,9 @@ def plan(
     return Plan(
         ("trm-stack", "upstream"),
         "",
-        lambda seed: run_upstream(base, Path(checkout), theirs_data, work / f"upstream-{seed}", seed, steps),
+        lambda seed: run_upstream(
+            base, Path(checkout), theirs_data, work / f"upstream-{seed}", seed, steps, device
+        ),
     )
 
 
@@ -442,6 +498,8 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         raise TRMError(f"--seeds {args.seeds}: intervals across seeds need 2 or more")
     if steps < 2:
         raise TRMError(f"--steps {steps}: a curve needs 2 or more steps")
+    if args.time_budget_s is not None and args.time_budget_s <= 0:
+        raise TRMError(f"--time-budget-s {args.time_budget_s:g}: give a positive number of seconds")
     work = args.keep or Path(tempfile.mkdtemp(prefix="trm-curves-"))
     started = time.monotonic()
     try:
@@ -449,53 +507,74 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         epochs = epochs_for(data[0], steps, setup.recipe.global_batch_size)
         base = setup.recipe.with_changes(epochs=epochs, eval_interval=epochs).overrides
         how = plan(args, base, data, work, steps)
-        runs_a, runs_b = [], []
-        for seed in range(args.seeds):  # interleaved, so drift of the machine hits both sides alike
-            runs_a.append(run_ours(base, data[0], work / f"ours-{seed}", seed, steps))
-            runs_b.append(how.run_b(seed))
-            print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)
-        halt_max_steps = setup.recipe.config.arch.halt_max_steps
-        comparisons = compare(runs_a, runs_b, steps, halt_max_steps)
+        # Each side's cumulative training FLOPs, when a variant changes what a step costs (equal compute).
         flops = (
-            train_flops(base, data[0], steps),
-            train_flops(how.overrides_b or base, data[0], steps),
+            (train_flops(base, data[0], steps), train_flops(how.overrides_b, data[0], steps))
+            if how.overrides_b is not None and changes_flops([o for o in how.overrides_b if o not in base])
+            else None
         )
-        # Equal compute only where the sides' FLOPs per step differ (a variant of another depth or size).
-        at_compute = (
-            compare_at_compute(runs_a, runs_b, flops, steps, halt_max_steps) if flops[0] != flops[1] else []
-        )
-        result = {
-            "setup": setup.name,
-            "command": f"{prog} {shlex.join(argv)}".strip(),
-            "labels": list(how.labels),
-            "steps": steps,
-            "seeds": args.seeds,
-            "level": LEVEL,
-            "overrides": list(base),
-            "measured": True,
-            "wall_seconds": round(time.monotonic() - started),
-            "verdict": curve_stats.overall_verdict(comparisons),
-            "metrics": [c.as_dict() for c in comparisons],
-            "train_flops": {how.labels[0]: flops[0][-1], how.labels[1]: flops[1][-1]},
-            "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
-        }
-        if at_compute:
-            result["equal_compute"] = {
-                "verdict": curve_stats.overall_verdict(at_compute),
-                "metrics": [c.as_dict() for c in at_compute],
-            }
-        if how.resume_at is not None:
-            result.update(resume_identity(runs_a, runs_b, how.resume_at))
-            result["resumed_from"] = how.resumed_from
-        write_outputs(
-            args.out / f"{setup.name}{how.suffix}",
-            result,
-            [comparisons, *([at_compute] if at_compute else [])],
-        )
+        stem = args.out / f"{setup.name}{how.suffix}{'' if args.device == 'cpu' else '-' + args.device}"
+        runs_a: list[Curves] = []
+        runs_b: list[Curves] = []
+        longest_pair, stopped = 0.0, False
+        for seed in range(args.seeds):  # interleaved, so drift of the machine hits both sides alike
+            if seed >= 2 and past_budget(time.monotonic() - started, longest_pair, args.time_budget_s):
+                stopped = True
+                print(f"seed {seed}: not started, it would end past --time-budget-s {args.time_budget_s:g}")
+                break
+            pair_started = time.monotonic()
+            runs_a.append(run_ours(base, data[0], work / f"ours-{seed}", seed, steps, args.device))
+            runs_b.append(how.run_b(seed))
+            longest_pair = max(longest_pair, time.monotonic() - pair_started)
+            print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)
+            if seed >= 1:  # rewritten after every seed: a run cut off by a time limit keeps what it compared
+                rows = comparison_rows(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps, flops)
+                comparisons = rows[0]
+                result = {
+                    "setup": setup.name,
+                    "command": f"{prog} {shlex.join(argv)}".strip(),
+                    "labels": list(how.labels),
+                    "device": args.device,
+                    "steps": steps,
+                    "seeds": len(runs_a),
+                    "seeds_planned": args.seeds,
+                    "time_budget_s": args.time_budget_s,
+                    "stopped_for_time": False,
+                    "level": LEVEL,
+                    "overrides": list(base),
+                    "measured": True,
+                    "wall_seconds": round(time.monotonic() - started),
+                    "verdict": curve_stats.overall_verdict(comparisons),
+                    "metrics": [c.as_dict() for c in comparisons],
+                    **(
+                        {}
+                        if flops is None
+                        else {"train_flops": {how.labels[0]: flops[0][-1], how.labels[1]: flops[1][-1]}}
+                    ),
+                    "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
+                }
+                if len(rows) > 1:
+                    result["equal_compute"] = {
+                        "verdict": curve_stats.overall_verdict(rows[1]),
+                        "metrics": [c.as_dict() for c in rows[1]],
+                    }
+                if how.resume_at is not None:
+                    result.update(resume_identity(runs_a, runs_b, how.resume_at))
+                    result["resumed_from"] = how.resumed_from
+                write_outputs(stem, result, rows)
+        if stopped:
+            result["stopped_for_time"] = True
+            write_outputs(stem, result, rows)
+        report(stem, result, rows)
     finally:
         if args.keep is None:
             remove_own_temp(work)  # the bench's own scratch folder
     return 0
+
+
+def past_budget(elapsed_s: float, longest_pair_s: float, budget_s: float | None) -> bool:
+    """Whether one more seed pair, as long as the longest so far, would end past the budget."""
+    return budget_s is not None and elapsed_s + longest_pair_s > budget_s
 
 
 def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict:
@@ -508,26 +587,68 @@ def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict
 
 
 def write_outputs(stem: Path, result: dict, rows: list[list[curve_stats.MetricComparison]]) -> None:
-    """<stem>.json and <stem>.png, and the verdicts on stdout (`rows`: the equal-step comparisons, then
-    the equal-compute ones when there are)."""
+    """<stem>.json and <stem>.png (atomically); without matplotlib the JSON alone, saying how to draw the PNG.
+    `rows`: the equal-step comparisons, then the equal-compute ones when there are (a second plot row)."""
     labels = result["labels"]
-    atomic_write_json(stem.with_suffix(".json"), result)
-    verdicts = [result["verdict"]] + (
-        [result["equal_compute"]["verdict"]] if "equal_compute" in result else []
-    )
     title = (
-        f"{result['setup']}: {labels[0]} vs {labels[1]}, {result['seeds']} seeds, "
-        f"{LEVEL:.0%} intervals (measured); {'; '.join(verdicts)}"
+        f"{result['setup']}: {labels[0]} vs {labels[1]}{'' if result.get('device', 'cpu') == 'cpu' else ' on ' + result['device']}, "
+        f"{result['seeds']} seeds, {LEVEL:.0%} intervals (measured); {'; '.join(verdicts(result))}"
     )
-    atomic_write_bytes(stem.with_suffix(".png"), plot(rows, (labels[0], labels[1]), title))
-    for comparisons, verdict in zip(rows, verdicts, strict=True):
+    try:
+        png: bytes | None = plot(rows, (labels[0], labels[1]), title)
+        result["plot"] = stem.with_suffix(".png").name
+    except ImportError as exc:  # a GPU host with the kit: no matplotlib there
+        png = None
+        result["plot"] = (
+            f"not drawn ({exc}): python -m tools.bench.curves --replot {stem.with_suffix('.json').name}"
+        )
+    atomic_write_json(stem.with_suffix(".json"), result)
+    if png is not None:
+        atomic_write_bytes(stem.with_suffix(".png"), png)
+
+
+def verdicts(result: dict) -> list[str]:
+    """The overall verdict at equal steps, and at equal compute when compared."""
+    return [result["verdict"]] + ([result["equal_compute"]["verdict"]] if "equal_compute" in result else [])
+
+
+def report(stem: Path, result: dict, rows: list[list[curve_stats.MetricComparison]]) -> None:
+    """The verdicts on stdout."""
+    labels = result["labels"]
+    for comparisons, verdict in zip(rows, verdicts(result), strict=True):
         for c in comparisons:
             fd = c.final_difference
             print(
                 f"  {c.metric:24s} {c.verdict:36s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
             )
         print(f"verdict: {verdict}")
-    print(f"wrote {stem}.json and {stem}.png")
+    print(
+        f"wrote {stem}.json"
+        + (f" and {stem}.png" if result["plot"].endswith(".png") else f"; png {result['plot']}")
+    )
+
+
+def replot(path: Path) -> int:
+    """Draw the PNG of a JSON this harness wrote, beside it: the equal-step comparison is recomputed from
+    its runs; the equal-compute one (which needs the FLOPs per step) is read back from the JSON."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        setup = SETUPS[result["setup"]]
+        runs = [[{m: {int(s): v for s, v in run[m].items()} for m in METRICS} for run in result["runs"][label]]
+                for label in result["labels"]]  # fmt: skip
+        at_compute = [
+            curve_stats.MetricComparison.from_dict(m)
+            for m in result.get("equal_compute", {}).get("metrics", [])
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TRMError(
+            f"--replot {path}: not a JSON this harness wrote ({type(exc).__name__}: {exc})"
+        ) from exc
+    comparisons = compare(runs[0], runs[1], result["steps"], setup.recipe.config.arch.halt_max_steps)
+    rows = [comparisons, *([at_compute] if at_compute else [])]
+    write_outputs(path.with_suffix(""), result, rows)
+    report(path.with_suffix(""), result, rows)
+    return 0
 
 
 def _resume_step(value: str | None, steps: int) -> int | None:
