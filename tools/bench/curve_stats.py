@@ -278,9 +278,9 @@ def compare_metric_at_compute(
 def overall_verdict(comparisons: Sequence[MetricComparison]) -> str:
     """One line: indistinguishable, or the earliest checkpoint where a metric parts (and which)."""
     axis = comparisons[0].axis if comparisons else STEPS
-    parted = [c for c in comparisons if c.parted_at is not None]
+    parted = [(c.parted_at, c.metric) for c in comparisons if c.parted_at is not None]
     if not parted:
         return f"indistinguishable at equal {axis}"
-    first = min(parted, key=lambda c: c.parted_at)
-    names = ", ".join(c.metric for c in parted if c.parted_at == first.parted_at)
-    return f"part at {_at(axis, first.parted_at)} ({names})"
+    first = min(x for x, _ in parted)
+    names = ", ".join(metric for x, metric in parted if x == first)
+    return f"part at {_at(axis, first)} ({names})"

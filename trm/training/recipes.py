@@ -151,7 +151,7 @@ def _hydra_value(value: Any) -> str:
 
 
 # Upstream README's Sudoku-Extreme and Maze-Hard runs: 50k epochs, exact accuracy only (no ARC evaluator).
-_GRID_RUN = dict(
+_GRID_RUN: dict[str, Any] = dict(
     evaluators=[],
     epochs=50000,
     eval_interval=5000,
@@ -168,14 +168,16 @@ _GRID_CHECKPOINT = 256 * 1024**2
 _ARC2_SUBSETS = ("--subsets", "training2", "evaluation2", "concept", "--test-set-name", "evaluation2")
 _ARC1_SUBSETS = ("--subsets", "training", "evaluation", "concept", "--test-set-name", "evaluation")
 # Both checkpoint every evaluation (checkpoint.every_eval, the default), as upstream saves after each one.
-_ARC_RUN = dict(ema=True, epochs=100000, eval_interval=800)
+_ARC_RUN: dict[str, Any] = dict(ema=True, epochs=100000, eval_interval=800)
 
 # The URM reference's scripts (URM_arcagi1.sh, URM_arcagi2.sh, URM_sudoku.sh): one model for all three
 # tasks, 4 blocks, H 2 (truncated backprop: the first cycle without gradient), L 6, 16 ACT loops.
 URM_ARCH = URMArch(loops=16, H_cycles=2, L_cycles=6, num_layers=4)
-_URM_ARC_RUN = dict(ema=True, epochs=200000, eval_interval=2000, puzzle_emb_lr=1e-2, weight_decay=0.1)
+_URM_ARC_RUN: dict[str, Any] = dict(
+    ema=True, epochs=200000, eval_interval=2000, puzzle_emb_lr=1e-2, weight_decay=0.1
+)
 # URM_sudoku.sh is upstream's Sudoku run (the same lr, decays and 50k epochs) at batch 128, evaluated every 2000.
-_URM_SUDOKU_RUN = {**_GRID_RUN, "eval_interval": 2000, "global_batch_size": 128}
+_URM_SUDOKU_RUN: dict[str, Any] = {**_GRID_RUN, "eval_interval": 2000, "global_batch_size": 128}
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
