@@ -97,6 +97,7 @@ SPECIAL_VALUES = {
     "device": "cpu",
     "wandb": "false",
     "micro_batch_size": "1",
+    "depth_curriculum.stages": "3",
 }
 
 

@@ -3,6 +3,7 @@
     TRM_UPSTREAM=/path/to/TinyRecursiveModels nox -s bench -- curves [--setup sudoku|arc] [--steps N]
         [--seeds S] [--out DIR]
     nox -s bench -- curves --setup sudoku --variant "lr2x: lr=2e-3"     # ours vs ours with overrides
+    nox -s bench -- curves --setup sudoku --variant "curriculum: depth_curriculum.ramp=0.3 depth_curriculum.stages=2"
     nox -s bench -- curves --setup sudoku --resume-at random            # ours vs ours stopped and resumed
     nox -s bench -- curves --device cuda --steps 1000 --seeds 8 --time-budget-s 300   # on one GPU
     nox -s bench -- curves --replot OUT/sudoku-cuda.json               # draw the PNG of a JSON
@@ -20,6 +21,11 @@ checkpoint, and the seeds give a mean with a
 Student-t interval; the final checkpoint's difference gets Welch's interval (tools.bench.curve_stats).
 The verdict per metric and overall: "indistinguishable at equal steps" or the step where they part.
 
+When the two sides' steps cost different training FLOPs (a variant of another depth, e.g. a depth
+curriculum, or size), they are also compared at equal compute: each run's window means placed at their
+windows' mean cumulative FLOPs (the trainer's own count per step, trm.training.curriculum) and interpolated
+onto 10 common FLOP values, from where both sides have a first window to the smaller of the two totals.
+
 `--resume-at` stops our run by SIGTERM once it logged that step (it saves and exits 75), reruns the same
 command (it resumes), and also checks identity: each seed's resumed run must log exactly the metrics of
 the uninterrupted one at every step ("identical"), not only a matching distribution.
@@ -28,8 +34,9 @@ the uninterrupted one at every step ("identical"), not only a matching distribut
 seconds from the start (data build included), after the first two. The files are rewritten after every
 seed from the second, so a run cut off by a time limit keeps its comparison so far.
 
-Writes <out>/<setup>[-<variant>|-resume][-cuda].json (every run's curve, the intervals, the verdicts, the
-command) and a .png beside it (both trainers' means with their bands); where matplotlib does not import
+Writes <out>/<setup>[-<variant>|-resume][-cuda].json (every run's curve, the intervals, the verdicts, each
+side's training FLOPs when they differ, the command) and a .png beside it (both trainers' means with their
+bands; a second row at equal compute when compared); where matplotlib does not import
 (a GPU host with the kit) the JSON says so and `--replot JSON` draws the PNG elsewhere. All figures are
 measured.
 """
@@ -247,6 +254,25 @@ def run_upstream(
     return curves
 
 
+def train_flops(overrides: Sequence[str], data: Path, steps: int) -> list[float]:
+    """Cumulative model training FLOPs of our trainer with `overrides` on `data` after steps 0..steps
+    (index s: steps 1..s), each step at its depth (a depth curriculum's early steps are cheaper): the
+    trainer's own count (trm.training.throughput, trm.training.curriculum) times the global batch."""
+    from trm.model.registry import model_config
+    from trm.training.config import compose
+    from trm.training.curriculum import cumulative_train_flops, run_schedule
+    from trm.training.throughput import total_steps
+
+    cfg = compose([*overrides, f"data_paths=[{data}]"])
+    meta = json.loads((data / "train" / "dataset.json").read_text(encoding="utf-8"))
+    model = model_config(
+        cfg.arch, batch_size=1, seq_len=meta["seq_len"], vocab_size=meta["vocab_size"],
+        num_puzzle_identifiers=meta["num_puzzle_identifiers"], forward_dtype="float32",
+    )  # fmt: skip
+    total = total_steps(cfg.epochs, meta["total_groups"], meta["mean_puzzle_examples"], cfg.global_batch_size)
+    return cumulative_train_flops(model, run_schedule(cfg, total), steps, cfg.global_batch_size)
+
+
 def identical(a: Curves, b: Curves) -> int | None:
     """The first step where two runs' logged metrics differ (None: equal at every step of every metric)."""
     differing = [s for m in METRICS for s in sorted(set(a[m]) | set(b[m])) if a[m].get(s) != b[m].get(s)]
@@ -269,8 +295,50 @@ def compare(
     ]
 
 
-def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str], title: str) -> bytes:
-    """Both sides' means with their interval bands, one panel per metric; PNG bytes."""
+# Keys whose change changes the training FLOPs per step: the model, the depth curriculum, the batch.
+FLOP_KEYS = ("arch", "depth_curriculum.", "global_batch_size")
+
+
+def changes_flops(overrides: Sequence[str]) -> bool:
+    """Whether a variant's overrides touch what the training FLOPs per step depend on (FLOP_KEYS)."""
+    return any(o.split("=", 1)[0].lstrip("+").startswith(FLOP_KEYS) for o in overrides)
+
+
+def comparison_rows(
+    runs_a: list[Curves],
+    runs_b: list[Curves],
+    steps: int,
+    halt_max_steps: int,
+    flops: tuple[list[float], list[float]] | None,
+) -> list[list[curve_stats.MetricComparison]]:
+    """At equal steps; and at equal compute when the sides' FLOPs per step differ."""
+    rows = [compare(runs_a, runs_b, steps, halt_max_steps)]
+    if flops is not None and flops[0] != flops[1]:
+        rows.append(compare_at_compute(runs_a, runs_b, flops, steps, halt_max_steps))
+    return rows
+
+
+def compare_at_compute(
+    runs_a: list[Curves],
+    runs_b: list[Curves],
+    flops: tuple[list[float], list[float]],
+    steps: int,
+    halt_max_steps: int,
+) -> list[curve_stats.MetricComparison]:
+    """Both sides at equal training compute: each run's window means (the equal-step window) placed at
+    its cumulative FLOPs and interpolated onto 10 common FLOP values (curve_stats.compare_metric_at_compute)."""
+    window = max(steps // 10, halt_max_steps)
+    return [
+        curve_stats.compare_metric_at_compute(
+            m, [r[m] for r in runs_a], [r[m] for r in runs_b], *flops, window=window, level=LEVEL
+        )
+        for m in METRICS
+    ]
+
+
+def plot(rows: list[list[curve_stats.MetricComparison]], labels: tuple[str, str], title: str) -> bytes:
+    """Both sides' means with their interval bands, one panel per metric, one row per axis (equal steps,
+    then equal compute when compared); PNG bytes."""
     import io
 
     import matplotlib
@@ -278,7 +346,19 @@ def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(comparisons), figsize=(4.2 * len(comparisons), 3.4))
+    width = len(rows[0])
+    fig, grid = plt.subplots(len(rows), width, figsize=(4.2 * width, 3.4 * len(rows)), squeeze=False)
+    for axes, comparisons in zip(grid, rows, strict=True):
+        _plot_row(axes, comparisons, labels)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _plot_row(axes, comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str]) -> None:
     for ax, comp in zip(axes, comparisons, strict=True):
         for side, label, color in ((comp.a, labels[0], "tab:blue"), (comp.b, labels[1], "tab:orange")):
             mean = [i.mean for i in side]
@@ -287,16 +367,10 @@ def plot(comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str
                 comp.steps, [i.low for i in side], [i.high for i in side], color=color, alpha=0.25
             )
         if comp.parted_at is not None:
-            ax.axvline(comp.parted_at, color="red", linestyle=":", label=f"part at {comp.parted_at}")
+            ax.axvline(comp.parted_at, color="red", linestyle=":", label=comp.verdict)
         ax.set_title(f"{comp.metric}\n{comp.verdict}", fontsize=9)
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("optimizer step" if comp.axis == curve_stats.STEPS else "cumulative training FLOPs")
     axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -358,6 +432,7 @@ class Plan:
     run_b: Callable[[int], Curves]  # seed -> side B's curves
     resume_at: int | None = None
     resumed_from: list[int] | None = None  # per seed: the step of the checkpoint the SIGTERM saved
+    overrides_b: tuple[str, ...] | None = None  # side B's trainer config when it is not side A's
 
 
 def plan(
@@ -373,6 +448,7 @@ def plan(
             ("trm-stack", f"trm-stack {name}"),
             f"-{name}",
             lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps, device),
+            overrides_b=changed,
         )
     if args.resume_at is not None:
         at = _resume_step(args.resume_at, steps)
@@ -431,6 +507,12 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         epochs = epochs_for(data[0], steps, setup.recipe.global_batch_size)
         base = setup.recipe.with_changes(epochs=epochs, eval_interval=epochs).overrides
         how = plan(args, base, data, work, steps)
+        # Each side's cumulative training FLOPs, when a variant changes what a step costs (equal compute).
+        flops = (
+            (train_flops(base, data[0], steps), train_flops(how.overrides_b, data[0], steps))
+            if how.overrides_b is not None and changes_flops([o for o in how.overrides_b if o not in base])
+            else None
+        )
         stem = args.out / f"{setup.name}{how.suffix}{'' if args.device == 'cpu' else '-' + args.device}"
         runs_a: list[Curves] = []
         runs_b: list[Curves] = []
@@ -446,7 +528,8 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
             longest_pair = max(longest_pair, time.monotonic() - pair_started)
             print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)
             if seed >= 1:  # rewritten after every seed: a run cut off by a time limit keeps what it compared
-                comparisons = compare(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps)
+                rows = comparison_rows(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps, flops)
+                comparisons = rows[0]
                 result = {
                     "setup": setup.name,
                     "command": f"{prog} {shlex.join(argv)}".strip(),
@@ -463,16 +546,26 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
                     "wall_seconds": round(time.monotonic() - started),
                     "verdict": curve_stats.overall_verdict(comparisons),
                     "metrics": [c.as_dict() for c in comparisons],
+                    **(
+                        {}
+                        if flops is None
+                        else {"train_flops": {how.labels[0]: flops[0][-1], how.labels[1]: flops[1][-1]}}
+                    ),
                     "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
                 }
+                if len(rows) > 1:
+                    result["equal_compute"] = {
+                        "verdict": curve_stats.overall_verdict(rows[1]),
+                        "metrics": [c.as_dict() for c in rows[1]],
+                    }
                 if how.resume_at is not None:
                     result.update(resume_identity(runs_a, runs_b, how.resume_at))
                     result["resumed_from"] = how.resumed_from
-                write_outputs(stem, result, comparisons)
+                write_outputs(stem, result, rows)
         if stopped:
             result["stopped_for_time"] = True
-            write_outputs(stem, result, comparisons)
-        report(stem, result, comparisons)
+            write_outputs(stem, result, rows)
+        report(stem, result, rows)
     finally:
         if args.keep is None:
             remove_own_temp(work)  # the bench's own scratch folder
@@ -493,15 +586,16 @@ def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict
     return {"resume_at": at, "identical": same, "first_difference": first, "verdict": verdict}
 
 
-def write_outputs(stem: Path, result: dict, comparisons: list[curve_stats.MetricComparison]) -> None:
-    """<stem>.json and <stem>.png (atomically); without matplotlib the JSON alone, saying how to draw the PNG."""
+def write_outputs(stem: Path, result: dict, rows: list[list[curve_stats.MetricComparison]]) -> None:
+    """<stem>.json and <stem>.png (atomically); without matplotlib the JSON alone, saying how to draw the PNG.
+    `rows`: the equal-step comparisons, then the equal-compute ones when there are (a second plot row)."""
     labels = result["labels"]
     title = (
         f"{result['setup']}: {labels[0]} vs {labels[1]}{'' if result.get('device', 'cpu') == 'cpu' else ' on ' + result['device']}, "
-        f"{result['seeds']} seeds, {LEVEL:.0%} intervals (measured); {result['verdict']}"
+        f"{result['seeds']} seeds, {LEVEL:.0%} intervals (measured); {'; '.join(verdicts(result))}"
     )
     try:
-        png: bytes | None = plot(comparisons, (labels[0], labels[1]), title)
+        png: bytes | None = plot(rows, (labels[0], labels[1]), title)
         result["plot"] = stem.with_suffix(".png").name
     except ImportError as exc:  # a GPU host with the kit: no matplotlib there
         png = None
@@ -513,34 +607,47 @@ def write_outputs(stem: Path, result: dict, comparisons: list[curve_stats.Metric
         atomic_write_bytes(stem.with_suffix(".png"), png)
 
 
-def report(stem: Path, result: dict, comparisons: list[curve_stats.MetricComparison]) -> None:
+def verdicts(result: dict) -> list[str]:
+    """The overall verdict at equal steps, and at equal compute when compared."""
+    return [result["verdict"]] + ([result["equal_compute"]["verdict"]] if "equal_compute" in result else [])
+
+
+def report(stem: Path, result: dict, rows: list[list[curve_stats.MetricComparison]]) -> None:
     """The verdicts on stdout."""
     labels = result["labels"]
-    for c in comparisons:
-        fd = c.final_difference
-        print(
-            f"  {c.metric:24s} {c.verdict:34s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
-        )
+    for comparisons, verdict in zip(rows, verdicts(result), strict=True):
+        for c in comparisons:
+            fd = c.final_difference
+            print(
+                f"  {c.metric:24s} {c.verdict:36s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
+            )
+        print(f"verdict: {verdict}")
     print(
-        f"verdict: {result['verdict']}\nwrote {stem}.json"
+        f"wrote {stem}.json"
         + (f" and {stem}.png" if result["plot"].endswith(".png") else f"; png {result['plot']}")
     )
 
 
 def replot(path: Path) -> int:
-    """Draw the PNG of a JSON this harness wrote, beside it: the comparison is recomputed from its runs."""
+    """Draw the PNG of a JSON this harness wrote, beside it: the equal-step comparison is recomputed from
+    its runs; the equal-compute one (which needs the FLOPs per step) is read back from the JSON."""
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
         setup = SETUPS[result["setup"]]
         runs = [[{m: {int(s): v for s, v in run[m].items()} for m in METRICS} for run in result["runs"][label]]
                 for label in result["labels"]]  # fmt: skip
+        at_compute = [
+            curve_stats.MetricComparison.from_dict(m)
+            for m in result.get("equal_compute", {}).get("metrics", [])
+        ]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise TRMError(
             f"--replot {path}: not a JSON this harness wrote ({type(exc).__name__}: {exc})"
         ) from exc
     comparisons = compare(runs[0], runs[1], result["steps"], setup.recipe.config.arch.halt_max_steps)
-    write_outputs(path.with_suffix(""), result, comparisons)
-    report(path.with_suffix(""), result, comparisons)
+    rows = [comparisons, *([at_compute] if at_compute else [])]
+    write_outputs(path.with_suffix(""), result, rows)
+    report(path.with_suffix(""), result, rows)
     return 0
 
 

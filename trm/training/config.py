@@ -26,6 +26,7 @@ from trm.errors import TRMError
 from trm.key_roles import EVAL_ONLY, LATER, RENAMED_FROM, RESUMABLE, RUN_ONLY, keyed, role_of, with_role
 from trm.model.registry import ARCHS, get_spec, spec_of
 from trm.model.schema import LossConfig, TRMArch
+from trm.training import curriculum
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +87,23 @@ class BestConfig:
     """At the end and in `trm best`: the top-k checkpoints by subset score are evaluated fully; 0: subset decides."""
 
 
+@dataclass
+class DepthCurriculumConfig:
+    """`depth_curriculum.*`: opt-in, fewer recursion cycles in early training steps (trm.training.curriculum)."""
+
+    ramp: float = 0.0
+    """Share of the schedule's steps over which H_cycles/L_cycles ramp up to the arch's, in [0, 1); 0: off."""
+    stages: int = 3
+    """Depth stages, the last at full depth (2-6); stage k of n runs ceil(H·k/n), ceil(L·k/n) cycles."""
+
+
 # The nested sections of TrainConfig: field name -> dataclass.
 SECTIONS: dict[str, type] = {
     "checkpoint": CheckpointConfig,
     "watchdog": WatchdogConfig,
     "eval_subset": EvalSubsetConfig,
     "best": BestConfig,
+    "depth_curriculum": DepthCurriculumConfig,
 }
 
 
@@ -169,6 +181,8 @@ class TrainConfig:
     """How the best checkpoint is chosen from subset scores (`best.top_k=3`)."""
     grad_clip_norm: float | None = keyed(LATER, None)
     """Clip the all-reduced dense gradients to this global L2 norm (null: off, as upstream)."""
+    depth_curriculum: DepthCurriculumConfig = field(default_factory=DepthCurriculumConfig)
+    """Opt-in depth curriculum: early steps run fewer cycles (`depth_curriculum.ramp=0.6`; evaluation: full)."""
 
 
 # The key sets the hash, the resume checks and the reports use, derived from the fields' roles
@@ -445,6 +459,7 @@ def validate(cfg: TrainConfig) -> None:
                 "(watchdog.timeout_minutes=0 turns the watchdog off)."
             )
     _validate_subset(cfg.eval_subset, cfg.best)
+    curriculum.validate(cfg)
     if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
         raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
@@ -591,6 +606,8 @@ def math_dict(cfg: TrainConfig) -> dict[str, Any]:
         if k not in RUN_ONLY_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])
     }
     math["arch"] = {k: v for k, v in math["arch"].items() if k not in ARCH_EVAL_ONLY_KEYS}
+    if not cfg.depth_curriculum.ramp:  # off (whatever its stages): the math of runs named before it existed
+        math.pop("depth_curriculum", None)
     return math
 
 

@@ -3,6 +3,7 @@ real ours-against-ours run on a tiny Sudoku set; upstream's side where TRM_UPSTR
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -252,6 +253,30 @@ def test_replot_draws_the_png_of_a_json_from_its_runs(tmp_path, monkeypatch):
     assert (tmp_path / "out" / "sudoku-hot.png").read_bytes() == b"PNG"
     after = json.loads(path.read_text())
     assert after["plot"] == "sudoku-hot.png" and after["metrics"] == before["metrics"]  # recomputed, the same
-    assert [c.as_dict() for c in drawn[0]] == before["metrics"]
+    assert [c.as_dict() for c in drawn[0][0]] == before["metrics"]  # one row: equal steps
     path.write_text("{}")
     assert curves.main(["--replot", str(path)]) == 2
+
+
+def test_each_sides_training_flops_count_its_depth_per_step(tmp_path):
+    from trm.model.registry import model_config
+    from trm.training.throughput import act_step_flops
+
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    meta = {"seq_len": 81, "vocab_size": 11, "num_puzzle_identifiers": 1, "total_groups": 64,
+            "mean_puzzle_examples": 8.0}  # fmt: skip
+    (data / "train" / "dataset.json").write_text(json.dumps(meta))
+    setup = curves.SETUPS["sudoku"]
+    base = setup.recipe.with_changes(epochs=2, eval_interval=2).overrides  # 2 x 64 x 8 / 32 = 32 steps
+    variant = curves.with_overrides(base, ["depth_curriculum.ramp=0.5", "depth_curriculum.stages=2"])
+    plain, shallow_first = curves.train_flops(base, data, 20), curves.train_flops(variant, data, 20)
+    arch = setup.recipe.config.arch
+    model = model_config(arch, batch_size=1, seq_len=81, vocab_size=11, num_puzzle_identifiers=1,
+                         forward_dtype="float32")  # fmt: skip
+    full = 32 * act_step_flops(model).train
+    shallow = 32 * act_step_flops(dataclasses.replace(model, H_cycles=1, L_cycles=1)).train
+    assert plain[0] == 0 and plain[20] == pytest.approx(20 * full)
+    # Steps 1-16 (half of the 32-step schedule) at H 1, L 1; then H 2, L 2.
+    assert shallow_first[16] == pytest.approx(16 * shallow)
+    assert shallow_first[20] == pytest.approx(16 * shallow + 4 * full)
