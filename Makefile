@@ -30,13 +30,13 @@ venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast wh
 test: venv ## run the CPU test suite (pytest-xdist)
 	$(NOX) -s tests
 
-test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `make test` leaves out; CI runs both
+test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `make test` leaves out (Kaggle ones: kaggle-test); CI runs all
 	$(NOX) -s tests_e2e
 
 test-oldest-torch: venv ## the core CPU tests under the CUDA 12.8 images' torch (2.10), in build/venv-torch-oldest
 	$(NOX) -s tests_oldest_torch
 
-lint: venv ## ruff + shellcheck + actionlint (.github/workflows)
+lint: venv ## ruff + the type check's ratchet (mypy) + shellcheck + actionlint (.github/workflows)
 	$(NOX) -s lint
 
 data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 1000 augmentations)
@@ -98,7 +98,7 @@ kaggle-test: venv ## Kaggle bundle end to end: wheelhouse download, offline venv
 # ---- GPU host check (docs/gpu-host-checks.md) -----------------------------------------------------------
 # A GPU host may have no venv: its own Python with its own CUDA torch runs the check (never installs torch);
 # on a bare host, install the kit first: pip install --no-index --find-links build/gpu-kit -r build/gpu-kit/requirements.txt
-.PHONY: gpu-kit gpu-check-sim gpu-run-1 gpu-run-2
+.PHONY: gpu-kit gpu-check-sim gpu-run-1 gpu-run-2 gpu-run-3
 GPU_PYTHON ?= $(if $(wildcard $(PY)),$(PY),python3)
 KIT_PYTHON ?= 3.12
 SIM_PYTHON ?= python3.12
@@ -111,6 +111,9 @@ gpu-run-1: ## GPU loan, call 1: facts, kit, extension build (left running), gpu 
 
 gpu-run-2: ## GPU loan, call 2 (right after call 1): H200 probe, step A/B vs upstream, SDPA backends, profiler split
 	$(GPU_PYTHON) -m tools.gpu.check --call 2 $(ARGS)
+
+gpu-run-3: ## GPU loan, call 3 (time left after calls 1-2, or a later loan): Sudoku learning curves, ours vs upstream, ~5 min; then the compile-mode comparison if time is left
+	$(GPU_PYTHON) -m tools.gpu.check --call 3 $(ARGS)
 
 gpu-kit: venv ## build/gpu-kit/: wheels (Python KIT_PYTHON) + adam-atan2 sdist for a bare GPU host, offline (UPSTREAM=DIR adds it; HOST_HAS="numpy …" leaves out what the host has)
 	$(PY) -m tools.gpu.kit build --python-version $(KIT_PYTHON) $(if $(UPSTREAM),--upstream '$(UPSTREAM)') $(if $(HOST_HAS),--host-has $(HOST_HAS))

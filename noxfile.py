@@ -23,10 +23,11 @@ def shell_scripts() -> list[str]:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Static checks: ruff on Python, shellcheck on every shell script, actionlint on the CI workflows."""
+    """Static checks: ruff, the type check's ratchet (mypy), shellcheck on every shell script, actionlint."""
     bin_dir = Path(PYTHON).parent
     session.run(PYTHON, "-m", "ruff", "check", "trm", "tools", "tests", "noxfile.py")
     session.run(PYTHON, "-m", "ruff", "format", "--check", "trm", "tools", "tests", "noxfile.py")
+    session.run(PYTHON, "-m", "tools.typecheck")
     session.run(str(bin_dir / "shellcheck"), *shell_scripts(), external=True)
     # actionlint also shellchecks each `run:` script with the shellcheck it finds on PATH (the venv's).
     workflows = sorted(str(p) for p in Path(".github/workflows").glob("*.yml"))
@@ -43,7 +44,10 @@ def tests(session: nox.Session) -> None:
 @nox.session(default=False)
 def tests_e2e(session: nox.Session) -> None:
     """The end-to-end and multi-process CPU tests (marker e2e) that the default `tests` session leaves out."""
-    session.run(PYTHON, "-m", "pytest", "-n", "auto", "-m", "e2e and not slow", *session.posargs)
+    # the Kaggle ones (marker kaggle too) run once, in the kaggle session
+    session.run(
+        PYTHON, "-m", "pytest", "-n", "auto", "-m", "e2e and not slow and not kaggle", *session.posargs
+    )
 
 
 # The core of the CPU suite, run again under the oldest torch the code supports: the CUDA 12.8 images'

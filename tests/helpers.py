@@ -388,3 +388,15 @@ class HostSyncCounter(TorchDispatchMode):
         if name in HOST_SYNC_OPS:
             self.counts[name] += 1
         return func(*args, **(kwargs or {}))
+
+
+def sign_sgd_reference(
+    table: torch.Tensor, ids: torch.Tensor, grads: torch.Tensor, lr: float, weight_decay: float
+) -> torch.Tensor:
+    """The puzzle table after one SignSGD step as first written (and as upstream does it): `unique` +
+    `index_add_` over the inverse, then w·(1 − lr·wd) − lr·sign(sum) on the touched rows."""
+    unique_ids, inverse = ids.unique(return_inverse=True)
+    summed = torch.zeros(unique_ids.shape[0], grads.shape[1], dtype=grads.dtype).index_add_(0, inverse, grads)
+    out = table.clone()
+    out[unique_ids] = table[unique_ids] * (1 - lr * weight_decay) - lr * torch.sign(summed)
+    return out

@@ -6,6 +6,17 @@ from __future__ import annotations
 from trm.errors import TRMError
 
 CHOICES = ("auto", "true", "false")
+# torch.compile's modes (the trainer's `compile_mode=`): `default` fuses elementwise work around library
+# matmuls; `max-autotune-no-cudagraphs` also autotunes the matmuls and fuses their epilogues (longer compile);
+# `max-autotune` and `reduce-overhead` add CUDA graphs, which replay a captured step on CUDA only.
+MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
+
+
+def torch_compile_mode(mode: str) -> str | None:
+    """torch.compile's `mode=` for `compile_mode=mode` (None: its default mode)."""
+    if mode not in MODES:
+        raise TRMError(f"compile_mode={mode!r}: use one of {', '.join(MODES)}")
+    return None if mode == "default" else mode
 
 
 def parse_compile(value: str, *, source: str) -> bool | None:

@@ -127,7 +127,7 @@ def refusal(
         listed = listed_by(target)
         if listed is None:
             return f"it holds files trm-stack did not write (no manifest of a trm-stack {kind})"
-        record = {"kind": kind, "files": listed}
+        record: dict[str, Any] | None = {"kind": kind, "files": listed}
     else:
         record = read_marker(target)
     if record is None:

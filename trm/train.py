@@ -17,11 +17,26 @@ from trm import exit_codes
 from trm.errors import TRMError
 
 
+def _write_keys_doc() -> int:
+    """Rewrite docs/training.md's key table (run in a checkout's root) from the config's fields."""
+    from trm.training.keys_doc import DOC_PATH, write_doc
+
+    try:
+        changed = write_doc()
+    except (OSError, TRMError) as err:
+        print(f"error: {err}; run --write-keys-doc in the root of a trm-stack checkout", file=sys.stderr)
+        return exit_codes.CONFIG_ERROR
+    print(f"{DOC_PATH}: {'updated' if changed else 'up to date'}")
+    return exit_codes.OK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run training with Hydra-style overrides; returns the process exit code."""
     from trm.training import config
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--write-keys-doc"]:
+        return _write_keys_doc()
     if "--help" in args or "-h" in args:
         rest = [a for a in args if a not in ("--help", "-h")]
         try:

@@ -25,13 +25,13 @@ ROWS = 10  # per test batch: chunks of 4, 4 and 2 rows
 
 
 def tiny_head(**overrides) -> ACTLossHead:
-    """The bench-tiny shape at test size: no puzzle embedding (its table is a graph break by design)."""
+    """The bench-tiny shape at test size (no puzzle embedding unless `overrides` give it one)."""
     torch.manual_seed(0)
-    config = small_config(
+    shape = dict(
         batch_size=CHUNK, seq_len=16, vocab_size=12, num_puzzle_identifiers=9, puzzle_emb_ndim=0,
-        puzzle_emb_len=0, **overrides,
+        puzzle_emb_len=0,
     )  # fmt: skip
-    return ACTLossHead(TinyRecursiveModel(config))
+    return ACTLossHead(TinyRecursiveModel(small_config(**{**shape, **overrides})))
 
 
 def run_eval(head: torch.nn.Module, out: Path) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
@@ -50,9 +50,11 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def test_training_step_is_one_graph_without_breaks():
-    """Fails on the code that returned `all_halted` from a torch.compiler.disable'd host sync."""
-    head = tiny_head().train()
+@pytest.mark.parametrize("puzzle_emb_ndim", [0, 16], ids=["no-table", "puzzle-table"])
+def test_training_step_is_one_graph_without_breaks(puzzle_emb_ndim):
+    """Fails on the code that returned `all_halted` from a torch.compiler.disable'd host sync, and (with a
+    puzzle table) on the table whose training forward was torch.compiler.disable'd (trm.model.sparse_embedding)."""
+    head = tiny_head(puzzle_emb_ndim=puzzle_emb_ndim, puzzle_emb_len=1 if puzzle_emb_ndim else 0).train()
     batch = {
         k: v[:CHUNK] for k, v in FakeLoader("train", global_batch_size=CHUNK)._global_batch(0, 0).items()
     }

@@ -89,6 +89,7 @@ def test_the_staged_folder_holds_the_bundle_and_metadata_kaggle_documents(bundle
         compile(source, "cell", "exec")
     assert "WEIGHTS_DATASET = 'alice/trm-arc-weights'" in sources[0] and "ADAPT_MINUTES = 300" in sources[0]
     assert '"--no-index"' in sources[2] and '"infer"' in sources[3]
+    assert "RANKS = 'auto'" in sources[0] and '"--ranks", RANKS' in sources[3]  # every GPU the kernel has
 
 
 def test_the_notebook_finds_what_is_attached_by_content_wherever_it_is_mounted(

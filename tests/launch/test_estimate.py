@@ -278,3 +278,42 @@ def test_subset_evaluations_cost_their_fraction_and_the_top_k_are_full(tmp_path:
     record = subset.to_dict()
     assert record["schedule"] == {"fraction": 0.1, "full_every": 25, "top_k": 3}
     assert record["eval_share"] == round(subset.eval_share, 4)
+
+
+# Sudoku-Extreme 1k x 1000 shuffles (sizes as the builder writes them; one shared puzzle identifier).
+SUDOKU_TRAIN = {"seq_len": 81, "vocab_size": 11, "num_puzzle_identifiers": 1, "total_groups": 1000,
+                "mean_puzzle_examples": 1001.0, "total_puzzles": 1000}  # fmt: skip
+SUDOKU_TEST = {**SUDOKU_TRAIN, "total_groups": 1000, "mean_puzzle_examples": 1.0}
+
+
+def test_the_depth_curriculum_counts_its_cheaper_steps_and_says_so(tmp_path: Path) -> None:
+    from trm.model.registry import model_config
+    from trm.training.curriculum import depth_config, run_schedule
+    from trm.training.throughput import act_step_flops
+
+    data = write_dataset(tmp_path / "sudoku-extreme-1k-aug-1000", SUDOKU_TRAIN, SUDOKU_TEST)
+    layout = select_layout(gpus_of("h100x4"))
+
+    def estimate(recipe: str) -> RunEstimate:
+        cfg = compose([*get_recipe(recipe).overrides, "data_paths=[x]"])
+        est = estimate_run(cfg, data, layout, hourly_usd=2.5)
+        assert isinstance(est, RunEstimate)
+        return est
+
+    plain, cgar = estimate("sudoku-mlp"), estimate("sudoku-curriculum")
+    assert plain.train_flops_ratio == 1 and "depth curriculum" not in plain.describe()
+    # The same full-depth step time and steps; training time at the schedule's mean FLOPs per step: (1, 2)
+    # cycles for the first 30 % of the steps, (2, 4) for the next 30 %, then (3, 6).
+    assert cgar.step_seconds == plain.step_seconds and cgar.total_steps == plain.total_steps
+    cfg = compose([*get_recipe("sudoku-curriculum").overrides, "data_paths=[x]"])
+    model = model_config(
+        cfg.arch, batch_size=1, seq_len=81, vocab_size=11, num_puzzle_identifiers=1, forward_dtype="bfloat16"
+    )
+    stages = run_schedule(cfg, cgar.total_steps)
+    per_stage = [act_step_flops(depth_config(model, s)).train * (s.last - s.first + 1) for s in stages]
+    expected = sum(per_stage) / (act_step_flops(model).train * cgar.total_steps)
+    assert cgar.train_flops_ratio == pytest.approx(expected) and 0.55 < expected < 0.65
+    assert cgar.train_seconds == pytest.approx(plain.train_seconds * expected)
+    assert cgar.eval_seconds == plain.eval_seconds  # evaluation runs at full depth
+    train = next(line for line in cgar.describe().splitlines() if line.startswith("  train "))
+    assert f"x {expected:.3g} (depth curriculum" in train and "as if step time scaled with FLOPs" in train

@@ -455,3 +455,22 @@ def test_a_launch_that_fails_before_its_plan_still_hands_off_the_run(tmp_path):
     assert "Traceback" not in proc.stderr
     assert (tmp_path / "ws" / "artifacts" / "trm-arc2" / "handoff.json").is_file()
     assert "exit 2 before the launch started; handoff bundle:" in proc.stdout
+
+
+def test_the_probe_of_a_depth_curriculum_runs_at_full_depth(tmp_path):
+    """A depth curriculum's first steps are its shallowest: the probe that times steps and sizes the
+    micro-batch turns it off, so it measures the run's full-depth steps."""
+    from tests.helpers import FIXTURES
+    from trm.launch.host.nvidia_smi import parse_query_csv
+    from trm.training.config import compose
+
+    query = parse_query_csv((FIXTURES / "h100x4" / "query.csv").read_text())
+    for task, probed_ramp in (("sudoku-curriculum", 0.0), ("sudoku-mlp", 0.0)):
+        settings = LaunchSettings.from_env({"TASK": task, "WORKSPACE": str(tmp_path / task), "NUM_GPUS": "1"})
+        plan = build_plan(settings, query, {})
+        cmd = plan.probe_command(plan.hardware.micro_batch_size)
+        trainer_args = cmd[cmd.index(plan.trainer_module) + 1 :]
+        assert compose(trainer_args).depth_curriculum.ramp == probed_ramp
+        run_args = plan.train_command()[plan.train_command().index(plan.trainer_module) + 1 :]
+        assert compose(run_args).depth_curriculum.ramp == (0.6 if task == "sudoku-curriculum" else 0.0)
+    assert not any(a.startswith("depth_curriculum") for a in trainer_args)  # sudoku-mlp's probe: unchanged

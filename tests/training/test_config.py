@@ -77,6 +77,7 @@ def test_upstream_defaults() -> None:
 
 SPECIAL_VALUES = {
     "arch": "trm",
+    "compile_mode": "max-autotune",
     "data_paths": "[x]",
     "data_paths_test": "[y]",
     "evaluators": "[]",
@@ -96,6 +97,7 @@ SPECIAL_VALUES = {
     "device": "cpu",
     "wandb": "false",
     "micro_batch_size": "1",
+    "depth_curriculum.stages": "3",
 }
 
 
@@ -162,6 +164,29 @@ def test_disable_compile_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISABLE_COMPILE", "1")
     assert compose([]).compile == "false"
     assert compose(["compile=true"]).compile == "true"
+
+
+def test_compile_mode_reaches_torch_compile_and_leaves_the_run_name_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from trm.training.builder import compiled_if_wanted
+
+    with pytest.raises(
+        TRMError, match=r"^compile_mode='fast': use one of default, max-autotune-no-cudagraphs"
+    ):
+        compose(["compile_mode=fast"])
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda module, **kwargs: calls.append(kwargs) or module)
+    head = torch.nn.Identity()
+    for mode in ("default", "max-autotune-no-cudagraphs"):
+        cfg = compose(["compile=true", f"compile_mode={mode}"])
+        assert compiled_if_wanted(cfg, torch.device("cpu"), head) is head
+    assert calls == [{"mode": None}, {"mode": "max-autotune-no-cudagraphs"}]
+    eager = compose(["compile=false", "compile_mode=max-autotune"])
+    assert compiled_if_wanted(eager, torch.device("cpu"), head) is head and len(calls) == 2
+    assert config_hash(compose(["compile_mode=max-autotune"])) == config_hash(compose([]))
 
 
 def test_run_name_is_deterministic_and_tracks_the_math() -> None:

@@ -129,27 +129,56 @@ def window_mean(curve: Curve, end: int, window: int) -> float:
     return statistics.fmean(values)
 
 
+STEPS, COMPUTE = "steps", "compute"  # the comparison's x axis: optimizer steps, or cumulative training FLOPs
+
+
+def _at(axis: str, x: float) -> str:
+    return f"step {int(x)}" if axis == STEPS else f"{x:.3g} FLOPs"
+
+
 @dataclass(frozen=True)
 class MetricComparison:
     """One metric of two trainers: per-checkpoint intervals, the final difference, the verdict."""
 
     metric: str
-    steps: list[int]
+    steps: list  # the checkpoints on the axis: steps (int) or cumulative training FLOPs (float)
     a: list[Interval]
     b: list[Interval]
     final_difference: Interval
-    parted_at: int | None  # None: indistinguishable at equal steps
+    parted_at: float | None  # None: indistinguishable at equal steps (or compute)
+    axis: str = STEPS
 
     @property
     def verdict(self) -> str:
         if self.parted_at is None:
-            return "indistinguishable at equal steps"
-        return f"part at step {self.parted_at}"
+            return f"indistinguishable at equal {self.axis}"
+        return f"part at {_at(self.axis, self.parted_at)}"
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MetricComparison:
+        """The inverse of as_dict (a recorded comparison, e.g. to plot it again)."""
+        axis = d.get("axis", STEPS)
+        xs = d["steps"] if axis == STEPS else d["flops"]
+
+        def side(key: str) -> list[Interval]:
+            return [Interval(m, h) for m, h in zip(d[key]["mean"], d[key]["half"], strict=True)]
+
+        fd = d["final_difference"]
+        return cls(
+            d["metric"],
+            list(xs),
+            side("a"),
+            side("b"),
+            Interval(fd["mean"], fd["half"]),
+            d["parted_at"],
+            axis,
+        )
 
     def as_dict(self) -> dict:
         return {
             "metric": self.metric,
-            "steps": self.steps,
+            "axis": self.axis,
+            ("steps" if self.axis == STEPS else "flops"): self.steps,
             "a": {"mean": [i.mean for i in self.a], "half": [i.half for i in self.a]},
             "b": {"mean": [i.mean for i in self.b], "half": [i.half for i in self.b]},
             "final_difference": {"mean": self.final_difference.mean, "half": self.final_difference.half},
@@ -172,17 +201,86 @@ def compare_metric(
     a = [mean_interval(v, level) for v in per_a]
     b = [mean_interval(v, level) for v in per_b]
     final = difference_interval(per_a[-1], per_b[-1], level)
-    parted = next((s for s, ia, ib in zip(steps, a, b, strict=True) if not ia.overlaps(ib)), None)
+    return MetricComparison(metric, list(steps), a, b, final, _verdict(a, b, final, steps))
+
+
+def _verdict(a: list[Interval], b: list[Interval], final: Interval, xs: Sequence) -> float | None:
+    """The first checkpoint with disjoint intervals, else the last when the final difference excludes 0."""
+    parted = next((x for x, ia, ib in zip(xs, a, b, strict=True) if not ia.overlaps(ib)), None)
     if parted is None and not final.contains(0.0):
-        parted = steps[-1]
-    return MetricComparison(metric, list(steps), a, b, final, parted)
+        parted = xs[-1]
+    return parted
+
+
+def interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """The piecewise-linear curve through (xs, ys) (xs increasing) at x, inside [xs[0], xs[-1]]."""
+    if not xs or not xs[0] <= x <= xs[-1]:
+        raise TRMError(
+            f"{x:g} lies outside the curve's range {xs[0] if xs else '?'}..{xs[-1] if xs else '?'}"
+        )
+    hi = next(i for i, v in enumerate(xs) if v >= x)
+    if xs[hi] == x or hi == 0:
+        return ys[hi]
+    lo = hi - 1
+    return ys[lo] + (ys[hi] - ys[lo]) * (x - xs[lo]) / (xs[hi] - xs[lo])
+
+
+def window_centres(flops: Sequence[float], window: int) -> list[float]:
+    """Where each window mean sits on the compute axis: for the windows ending at steps window..N, the mean
+    cumulative FLOPs of their steps (flops[s]: after steps 1..s). A window mean estimates the curve at its
+    window's centre, and the two sides' windows span different FLOPs when their steps cost differently."""
+    return [statistics.fmean(flops[s - window + 1 : s + 1]) for s in range(window, len(flops))]
+
+
+def compute_grid(centres_a: Sequence[float], centres_b: Sequence[float], points: int) -> list[float]:
+    """`points` equally spaced FLOP values that both sides' window centres cover: from the later first
+    centre to the smaller last one."""
+    low, high = max(centres_a[0], centres_b[0]), min(centres_a[-1], centres_b[-1])
+    if points < 2 or not high > low:
+        raise TRMError(
+            f"no common compute range: {low:.3g}..{high:.3g} FLOPs (run more steps or a shorter window)"
+        )
+    return [low + (high - low) * i / (points - 1) for i in range(points)]
+
+
+def values_at_compute(
+    curve: Curve, flops: Sequence[float], window: int, grid: Sequence[float]
+) -> list[float]:
+    """One run's window means (windows ending at steps window..N), each at its window's centre on the
+    compute axis (window_centres), interpolated onto `grid`."""
+    ys = [window_mean(curve, s, window) for s in range(window, len(flops))]
+    return [interpolate(window_centres(flops, window), ys, g) for g in grid]
+
+
+def compare_metric_at_compute(
+    metric: str,
+    runs_a: Sequence[Curve],
+    runs_b: Sequence[Curve],
+    flops_a: Sequence[float],
+    flops_b: Sequence[float],
+    window: int,
+    points: int = 10,
+    level: float = 0.95,
+) -> MetricComparison:
+    """Both sides of one metric at equal training compute: each run's window means (window steps) placed at
+    their windows' centres on its side's cumulative FLOPs (flops_x[s] after steps 1..s; the same for every
+    seed of a side), interpolated onto a common grid of `points` FLOP values; intervals and verdict as at
+    equal steps."""
+    grid = compute_grid(window_centres(flops_a, window), window_centres(flops_b, window), points)
+    per_a = list(zip(*(values_at_compute(r, flops_a, window, grid) for r in runs_a), strict=True))
+    per_b = list(zip(*(values_at_compute(r, flops_b, window, grid) for r in runs_b), strict=True))
+    a = [mean_interval(v, level) for v in per_a]
+    b = [mean_interval(v, level) for v in per_b]
+    final = difference_interval(per_a[-1], per_b[-1], level)
+    return MetricComparison(metric, grid, a, b, final, _verdict(a, b, final, grid), axis=COMPUTE)
 
 
 def overall_verdict(comparisons: Sequence[MetricComparison]) -> str:
-    """One line: indistinguishable, or the earliest step where a metric parts (and which)."""
-    parted = [c for c in comparisons if c.parted_at is not None]
+    """One line: indistinguishable, or the earliest checkpoint where a metric parts (and which)."""
+    axis = comparisons[0].axis if comparisons else STEPS
+    parted = [(c.parted_at, c.metric) for c in comparisons if c.parted_at is not None]
     if not parted:
-        return "indistinguishable at equal steps"
-    first = min(parted, key=lambda c: c.parted_at)
-    names = ", ".join(c.metric for c in parted if c.parted_at == first.parted_at)
-    return f"part at step {first.parted_at} ({names})"
+        return f"indistinguishable at equal {axis}"
+    first = min(x for x, _ in parted)
+    names = ", ".join(metric for x, metric in parted if x == first)
+    return f"part at {_at(axis, first)} ({names})"

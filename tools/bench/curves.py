@@ -3,13 +3,16 @@
     TRM_UPSTREAM=/path/to/TinyRecursiveModels nox -s bench -- curves [--setup sudoku|arc] [--steps N]
         [--seeds S] [--out DIR]
     nox -s bench -- curves --setup sudoku --variant "lr2x: lr=2e-3"     # ours vs ours with overrides
+    nox -s bench -- curves --setup sudoku --variant "curriculum: depth_curriculum.ramp=0.3 depth_curriculum.stages=2"
     nox -s bench -- curves --setup sudoku --resume-at random            # ours vs ours stopped and resumed
     nox -s bench -- curves --setup sudoku --subset-eval 0.1 --top-k 3    # full vs subset in-run evaluations
+    nox -s bench -- curves --device cuda --steps 1000 --seeds 8 --time-budget-s 300   # on one GPU
+    nox -s bench -- curves --replot OUT/sudoku-cuda.json               # draw the PNG of a JSON
 
 Both trainers run on the same data (our compact build; upstream's materialized build of the same
 puzzles) and configuration (a recipe of trm/training/recipes.py, rendered as the upstream keys both take),
-for N optimizer steps and S seeds each (seed s for both), one process at a time, on CPU, with train
-metrics logged every step and no evaluation. Upstream's metrics are recorded from its `wandb.log` calls
+for N optimizer steps and S seeds each (seed s for both), one process at a time, on CPU (or `--device
+cuda`: both on the same GPU, eager), with train metrics logged every step and no evaluation. Upstream's metrics are recorded from its `wandb.log` calls
 (`tools.bench.upstream_trainer --metrics`, W&B disabled); ours come from the run's metrics.jsonl.
 
 The data orders differ by design (our loader draws from a counter-based hash, upstream's from numpy's
@@ -19,18 +22,30 @@ checkpoint, and the seeds give a mean with a
 Student-t interval; the final checkpoint's difference gets Welch's interval (tools.bench.curve_stats).
 The verdict per metric and overall: "indistinguishable at equal steps" or the step where they part.
 
+When the two sides' steps cost different training FLOPs (a variant of another depth, e.g. a depth
+curriculum, or size), they are also compared at equal compute: each run's window means placed at their
+windows' mean cumulative FLOPs (the trainer's own count per step, trm.training.curriculum) and interpolated
+onto 10 common FLOP values, from where both sides have a first window to the smaller of the two totals.
+
 `--resume-at` stops our run by SIGTERM once it logged that step (it saves and exits 75), reruns the same
 command (it resumes), and also checks identity: each seed's resumed run must log exactly the metrics of
 the uninterrupted one at every step ("identical"), not only a matching distribution.
-
-Writes <out>/<setup>[-<variant>|-resume|-subset<FRACTION>].json (every run's curve, the intervals, the verdicts, the command) and a
-.png beside it (both trainers' means with their bands). All figures are measured.
 
 `--subset-eval FRACTION` compares ours evaluating the whole test set at about `--evals` in-run evaluations
 (from step `--eval-from` on) with ours evaluating a subset there (`eval_subset.fraction=FRACTION`,
 `eval_subset.seed` = the run's seed, `best.top_k=--top-k`): the training curves must be identical step by
 step, the checkpoints' weights equal, and the checkpoint the subset run chooses at its end the full run's
 best or within its Wilson interval (tools.bench.curve_subset).
+
+`--time-budget-s T` makes S a maximum: no seed pair starts once the longest pair so far would end past T
+seconds from the start (data build included), after the first two. The files are rewritten after every
+seed from the second, so a run cut off by a time limit keeps its comparison so far.
+
+Writes <out>/<setup>[-<variant>|-resume|-subset<FRACTION>][-cuda].json (every run's curve, the intervals, the verdicts, each
+side's training FLOPs when they differ, the command) and a .png beside it (both trainers' means with their
+bands; a second row at equal compute when compared); where matplotlib does not import
+(a GPU host with the kit) the JSON says so and `--replot JSON` draws the PNG elsewhere. All figures are
+measured.
 """
 
 from __future__ import annotations
@@ -64,6 +79,7 @@ METRICS = ("train/lm_loss", "train/accuracy", "train/exact_accuracy", "train/q_h
 PER_HALTED = frozenset(("train/accuracy", "train/exact_accuracy", "train/q_halt_accuracy"))
 Curves = dict[str, dict[int, float]]  # metric -> step -> value
 LEVEL = 0.95  # of every interval
+DEVICES = ("cpu", "cuda")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,10 +188,11 @@ def ours_command(
     run_dir: Path,
     seed: int,
     steps: int,
+    device: str = "cpu",
     evaluation: Sequence[str] = NO_EVALUATION,
 ) -> list[str]:
     return [sys.executable, "-m", "trm.train", *overrides, f"data_paths=[{data}]", f"seed={seed}",
-            f"max_steps={steps}", "log_interval=1", *evaluation, "device=cpu",
+            f"max_steps={steps}", "log_interval=1", *evaluation, f"device={device}",
             f"+checkpoint_path={run_dir}"]  # fmt: skip
 
 
@@ -185,10 +202,11 @@ def run_ours(
     run_dir: Path,
     seed: int,
     steps: int,
+    device: str = "cpu",
     evaluation: Sequence[str] = NO_EVALUATION,
 ) -> Curves:
     """Our trainer for `steps` steps."""
-    cmd = ours_command(overrides, data, run_dir, seed, steps, evaluation)
+    cmd = ours_command(overrides, data, run_dir, seed, steps, device, evaluation)
     _run(cmd, None, f"our trainer (seed {seed})")
     return read_jsonl(run_dir / "metrics.jsonl", steps)
 
@@ -226,11 +244,11 @@ def interrupt_at(cmd: list[str], metrics: Path, step: int, what: str) -> None:
 
 
 def run_ours_resumed(
-    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, at: int
+    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, at: int, device: str = "cpu"
 ) -> tuple[Curves, int]:
     """Our trainer stopped by SIGTERM once step `at` is logged, then the same command again (it resumes
     from the checkpoint the signal saved); the curves and the step it resumed from."""
-    cmd = ours_command(overrides, data, run_dir, seed, steps)
+    cmd = ours_command(overrides, data, run_dir, seed, steps, device)
     interrupt_at(cmd, run_dir / "metrics.jsonl", at, f"our trainer (seed {seed}, stopped at step {at})")
     saved = max(int(p.name.removeprefix("step_")) for p in run_dir.glob("step_*") if p.is_dir())
     _run(cmd, None, f"our trainer (seed {seed}, resumed from step {saved})")
@@ -238,13 +256,19 @@ def run_ours_resumed(
 
 
 def run_upstream(
-    overrides: Sequence[str], checkout: Path, data: Path, run_dir: Path, seed: int, steps: int
+    overrides: Sequence[str],
+    checkout: Path,
+    data: Path,
+    run_dir: Path,
+    seed: int,
+    steps: int,
+    device: str = "cpu",
 ) -> Curves:
-    """Upstream's pretrain.py (tools.bench.upstream_trainer, CPU) for its epochs; its first `steps` steps."""
+    """Upstream's pretrain.py (tools.bench.upstream_trainer) for its epochs; its first `steps` steps."""
     run_dir.mkdir(parents=True, exist_ok=True)
     metrics = run_dir / "metrics.jsonl"
     # min_eval_interval=1 with a single iteration: upstream neither evaluates nor saves
-    cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", "cpu", "--metrics", str(metrics),
+    cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", device, "--metrics", str(metrics),
            str(checkout), *overrides, f"data_paths=[{data}]", f"seed={seed}", "min_eval_interval=1",
            f"+checkpoint_path={run_dir / 'ckpt'}", "+project_name=curves", f"+run_name=seed{seed}"]  # fmt: skip
     _run(cmd, checkout, f"upstream's pretrain.py (seed {seed})")
@@ -254,6 +278,25 @@ def run_upstream(
             f"upstream's pretrain.py logged {len(curves['train/lm_loss'])} of {steps} steps (seed {seed})"
         )
     return curves
+
+
+def train_flops(overrides: Sequence[str], data: Path, steps: int) -> list[float]:
+    """Cumulative model training FLOPs of our trainer with `overrides` on `data` after steps 0..steps
+    (index s: steps 1..s), each step at its depth (a depth curriculum's early steps are cheaper): the
+    trainer's own count (trm.training.throughput, trm.training.curriculum) times the global batch."""
+    from trm.model.registry import model_config
+    from trm.training.config import compose
+    from trm.training.curriculum import cumulative_train_flops, run_schedule
+    from trm.training.throughput import total_steps
+
+    cfg = compose([*overrides, f"data_paths=[{data}]"])
+    meta = json.loads((data / "train" / "dataset.json").read_text(encoding="utf-8"))
+    model = model_config(
+        cfg.arch, batch_size=1, seq_len=meta["seq_len"], vocab_size=meta["vocab_size"],
+        num_puzzle_identifiers=meta["num_puzzle_identifiers"], forward_dtype="float32",
+    )  # fmt: skip
+    total = total_steps(cfg.epochs, meta["total_groups"], meta["mean_puzzle_examples"], cfg.global_batch_size)
+    return cumulative_train_flops(model, run_schedule(cfg, total), steps, cfg.global_batch_size)
 
 
 def identical(a: Curves, b: Curves) -> int | None:
@@ -278,14 +321,56 @@ def compare(
     ]
 
 
+# Keys whose change changes the training FLOPs per step: the model, the depth curriculum, the batch.
+FLOP_KEYS = ("arch", "depth_curriculum.", "global_batch_size")
+
+
+def changes_flops(overrides: Sequence[str]) -> bool:
+    """Whether a variant's overrides touch what the training FLOPs per step depend on (FLOP_KEYS)."""
+    return any(o.split("=", 1)[0].lstrip("+").startswith(FLOP_KEYS) for o in overrides)
+
+
+def comparison_rows(
+    runs_a: list[Curves],
+    runs_b: list[Curves],
+    steps: int,
+    halt_max_steps: int,
+    flops: tuple[list[float], list[float]] | None,
+) -> list[list[curve_stats.MetricComparison]]:
+    """At equal steps; and at equal compute when the sides' FLOPs per step differ."""
+    rows = [compare(runs_a, runs_b, steps, halt_max_steps)]
+    if flops is not None and flops[0] != flops[1]:
+        rows.append(compare_at_compute(runs_a, runs_b, flops, steps, halt_max_steps))
+    return rows
+
+
+def compare_at_compute(
+    runs_a: list[Curves],
+    runs_b: list[Curves],
+    flops: tuple[list[float], list[float]],
+    steps: int,
+    halt_max_steps: int,
+) -> list[curve_stats.MetricComparison]:
+    """Both sides at equal training compute: each run's window means (the equal-step window) placed at
+    its cumulative FLOPs and interpolated onto 10 common FLOP values (curve_stats.compare_metric_at_compute)."""
+    window = max(steps // 10, halt_max_steps)
+    return [
+        curve_stats.compare_metric_at_compute(
+            m, [r[m] for r in runs_a], [r[m] for r in runs_b], *flops, window=window, level=LEVEL
+        )
+        for m in METRICS
+    ]
+
+
 def plot(
-    comparisons: list[curve_stats.MetricComparison],
+    rows: list[list[curve_stats.MetricComparison]],
     labels: tuple[str, str],
     title: str,
     best: dict | None = None,
 ) -> bytes:
-    """Both sides' means with their interval bands, one panel per metric (and with `best`, the
-    --subset-eval result's entry, a panel of the checkpoints' full scores and choices); PNG bytes."""
+    """Both sides' means with their interval bands, one panel per metric, one row per axis (equal steps,
+    then equal compute when compared), and with `best` (the --subset-eval result's entry) a last panel of
+    the checkpoints' full scores and both choices; PNG bytes."""
     import io
 
     import matplotlib
@@ -293,11 +378,24 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = len(comparisons) + (best is not None)
-    fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.4))
+    width = len(rows[0]) + (best is not None)
+    fig, grid = plt.subplots(len(rows), width, figsize=(4.2 * width, 3.4 * len(rows)), squeeze=False)
+    for axes, comparisons in zip(grid, rows, strict=True):
+        _plot_row(axes[: len(comparisons)], comparisons, labels)
     if best is not None:
-        curve_subset.plot_choices(axes[-1], best)
-    for ax, comp in zip(axes, comparisons, strict=False):
+        curve_subset.plot_choices(grid[0][-1], best)
+        for axes in grid[1:]:
+            axes[-1].axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _plot_row(axes, comparisons: list[curve_stats.MetricComparison], labels: tuple[str, str]) -> None:
+    for ax, comp in zip(axes, comparisons, strict=True):
         for side, label, color in ((comp.a, labels[0], "tab:blue"), (comp.b, labels[1], "tab:orange")):
             mean = [i.mean for i in side]
             ax.plot(comp.steps, mean, color=color, label=label)
@@ -305,16 +403,10 @@ def plot(
                 comp.steps, [i.low for i in side], [i.high for i in side], color=color, alpha=0.25
             )
         if comp.parted_at is not None:
-            ax.axvline(comp.parted_at, color="red", linestyle=":", label=f"part at {comp.parted_at}")
+            ax.axvline(comp.parted_at, color="red", linestyle=":", label=comp.verdict)
         ax.set_title(f"{comp.metric}\n{comp.verdict}", fontsize=9)
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("optimizer step" if comp.axis == curve_stats.STEPS else "cumulative training FLOPs")
     axes[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -373,8 +465,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="STEP",
         help="with --subset-eval: no in-run evaluation before this step (default 0: from the first pass)",
     )
+    parser.add_argument(
+        "--device", choices=DEVICES, default="cpu", help="where both trainers run (default cpu)"
+    )
+    parser.add_argument("--time-budget-s", type=float, default=None, metavar="T",
+                        help="--seeds becomes a maximum: no seed pair starts that would end past T seconds")  # fmt: skip
+    parser.add_argument("--replot", type=Path, default=None, metavar="JSON",
+                        help="only draw the PNG of a JSON this harness wrote (beside it), e.g. one from a GPU host")  # fmt: skip
     args = parser.parse_args(argv)
     try:
+        if args.replot is not None:
+            return replot(args.replot)
         return _main(args, parser.prog, recorded_argv(list(sys.argv[1:] if argv is None else argv)))
     except TRMError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -388,6 +489,9 @@ class Plan:
     labels: tuple[str, str]
     suffix: str  # of the output files' names
     run_b: Callable[[int], Curves]  # seed -> side B's curves
+    resume_at: int | None = None
+    resumed_from: list[int] | None = None  # per seed: the step of the checkpoint the SIGTERM saved
+    overrides_b: tuple[str, ...] | None = None  # side B's trainer config when it is not side A's
     run_a: Callable[[int], Curves] | None = None  # seed -> side A's curves (None: ours, no evaluation)
     finish: Callable[[list[Curves], list[Curves]], dict] | None = None  # both sides' runs -> JSON entries
 
@@ -398,6 +502,7 @@ def plan(
     """Side B: ours with --variant overrides, ours stopped at --resume-at and resumed, ours evaluating a
     subset in-run (--subset-eval; side A then evaluates in full), else upstream."""
     ours_data, theirs_data = data
+    device = args.device
     if args.subset_eval is not None:
         return subset_plan(args, base, ours_data, work, steps)
     if args.variant is not None:
@@ -406,22 +511,22 @@ def plan(
         return Plan(
             ("trm-stack", f"trm-stack {name}"),
             f"-{name}",
-            lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps),
+            lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps, device),
+            overrides_b=changed,
         )
     if args.resume_at is not None:
         at = _resume_step(args.resume_at, steps)
         resumed_from: list[int] = []
 
         def resumed(seed: int) -> Curves:
-            curves, saved = run_ours_resumed(base, ours_data, work / f"resumed-{seed}", seed, steps, at)
+            curves, saved = run_ours_resumed(
+                base, ours_data, work / f"resumed-{seed}", seed, steps, at, device
+            )
             resumed_from.append(saved)
             return curves
 
         return Plan(
-            ("trm-stack", f"trm-stack stopped at {at}, resumed"),
-            "-resume",
-            resumed,
-            finish=lambda a, b: {**resume_identity(a, b, at), "resumed_from": resumed_from},
+            ("trm-stack", f"trm-stack stopped at {at}, resumed"), "-resume", resumed, at, resumed_from
         )
     checkout = os.environ.get("TRM_UPSTREAM")
     if not checkout:
@@ -431,7 +536,9 @@ def plan(
     return Plan(
         ("trm-stack", "upstream"),
         "",
-        lambda seed: run_upstream(base, Path(checkout), theirs_data, work / f"upstream-{seed}", seed, steps),
+        lambda seed: run_upstream(
+            base, Path(checkout), theirs_data, work / f"upstream-{seed}", seed, steps, device
+        ),
     )
 
 
@@ -478,7 +585,7 @@ def subset_plan(args: argparse.Namespace, base: tuple[str, ...], data: Path, wor
     scheduled = with_overrides(
         base, [f"epochs={epochs}", f"eval_interval={interval}", f"min_eval_interval={first}"]
     )
-    fraction, top_k = args.subset_eval, args.top_k
+    fraction, top_k, device = args.subset_eval, args.top_k, args.device
 
     def subset_keys(seed: int) -> tuple[str, ...]:
         return (*IN_RUN_EVALUATION, f"eval_subset.fraction={fraction}", f"eval_subset.seed={seed}",
@@ -510,8 +617,12 @@ def subset_plan(args: argparse.Namespace, base: tuple[str, ...], data: Path, wor
     return Plan(
         ("trm-stack full evaluations", f"trm-stack subset {fraction:g}, top-{top_k}"),
         f"-subset{fraction:g}",
-        lambda seed: run_ours(scheduled, data, work / f"subset-{seed}", seed, steps, subset_keys(seed)),
-        run_a=lambda seed: run_ours(scheduled, data, work / f"full-{seed}", seed, steps, IN_RUN_EVALUATION),
+        lambda seed: run_ours(
+            scheduled, data, work / f"subset-{seed}", seed, steps, device, subset_keys(seed)
+        ),
+        run_a=lambda seed: run_ours(
+            scheduled, data, work / f"full-{seed}", seed, steps, device, IN_RUN_EVALUATION
+        ),
         finish=finish,
     )
 
@@ -536,6 +647,8 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         raise TRMError(f"--seeds {args.seeds}: intervals across seeds need 2 or more")
     if steps < 2:
         raise TRMError(f"--steps {steps}: a curve needs 2 or more steps")
+    if args.time_budget_s is not None and args.time_budget_s <= 0:
+        raise TRMError(f"--time-budget-s {args.time_budget_s:g}: give a positive number of seconds")
     if args.subset_eval is not None:
         check_subset_args(args.subset_eval, args.top_k, args.evals, args.eval_from, steps)
         if setup.eval_test is not None and setup.sudoku_csv is not None:
@@ -549,34 +662,79 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
         epochs = epochs_for(data[0], steps, setup.recipe.global_batch_size)
         base = setup.recipe.with_changes(epochs=epochs, eval_interval=epochs).overrides
         how = plan(args, base, data, work, steps)
-        run_a = how.run_a or (lambda seed: run_ours(base, data[0], work / f"ours-{seed}", seed, steps))
-        runs_a, runs_b = [], []
+        # Each side's cumulative training FLOPs, when a variant changes what a step costs (equal compute).
+        flops = (
+            (train_flops(base, data[0], steps), train_flops(how.overrides_b, data[0], steps))
+            if how.overrides_b is not None and changes_flops([o for o in how.overrides_b if o not in base])
+            else None
+        )
+        stem = args.out / f"{setup.name}{how.suffix}{'' if args.device == 'cpu' else '-' + args.device}"
+        runs_a: list[Curves] = []
+        runs_b: list[Curves] = []
+        longest_pair, stopped = 0.0, False
         for seed in range(args.seeds):  # interleaved, so drift of the machine hits both sides alike
-            runs_a.append(run_a(seed))
+            if seed >= 2 and past_budget(time.monotonic() - started, longest_pair, args.time_budget_s):
+                stopped = True
+                print(f"seed {seed}: not started, it would end past --time-budget-s {args.time_budget_s:g}")
+                break
+            pair_started = time.monotonic()
+            if how.run_a is not None:
+                runs_a.append(how.run_a(seed))
+            else:
+                runs_a.append(run_ours(base, data[0], work / f"ours-{seed}", seed, steps, args.device))
             runs_b.append(how.run_b(seed))
+            longest_pair = max(longest_pair, time.monotonic() - pair_started)
             print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)
-        comparisons = compare(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps)
-        result = {
-            "setup": setup.name,
-            "command": f"{prog} {shlex.join(argv)}".strip(),
-            "labels": list(how.labels),
-            "steps": steps,
-            "seeds": args.seeds,
-            "level": LEVEL,
-            "overrides": list(base),
-            "measured": True,
-            "wall_seconds": round(time.monotonic() - started),
-            "verdict": curve_stats.overall_verdict(comparisons),
-            "metrics": [c.as_dict() for c in comparisons],
-            "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
-        }
-        if how.finish is not None:
-            result.update(how.finish(runs_a, runs_b))
-        write_outputs(args.out / f"{setup.name}{how.suffix}", result, comparisons)
+            if seed >= 1:  # rewritten after every seed: a run cut off by a time limit keeps what it compared
+                rows = comparison_rows(runs_a, runs_b, steps, setup.recipe.config.arch.halt_max_steps, flops)
+                comparisons = rows[0]
+                result = {
+                    "setup": setup.name,
+                    "command": f"{prog} {shlex.join(argv)}".strip(),
+                    "labels": list(how.labels),
+                    "device": args.device,
+                    "steps": steps,
+                    "seeds": len(runs_a),
+                    "seeds_planned": args.seeds,
+                    "time_budget_s": args.time_budget_s,
+                    "stopped_for_time": False,
+                    "level": LEVEL,
+                    "overrides": list(base),
+                    "measured": True,
+                    "wall_seconds": round(time.monotonic() - started),
+                    "verdict": curve_stats.overall_verdict(comparisons),
+                    "metrics": [c.as_dict() for c in comparisons],
+                    **(
+                        {}
+                        if flops is None
+                        else {"train_flops": {how.labels[0]: flops[0][-1], how.labels[1]: flops[1][-1]}}
+                    ),
+                    "runs": {how.labels[0]: runs_a, how.labels[1]: runs_b},
+                }
+                if len(rows) > 1:
+                    result["equal_compute"] = {
+                        "verdict": curve_stats.overall_verdict(rows[1]),
+                        "metrics": [c.as_dict() for c in rows[1]],
+                    }
+                if how.resume_at is not None:
+                    result.update(resume_identity(runs_a, runs_b, how.resume_at))
+                    result["resumed_from"] = how.resumed_from
+                if how.finish is not None:
+                    result.update(how.finish(runs_a, runs_b))
+                write_outputs(stem, result, rows)
+        if stopped:
+            result["stopped_for_time"] = True
+            write_outputs(stem, result, rows)
+        report(stem, result, rows)
     finally:
         if args.keep is None:
             remove_own_temp(work)  # the bench's own scratch folder
     return 0
+
+
+def past_budget(elapsed_s: float, longest_pair_s: float, budget_s: float | None) -> bool:
+    """Whether one more seed pair, as long as the longest so far, would end past the budget."""
+    return budget_s is not None and elapsed_s + longest_pair_s > budget_s
 
 
 def step_identity(runs_a: list[Curves], runs_b: list[Curves]) -> dict:
@@ -593,23 +751,68 @@ def resume_identity(runs_a: list[Curves], runs_b: list[Curves], at: int) -> dict
     return {"resume_at": at, **step_identity(runs_a, runs_b)}
 
 
-def write_outputs(stem: Path, result: dict, comparisons: list[curve_stats.MetricComparison]) -> None:
-    """<stem>.json and <stem>.png, and the verdicts on stdout."""
+def write_outputs(stem: Path, result: dict, rows: list[list[curve_stats.MetricComparison]]) -> None:
+    """<stem>.json and <stem>.png (atomically); without matplotlib the JSON alone, saying how to draw the PNG.
+    `rows`: the equal-step comparisons, then the equal-compute ones when there are (a second plot row)."""
     labels = result["labels"]
-    atomic_write_json(stem.parent / f"{stem.name}.json", result)
     title = (
-        f"{result['setup']}: {labels[0]} vs {labels[1]}, {result['seeds']} seeds, "
-        f"{LEVEL:.0%} intervals (measured); {result['verdict']}"
+        f"{result['setup']}: {labels[0]} vs {labels[1]}{'' if result.get('device', 'cpu') == 'cpu' else ' on ' + result['device']}, "
+        f"{result['seeds']} seeds, {LEVEL:.0%} intervals (measured); {'; '.join(verdicts(result))}"
     )
-    atomic_write_bytes(
-        stem.parent / f"{stem.name}.png", plot(comparisons, (labels[0], labels[1]), title, result.get("best"))
+    try:
+        png: bytes | None = plot(rows, (labels[0], labels[1]), title, result.get("best"))
+        result["plot"] = f"{stem.name}.png"
+    except ImportError as exc:  # a GPU host with the kit: no matplotlib there
+        png = None
+        result["plot"] = f"not drawn ({exc}): python -m tools.bench.curves --replot {stem.name}.json"
+    atomic_write_json(stem.parent / f"{stem.name}.json", result)
+    if png is not None:
+        atomic_write_bytes(stem.parent / f"{stem.name}.png", png)
+
+
+def verdicts(result: dict) -> list[str]:
+    """The overall verdict at equal steps, and at equal compute when compared."""
+    return [result["verdict"]] + ([result["equal_compute"]["verdict"]] if "equal_compute" in result else [])
+
+
+def report(stem: Path, result: dict, rows: list[list[curve_stats.MetricComparison]]) -> None:
+    """The verdicts on stdout."""
+    labels = result["labels"]
+    for comparisons, verdict in zip(rows, verdicts(result), strict=True):
+        for c in comparisons:
+            fd = c.final_difference
+            print(
+                f"  {c.metric:24s} {c.verdict:36s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
+            )
+        print(f"verdict: {verdict}")
+    print(
+        f"wrote {stem}.json"
+        + (f" and {stem}.png" if result["plot"].endswith(".png") else f"; png {result['plot']}")
     )
-    for c in comparisons:
-        fd = c.final_difference
-        print(
-            f"  {c.metric:24s} {c.verdict:34s} final {labels[0]} - {labels[1]}: {fd.mean:+.4f} ± {fd.half:.4f}"
-        )
-    print(f"verdict: {result['verdict']}\nwrote {stem}.json and {stem}.png")
+
+
+def replot(path: Path) -> int:
+    """Draw the PNG of a JSON this harness wrote, beside it: the equal-step comparison is recomputed from
+    its runs; the equal-compute one (which needs the FLOPs per step) is read back from the JSON."""
+    try:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        setup = SETUPS[result["setup"]]
+        runs = [[{m: {int(s): v for s, v in run[m].items()} for m in METRICS} for run in result["runs"][label]]
+                for label in result["labels"]]  # fmt: skip
+        at_compute = [
+            curve_stats.MetricComparison.from_dict(m)
+            for m in result.get("equal_compute", {}).get("metrics", [])
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise TRMError(
+            f"--replot {path}: not a JSON this harness wrote ({type(exc).__name__}: {exc})"
+        ) from exc
+    comparisons = compare(runs[0], runs[1], result["steps"], setup.recipe.config.arch.halt_max_steps)
+    rows = [comparisons, *([at_compute] if at_compute else [])]
+    stem = path.parent / path.name.removesuffix(".json")  # sudoku-subset0.1.json: the stem keeps its dot
+    write_outputs(stem, result, rows)
+    report(stem, result, rows)
+    return 0
 
 
 def _resume_step(value: str | None, steps: int) -> int | None:

@@ -18,6 +18,7 @@ differently from eager's, so a few may differ on a random model).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import tempfile
@@ -25,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -60,22 +62,23 @@ class SyntheticTestLoader:
             yield "all", batch, batch["inputs"].shape[0]
 
 
+def _steps_unknown(_loss_head: torch.nn.Module) -> int | None:
+    """Stands in for runner.fixed_act_steps in a FLAG pass: the loop then reads the halting flag every step."""
+    return None
+
+
 def one_pass(
     head: torch.nn.Module, loader: SyntheticTestLoader, chunk: int, out: Path, loop: str = FIXED
 ) -> tuple[float, Any]:
     """Seconds for one evaluation pass (`loop`: FIXED or FLAG), and its predictions."""
     device = next(head.parameters()).device
-    fixed = runner.fixed_act_steps
+    flag_read = mock.patch.object(runner, "fixed_act_steps", _steps_unknown)
     start = time.perf_counter()
-    try:
-        if loop == FLAG:
-            runner.fixed_act_steps = lambda _head: None  # the loop reads the halting flag every step
+    with flag_read if loop == FLAG else contextlib.nullcontext():
         evaluate(
             head, loader, [], DistInfo(device=device), chunk_size=chunk, save_dir=out, step=0,
             save_outputs=("preds",), show_progress=False,
         )  # fmt: skip
-    finally:
-        runner.fixed_act_steps = fixed
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start

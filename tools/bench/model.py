@@ -2,6 +2,7 @@
 
     python -m tools.bench.model                      # TRM, tiny CPU config, eager and compiled
     python -m tools.bench.model --arch urm           # any registered architecture (see --help)
+    python -m tools.bench.model --compile-mode max-autotune-no-cudagraphs   # a torch.compile mode vs default
     TRM_UPSTREAM=<checkout> python -m tools.bench.model --arch hrm   # also time upstream's model in the same run
     TRM_URM=<checkout> python -m tools.bench.model --arch urm        # URM: the reference is the URM checkout
 
@@ -33,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from trm.compile_setting import MODES, torch_compile_mode
 from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
 from trm.model.layers import swiglu_intermediate
@@ -230,13 +232,21 @@ class Runner:
     """One variant: a loss head (eager or compiled), its optimizer and its carry, stepped like the trainer."""
 
     def __init__(
-        self, name: str, head: nn.Module, config: TRMConfig, device: torch.device, compiled: bool
+        self,
+        name: str,
+        head: nn.Module,
+        config: TRMConfig,
+        device: torch.device,
+        compiled: bool,
+        mode: str = "default",
     ) -> None:
         self.name, self.config, self.device = name, config, device
         self.optimizer = AdamATan2(
             [p for p in head.parameters() if p.requires_grad], lr=1e-4, betas=(0.9, 0.95)
         )
-        self.step_fn: Callable[..., Any] = torch.compile(head) if compiled else head
+        self.step_fn: Callable[..., Any] = (
+            torch.compile(head, mode=torch_compile_mode(mode)) if compiled else head
+        )
         self.batch = make_batch(config, device)
         head.train()
         self.carry = head.initial_carry(self.batch)
@@ -395,6 +405,13 @@ def _run(argv: list[str] | None) -> int:
     parser.add_argument("--batch-size", type=int, default=None, help="rows per step (default: the config's)")
     parser.add_argument("--no-compile", action="store_true", help="eager only")
     parser.add_argument(
+        "--compile-mode",
+        action="append",
+        choices=[m for m in MODES if m != "default"],
+        default=[],
+        help="also time ours compiled in this torch.compile mode against the default mode (repeatable)",
+    )
+    parser.add_argument(
         "--compile-repeats",
         type=int,
         default=None,
@@ -443,12 +460,20 @@ def _run(argv: list[str] | None) -> int:
             torch.manual_seed(0)
             label = f"{name}/{'compiled' if compiled else 'eager'}"
             runners.append(Runner(label, build(), config, device, compiled))
+    if not args.no_compile:
+        for mode in args.compile_mode:
+            torch.manual_seed(0)
+            runners.append(Runner(f"ours/{mode}", build_ours(config, device), config, device, True, mode))
     results: dict[tuple[str, bool], Timing] = {}
+    by_mode: dict[str, Timing] = {}
     for runner, timing in zip(
         runners, time_interleaved(runners, steps=args.steps, warmup=args.warmup), strict=True
     ):
         name, mode = runner.name.split("/")
-        results[(name, mode == "compiled")] = timing
+        if mode in args.compile_mode:
+            by_mode[mode] = timing
+        else:
+            results[(name, mode == "compiled")] = timing
         mfu = f" mfu={flops / timing.median_s / peak:.1%}" if peak else ""
         first = f"first step {timing.first_step_s:.1f} s"
         if mode == "compiled" and name in compiles:
@@ -457,6 +482,9 @@ def _run(argv: list[str] | None) -> int:
             f"{timing.name:20s} {timing.median_s * 1000:8.1f} ms/step {timing.steps_per_s:6.2f} steps/s "
             f"({first}){mfu}"
         )
+    for mode, timing in by_mode.items():
+        ratio = results[("ours", True)].median_s / timing.median_s
+        print(f"compile mode {mode}: {ratio:.2f}x vs the default mode (ours; above 1: faster)")
     for compiled in modes:
         if (ref_name, compiled) in results:
             ratio = results[(ref_name, compiled)].median_s / results[("ours", compiled)].median_s

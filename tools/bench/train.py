@@ -1,6 +1,6 @@
 """Trainer benchmark: optimizer steps/s of `python -m trm.train`, optionally against upstream's trainer.
 
-    nox -s bench -- train [--setup tiny|paper] [--steps 40] [--keep DIR]
+    nox -s bench -- train [--setup tiny|paper] [--steps 40] [--keep DIR] [--json]
     TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=python] nox -s bench -- train
 
 Setups:
@@ -15,7 +15,8 @@ Steps/s comes from the trainer's own metric timestamps after a warm-up (start-up
 evaluation excluded). Upstream runs on the same data in its layout, through `tools.bench.upstream_trainer`
 (on CPU its device changes are applied in memory), for about the same number of steps; its s/step comes
 from its tqdm records after the same warm-up. Ours runs before and after it and both runs' steps are
-pooled. Upstream's imports (pydantic, einops, argdantic, wandb, coolname) must be importable by
+pooled; each run times at least MIN_TIMED_STEPS step intervals, and each side reports its median and minimum
+s/step (`--json` prints them as a JSON object too). Upstream's imports (pydantic, einops, argdantic, wandb, coolname) must be importable by
 TRM_UPSTREAM_PYTHON (default: this interpreter; PYTHONPATH works too). If it cannot run, why is printed
 instead of a ratio.
 """
@@ -39,6 +40,7 @@ from trm.safe_remove import remove_own_temp
 from trm.training.recipes import Recipe, get_recipe
 
 WARMUP_STEPS = 5
+MIN_TIMED_STEPS = 20  # per trainer run: fewer cannot tell a 2 % difference from the steps' spread
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,8 +174,7 @@ def bench_upstream(setup: Setup, upstream: Path, data: Path, steps: int) -> dict
     if proc.returncode != 0 or not seconds:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return f"exit {proc.returncode}: {last[-300:]}"
-    median = statistics.median(seconds)
-    return {"steps_per_s": 1.0 / median, "median_s_per_step": median, "steps": len(seconds)}
+    return summary(seconds)
 
 
 def model_config(setup: Setup):  # -> TRMConfig (torch is imported lazily: the driver stays light)
@@ -204,27 +205,51 @@ def mfu(setup: Setup, seconds_per_step: float) -> float | None:
     return step_flops(model_config(setup)) / seconds_per_step / peak if peak else None
 
 
-def report(setup: Setup, ours_times: list[float], theirs: dict[str, float] | str | None) -> None:
+def summary(seconds: list[float]) -> dict[str, float]:
+    """Median and minimum seconds per step of the timed steps, and how many there were."""
+    median = statistics.median(seconds)
+    return {"steps_per_s": 1.0 / median, "median_s_per_step": median, "min_s_per_step": min(seconds),
+            "steps": len(seconds)}  # fmt: skip
+
+
+def results(setup: Setup, ours_times: list[float], theirs: dict[str, float] | str | None) -> dict:
+    """What the table says, as one JSON-able record (`--json`): measured figures only."""
+    ours = summary(ours_times)
+    record: dict = {"setup": setup.name, "device": setup.device, "batch": setup.batch, "goal": setup.goal,
+                    "warmup_steps": WARMUP_STEPS, "ours": {**ours, "mfu": mfu(setup, ours["median_s_per_step"])},
+                    "upstream": None, "ratio_vs_upstream": None, "measured": True}  # fmt: skip
+    if isinstance(theirs, str):
+        record["upstream"] = {"failed": theirs}
+    elif theirs is not None:
+        record["upstream"] = {**theirs, "mfu": mfu(setup, theirs["median_s_per_step"])}
+        record["ratio_vs_upstream"] = theirs["median_s_per_step"] / ours["median_s_per_step"]
+    return record
+
+
+def _side_line(label: str, side: dict) -> str:
+    counted = f" median of {side['steps']}" if "steps" in side else ""
+    extra = f", MFU {side['mfu']:.1%}" if side.get("mfu") is not None else ""
+    fastest = f"; min {side['min_s_per_step']:.3f} s" if "min_s_per_step" in side else ""
+    s = side["median_s_per_step"]
+    return f"  {label:<10} {1 / s:.2f} steps/s ({s:.3f} s/step{counted}{extra}{fastest})"
+
+
+def report(setup: Setup, record: dict) -> None:
     """The results table: ours, upstream (or why not), ratio against the goal, attention bound / MFU."""
-    ours_s = statistics.median(ours_times)
     threads = os.environ.get("OMP_NUM_THREADS", "default")
     print(f"{setup.name} setup on {setup.device}, batch {setup.batch}, torch threads {threads}")
-    ours_mfu = mfu(setup, ours_s)
-    extra = f", MFU {ours_mfu:.1%}" if ours_mfu is not None else ""
-    print(f"  trm-stack: {1 / ours_s:.2f} steps/s ({ours_s:.3f} s/step median of {len(ours_times)}{extra})")
-    if isinstance(theirs, str):
-        print(f"  upstream:  could not run: {theirs}")
-        return
+    print(_side_line("trm-stack:", record["ours"]))
+    theirs = record["upstream"]
     if theirs is None:
         return
-    theirs_s = theirs["median_s_per_step"]
-    theirs_mfu = mfu(setup, theirs_s)
-    extra = f", MFU {theirs_mfu:.1%}" if theirs_mfu is not None else ""
-    counted = f" median of {theirs['steps']}" if "steps" in theirs else ""
-    print(f"  upstream:  {1 / theirs_s:.2f} steps/s ({theirs_s:.3f} s/step{counted}{extra})")
-    ratio = theirs_s / ours_s
+    if "failed" in theirs:
+        print(f"  upstream:  could not run: {theirs['failed']}")
+        return
+    print(_side_line("upstream:", theirs))
+    ratio = record["ratio_vs_upstream"]
     verdict = "meets" if ratio >= setup.goal else "misses"
     print(f"  ratio:     {ratio:.2f}x ({verdict} the {setup.goal}x goal)")
+    theirs_s = theirs["median_s_per_step"]
     if setup.device == "cpu":
         attention = attention_seconds(setup)
         print(
@@ -239,7 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setup", choices=sorted(SETUPS), default="tiny", help="tiny (CPU) or paper (GPU)")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--keep", type=Path, default=None, help="keep data and runs here")
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
     args = parser.parse_args(argv)
+    if args.steps < WARMUP_STEPS + MIN_TIMED_STEPS + 1:
+        parser.error(
+            f"--steps {args.steps}: give at least {WARMUP_STEPS + MIN_TIMED_STEPS + 1} ({WARMUP_STEPS} warm-up "
+            f"steps, then {MIN_TIMED_STEPS} timed step intervals per run)"
+        )
     setup = SETUPS[args.setup]
     work = args.keep or Path(tempfile.mkdtemp(prefix="trm-bench-train-"))
     try:
@@ -252,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             theirs = bench_upstream(setup, Path(upstream), work / "arc-upstream", args.steps)
             # Ours runs again after upstream and both runs' steps are pooled, so drift hits both alike.
             ours_times += bench_ours(setup, work / "arc", work / "ours-2", args.steps)
-        report(setup, ours_times, theirs)
+        record = results(setup, ours_times, theirs)
+        report(setup, record)
+        if args.json:
+            print(json.dumps(record))
     finally:
         if args.keep is None:
             remove_own_temp(work)

@@ -18,8 +18,8 @@ names (requirements.txt names those without a version). The kit and the
 checkout together stay under KIT_LIMIT_MIB, the size a copy to a short-loan host may have.
 
 `simulate` rehearses such a host here: a fresh venv of `--python` with `--torch` (a CPU build), the kit
-installed `--no-index`, no docker SDK; then both calls of a GPU loan (`make gpu-check ARGS="--call 1 …"`,
-then `--call 2`) with that venv's Python. It passes when, in each call, every CUDA part reports "skipped: no
+installed `--no-index`, no docker SDK; then the calls of a GPU loan (`make gpu-check ARGS="--call 1 …"`,
+then `--call 2` and `--call 3`) with that venv's Python. It passes when, in each call, every CUDA part reports "skipped: no
 GPU", every other part passes, and the call's plan fits the budget (exit 0; 1 otherwise, with what differed).
 """
 
@@ -38,7 +38,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from tools.gpu.check import ADAM_SDIST, CALLS, DEFAULT_KIT, NO_GPU, PARTS, UPSTREAM_DIR
+from tools.gpu.check.core import ADAM_SDIST, DEFAULT_KIT, NO_GPU, UPSTREAM_DIR
+from tools.gpu.check.plan import CALLS, PARTS
 from trm.errors import TRMError
 from trm.images.venvtools import normalize
 from trm.io import atomic_write_json, atomic_write_text
@@ -231,6 +232,7 @@ package index. From the checkout this folder sits in:
     python3 -m pip install --no-index --find-links {DEFAULT_KIT} -r {DEFAULT_KIT}/requirements.txt
     make gpu-run-1                  # call 1: python3 -m tools.gpu.check --call 1
     make gpu-run-2                  # call 2, at once: python3 -m tools.gpu.check --call 2
+    make gpu-run-3                  # call 3 when time is left: the learning curves against upstream
 
 pip installs the pinned versions (never torch) and keeps the host's own version of the packages named
 without one (`--host-has`). The check builds

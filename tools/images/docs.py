@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from tools.images.variants import ImageConfig, Variant
+from trm.docblock import replace_block
 from trm.errors import TRMError
 from trm.io import atomic_write_text
 
@@ -97,11 +98,7 @@ def render_driver_table(config: ImageConfig) -> str:
 
 def updated_readme(text: str, table: str, path: Path, begin: str = BEGIN, end: str = END) -> str:
     """`text` with the block between the markers replaced by `table`."""
-    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
-        raise TRMError(f"{path} must contain the markers once, in order:\n{begin}\n{end}")
-    head, rest = text.split(begin)
-    _, tail = rest.split(end)
-    return f"{head}{begin}\n{table}\n{end}{tail}"
+    return replace_block(text, table, path, begin, end)
 
 
 def _write_block(path: Path, new: str, text: str, what: str, check: bool) -> bool:

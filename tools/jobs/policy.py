@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tools.images.imagelock import LockedImage
 from tools.shell.refs import RefChecker
+from trm import gpu_catalog
 from trm.exit_codes import BUDGET_STOPPED, CONFIG_ERROR, DISK_FULL, HUNG, NODE_FAULT, NONFINITE, SAVED_RETRY
 from trm.gpu_names import names_model
 
@@ -28,31 +29,10 @@ _RUNTIME_ENV = re.compile(
 LAUNCH_COMMAND = ["python", "-m", "trm", "launch"]
 # `python -m trm launch --experiments a,b,c`: pod i of an Indexed Job runs experiment i (trm.experiments.indexed).
 EXPERIMENTS_FLAG = "--experiments"
-# The values GPU feature discovery puts in nvidia.com/gpu.product (the driver's product name with dashes)
-# seen for the same GPU on different clusters and drivers. A pod must accept every spelling of its GPU.
-# Whole GPUs only: a MIG partition is labelled `<product>-MIG-<profile>` and is never listed (a Job sized
-# for a whole GPU must not land on a slice of one).
-GPU_PRODUCT_VALUES = {
-    "H100": ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-SXM5-80GB"),
-    "H200": ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB"),
-    "B200": ("NVIDIA-B200",),
-    "RTX-PRO-6000": (
-        "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",  # pragma: allowlist secret (a GPU name)
-        "NVIDIA-RTX-PRO-6000-Blackwell-Workstation-Edition",  # pragma: allowlist secret (a GPU name)
-        "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition",  # pragma: allowlist secret (a GPU name)
-    ),
-    "RTX-5090": ("NVIDIA-GeForce-RTX-5090",),
-    "RTX-A6000": ("NVIDIA-RTX-A6000",),
-    "A40": ("NVIDIA-A40",),
-    "A10": ("NVIDIA-A10", "NVIDIA-A10G"),
-    "RTX-3090": ("NVIDIA-GeForce-RTX-3090",),
-    "L4": ("NVIDIA-L4",),
-}
-# The compute capability of each of those GPUs (as an SM number): which image variants run on it.
-GPU_SM = {
-    "H100": 90, "H200": 90, "B200": 100, "RTX-PRO-6000": 120, "RTX-5090": 120,
-    "RTX-A6000": 86, "A40": 86, "A10": 86, "RTX-3090": 86, "L4": 89,
-}  # fmt: skip
+# The GPUs a Job may be sized for, the values GPU feature discovery puts in nvidia.com/gpu.product for each
+# (every spelling seen across clusters and drivers: a pod must accept all of them; whole GPUs only, a MIG
+# partition's `<product>-MIG-<profile>` is never listed) and their SM numbers (which image variants run on
+# them) are the GPU catalog's: gpu_catalog.k8s_products() and k8s_sm() (trm/gpu_catalog.py).
 # Each overlay names the GPU its Job is sized for (commonAnnotations); the affinity must follow it. "any"
 # (the one-GPU smoke) accepts every known product its image variant runs on (an sm90 smoke: every H100 and
 # H200; an sm100 one: the B200), so the smoke runs on whatever such GPU the cluster has.
@@ -313,7 +293,7 @@ def check_gpu_placement(name: str, pod: dict) -> list[str]:
         value = pod["nodeSelector"][GPU_PRODUCT_LABEL]
         return [
             f"{name}: nodeSelector {GPU_PRODUCT_LABEL}={value} matches one spelling of the GPU only; use "
-            "required node affinity (operator In) over every known value (tools/jobs/policy.py GPU_PRODUCT_VALUES)"
+            "required node affinity (operator In) over every known value (k8s_products in trm/gpu_catalog.py)"
         ]
     terms = _product_terms(pod)
     if not terms:
@@ -322,7 +302,7 @@ def check_gpu_placement(name: str, pod: dict) -> list[str]:
         ]
     problems = []
     for values in terms:
-        for gpu, known in GPU_PRODUCT_VALUES.items():
+        for gpu, known in gpu_catalog.k8s_products().items():
             # whole words: the A10's rule is not the A100's, the L4's not the L40S's, the B200's not the GB200's
             if any(names_model(gpu.replace("-", " "), v.replace("-", " ")) for v in values):
                 missing = [v for v in known if v not in values]
@@ -335,23 +315,24 @@ def check_gpu_placement(name: str, pod: dict) -> list[str]:
 
 
 def gpus_run_by(variant: str | None) -> list[str]:
-    """The GPU_PRODUCT_VALUES GPUs whose compute capability the image variant's build runs on (all of them
-    for an unknown variant)."""
+    """The GPUs a Job may be sized for (gpu_catalog.k8s_products()) whose compute capability the image
+    variant's build runs on (all of them for an unknown variant)."""
     from trm.images import catalog, compat
 
     archs = next((entry[4] for entry in catalog.VARIANTS if entry[0] == variant), None)
     if archs is None:
-        return list(GPU_PRODUCT_VALUES)
+        return list(gpu_catalog.k8s_products())
     built = compat.parse_sm_list(" ".join(archs))
-    return [gpu for gpu in GPU_PRODUCT_VALUES if compat.sm_covered(GPU_SM[gpu], built)]
+    return [gpu for gpu, sm in gpu_catalog.k8s_sm().items() if compat.sm_covered(sm, built)]
 
 
 def accepted_products(gpu: str, variant: str | None = None) -> list[str]:
-    """The nvidia.com/gpu.product values a Job sized for `gpu` (a GPU_PRODUCT_VALUES key, or "any": every
-    product the Job's image `variant` runs on) accepts."""
+    """The nvidia.com/gpu.product values a Job sized for `gpu` (a gpu_catalog.k8s_products() key, or "any":
+    every product the Job's image `variant` runs on) accepts."""
+    known = gpu_catalog.k8s_products()
     if gpu == ANY_GPU:
-        return [v for name in gpus_run_by(variant) for v in GPU_PRODUCT_VALUES[name]]
-    return list(GPU_PRODUCT_VALUES[gpu])
+        return [v for name in gpus_run_by(variant) for v in known[name]]
+    return list(known[gpu])
 
 
 def check_gpu_follows_overlay(name: str, job: dict) -> list[str]:
@@ -359,16 +340,17 @@ def check_gpu_follows_overlay(name: str, job: dict) -> list[str]:
     accepts exactly that GPU's products (for "any": every product the variant runs on)."""
     annotations = job["metadata"].get("annotations", {})
     gpu, variant = annotations.get(GPU_ANNOTATION), annotations.get(VARIANT_ANNOTATION)
-    choices = [*GPU_PRODUCT_VALUES, ANY_GPU]
+    choices = [*gpu_catalog.k8s_products(), ANY_GPU]
     if gpu not in choices:
         return [
             f"{name}: annotation {GPU_ANNOTATION} must name the GPU the overlay is sized for ({', '.join(choices)}; "
             "commonAnnotations in its kustomization.yaml), so that its node affinity can follow it"
         ]
     if gpu != ANY_GPU and gpu not in gpus_run_by(variant):
+        sm = gpu_catalog.k8s_sm()[gpu]
         return [
-            f"{name}: {GPU_ANNOTATION}={gpu} (sm_{GPU_SM[gpu]}) but {VARIANT_ANNOTATION}={variant} does not run "
-            f"on it ('no kernel image is available'); use a variant for sm_{GPU_SM[gpu]} (docs/images.md)"
+            f"{name}: {GPU_ANNOTATION}={gpu} (sm_{sm}) but {VARIANT_ANNOTATION}={variant} does not run "
+            f"on it ('no kernel image is available'); use a variant for sm_{sm} (docs/images.md)"
         ]
     terms = _product_terms(job["spec"]["template"]["spec"])
     want = accepted_products(gpu, variant)

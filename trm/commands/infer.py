@@ -37,7 +37,28 @@ def _adapt_settings(args: argparse.Namespace) -> Any:
     return settings_from(args, list(args.adapt_override or []), prefix="adapt-")
 
 
-def _time_plan(args: argparse.Namespace, adapt: Any) -> Any:
+def _ranks(args: argparse.Namespace) -> tuple[int, int]:
+    """(ranks, groups) of --ranks / --groups: groups default to the ranks."""
+    import os
+
+    from trm.errors import TRMError
+    from trm.kaggle.infer import resolve_device
+    from trm.kaggle.ranks import gpu_devices, resolve_ranks
+
+    resolve_device(args.device)  # a bad --device is named before --ranks is checked against the GPUs
+    gpus = [] if args.device == "cpu" else gpu_devices(os.environ)
+    ranks = resolve_ranks(args.ranks, args.device, gpus)
+    groups = ranks if args.groups is None else args.groups
+    if groups < 1:
+        raise TRMError(f"--groups {groups}: must be at least 1 (default: --ranks)")
+    if (ranks > 1 or groups > 1) and args.save_predictions:
+        raise TRMError(
+            "--save-predictions works with one rank and one group only: drop it or --ranks/--groups"
+        )
+    return ranks, groups
+
+
+def _time_plan(args: argparse.Namespace, adapt: Any, ranks: int, groups: int) -> Any:
     """The competition's time plan for this bundle and challenges file (trm.kaggle.plan); reads the
     bundle's config.json and identifiers only."""
     from trm.kaggle.competition import competition
@@ -55,6 +76,8 @@ def _time_plan(args: argparse.Namespace, adapt: Any) -> Any:
         adapt_steps=None if adapt is None else adapt.steps,
         adapt_minutes=None if adapt is None else adapt.minutes,
         max_minutes=args.max_minutes,
+        ranks=ranks,
+        groups=groups,
     )
 
 
@@ -67,12 +90,15 @@ def _run(args: argparse.Namespace) -> int:
     if args.out is None and not args.plan_only:
         raise TRMError("--out is required: the submission.json to write (or --plan-only to print the plan)")
     adapt = _adapt_settings(args)  # bad --adapt-* values stop here, before the bundle is read
-    plan = _time_plan(args, adapt)
+    ranks, groups = _ranks(args)
+    plan = _time_plan(args, adapt, ranks, groups)
     print(plan.describe(), flush=True)
     if args.plan_only:
         return 0
     from trm.kaggle.plan import planned_settings
 
+    if ranks > 1 or groups > 1:
+        return _run_sharded(args, plan, adapt, ranks, groups)
     report = run_inference(
         args.weights,
         args.challenges,
@@ -106,6 +132,44 @@ def _run(args: argparse.Namespace) -> int:
         from trm.adapt.rows import trained_warning
 
         print(f"WARNING: {trained_warning(report.trained_tasks, report.tasks)}", file=sys.stderr)
+    _print_report(report, args.out)
+    return 0
+
+
+def _run_sharded(args: argparse.Namespace, plan: Any, adapt: Any, ranks: int, groups: int) -> int:
+    """`--ranks N` / `--groups G`: task groups on rank processes (trm.kaggle.sharded)."""
+    import sys
+
+    from trm.kaggle.plan import planned_settings
+    from trm.kaggle.sharded import run_sharded
+
+    report = run_sharded(
+        args.weights,
+        args.challenges,
+        args.out,
+        ranks=ranks,
+        groups=groups,
+        num_aug=args.num_aug,
+        batch_size=args.batch_size,
+        device=args.device,
+        max_minutes=plan.budget_minutes,
+        early_halt=args.early_halt,
+        seed=args.seed,
+        progress=not args.quiet,
+        adapt=planned_settings(plan, adapt),
+        adapt_dir=args.adapt_dir,
+    )
+    for g in report.groups:
+        print(f"group {g['group']} on rank {g['rank']}: {g['tasks']} task(s), {g['result']}")
+    if report.trained_tasks:
+        from trm.adapt.rows import trained_warning
+
+        print(f"WARNING: {trained_warning(report.trained_tasks, report.tasks)}", file=sys.stderr)
+    _print_report(report, args.out)
+    return 0
+
+
+def _print_report(report: Any, out: str) -> None:
     print(
         f"{report.tasks} tasks, {report.test_inputs} test inputs: ran {report.rows_run}/{report.rows_planned} "
         f"rows on {report.device} in {report.seconds:.1f} s ({report.rounds_complete} augmentation round(s) "
@@ -115,14 +179,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  task {task_id}: fallback attempts ({why})")
     for note in report.notes:
         print(f"  note: {note}")
-    print(f"submission: {args.out}")
-    return 0
+    print(f"submission: {out}")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Single-process inference (CPU or one GPU): augment the test inputs in memory, run the model, "
-        "vote, and write a submission with two attempts for every test input."
+        "Offline inference: augment the test inputs in memory, run the model, vote, and write a submission "
+        "with two attempts for every test input. One process (CPU or one GPU) by default; --ranks N splits "
+        "the tasks into groups run by N processes, one per GPU."
     )
     parser.add_argument("--challenges", required=True, help="arc-agi_test_challenges.json (Kaggle format)")
     parser.add_argument(
@@ -170,6 +234,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     plan.add_argument("--gpus", type=int, default=None, help="override the competition's GPU count")
     plan.add_argument("--hours", type=float, default=None, help="override the competition's run-time limit")
     plan.add_argument(
+        "--ranks",
+        default="1",
+        help="processes, one per GPU (auto: one per visible GPU, 1 without): the tasks are split into --groups "
+        "groups, each adapted and inferred on its own, its attempts kept when another rank fails; the un-adapted "
+        "bundle predicts the groups of a rank that fails or runs out of time (default 1: one process)",
+    )
+    plan.add_argument(
+        "--groups",
+        type=int,
+        default=None,
+        help="task groups (default: --ranks); the submission depends on the groups, not on the ranks running them",
+    )
+    plan.add_argument(
         "--plan-only",
         action="store_true",
         help="print the time plan and exit 0 (reads config.json and the challenges, loads no model)",
@@ -183,7 +260,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     adapt.add_argument(
         "--adapt-dir",
         default=None,
-        help="where the adaptation runs and resumes (default: adapt/ next to --out)",
+        help="where the adaptation runs and resumes (default: adapt/ next to --out); with --ranks/--groups the "
+        "work folder: each group's adaptation run, its attempts, the ranks' logs and ranks.json",
     )
     adapt.add_argument(
         "--adapt-override",

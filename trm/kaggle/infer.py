@@ -3,7 +3,8 @@
 Builds the augmented test set in memory, runs every row for the full ACT schedule (or until it halts with
 `early_halt`), votes with the evaluator's functions and writes a submission with two attempts for every
 test input. Rows run round by round (every task's k-th augmentation before any (k+1)-th), so a
-`max_minutes` budget that runs out leaves every task with about the same number of votes.
+`max_minutes` budget that runs out leaves every task with about the same number of votes. `infer --ranks N`
+(trm.kaggle.sharded) runs this per task group in one process per GPU.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class InferenceReport:
     unseen_tasks: int = 0  # tasks without a trained puzzle row in the bundle
     trained_tasks: int = 0  # tasks with trained rows: the model trained on their demonstrations
     adapted: Any = None  # trm.adapt.run.AdaptResult when the model was adapted to the challenges first
+    groups: list[dict[str, Any]] = field(default_factory=list)  # `--ranks/--groups`: how each group ended
 
 
 def resolve_device(name: str) -> torch.device:
@@ -120,6 +122,40 @@ def run_inference(
     `adapt` (trm.adapt.run.AdaptSettings): when some tasks have no trained row, first adapt the model to
     the file's demonstrations in `adapt_dir` (default: `adapt/` next to `out`) within its budget."""
     started = time.perf_counter()
+    dev, batch_size = check_arguments(challenges, out, device, batch_size, max_minutes)
+    from trm.kaggle.package import local_bundle
+
+    weights, source = local_bundle(weights, progress)  # hf://… → a bundle folder (see local_bundle)
+    bundle = load_bundle(weights, dev, batch_size=batch_size, early_halt=early_halt)
+    data = read_challenges(challenges)
+    work = Path(adapt_dir) if adapt_dir is not None else Path(out).resolve().parent / "adapt"
+    report, submission = infer_tasks(
+        bundle,
+        data,
+        dev,
+        num_aug=num_aug,
+        batch_size=batch_size,
+        early_halt=early_halt,
+        seed=seed,
+        max_minutes=max_minutes,
+        started=started,
+        save_predictions=save_predictions,
+        progress=progress,
+        adapt=adapt,
+        adapt_challenges=challenges,
+        adapt_dir=work,
+    )
+    atomic_write_json(out, submission, indent=None)
+    report.seconds = time.perf_counter() - started
+    if source is not None:
+        report.notes.append(f"weights: {source['reference']} (bundle {weights})")
+    return report
+
+
+def check_arguments(
+    challenges: str | Path, out: str | Path, device: str, batch_size: int | None, max_minutes: float | None
+) -> tuple[torch.device, int]:
+    """The device and batch size of a run; TRMError naming the flag of a bad value."""
     dev = resolve_device(device)
     if batch_size is None:
         batch_size = DEFAULT_BATCH[dev.type == "cuda"]
@@ -129,24 +165,45 @@ def run_inference(
         raise TRMError(f"--out {out} is the --challenges file: choose another --out (e.g. submission.json)")
     if max_minutes is not None and max_minutes <= 0:
         raise TRMError(f"--max-minutes {max_minutes}: must be positive (or omit it for no limit)")
-    from trm.kaggle.package import local_bundle
+    return dev, batch_size
 
-    weights, source = local_bundle(weights, progress)  # hf://… → a bundle folder (see local_bundle)
-    bundle = load_bundle(weights, dev, batch_size=batch_size, early_halt=early_halt)
-    data = read_challenges(challenges)
+
+def infer_tasks(
+    bundle: Any,
+    data: dict[str, Any],
+    dev: torch.device,
+    *,
+    num_aug: int,
+    batch_size: int,
+    early_halt: bool,
+    seed: int,
+    max_minutes: float | None,
+    started: float,
+    save_predictions: str | Path | None,
+    progress: bool,
+    adapt: Any = None,
+    adapt_challenges: str | Path | None = None,
+    adapt_dir: Path | None = None,
+) -> tuple[InferenceReport, dict[str, Any]]:
+    """Infer the tasks `data` (adapting first, in `adapt_dir`, to the file `adapt_challenges` that holds
+    them, when `adapt` is given and tasks lack rows); the report and the validated submission.
+    `max_minutes` counts from `started`."""
     unseen = unseen_task_ids(data, bundle.identifiers)
     adapted = None
     if unseen and adapt is not None:
         from trm.kaggle.adapt import adapt_bundle
 
-        work = Path(adapt_dir) if adapt_dir is not None else Path(out).resolve().parent / "adapt"
         log.info(
             "%d of %d tasks have no trained row: adapting to the file's demonstrations",
             len(unseen),
             len(data),
         )
+        if adapt_challenges is None or adapt_dir is None:
+            raise TRMError(
+                "adaptation needs the challenges file and its folder (adapt_challenges, adapt_dir)"
+            )
         bundle, adapted = adapt_bundle(
-            bundle, challenges, work, adapt, dev, batch_size=batch_size, early_halt=early_halt
+            bundle, adapt_challenges, adapt_dir, adapt, dev, batch_size=batch_size, early_halt=early_halt
         )
     elif unseen:
         log.warning(unseen_warning(len(unseen), len(data)))
@@ -165,11 +222,8 @@ def run_inference(
         report.notes.append(unseen_warning(len(unseen), len(data)))
     submission = build_submission(test_set.test_puzzles, table, attempts=2)
     validate_submission(submission, test_set.test_puzzles, attempts=2)
-    atomic_write_json(out, submission, indent=None)
     report.seconds = time.perf_counter() - started
-    if source is not None:
-        report.notes.append(f"weights: {source['reference']} (bundle {weights})")
-    return report
+    return report, submission
 
 
 def unseen_warning(unseen: int, total: int) -> str:

@@ -4,8 +4,8 @@ dataset with the internet off and writes `submission.json` with `python -m trm i
 It finds what is attached by content, not by mount path: the wheelhouse is the folder holding
 `trm_stack-*.whl`, the weights the folder whose `config.json` is a trm-kaggle-bundle, the challenges the
 competition's file of the configured name, anywhere under /kaggle/input. The commands are the ones the
-bundle's README.md gives (pip with --no-index from the wheelhouse; `trm infer` with the time budget and,
-when given, test-time adaptation of the tasks without trained rows). TRM_KAGGLE_INPUT / TRM_KAGGLE_WORKING
+bundle's README.md gives (pip with --no-index from the wheelhouse; `trm infer --ranks auto` with the time
+budget, on every attached GPU, and, when given, test-time adaptation of the tasks without trained rows). TRM_KAGGLE_INPUT / TRM_KAGGLE_WORKING
 replace /kaggle/input and /kaggle/working, so that the same notebook runs anywhere (`script`: its code
 cells as one Python file).
 """
@@ -32,6 +32,8 @@ class KernelSettings:
     challenges_name: str = "arc-agi_test_challenges.json"
     max_minutes: float = 600
     adapt_minutes: float | None = 300
+    ranks: str = "auto"
+    """`trm infer --ranks`: auto runs one process per visible GPU (all four of the competition's)."""
 
 
 def _settings_cell(s: KernelSettings) -> str:
@@ -49,6 +51,7 @@ def _settings_cell(s: KernelSettings) -> str:
             f"CHALLENGES_NAME = {s.challenges_name!r}",
             f"MAX_MINUTES = {s.max_minutes!r}  # the whole inference budget (`trm infer --max-minutes`)",
             f"ADAPT_MINUTES = {s.adapt_minutes!r}  # test-time training within it; None: no adaptation",
+            f"RANKS = {s.ranks!r}  # processes, one per GPU (`trm infer --ranks`; auto: every GPU attached)",
         ]
     )
 
@@ -88,10 +91,11 @@ pip = [sys.executable, "-m", "pip", "install", "--no-index"]
 subprocess.run([*pip, "--find-links", WHEELS, "-r", os.path.join(WHEELS, "requirements.txt")], check=True)
 subprocess.run([*pip, "--no-deps", *glob.glob(os.path.join(WHEELS, "trm_stack-*.whl"))], check=True)"""
 
-_INFER = """# Write the submission: two attempts for every test input, within the time budget.
+_INFER = """# Write the submission: two attempts for every test input, within the time budget, on every GPU
+# (the tasks split into groups, one process per GPU; a group whose process fails gets un-adapted predictions).
 command = [
     sys.executable, "-m", "trm", "infer", "--challenges", CHALLENGES, "--weights", WEIGHTS,
-    "--out", os.path.join(WORKING, "submission.json"), "--max-minutes", str(MAX_MINUTES),
+    "--out", os.path.join(WORKING, "submission.json"), "--max-minutes", str(MAX_MINUTES), "--ranks", RANKS,
 ]
 if ADAPT_MINUTES:
     command += ["--adapt-minutes", str(ADAPT_MINUTES), "--adapt-dir", os.path.join(WORKING, "adapt")]

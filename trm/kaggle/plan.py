@@ -6,7 +6,7 @@ competition's GPU and hours (trm.kaggle.competition), shortened so that submissi
   command, so adaptation counts within it (trm.kaggle.infer).
 - step time on one competition GPU: the measured `[tier.speed]` of the GPU's hardware tier when there is
   one, else the measured H100 step (trm/launch/host/hardware.toml) x the H100's peak bf16 FLOP/s over the
-  competition GPU's (trm.training.throughput.PEAK_TFLOPS), labelled estimate. Either is scaled by the
+  competition GPU's (the GPU catalog, trm.gpu_catalog), labelled estimate. Either is scaled by the
   bundle's FLOPs per row over the measured recipe's; an adaptation step trains the bundle's global batch.
 - inference: every test input x --num-aug rows (at most: a task has fewer variants when its grids allow
   fewer), each to halt_max_steps ACT steps, at the measured evaluation rate scaled the same way.
@@ -15,8 +15,10 @@ competition's GPU and hours (trm.kaggle.competition), shortened so that submissi
   rounds that fit (round-major: every task keeps its votes). The run's --adapt-minutes becomes the planned
   minutes, so the trainer's deadline stops adaptation in time.
 
-Adaptation and inference run in one process on one GPU (no torchrun inside the notebook), so on 4 x L4
-three GPUs idle; the plan says so and its figures are one GPU's.
+With `--ranks R` (trm.kaggle.sharded) the tasks are split into groups run by R processes, one per GPU, in
+parallel: the figures are those of the rank with the largest share of test inputs (its groups one after
+the other: the steps are per group, the minutes its whole adaptation), and GPUs without a rank idle (the
+plan says how many).
 """
 
 from __future__ import annotations
@@ -48,6 +50,22 @@ class Speed:
 
 
 @dataclass(frozen=True)
+class Split:
+    """How the run divides the tasks (trm.kaggle.groups) and the share of the rank that sets the time."""
+
+    ranks: int
+    groups: int
+    rank_tasks: int
+    rank_test_inputs: int
+    rank_groups: int
+
+    @classmethod
+    def single(cls, tasks: int, test_inputs: int) -> Split:
+        """One process, one group: today's single-GPU run."""
+        return cls(1, 1, tasks, test_inputs, 1)
+
+
+@dataclass(frozen=True)
 class TimePlan:
     """What the run will do within the competition's time (minutes throughout)."""
 
@@ -67,6 +85,7 @@ class TimePlan:
     """Every test input x num_aug rows."""
     rounds: int
     """Augmentation rounds inference has time for (at most num_aug)."""
+    split: Split
 
     @property
     def inference_minutes(self) -> float:
@@ -88,18 +107,27 @@ class TimePlan:
 
     def describe(self) -> str:
         """The lines `trm infer` prints."""
-        c, s = self.competition, self.speed
-        rows = self.test_inputs * self.num_aug
+        c, s, sp = self.competition, self.speed, self.split
+        rows = sp.rank_test_inputs * self.num_aug
+        per_group = " per group" if sp.rank_groups > 1 else ""
         lines = [
             f"time plan for {c.describe()}",
             f"  tasks          {self.tasks} ({self.unseen_tasks} without a trained row: adapted)",
+        ]
+        if sp.ranks > 1 or sp.groups > 1:
+            lines.append(
+                f"  ranks          {sp.ranks} process(es), one per GPU, in parallel; {sp.groups} task group(s), "
+                f"each adapted and inferred on its own; the busiest rank: {sp.rank_groups} group(s), "
+                f"{sp.rank_tasks} tasks, {sp.rank_test_inputs} test inputs (the figures below are its)"
+            )
+        lines += [
             f"  budget         {self.budget_minutes:.1f} min ({self.budget_source})",
             f"  step time      {s.adapt_step_seconds:.3g} s per adaptation step of {s.adapt_step_rows} rows, "
             f"{1000 * s.infer_row_seconds:.3g} ms per inference row, on one {c.gpu} ({s.source})",
-            f"  adaptation     {self.adapt_steps:,} steps, {self.adapt_minutes:.1f} min "
+            f"  adaptation     {self.adapt_steps:,} steps{per_group}, {self.adapt_minutes:.1f} min "
             f"({100 * self.share(self.adapt_minutes):.1f} % of {c.hours:g} h)",
             f"  inference      {self.inference_minutes:.1f} min left ({100 * self.share(self.inference_minutes):.1f} "
-            f"% of {c.hours:g} h); {rows:,} rows ({self.test_inputs} test inputs x {self.num_aug}) need "
+            f"% of {c.hours:g} h); {rows:,} rows ({sp.rank_test_inputs} test inputs x {self.num_aug}) need "
             f"{self.inference_minutes_needed:.1f} min: {self.rounds} of {self.num_aug} augmentation rounds fit",
         ]
         if self.over:
@@ -113,10 +141,10 @@ class TimePlan:
                 )
                 + f", inference runs {self.rounds} of {self.num_aug} rounds; submission.json is written in time"
             )
-        if c.gpus > 1:
+        if c.gpus > sp.ranks:
             lines.append(
-                f"  note           adaptation and inference run on one GPU (one process, no torchrun): {c.gpus - 1} "
-                f"of the {c.gpus} GPUs idle; the figures above are one GPU's"
+                f"  note           adaptation and inference run on {sp.ranks} GPU(s) (--ranks {sp.ranks}): "
+                f"{c.gpus - sp.ranks} of the {c.gpus} GPUs idle; --ranks auto runs one process per visible GPU"
             )
         return "\n".join(lines)
 
@@ -132,8 +160,11 @@ def plan_time(
     adapt_steps: int | None,
     adapt_minutes: float | None,
     max_minutes: float | None,
+    split: Split | None = None,
 ) -> TimePlan:
-    """The plan (see the module doc); pure. `adapt_steps` and `adapt_minutes` None: no adaptation."""
+    """The plan (see the module doc); pure. `adapt_steps` and `adapt_minutes` None: no adaptation.
+    `split` None: one process, one group."""
+    split = split or Split.single(tasks, test_inputs)
     limit = competition.minutes - RESERVE_MINUTES
     if limit <= 0:
         raise TRMError(
@@ -152,14 +183,14 @@ def plan_time(
     step_minutes = speed.adapt_step_seconds / 60.0
     requested = 0.0
     if unseen_tasks and (adapt_steps is not None or adapt_minutes is not None):
-        by_steps = math.inf if adapt_steps is None else adapt_steps * step_minutes
+        by_steps = math.inf if adapt_steps is None else adapt_steps * step_minutes * split.rank_groups
         requested = min(by_steps, math.inf if adapt_minutes is None else adapt_minutes)
-    round_minutes = test_inputs * speed.infer_row_seconds / 60.0
+    round_minutes = split.rank_test_inputs * speed.infer_row_seconds / 60.0
     needed = num_aug * round_minutes
     planned = requested
     if requested + needed > budget:
         planned = min(requested, max(budget - needed, min(requested, SHORT_ADAPT_SHARE * budget)))
-    steps = math.floor(planned / step_minutes) if step_minutes > 0 else 0
+    steps = math.floor(planned / split.rank_groups / step_minutes) if step_minutes > 0 else 0
     if adapt_steps is not None:
         steps = min(steps, adapt_steps)
     left = budget - planned
@@ -178,6 +209,7 @@ def plan_time(
         adapt_minutes=planned,
         inference_minutes_needed=needed,
         rounds=rounds,
+        split=split,
     )
 
 
@@ -200,7 +232,7 @@ def competition_speed(competition: Competition, bundle_config: dict[str, Any]) -
         if ours is None or theirs is None:
             raise TRMError(
                 f"no peak FLOP/s for {competition.gpu if theirs is None else speed.gpu} in "
-                "trm.training.throughput.PEAK_TFLOPS: add it to plan for this GPU"
+                "the GPU catalog (trm/gpu_catalog.py): add its peak_bf16_tflops to plan for this GPU"
             )
         peak_ratio = ours / theirs
     run_model = model_config(bundle_config, batch_size=1, forward_dtype="bfloat16", early_halt=False)
@@ -238,13 +270,17 @@ def plan_for_bundle(
     adapt_steps: int | None,
     adapt_minutes: float | None,
     max_minutes: float | None,
+    ranks: int = 1,
+    groups: int = 1,
 ) -> TimePlan:
-    """The plan for a bundle folder and a challenges file's contents; reads config.json and identifiers
-    only (no weights, no torch model)."""
+    """The plan for a bundle folder and a challenges file's contents, run by `ranks` processes in `groups`
+    task groups; reads config.json and identifiers only (no weights, no torch model)."""
     from trm.kaggle import bundle as B
+    from trm.kaggle.groups import largest_rank_share, split_tasks
     from trm.kaggle.testset import unseen_task_ids
 
     config = B.read_config(bundle)
+    used = max(len(split_tasks(challenges, groups)), 1)  # no more groups (and ranks) than tasks
     identifiers = None
     if (bundle / B.IDENTIFIERS).is_file():
         identifiers = json.loads((bundle / B.IDENTIFIERS).read_text(encoding="utf-8"))
@@ -258,6 +294,7 @@ def plan_for_bundle(
         adapt_steps=adapt_steps,
         adapt_minutes=adapt_minutes,
         max_minutes=max_minutes,
+        split=Split(min(ranks, used), used, *largest_rank_share(challenges, groups, ranks)),
     )
 
 

@@ -68,11 +68,13 @@ def render_readme(
         "```bash",
         "python -m trm infer --weights /kaggle/input/<this-dataset> \\",
         "    --challenges /kaggle/input/arc-prize-2025/arc-agi_test_challenges.json \\",
-        "    --out /kaggle/working/submission.json --max-minutes 600",
+        "    --out /kaggle/working/submission.json --max-minutes 600 --ranks auto",
         "```",
         "",
         "`--max-minutes` lowers the number of augmentations per task when time runs short; every test input "
-        "always gets two attempts.",
+        "always gets two attempts. `--ranks auto` splits the tasks into groups run by one process per GPU "
+        "(all four of the competition's); a group whose process fails or runs out of time gets the un-adapted "
+        "predictions and the others keep theirs.",
         "",
         "Tasks without a trained puzzle row (every task of a hidden test set) get the mean row: the model never "
         "sees their demonstrations and they score about zero, and inference says how many there are. Add "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trm.errors import TRMError
+from trm.key_roles import EVAL_ONLY, RESUMABLE, keyed
 
 # Keys of a reference's arch config that are not model settings (the loss and class name) or are ignored.
 IGNORED_ARCH_KEYS = ("name", "loss", "causal")
@@ -81,7 +82,7 @@ class CoreFields:
     """RoPE base."""
     halt_exploration_prob: float = 0.1
     """Training: probability that a slot draws a random minimum halting step."""
-    forward_dtype: str = "bfloat16"
+    forward_dtype: str = keyed(RESUMABLE, "bfloat16")
     """Activation dtype ("bfloat16" on GPU; "float32" on CPU). Parameters stay fp32."""
     eval_early_halt: bool = False
     """Inference only: a slot stops as soon as q_halt > 0 instead of running every ACT step."""
@@ -171,7 +172,7 @@ class URMFields(CoreFields):
     """Depthwise convolution width over the sequence (2: causal, the previous and current token)."""
     conv_dtype: str = "bfloat16"
     """dtype of the convolution's parameters and arithmetic; the reference uses bfloat16 everywhere."""
-    loop_deltas: list[int] = field(default_factory=lambda: [0, 8])
+    loop_deltas: list[int] = keyed(EVAL_ONLY, default_factory=lambda: [0, 8])
     """Evaluation only: one pass per delta with loops + delta ACT steps (the reference's loop
     extrapolation, same evaluators: ARC votes pool across the passes); delta 0's metrics keep their
     names, the others are logged as `loops+<d>/…` with submissions under `loops+<d>/`."""
@@ -192,7 +193,7 @@ class CommandLineKeys:
     """The loss head."""
     puzzle_emb_ndim: int = "${.hidden_size}"  # type: ignore[assignment]
     """Width of a puzzle embedding (default: hidden_size); 0 disables the table."""
-    forward_dtype: str = "auto"
+    forward_dtype: str = keyed(RESUMABLE, "auto")
     """auto (bfloat16 on CUDA, float32 on CPU) | bfloat16 | float32 | float16. Parameters stay fp32."""
 
 
@@ -200,7 +201,7 @@ class CommandLineKeys:
 class TRMArch(CommandLineKeys, TRMFields):
     """`arch=trm`: the schema of `arch.*` on the command line (the dataset sizes are filled in later)."""
 
-    name: str = "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1"
+    name: str = keyed(RESUMABLE, "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1")
     """Model id (upstream's class path; `trm` is accepted too)."""
 
 
@@ -208,7 +209,7 @@ class TRMArch(CommandLineKeys, TRMFields):
 class TRMSingleZArch(TRMArch):
     """`arch=trm_singlez`: upstream's one-latent ablation of TRM (TRM's keys and defaults)."""
 
-    name: str = "recursive_reasoning.trm_singlez@TinyRecursiveReasoningModel_ACTV1"
+    name: str = keyed(RESUMABLE, "recursive_reasoning.trm_singlez@TinyRecursiveReasoningModel_ACTV1")
     """Model id (upstream's class path; `trm_singlez` is accepted too)."""
 
 
@@ -216,7 +217,7 @@ class TRMSingleZArch(TRMArch):
 class TRMHier6Arch(TRMArch):
     """`arch=trm_hier6`: upstream's six-reasoning-latent ablation of TRM (TRM's keys; L_cycles <= 6)."""
 
-    name: str = "recursive_reasoning.trm_hier6@TinyRecursiveReasoningModel_ACTV1"
+    name: str = keyed(RESUMABLE, "recursive_reasoning.trm_hier6@TinyRecursiveReasoningModel_ACTV1")
     """Model id (upstream's class path; `trm_hier6` is accepted too)."""
 
 
@@ -224,7 +225,7 @@ class TRMHier6Arch(TRMArch):
 class HRMArch(CommandLineKeys, HRMFields):
     """`arch=hrm`: the Hierarchical Reasoning Model (halting by Q-learning: q_halt vs q_continue)."""
 
-    name: str = "recursive_reasoning.hrm@HierarchicalReasoningModel_ACTV1"
+    name: str = keyed(RESUMABLE, "recursive_reasoning.hrm@HierarchicalReasoningModel_ACTV1")
     """Model id (upstream's class path; `hrm` is accepted too)."""
 
 
@@ -233,7 +234,7 @@ class TransformerBaselineArch(CommandLineKeys, TransformerBaselineFields):
     """`arch=transformers_baseline`: upstream's plain-transformer ablation (no recursion inside an ACT step)."""
 
     heads_must_divide: ClassVar[bool] = False
-    name: str = "recursive_reasoning.transformers_baseline@Model_ACTV2"
+    name: str = keyed(RESUMABLE, "recursive_reasoning.transformers_baseline@Model_ACTV2")
     """Model id (upstream's class path; `transformers_baseline` is accepted too)."""
 
 
@@ -241,7 +242,7 @@ class TransformerBaselineArch(CommandLineKeys, TransformerBaselineFields):
 class URMArch(CommandLineKeys, URMFields):
     """`arch=urm`: the schema of `arch.*` on the command line (the dataset sizes are filled in later)."""
 
-    name: str = "urm.urm@URM"
+    name: str = keyed(RESUMABLE, "urm.urm@URM")
     """Model id (the reference's class path; `urm` is accepted too)."""
 
 

@@ -158,7 +158,9 @@ class URMCore(nn.Module):
         self.lm_head = CastedLinear(width, config.vocab_size)
         self.q_head = CastedLinear(width, 2, bias=True)
         self.puzzle_emb = (
-            SparsePuzzleEmbedding(config.num_puzzle_identifiers, config.puzzle_emb_ndim, dtype)
+            SparsePuzzleEmbedding(
+                config.num_puzzle_identifiers, config.puzzle_emb_ndim, dtype, rows=config.batch_size
+            )
             if config.puzzle_emb_ndim > 0
             else None
         )

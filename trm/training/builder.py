@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trm.compile_setting import torch_compile_mode
 from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.training.accumulation import MicroBatchSplit
@@ -103,10 +104,11 @@ def compile_wanted(cfg: TrainConfig, device: torch.device) -> bool:
 
 
 def compiled_if_wanted(cfg: TrainConfig, device: torch.device, loss_head: nn.Module) -> nn.Module:
-    """The module that trains and evaluates: `torch.compile(loss_head)` when `compile_wanted`, else the head.
-    Training and evaluation share it (one graph each: evaluation pads its chunks, trm.evaluation.runner)."""
+    """The module that trains and evaluates: `torch.compile(loss_head)` (in `compile_mode`) when
+    `compile_wanted`, else the head. Training and evaluation share it (one graph each: evaluation pads its
+    chunks, trm.evaluation.runner)."""
     if compile_wanted(cfg, device):
-        return torch.compile(loss_head)  # type: ignore[return-value]
+        return torch.compile(loss_head, mode=torch_compile_mode(cfg.compile_mode))  # type: ignore[return-value]
     return loss_head
 
 

@@ -21,9 +21,12 @@ from typing import Any
 
 from trm.batching import largest_divisor_at_most
 from trm.compile_setting import CHOICES as COMPILE_CHOICES
+from trm.compile_setting import torch_compile_mode
 from trm.errors import TRMError
+from trm.key_roles import EVAL_ONLY, LATER, RENAMED_FROM, RESUMABLE, RUN_ONLY, keyed, role_of, with_role
 from trm.model.registry import ARCHS, get_spec, spec_of
 from trm.model.schema import LossConfig, TRMArch
+from trm.training import curriculum
 
 log = logging.getLogger(__name__)
 
@@ -31,78 +34,24 @@ CONFIG_NAME = "trm_train"
 LOSS_TYPES = ("stablemax_cross_entropy", "softmax_cross_entropy")
 FORWARD_DTYPES = ("auto", "bfloat16", "float32", "float16")
 
-# The flat keys the checkpoint and watchdog settings had before they nested under their section: still
-# accepted on the command line and in stored configs, mapped to the new key with a warning.
-RENAMED_KEYS: dict[str, str] = {
-    "checkpoint_every_minutes": "checkpoint.every_minutes",
-    "checkpoint_every_steps": "checkpoint.every_steps",
-    "checkpoint_every_eval": "checkpoint.every_eval",
-    "checkpoint_keep": "checkpoint.keep",
-    "checkpoint_keep_best": "checkpoint.keep_best",
-    "checkpoint_best_metric": "checkpoint.best_metric",
-    "async_checkpoint": "checkpoint.asynchronous",
-    "hang_timeout_minutes": "watchdog.timeout_minutes",
-    "hang_first_step_minutes": "watchdog.first_step_minutes",
-    "hang_eval_minutes": "watchdog.eval_minutes",
-}
-# Keys that change neither the math nor the data: excluded from the config hash and from resume checks.
-RUN_ONLY_KEYS = frozenset(
-    {
-        "run_name",
-        "project_name",
-        "checkpoint_path",
-        "load_checkpoint",
-        "micro_batch_size",
-        "compile",
-        "log_interval",
-        "device",
-        "max_steps",
-        "eval_save_outputs",
-        "wandb",
-        "tensorboard",
-        "min_eval_interval",
-        "evaluators",
-        "evaluate",
-        "data_paths_test",
-        # The sections of run-only keys (CheckpointConfig, WatchdogConfig): left out whole.
-        "checkpoint",
-        "watchdog",
-        # Evaluation only (EvalSubsetConfig, BestConfig): which rows the in-run evaluations read and how
-        # the best checkpoint is chosen; the training math is the same.
-        "eval_subset",
-        "best",
-        # Both spellings of their keys, for configs flattened to dotted names (reports compare the
-        # run.json configs of old and new runs).
-        *RENAMED_KEYS,
-        *RENAMED_KEYS.values(),
-    }
-)
-# Keys added after runs were named by their config hash: left out of the hash while at their default,
-# so existing runs keep their names.
-LATER_KEYS: dict[str, Any] = {"use_muon": False, "grad_clip_norm": None}
-# Architecture keys that change only evaluation: left out of the config hash (run names stay).
-ARCH_EVAL_ONLY_KEYS = frozenset({"loop_deltas"})
-# Architecture keys that may differ on resume: numerics or evaluation only, no shape or semantics change.
-ARCH_RESUMABLE_KEYS = frozenset({"forward_dtype", "name"}) | ARCH_EVAL_ONLY_KEYS
-
 
 @dataclass
 class CheckpointConfig:
     """`checkpoint.*`: when checkpoints are written, how, and which are kept (run-only: not hashed)."""
 
-    every_minutes: float | None = 30
+    every_minutes: float | None = keyed(default=30, renamed_from="checkpoint_every_minutes")
     """Rolling checkpoint after this many minutes since the last checkpoint (0 or null: off)."""
-    every_steps: int | None = None
+    every_steps: int | None = keyed(default=None, renamed_from="checkpoint_every_steps")
     """Rolling checkpoint every k optimizer steps (null: off)."""
-    every_eval: bool = True
+    every_eval: bool = keyed(default=True, renamed_from="checkpoint_every_eval")
     """An evaluation checkpoint after every evaluation."""
-    keep: int = 2
+    keep: int = keyed(default=2, renamed_from="checkpoint_keep")
     """Keep the newest k rolling and the newest k evaluation checkpoints (0 keeps all)."""
-    keep_best: int = 1
+    keep_best: int = keyed(default=1, renamed_from="checkpoint_keep_best")
     """Also keep the best k evaluation checkpoints by checkpoint.best_metric (higher is better)."""
-    best_metric: str | None = None
+    best_metric: str | None = keyed(default=None, renamed_from="checkpoint_best_metric")
     """Eval metric that ranks checkpoints; null: ARC/pass@2 with an ARC evaluator, else eval/all/exact_accuracy."""
-    asynchronous: bool = True
+    asynchronous: bool = keyed(default=True, renamed_from="async_checkpoint")
     """Write checkpoints on a background thread (the loop only copies the state to host memory)."""
 
 
@@ -110,11 +59,11 @@ class CheckpointConfig:
 class WatchdogConfig:
     """`watchdog.*`: the hang watchdog's allowances (run-only: not hashed)."""
 
-    timeout_minutes: float = 15.0
+    timeout_minutes: float = keyed(default=15.0, renamed_from="hang_timeout_minutes")
     """No optimizer step for this long -> thread stacks in hang_rank<r>.txt, exit 77; 0 is off."""
-    first_step_minutes: float = 60.0
+    first_step_minutes: float = keyed(default=60.0, renamed_from="hang_first_step_minutes")
     """Allowance for each process's first step (torch.compile, data warm-up)."""
-    eval_minutes: float = 30.0
+    eval_minutes: float = keyed(default=30.0, renamed_from="hang_eval_minutes")
     """Allowance between two evaluation batches (the first one compiles the evaluation)."""
 
 
@@ -138,12 +87,23 @@ class BestConfig:
     """At the end and in `trm best`: the top-k checkpoints by subset score are evaluated fully; 0: subset decides."""
 
 
+@dataclass
+class DepthCurriculumConfig:
+    """`depth_curriculum.*`: opt-in, fewer recursion cycles in early training steps (trm.training.curriculum)."""
+
+    ramp: float = 0.0
+    """Share of the schedule's steps over which H_cycles/L_cycles ramp up to the arch's, in [0, 1); 0: off."""
+    stages: int = 3
+    """Depth stages, the last at full depth (2-6); stage k of n runs ceil(H·k/n), ceil(L·k/n) cycles."""
+
+
 # The nested sections of TrainConfig: field name -> dataclass.
 SECTIONS: dict[str, type] = {
     "checkpoint": CheckpointConfig,
     "watchdog": WatchdogConfig,
     "eval_subset": EvalSubsetConfig,
     "best": BestConfig,
+    "depth_curriculum": DepthCurriculumConfig,
 }
 
 
@@ -156,16 +116,16 @@ class TrainConfig:
     """The architecture's keys; `arch=<name>` picks the schema (the names of trm.model.registry.ARCHS)."""
     data_paths: list[str] = field(default_factory=lambda: ["data/arc-aug-1000"])
     """Dataset directories (built by `python -m trm data build-arc`); several are merged."""
-    data_paths_test: list[str] = field(default_factory=list)
+    data_paths_test: list[str] = keyed(RUN_ONLY, default_factory=list)
     """If non-empty, evaluation reads these instead of data_paths."""
-    evaluators: list[Any] = field(default_factory=lambda: [{"name": "arc@ARC"}])
+    evaluators: list[Any] = keyed(RUN_ONLY, default_factory=lambda: [{"name": "arc@ARC"}])
     """Evaluators; `[]` for Sudoku/Maze. Extra keys are evaluator options (aggregated_voting, pass_Ks…)."""
     global_batch_size: int = 768
     """Examples per optimizer step over all ranks: defines the math."""
     epochs: int = 100000
     eval_interval: int | None = 10000
     """Epochs between evaluations; must divide epochs."""
-    evaluate: bool = True
+    evaluate: bool = keyed(RUN_ONLY, True)
     """False: no evaluation at all, not even at the end (the launcher's probe times training steps only)."""
     lr: float = 1e-4
     lr_min_ratio: float = 1.0
@@ -176,49 +136,81 @@ class TrainConfig:
     puzzle_emb_weight_decay: float = 0.1
     puzzle_emb_lr: float = 1e-2
     seed: int = 0
-    min_eval_interval: int | None = 0
+    min_eval_interval: int | None = keyed(RUN_ONLY, 0)
     """First evaluation iteration (counted in eval intervals)."""
     ema: bool = False
     """Keep an EMA of the weights; evaluate and export with it."""
-    use_muon: bool = False
+    use_muon: bool = keyed(LATER, False)
     """Muon for 2-D weights + AdamW for the rest instead of AdamATan2 (URM's ARC-AGI-2 recipe)."""
     ema_rate: float = 0.999
     freeze_weights: bool = False
     """Train only the puzzle embeddings."""
-    project_name: str | None = None
+    project_name: str | None = keyed(RUN_ONLY, None)
     """Default: `<Dataset>-ACT-torch`."""
-    run_name: str | None = None
+    run_name: str | None = keyed(RUN_ONLY, None)
     """Default: `trm-<config hash>`, so the same command twice is the same run."""
-    checkpoint_path: str | None = None
+    checkpoint_path: str | None = keyed(RUN_ONLY, None)
     """Run directory: checkpoints, metrics, submissions. Default `checkpoints/<project>/<run>`."""
-    load_checkpoint: str | None = None
+    load_checkpoint: str | None = keyed(RUN_ONLY, None)
     """Initial weights: one of our step_N/ directories or an upstream step_N file (ignored on auto-resume)."""
-    eval_save_outputs: list[str] = field(default_factory=list)
+    eval_save_outputs: list[str] = keyed(RUN_ONLY, default_factory=list)
     """Output keys to dump at evaluation (`step_N_all_preds.<rank>`)."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = keyed(RUN_ONLY, None)
     """Per-rank examples per forward; accumulation = (global/world)/micro. Memory only, never the math."""
-    compile: str = "auto"
+    compile: str = keyed(RUN_ONLY, "auto")
     """torch.compile: auto (on CUDA unless DISABLE_COMPILE) | true | false."""
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    compile_mode: str = keyed(RUN_ONLY, "default")
+    """torch.compile's mode when compiling: default | max-autotune-no-cudagraphs | max-autotune | reduce-overhead."""
+    checkpoint: CheckpointConfig = keyed(RUN_ONLY, default_factory=CheckpointConfig)
     """When checkpoints are written and which are kept (`checkpoint.keep=3`…)."""
-    log_interval: int = 1
+    log_interval: int = keyed(RUN_ONLY, 1)
     """Log train metrics every k steps."""
-    device: str = "auto"
+    device: str = keyed(RUN_ONLY, "auto")
     """auto | cuda | cpu."""
-    max_steps: int | None = None
+    max_steps: int | None = keyed(RUN_ONLY, None)
     """Stop after this many optimizer steps (a cap on the schedule's total)."""
-    wandb: str = "auto"
+    wandb: str = keyed(RUN_ONLY, "auto")
     """auto (on when WANDB_MODE is online/offline) | true | false. WANDB_DISABLED always wins."""
-    tensorboard: bool = False
+    tensorboard: bool = keyed(RUN_ONLY, False)
     """Also write TensorBoard events into checkpoint_path/tensorboard."""
-    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    watchdog: WatchdogConfig = keyed(RUN_ONLY, default_factory=WatchdogConfig)
     """The hang watchdog's allowances (`watchdog.timeout_minutes=0` turns it off)."""
-    eval_subset: EvalSubsetConfig = field(default_factory=EvalSubsetConfig)
+    eval_subset: EvalSubsetConfig = keyed(RUN_ONLY, default_factory=EvalSubsetConfig)
     """In-run evaluations on a seeded subset of the test set (`eval_subset.fraction=0.1`…)."""
-    best: BestConfig = field(default_factory=BestConfig)
+    best: BestConfig = keyed(RUN_ONLY, default_factory=BestConfig)
     """How the best checkpoint is chosen from subset scores (`best.top_k=3`)."""
-    grad_clip_norm: float | None = None
+    grad_clip_norm: float | None = keyed(LATER, None)
     """Clip the all-reduced dense gradients to this global L2 norm (null: off, as upstream)."""
+    depth_curriculum: DepthCurriculumConfig = field(default_factory=DepthCurriculumConfig)
+    """Opt-in depth curriculum: early steps run fewer cycles (`depth_curriculum.ramp=0.6`; evaluation: full)."""
+
+
+# The key sets the hash, the resume checks and the reports use, derived from the fields' roles
+# (trm.key_roles; a new key declares its role where it is declared).
+# The flat keys the checkpoint and watchdog settings had before they nested under their section: still
+# accepted on the command line and in stored configs, mapped to the new key with a warning.
+RENAMED_KEYS: dict[str, str] = {
+    f.metadata[RENAMED_FROM]: f"{section}.{f.name}"
+    for section, cls in SECTIONS.items()
+    for f in dataclasses.fields(cls)
+    if RENAMED_FROM in f.metadata
+}
+# Keys that change neither the math nor the data: excluded from the config hash and from resume checks; the
+# run-only sections whole, and both spellings of the renamed keys, for configs flattened to dotted names
+# (reports compare the run.json configs of old and new runs).
+RUN_ONLY_KEYS = frozenset({*with_role(TrainConfig, RUN_ONLY), *RENAMED_KEYS, *RENAMED_KEYS.values()})
+# Keys added after runs were named by their config hash: left out of the hash while at their default,
+# so existing runs keep their names.
+LATER_KEYS: dict[str, Any] = {
+    f.name: f.default for f in dataclasses.fields(TrainConfig) if role_of(f) == LATER
+}
+# Architecture keys (of any registered architecture) that change only evaluation: left out of the config
+# hash (run names stay).
+ARCH_EVAL_ONLY_KEYS = frozenset(k for spec in ARCHS.values() for k in with_role(spec.schema, EVAL_ONLY))
+# Architecture keys that may differ on resume: numerics or evaluation only, no shape or semantics change.
+ARCH_RESUMABLE_KEYS = (
+    frozenset(k for spec in ARCHS.values() for k in with_role(spec.schema, RESUMABLE)) | ARCH_EVAL_ONLY_KEYS
+)
 
 
 def _schema_keys(cls: type, prefix: str = "") -> dict[str, str]:
@@ -467,12 +459,14 @@ def validate(cfg: TrainConfig) -> None:
                 "(watchdog.timeout_minutes=0 turns the watchdog off)."
             )
     _validate_subset(cfg.eval_subset, cfg.best)
+    curriculum.validate(cfg)
     if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
         raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
     if cfg.micro_batch_size is not None and cfg.micro_batch_size < 1:
         raise TRMError(f"micro_batch_size={cfg.micro_batch_size} must be ≥ 1 (or null for no accumulation).")
     if cfg.max_steps is not None and cfg.max_steps < 1:
         raise TRMError(f"max_steps={cfg.max_steps} must be ≥ 1 (or null for the schedule's length).")
+    torch_compile_mode(cfg.compile_mode)  # an unknown mode: one error naming the choices
     for key, allowed in (("compile", COMPILE_CHOICES), ("device", ("auto", "cuda", "cpu"))):
         value = str(getattr(cfg, key)).lower()
         if value not in allowed:
@@ -612,6 +606,8 @@ def math_dict(cfg: TrainConfig) -> dict[str, Any]:
         if k not in RUN_ONLY_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])
     }
     math["arch"] = {k: v for k, v in math["arch"].items() if k not in ARCH_EVAL_ONLY_KEYS}
+    if not cfg.depth_curriculum.ramp:  # off (whatever its stages): the math of runs named before it existed
+        math.pop("depth_curriculum", None)
     return math
 
 
@@ -655,7 +651,8 @@ def help_text(arch: str = "trm") -> str:
         lines.append(f"  {key} = {json.dumps(value)}" + (f"    # {docs[key]}" if key in docs else ""))
     lines += [
         "",
-        "Special arguments: --help, --cfg (print the resolved config and exit).",
+        "Special arguments: --help, --cfg (print the resolved config and exit), --write-keys-doc (alone: "
+        "rewrite docs/training.md's key table from these keys, in a checkout's root).",
         f"Aliases: {', '.join(f'{a}=DIR means {b}=[DIR]' for a, b in ALIASES.items())}.",
         f"Old spellings (still accepted): {', '.join(f'{a} is {b}' for a, b in RENAMED_KEYS.items())}.",
         "Environment: DISABLE_COMPILE, WANDB_MODE, WANDB_DISABLED, TRM_IMAGE_DIGEST.",

@@ -27,6 +27,7 @@ from trm import exit_codes
 from trm.batching import halved_micro_batch
 from trm.distributed import DistInfo
 from trm.oom import OutOfMemory, is_out_of_memory, training_out_of_memory
+from trm.training import curriculum
 from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build
@@ -63,6 +64,8 @@ class Trainer:
         )
         self.step_limit = min(self.total_steps, cfg.max_steps or self.total_steps)
         self.total_iters = cfg.epochs // (cfg.eval_interval or cfg.epochs)
+        # The depth of every training step (one full-depth stage unless depth_curriculum.ramp > 0).
+        self.depth_schedule = curriculum.run_schedule(cfg, self.total_steps)
         self.metrics: MetricsLog | None = None
         self.resumed_from: Path | None = None
         self._evaluated_step = -1
@@ -280,15 +283,19 @@ class Trainer:
             cfg.arch.halt_max_steps,
         )
         totals: dict[str, torch.Tensor] = {}
-        for k in range(plan.accum_steps):
-            slots = plan.micro_slots(k)
-            exploration = HaltExploration(explore[slots].to(info.device), min_steps[slots].to(info.device))
-            micro = slice_rows(batch, plan.micro_rows(k))
-            carry, loss, metrics, _, _ = c.step_module(self.carries[k], micro, exploration=exploration)
-            (loss / cfg.global_batch_size).backward()
-            self.carries[k] = carry
-            for name, value in metrics.items():
-                totals[name] = totals[name] + value.detach() if name in totals else value.detach()
+        stage = curriculum.stage_at(self.depth_schedule, self.progress.step + 1)
+        with curriculum.at_depth(c.model.config, stage):
+            for k in range(plan.accum_steps):
+                slots = plan.micro_slots(k)
+                exploration = HaltExploration(
+                    explore[slots].to(info.device), min_steps[slots].to(info.device)
+                )
+                micro = slice_rows(batch, plan.micro_rows(k))
+                carry, loss, metrics, _, _ = c.step_module(self.carries[k], micro, exploration=exploration)
+                (loss / cfg.global_batch_size).backward()
+                self.carries[k] = carry
+                for name, value in metrics.items():
+                    totals[name] = totals[name] + value.detach() if name in totals else value.detach()
         dist_utils.all_reduce_sum_([p.grad for p in c.model.parameters() if p.grad is not None], info)
         self.nonfinite.observe(totals, c.model.parameters(), cfg.grad_clip_norm)
         step = self.progress.step + 1
@@ -319,7 +326,9 @@ class Trainer:
         if values is None:  # not rank 0
             return
         out = train_metrics(values, lr, self.cfg.global_batch_size)
-        perf = perf_metrics(self.timer, self.components, self.cfg.global_batch_size, self.info)
+        perf = perf_metrics(
+            self.timer, self.components, self.cfg.global_batch_size, self.info, step, self.depth_schedule
+        )
         assert self.metrics is not None
         self.metrics.log(step, {**out, **perf})
         postfix = {"loss": f"{out.get('train/lm_loss', float('nan')):.3f}"}

@@ -15,6 +15,8 @@ Recipes:
   fp32, batch 32), the configuration of the reference CPU measurements of upstream's trainer.
 - `sudoku-mlp` / `sudoku-att` / `maze`: upstream README's Sudoku-Extreme (MLP-mixer or attention) and
   Maze-Hard runs, evaluated by exact accuracy only (`evaluators=[]`).
+- `sudoku-curriculum`: `sudoku-mlp` with the opt-in depth curriculum of CGAR (arXiv 2511.08653): H, L
+  cycles (1, 2) for the first 30 % of the steps, (2, 4) up to 60 %, then (3, 6); evaluation at full depth.
 - `urm-arc1` / `urm-arc2` / `urm-sudoku`: the Universal Reasoning Model with the settings of its
   reference's `scripts/URM_arcagi1.sh`, `URM_arcagi2.sh` (Muon) and `URM_sudoku.sh`.
 """
@@ -29,7 +31,7 @@ from typing import Any
 
 from trm.errors import TRMError
 from trm.model.schema import TRMArch, URMArch
-from trm.training.config import TrainConfig, as_dict, train_config
+from trm.training.config import DepthCurriculumConfig, TrainConfig, as_dict, train_config
 
 GIB = 1024**3
 
@@ -149,7 +151,7 @@ def _hydra_value(value: Any) -> str:
 
 
 # Upstream README's Sudoku-Extreme and Maze-Hard runs: 50k epochs, exact accuracy only (no ARC evaluator).
-_GRID_RUN = dict(
+_GRID_RUN: dict[str, Any] = dict(
     evaluators=[],
     epochs=50000,
     eval_interval=5000,
@@ -166,14 +168,16 @@ _GRID_CHECKPOINT = 256 * 1024**2
 _ARC2_SUBSETS = ("--subsets", "training2", "evaluation2", "concept", "--test-set-name", "evaluation2")
 _ARC1_SUBSETS = ("--subsets", "training", "evaluation", "concept", "--test-set-name", "evaluation")
 # Both checkpoint every evaluation (checkpoint.every_eval, the default), as upstream saves after each one.
-_ARC_RUN = dict(ema=True, epochs=100000, eval_interval=800)
+_ARC_RUN: dict[str, Any] = dict(ema=True, epochs=100000, eval_interval=800)
 
 # The URM reference's scripts (URM_arcagi1.sh, URM_arcagi2.sh, URM_sudoku.sh): one model for all three
 # tasks, 4 blocks, H 2 (truncated backprop: the first cycle without gradient), L 6, 16 ACT loops.
 URM_ARCH = URMArch(loops=16, H_cycles=2, L_cycles=6, num_layers=4)
-_URM_ARC_RUN = dict(ema=True, epochs=200000, eval_interval=2000, puzzle_emb_lr=1e-2, weight_decay=0.1)
+_URM_ARC_RUN: dict[str, Any] = dict(
+    ema=True, epochs=200000, eval_interval=2000, puzzle_emb_lr=1e-2, weight_decay=0.1
+)
 # URM_sudoku.sh is upstream's Sudoku run (the same lr, decays and 50k epochs) at batch 128, evaluated every 2000.
-_URM_SUDOKU_RUN = {**_GRID_RUN, "eval_interval": 2000, "global_batch_size": 128}
+_URM_SUDOKU_RUN: dict[str, Any] = {**_GRID_RUN, "eval_interval": 2000, "global_batch_size": 128}
 
 RECIPES: dict[str, Recipe] = {
     r.name: r
@@ -323,6 +327,19 @@ RECIPES.update(
             TrainConfig(arch=dataclasses.replace(URM_ARCH), **_URM_SUDOKU_RUN),
         ),
     )
+)
+
+
+# Opt-in variants that change training (never a recipe's default): CGAR's progressive depth curriculum
+# (arXiv 2511.08653) on upstream's Sudoku MLP run: (H, L) = (1, 2) for the first 30 % of the steps, (2, 4) up
+# to 60 %, then the recipe's (3, 6); evaluation always at full depth (trm.training.curriculum).
+RECIPES["sudoku-curriculum"] = RECIPES["sudoku-mlp"].with_changes(
+    depth_curriculum=DepthCurriculumConfig(ramp=0.6, stages=3)
+)
+RECIPES["sudoku-curriculum"] = dataclasses.replace(
+    RECIPES["sudoku-curriculum"],
+    name="sudoku-curriculum",
+    summary="sudoku-mlp with CGAR's depth curriculum (opt-in: fewer cycles for the first 60 % of the steps)",
 )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from trm.distributed import DistInfo
 from trm.io import atomic_write_json
+from trm.training import curriculum
 from trm.training.builder import Components
 from trm.training.checkpoint import git_sha
 from trm.training.config import TrainConfig, as_dict, config_hash
@@ -67,6 +68,12 @@ def write_run_json(
             "command": sys.argv,
             # The in-run evaluations' subset (eval_subset.fraction < 1): how chosen, rows kept, sha256.
             "eval_subset": comps.subset.record() if comps.subset is not None else None,
+            # The depth curriculum's stages (depth_curriculum.ramp > 0): steps, cycles, training FLOPs.
+            "depth_curriculum": (
+                curriculum.record(curriculum.run_schedule(cfg, total_steps), comps.model.config)
+                if cfg.depth_curriculum.ramp > 0
+                else None
+            ),
             **({"best": previous["best"]} if "best" in previous else {}),
         },
     )

@@ -22,7 +22,7 @@ FLOPs (multiply-adds count 2) per example of one ACT step, from the model config
 
 Training costs `3 × forward` for what carries gradient (forward + backward's two matmuls) and `1 × forward`
 for the no-grad cycles. MFU = achieved training FLOP/s ÷ (peak FLOP/s per GPU × GPUs), with the dense
-bf16 peak of the GPU from `PEAK_TFLOPS`; on CPU (or a GPU not in the table) MFU is undefined and omitted.
+bf16 peak of the GPU from the GPU catalog (trm.gpu_catalog); on CPU (or a GPU not in the table) MFU is undefined and omitted.
 
 Timing never adds a host sync: `StepTimer` reads the host clock around the loader's `next()` and at the
 log points, where the loop already waits for the GPU (the metrics all-reduce), so the time between two
@@ -36,64 +36,32 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, TypeVar
 
+from trm import gpu_catalog
 from trm.gpu_names import name_pattern
 
 T = TypeVar("T")
 
-# Dense bf16 tensor-core peak of one GPU (no sparsity; fp32 accumulate, what torch's bf16 matmuls use), in
-# TFLOP/s. Where a data sheet gives only the sparse figure, the dense one is half of it. A key matches whole
-# words of the device name, the longest key first.
-PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
-    # Hopper: the H100 white paper (SXM5 989.4, PCIe 756 dense); www.nvidia.com/en-us/data-center/h100/ and
-    # /h200/ (SXM 1,979, NVL 1,671 sparse, per GPU)
-    ("H100", 989.4),  # SXM5; torch names it "NVIDIA H100 80GB HBM3"
-    ("H100 PCIe", 756.0),
-    ("H100 NVL", 835.0),
-    ("H800", 989.4),  # the H100 SXM5 compute with fewer NVLink lanes
-    ("H200", 989.4),  # SXM5 ("NVIDIA H200"): the H100 SXM5's compute with more memory
-    ("H200 NVL", 835.0),
-    # Ampere, www.nvidia.com/en-us/data-center/a100/ and /a10/ (312 and 125 dense)
-    ("A100", 312.0),
-    ("A10", 125.0),
-    # Ada (sm89), the L40S data sheet (362.05 dense), www.nvidia.com/en-us/data-center/l4/ (242 sparse),
-    # and the Ada architecture white paper, appendix A (GeForce RTX 4090: bf16 with fp32 accumulate 165.2)
-    ("L40S", 362.05),
-    ("L4", 121.0),
-    ("RTX 4090", 165.2),
-    # Blackwell data center: the HGX B200 data sheet (FP16/BF16 36 PFLOPS sparse per 8 GPUs: 2,250 dense
-    # each) and the GB200 NVL72 data sheet (360 PFLOPS sparse per 72 GPUs: 2,500 dense each)
-    ("B200", 2250.0),
-    ("GB200", 2500.0),
-    # Blackwell workstation and consumer (sm_120): the RTX PRO 6000 Blackwell data sheet (4,000 FP4 AI TOPS
-    # sparse; BF16 is a quarter of FP4 and dense half of sparse: 500; full-rate fp32 accumulate, as on every
-    # RTX PRO card; the 300 W Max-Q edition clocks lower, so its MFU reads low), and the RTX Blackwell
-    # architecture white paper, appendix A (GeForce RTX 5090: bf16 with fp32 accumulate 209.5, half its
-    # fp16-accumulate rate, as on every GeForce card)
-    ("RTX PRO 6000", 500.0),
-    ("RTX 5090", 209.5),
-    # Ampere sm_86: the GA102 architecture white paper (RTX A6000: bf16 with fp32 accumulate 154.8 dense;
-    # GeForce RTX 3090: 71, half rate) and the A40 data sheet (149.7 dense). The A10G (AWS) has no NVIDIA
-    # data sheet and stays out (no MFU).
-    ("RTX A6000", 154.8),
-    ("A40", 149.7),
-    ("RTX 3090", 71.0),
-)
 
-
-# Longest key first, so "H100 NVL" is found before "H100" (whole words: trm.gpu_names).
-_PEAK_PATTERNS = [(name_pattern(k), t) for k, t in sorted(PEAK_TFLOPS, key=lambda e: -len(e[0]))]
+@cache
+def _peak_patterns(table: tuple[tuple[str, float], ...]) -> list[tuple[re.Pattern[str], float]]:
+    """(name, TFLOP/s) as whole-word patterns, the longest name first ("H100 NVL" before "H100")."""
+    return [(name_pattern(k), t) for k, t in sorted(table, key=lambda e: -len(e[0]))]
 
 
 def peak_flops(device_name: str) -> float | None:
     """Peak dense bf16 FLOP/s of one GPU named `device_name` (nvidia-smi / torch name); None if unknown.
 
     None for a MIG slice ("… MIG 3g.40gb"): it has a share of the GPU's SMs that its name does not give,
-    and MFU against the whole GPU's peak would be wrong."""
+    and MFU against the whole GPU's peak would be wrong.
+
+    The peaks (dense bf16 tensor-core, fp32 accumulate, what torch's bf16 matmuls use; no sparsity) are the
+    GPU catalog's (trm.gpu_catalog, with each figure's source)."""
     if re.search(r"\bMIG\b", device_name):
         return None
-    for pattern, tflops in _PEAK_PATTERNS:
+    for pattern, tflops in _peak_patterns(gpu_catalog.peak_tflops()):
         if pattern.search(device_name):
             return tflops * 1e12
     return None

@@ -4,13 +4,15 @@ steps since the last log point: throughput, MFU, peak memory; rank 0's clock, no
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 
 from trm import distributed as dist_utils
 from trm.distributed import DistInfo
 from trm.training.builder import Components
-from trm.training.throughput import StepTimer, act_step_flops, peak_flops, throughput_metrics
+from trm.training.curriculum import Stage, train_flops_per_example
+from trm.training.throughput import StepTimer, peak_flops, throughput_metrics
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +40,27 @@ def train_metrics(values: dict[str, float], lr: float, global_batch_size: int) -
 
 
 def perf_metrics(
-    timer: StepTimer, comps: Components, global_batch_size: int, info: DistInfo
+    timer: StepTimer,
+    comps: Components,
+    global_batch_size: int,
+    info: DistInfo,
+    step: int,
+    schedule: Sequence[Stage],
 ) -> dict[str, float]:
-    """`perf/*` of the steps since the last log point."""
+    """`perf/*` of the steps since the last log point (the window ending at `step`); the training FLOPs
+    are those of each step's depth (`schedule`, trm.training.curriculum), so MFU counts a depth
+    curriculum's cheaper steps as cheaper."""
     device = info.device
     peak = peak_flops(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    window = timer.window()
     try:
-        flops: float | None = act_step_flops(comps.model.config).train
+        first = max(1, step - window.steps + 1)
+        flops: float | None = train_flops_per_example(comps.model.config, schedule, first, step)
     except ValueError as why:
         flops = None
         log.debug("no MFU: %s", why)
     out = throughput_metrics(
-        timer.window(),
+        window,
         examples_per_step=global_batch_size,
         tokens_per_example=comps.train_loader.metadata.seq_len,
         train_flops_per_example=flops,

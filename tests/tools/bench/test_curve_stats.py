@@ -101,3 +101,52 @@ def test_final_difference_alone_parts_at_the_last_checkpoint():
 def test_a_missing_window_names_the_steps():
     with pytest.raises(TRMError, match=r"no value logged in steps 11\.\.20"):
         cs.window_mean({1: 0.0, 2: 0.0}, 20, 10)
+
+
+def test_interpolation_and_the_common_compute_grid():
+    assert cs.interpolate([0.0, 10.0, 30.0], [1.0, 3.0, 7.0], 20.0) == pytest.approx(5.0)
+    assert cs.interpolate([0.0, 10.0], [1.0, 3.0], 10.0) == 3.0
+    with pytest.raises(TRMError, match="outside the curve's range"):
+        cs.interpolate([0.0, 10.0], [1.0, 3.0], 11.0)
+    # Side A costs 2 per step, side B 1 per step, 10 steps each, window 2: each window mean sits at its
+    # steps' mean FLOPs, so A's windows at 3, 5, ..., 19 and B's at 1.5, 2.5, ..., 9.5; the grid runs from
+    # A's first centre to B's last.
+    flops_a, flops_b = [2.0 * s for s in range(11)], [1.0 * s for s in range(11)]
+    centres_a, centres_b = cs.window_centres(flops_a, 2), cs.window_centres(flops_b, 2)
+    assert centres_a[:2] == [3.0, 5.0] and centres_b[-1] == 9.5 and len(centres_a) == 9
+    assert cs.compute_grid(centres_a, centres_b, points=3) == [3.0, 6.25, 9.5]
+    with pytest.raises(TRMError, match="no common compute range"):
+        cs.compute_grid(centres_a, [0.5, 1.0], points=3)
+
+
+def test_a_side_at_half_the_cost_parts_at_equal_steps_but_not_at_equal_compute():
+    # Both sides learn the same function of the FLOPs spent; B spends half as much per step (a depth
+    # curriculum that saves compute without losing anything per FLOP).
+    def by_flops(x):
+        return loss(x / 2.0)  # A: 2 FLOPs per step, so at step s it has spent 2s
+
+    def runs(f, shift=0.0):
+        """4 seeds, each off the curve by its own constant (the seed-to-seed spread of real runs: ±0.015)."""
+        return [
+            {s: v + offset + shift for s, v in c.items()}
+            for c, offset in zip(seeds(f), (-0.015, -0.005, 0.005, 0.015), strict=True)
+        ]
+
+    steps, window = 100, 10
+    flops_a = [2.0 * s for s in range(steps + 1)]
+    flops_b = [1.0 * s for s in range(steps + 1)]
+    runs_a = runs(lambda s: by_flops(flops_a[s]))
+    runs_b = runs(lambda s: by_flops(flops_b[s]), shift=0.002)
+    marks = cs.checkpoints(steps, window)
+    assert cs.compare_metric("train/lm_loss", runs_a, runs_b, marks, window=window).parted_at is not None
+    comp = cs.compare_metric_at_compute("train/lm_loss", runs_a, runs_b, flops_a, flops_b, window=window)
+    assert comp.axis == cs.COMPUTE and comp.parted_at is None
+    assert comp.verdict == "indistinguishable at equal compute"
+    # From A's first window centre (steps 1-10: 11 FLOPs) to B's last (steps 91-100: 95.5), 10 points.
+    assert comp.steps[0] == 11.0 and comp.steps[-1] == 95.5
+    assert len(comp.steps) == 10 and comp.as_dict()["flops"] == comp.steps
+    # B learning half as much per FLOP parts at equal compute, and the verdict names the FLOPs.
+    slow = runs(lambda s: by_flops(flops_b[s] / 2.0))
+    parted = cs.compare_metric_at_compute("train/lm_loss", runs_a, slow, flops_a, flops_b, window=window)
+    assert parted.parted_at is not None and parted.verdict == f"part at {parted.parted_at:.3g} FLOPs"
+    assert cs.overall_verdict([comp, parted]) == f"part at {parted.parted_at:.3g} FLOPs (train/lm_loss)"

@@ -162,5 +162,5 @@ def test_outputs_named_after_a_fraction_keep_the_whole_name(tmp_path: Path, monk
     a = [{m: {s: 1.0 for s in range(1, 9)} for m in curves.METRICS}] * 2
     comparisons = curves.compare(a, a, 8, 4)
     result = {"setup": "sudoku", "labels": ["x", "y"], "seeds": 2, "verdict": "identical"}
-    curves.write_outputs(tmp_path / "sudoku-subset0.1", result, comparisons)
+    curves.write_outputs(tmp_path / "sudoku-subset0.1", result, [comparisons])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sudoku-subset0.1.json", "sudoku-subset0.1.png"]

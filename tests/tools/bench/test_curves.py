@@ -3,10 +3,12 @@ real ours-against-ours run on a tiny Sudoku set; upstream's side where TRM_UPSTR
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -213,3 +215,85 @@ def test_full_against_subset_evaluation_end_to_end(tmp_path):
     for seed in result["best"]["per_seed"]:
         assert seed["n"] == 512 and seed["scores_agree"] is True and sorted(seed["candidates"]) == [16, 32]
     assert result["verdict"].startswith("training identical at every step; same best checkpoint on")
+
+
+def _fake_trainers(monkeypatch, tmp_path: Path, pair_s: float) -> tuple[list[float], list[tuple[int, str]]]:
+    """Both sides as instant fakes on a fake clock: each run takes pair_s / 2; no data is built."""
+    clock = [0.0]
+    seen: list[tuple[int, str]] = []
+
+    def run_ours(overrides, data, run_dir, seed, steps, device="cpu"):
+        clock[0] += pair_s / 2
+        seen.append((seed, device))
+        return {m: {s: 1.0 + 0.01 * ((seed + s) % 3) for s in range(1, steps + 1)} for m in curves.METRICS}
+
+    monkeypatch.setattr(curves, "run_ours", run_ours)
+    monkeypatch.setattr(curves, "build_data", lambda setup, work: (tmp_path, tmp_path))
+    monkeypatch.setattr(curves, "epochs_for", lambda data, steps, batch: 1)
+    monkeypatch.setattr(curves, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+
+    def no_matplotlib(*args, **kwargs):
+        raise ModuleNotFoundError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(curves, "plot", no_matplotlib)
+    return clock, seen
+
+
+def test_a_time_budget_stops_starting_seed_pairs_and_the_json_says_how_to_draw_the_png(tmp_path, monkeypatch):
+    _, seen = _fake_trainers(monkeypatch, tmp_path, pair_s=20.0)
+    argv = ["--steps", "8", "--seeds", "6", "--variant", "hot: lr=5e-3", "--device", "cuda",
+            "--time-budget-s", "65", "--out", str(tmp_path / "out"), "--keep", str(tmp_path / "work")]  # fmt: skip
+    assert curves.main(argv) == 0
+    # pairs end at 20, 40, 60 s; a fourth would end at 80 > 65: not started
+    assert sorted({s for s, _ in seen}) == [0, 1, 2] and {d for _, d in seen} == {"cuda"}
+    result = json.loads((tmp_path / "out" / "sudoku-hot-cuda.json").read_text())
+    assert (result["seeds"], result["seeds_planned"], result["stopped_for_time"]) == (3, 6, True)
+    assert result["device"] == "cuda" and result["time_budget_s"] == 65
+    assert result["plot"].startswith("not drawn (No module named 'matplotlib'): python -m tools.bench.curves")
+    assert not (tmp_path / "out" / "sudoku-hot-cuda.png").exists()
+    assert curves.past_budget(40, 20, 60) is False and curves.past_budget(41, 20, 60) is True
+    assert curves.past_budget(1e9, 1e9, None) is False
+
+
+def test_replot_draws_the_png_of_a_json_from_its_runs(tmp_path, monkeypatch):
+    _fake_trainers(monkeypatch, tmp_path, pair_s=1.0)
+    argv = ["--steps", "8", "--seeds", "2", "--variant", "hot: lr=5e-3", "--out", str(tmp_path / "out"),
+            "--keep", str(tmp_path / "work")]  # fmt: skip
+    assert curves.main(argv) == 0
+    path = tmp_path / "out" / "sudoku-hot.json"
+    before = json.loads(path.read_text())
+    drawn = []
+    monkeypatch.setattr(
+        curves, "plot", lambda comparisons, labels, title, best=None: drawn.append(comparisons) or b"PNG"
+    )
+    assert curves.main(["--replot", str(path)]) == 0
+    assert (tmp_path / "out" / "sudoku-hot.png").read_bytes() == b"PNG"
+    after = json.loads(path.read_text())
+    assert after["plot"] == "sudoku-hot.png" and after["metrics"] == before["metrics"]  # recomputed, the same
+    assert [c.as_dict() for c in drawn[0][0]] == before["metrics"]  # one row: equal steps
+    path.write_text("{}")
+    assert curves.main(["--replot", str(path)]) == 2
+
+
+def test_each_sides_training_flops_count_its_depth_per_step(tmp_path):
+    from trm.model.registry import model_config
+    from trm.training.throughput import act_step_flops
+
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    meta = {"seq_len": 81, "vocab_size": 11, "num_puzzle_identifiers": 1, "total_groups": 64,
+            "mean_puzzle_examples": 8.0}  # fmt: skip
+    (data / "train" / "dataset.json").write_text(json.dumps(meta))
+    setup = curves.SETUPS["sudoku"]
+    base = setup.recipe.with_changes(epochs=2, eval_interval=2).overrides  # 2 x 64 x 8 / 32 = 32 steps
+    variant = curves.with_overrides(base, ["depth_curriculum.ramp=0.5", "depth_curriculum.stages=2"])
+    plain, shallow_first = curves.train_flops(base, data, 20), curves.train_flops(variant, data, 20)
+    arch = setup.recipe.config.arch
+    model = model_config(arch, batch_size=1, seq_len=81, vocab_size=11, num_puzzle_identifiers=1,
+                         forward_dtype="float32")  # fmt: skip
+    full = 32 * act_step_flops(model).train
+    shallow = 32 * act_step_flops(dataclasses.replace(model, H_cycles=1, L_cycles=1)).train
+    assert plain[0] == 0 and plain[20] == pytest.approx(20 * full)
+    # Steps 1-16 (half of the 32-step schedule) at H 1, L 1; then H 2, L 2.
+    assert shallow_first[16] == pytest.approx(16 * shallow)
+    assert shallow_first[20] == pytest.approx(16 * shallow + 4 * full)

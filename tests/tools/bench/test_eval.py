@@ -8,7 +8,7 @@ import torch
 
 from tests.helpers import small_config
 from tools.bench import eval as eval_bench
-from tools.gpu.check import parse_eval
+from tools.gpu.check.bench import parse_eval
 
 
 def test_eval_bench_reports_rows_per_second_of_both_and_their_ratio(monkeypatch, capsys):

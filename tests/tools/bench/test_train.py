@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tools import checkout_env
+from tools.bench import train
 from tools.bench.train import tqdm_step_seconds, upstream_epochs_for
 from tools.bench.upstream_trainer import DEVICE_SWITCH, patched_source
 from trm.errors import TRMError
@@ -145,3 +146,44 @@ def test_cuda_mode_runs_the_script_unchanged_and_stands_in_only_for_a_missing_ex
     cmd = [sys.executable, "-m", "tools.bench.upstream_trainer", "--device", "cuda", str(checkout), str(out)]
     subprocess.run(cmd, check=True, cwd=tmp_path, env=checkout_env())
     assert json.loads(out.read_text()) == {"mark": "x.cuda()", "opt": "trm.optim.adam_atan2"}
+
+
+def test_the_table_states_median_and_min(capsys, monkeypatch):
+    setup = train.SETUPS["tiny"]
+    theirs = train.summary([0.30, 0.20, 0.25])
+    record = train.results(setup, [0.11, 0.10, 0.12, 0.13], theirs)
+    assert record["ours"]["median_s_per_step"] == pytest.approx(0.115)
+    assert record["ours"]["min_s_per_step"] == pytest.approx(0.10)
+    assert record["ratio_vs_upstream"] == pytest.approx(0.25 / 0.115)
+    monkeypatch.setattr(train, "attention_seconds", lambda setup: 0.05)  # times a real SDPA call otherwise
+    train.report(setup, record)
+    out = capsys.readouterr().out
+    assert "8.70 steps/s (0.115 s/step median of 4; min 0.100 s)" in out
+    assert "4.00 steps/s (0.250 s/step median of 3; min 0.200 s)" in out and "ratio:     2.17x" in out
+
+
+def test_an_upstream_that_could_not_run_is_recorded_as_such():
+    record = train.results(train.SETUPS["tiny"], [0.1, 0.2], "exit 1: no module named pydantic")
+    assert record["upstream"] == {"failed": "exit 1: no module named pydantic"}
+    assert record["ratio_vs_upstream"] is None
+
+
+def test_too_few_steps_to_time_twenty_is_refused(capsys):
+    with pytest.raises(SystemExit) as exited:
+        train.main(["--steps", "25"])
+    assert exited.value.code == 2
+    assert "--steps 25: give at least 26" in capsys.readouterr().err
+
+
+def test_json_line_holds_the_figures_the_table_prints(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("TRM_UPSTREAM", raising=False)
+    monkeypatch.setattr(train, "build_data", lambda out, setup, form: None)
+    monkeypatch.setattr(train, "bench_ours", lambda setup, data, run_dir, steps: [0.5, 0.4, 0.6])
+    monkeypatch.setattr(train, "attention_seconds", lambda setup: 0.1)
+    assert train.main(["--steps", "26", "--keep", str(tmp_path / "work"), "--json"]) == 0
+    out = capsys.readouterr().out
+    record = json.loads(out.splitlines()[-1])
+    assert record["ours"] == {"steps_per_s": 2.0, "median_s_per_step": 0.5, "min_s_per_step": 0.4,
+                              "steps": 3, "mfu": None}  # fmt: skip
+    assert record["upstream"] is None and record["measured"] is True
+    assert "2.00 steps/s (0.500 s/step median of 3; min 0.400 s)" in out

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tools.gpu import kit as gpu_kit
-from tools.gpu.check import NO_GPU, NO_TIME, PARTS
+from tools.gpu.check.core import NO_GPU, NO_TIME
+from tools.gpu.check.plan import PARTS
 from trm.errors import TRMError
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -11,6 +11,7 @@ import yaml
 
 from tools.jobs import copyout, k8s
 from tools.jobs import policy as jobpolicy
+from trm import gpu_catalog
 from trm.errors import TRMError
 
 pytestmark = pytest.mark.kube
@@ -218,7 +219,7 @@ def test_the_gpu_affinity_follows_the_overlay(kustomize):
     h100_only = {**smoke, "metadata": {**smoke["metadata"], "annotations": {"trm-stack/gpu": "any"}}}
     h100_only["spec"] = {"template": {"spec": {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "nvidia.com/gpu.product", "operator": "In", "values": list(jobpolicy.GPU_PRODUCT_VALUES["H100"])}
+            {"key": "nvidia.com/gpu.product", "operator": "In", "values": list(gpu_catalog.k8s_products()["H100"])}
         ]}]}}}}}}  # fmt: skip
     assert "stays Pending" in jobpolicy.check_gpu_follows_overlay("Job/smoke", h100_only)[0]
     unnamed = {**smoke, "metadata": {"name": "trm-train-smoke"}}
@@ -268,7 +269,7 @@ def test_any_gpu_means_every_product_the_overlays_image_runs_on(kustomize):
     }  # fmt: skip
     assert jobpolicy.accepted_products("any", "sm100") == ["NVIDIA-B200"]
     assert "NVIDIA-RTX-A6000" in jobpolicy.accepted_products("any", "sm80")  # sm_86 runs the sm_80 build
-    everything = [v for values in jobpolicy.GPU_PRODUCT_VALUES.values() for v in values]
+    everything = [v for values in gpu_catalog.k8s_products().values() for v in values]
     assert jobpolicy.check_gpu_follows_overlay("Job/smoke", _with(smoke, "any", "sm90", everything))
     blackwell = _with(smoke, "any", "sm120", jobpolicy.accepted_products("any", "sm120"))
     assert jobpolicy.check_gpu_follows_overlay("Job/smoke", blackwell) == []

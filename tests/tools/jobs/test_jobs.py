@@ -17,7 +17,7 @@ from tools.jobs import k8s
 from tools.jobs import policy as jobpolicy
 from tools.jobs.sky import pin_tasks
 from tools.shell.refs import RefChecker
-from trm import exit_codes
+from trm import exit_codes, gpu_catalog
 from trm.commands import build_parser
 from trm.errors import TRMError
 
@@ -156,7 +156,7 @@ def test_gpu_counts_products_and_deadlines(rendered):
     ]:  # fmt: skip
         pod = _job(rendered[f"jobs/overlays/{overlay}"])["spec"]["template"]["spec"]
         assert "nodeSelector" not in pod, overlay
-        assert jobpolicy._product_terms(pod) == [list(jobpolicy.GPU_PRODUCT_VALUES[gpu])], overlay
+        assert jobpolicy._product_terms(pod) == [list(gpu_catalog.k8s_products()[gpu])], overlay
 
 
 def _job_overlays(rendered) -> dict[str, list[dict]]:

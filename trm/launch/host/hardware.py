@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trm import gpu_catalog
 from trm.batching import largest_divisor_at_most
 from trm.errors import TRMError
 from trm.gpu_names import names_model
@@ -80,6 +81,7 @@ class Tier:
 
     name: str
     match: tuple[str, ...] = ()
+    """Whole words of the device names this tier sizes (the GPU catalog's GPUs that list the tier)."""
     min_vram_gib: float = 0.0
     max_micro_batch: int
     compile: bool
@@ -246,11 +248,19 @@ class BatchLayout:
 TIER_SOURCES = ("estimate", "measured")
 
 
+def _tier_names(raw: dict[str, object]) -> tuple[str, ...]:
+    """The device-name words a tier matches: the table's own `match` list where it has one (a table of your
+    own), else the GPU catalog's GPUs that list the tier (the shipped table)."""
+    if "match" in raw:
+        return tuple(str(m) for m in raw["match"])  # type: ignore[attr-defined]
+    return gpu_catalog.tier_names(str(raw.get("name", "")))
+
+
 def _tier(raw: dict[str, object], where: str) -> Tier:
     try:
         tier = Tier(
             name=str(raw["name"]),
-            match=tuple(str(m) for m in raw.get("match", [])),  # type: ignore[union-attr]
+            match=_tier_names(raw),
             min_vram_gib=float(raw.get("min_vram_gib", 0.0)),  # type: ignore[arg-type]
             max_micro_batch=int(raw["max_micro_batch"]),  # type: ignore[call-overload]
             compile=bool(raw["compile"]),
@@ -457,7 +467,8 @@ def size_device(used: list[GpuInfo], table: HardwareTable, cpu_procs: int, notes
     elif matched_by == "compute capability":
         notes.append(
             f"{gpu.name} is not in the table; sized by its compute capability {gpu.compute_cap} like tier "
-            f"{tier.name} ({tier.min_vram_gib:.0f} GiB and up): add a tier naming it once measured"
+            f"{tier.name} ({tier.min_vram_gib:.0f} GiB and up): add it to the GPU catalog (trm/gpu_catalog.py) "
+            "with its tier"
         )
     return SizedDevice(tier, matched_by, "cuda", gpu.name, gpu.memory_gib, len(used))
 

@@ -1,7 +1,7 @@
 """The whole run's expected wall time and cost, printed before it starts (dry run and launch).
 
     wall = train + evaluation;  cost = wall x GPUs x GPU_HOURLY_USD
-    train = total_steps x step time
+    train = total_steps x step time (x the depth curriculum's FLOPs ratio, when depth_curriculum.ramp > 0)
     evaluation = (full evaluations + subset evaluations x eval_subset.fraction) x one full evaluation
 
 - total_steps: the trainer's formula (`trm.training.throughput.total_steps`) from the dataset's
@@ -16,6 +16,11 @@
      (another depth or width of the same architecture on the same tokens per row; another architecture or
      sequence length falls to 3.); the all-reduce between the GPUs is not in it (not measured);
   3. "estimate": training FLOPs per step / (peak FLOP/s of the GPUs x ASSUMED_MFU).
+- the depth curriculum (`depth_curriculum.ramp` > 0, trm.training.curriculum): its early steps run fewer
+  recursion cycles; the step time above is a full-depth step (the probe runs at full depth), and training
+  time is scaled by the mean training FLOPs per step over the run's steps against a full-depth step's
+  (`train_flops_ratio`), which assumes the step time scales with its FLOPs (fixed per-step costs do not
+  shrink, so the saving is an upper bound); the dry run says so.
 - one full evaluation: every test row (`test/dataset.json`: puzzles x examples per puzzle) for
   halt_max_steps forward ACT steps, at the tier's measured `eval_rows_per_s` (x the GPUs and the forward
   FLOPs ratio: derived, as above) when 2. applies, else at the training step's FLOP rate ("estimate",
@@ -44,6 +49,7 @@ from trm.errors import TRMError
 from trm.launch.host.hardware import BatchLayout, TierSpeed, load_table
 from trm.launch.planning.dataset_sizes import recorded_sizes
 from trm.training.config import BestConfig, EvalSubsetConfig, TrainConfig
+from trm.training.curriculum import run_schedule, train_flops_per_example
 from trm.training.throughput import act_step_flops, peak_flops, total_steps
 
 ASSUMED_MFU = 0.30
@@ -126,11 +132,13 @@ class RunEstimate:
     schedule: EvalSchedule = field(default_factory=EvalSchedule)
     dataset_source: str = "built"
     """"built", or the recorded sizes that stood in for a dataset not built yet."""
+    train_flops_ratio: float = 1.0
+    """The run's mean training FLOPs per step over a full-depth step's (< 1 with a depth curriculum)."""
 
     @property
     def train_seconds(self) -> float:
-        """Training steps only."""
-        return self.total_steps * self.step_seconds
+        """Training steps only (a depth curriculum's shallow steps at their share of the FLOPs)."""
+        return self.total_steps * self.step_seconds * self.train_flops_ratio
 
     @property
     def full_evaluations(self) -> float:
@@ -185,6 +193,15 @@ class RunEstimate:
             parts.append(f"{final} full at the end (best.top_k)")
         return " + ".join(parts)
 
+    def describe_curriculum(self) -> str:
+        """The depth curriculum's factor on the train line (empty without one)."""
+        if self.train_flops_ratio == 1:
+            return ""
+        return (
+            f" x {self.train_flops_ratio:.3g} (depth curriculum: the run's mean training FLOPs per step "
+            "over a full-depth step's, counted as if step time scaled with FLOPs)"
+        )
+
     def describe(self) -> str:
         """Lines for the dry run and the launch log: the total, then training and evaluation, each with
         what its figure is (measured, derived or estimate)."""
@@ -199,7 +216,8 @@ class RunEstimate:
         lines = [
             f"expected time     {_hours(self.wall_seconds)} = train {_hours(self.train_seconds)} + evaluation "
             f"{_hours(self.eval_total_seconds)} ({100 * self.eval_share:.1f} % of the hours)",
-            f"  train           {self.total_steps:,} steps x {self.step_seconds:.3g} s ({self.step_source})",
+            f"  train           {self.total_steps:,} steps x {self.step_seconds:.3g} s ({self.step_source})"
+            + self.describe_curriculum(),
             f"  evaluation      {self.describe_evaluations()} evaluation(s); a full one: {self.eval_rows:,} rows in "
             f"{_hours(self.eval_seconds)} ({self.eval_source})",
             f"expected cost     {cost}",
@@ -397,6 +415,7 @@ def estimate_run(
         cfg.epochs, int(train["total_groups"]), float(train["mean_puzzle_examples"]), cfg.global_batch_size
     )
     step_limit = min(steps, cfg.max_steps or steps)
+    flops_ratio = train_flops_per_example(model, run_schedule(cfg, steps), 1, step_limit) / flops.train
     eval_rows = round(float(test.get("total_puzzles", 0)) * float(test["mean_puzzle_examples"]))
     eval_flops = eval_rows * model.halt_max_steps * flops.forward
     step_flops = cfg.global_batch_size * flops.train
@@ -435,4 +454,5 @@ def estimate_run(
         eval_source=eval_source,
         schedule=eval_schedule(cfg),
         dataset_source=dataset_source,
+        train_flops_ratio=flops_ratio,
     )

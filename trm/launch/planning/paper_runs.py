@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import cache
 
+from trm import gpu_catalog
 from trm.launch.host.nvidia_smi import GpuInfo
 from trm.launch.planning.estimate import RunEstimate
 
@@ -25,6 +26,12 @@ class GpuModel:
     memory_mib: int
     compute_cap: str
 
+    @classmethod
+    def of_board(cls, name: str) -> GpuModel:
+        """The GPU catalog's board `name` (its memory and compute capability: trm.gpu_catalog)."""
+        gpu, board = gpu_catalog.board(name)
+        return cls(board.name, board.memory_mib, gpu.compute_cap)
+
     def gpus(self, count: int) -> list[GpuInfo]:
         """`count` such GPUs on one node."""
         return [
@@ -36,12 +43,13 @@ class GpuModel:
         ]  # fmt: skip
 
 
+# The GPU shapes' boards, by the name the table and the Jobs' annotations give them.
 GPU_MODELS = {
-    "H100": GpuModel("NVIDIA H100 80GB HBM3", 81559, "9.0"),
-    "H200": GpuModel("NVIDIA H200", 143771, "9.0"),
-    "A100-80G": GpuModel("NVIDIA A100-SXM4-80GB", 81920, "8.0"),
-    "L40S": GpuModel("NVIDIA L40S", 46068, "8.9"),
-    "B200": GpuModel("NVIDIA B200", 183359, "10.0"),
+    "H100": GpuModel.of_board("NVIDIA H100 80GB HBM3"),
+    "H200": GpuModel.of_board("NVIDIA H200"),
+    "A100-80G": GpuModel.of_board("NVIDIA A100-SXM4-80GB"),
+    "L40S": GpuModel.of_board("NVIDIA L40S"),
+    "B200": GpuModel.of_board("NVIDIA B200"),
 }
 # The docs' table: the paper's tasks, and the GPU shapes users rent for them (GPUs per node, nodes).
 PAPER_RECIPES = ("arc1", "arc2", "sudoku-mlp", "sudoku-att", "maze")

@@ -62,7 +62,14 @@ def probe_schedule(overrides: list[str], recipe_epochs: int, probe_steps: int) -
         if key == "epochs" and value.isdigit():
             epochs = int(value)
     longer = epochs * probe_steps
-    return [f"epochs={longer}", f"eval_interval={longer}", "evaluate=false"]
+    # A depth curriculum's first steps are its shallowest: the probe times (and sizes the micro-batch for)
+    # full-depth steps, the run's most expensive and most memory-hungry ones.
+    curriculum = (
+        ["depth_curriculum.ramp=0"]
+        if any(override_key(o).startswith("depth_curriculum.") for o in overrides)
+        else []
+    )
+    return [f"epochs={longer}", f"eval_interval={longer}", "evaluate=false", *curriculum]
 
 
 @cache

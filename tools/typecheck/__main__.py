@@ -1,0 +1,5 @@
+import sys
+
+from tools.typecheck.ratchet import main
+
+sys.exit(main())
