@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from trm.errors import TRMError
 
+LEVEL = 0.95  # of every interval the harness states
+
 Curve = Mapping[int, float]
 
 

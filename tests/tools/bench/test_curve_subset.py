@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tools.bench import curve_subset, curves
+from tools.bench import curve_output, curve_subset, curves
 from trm.errors import TRMError
 from trm.evaluation.subset import wilson_interval
 from trm.training import checkpoint as ckpt
@@ -158,7 +158,7 @@ def test_bad_subset_arguments_are_refused_before_anything_runs(tmp_path, capsys,
 
 
 def test_outputs_named_after_a_fraction_keep_the_whole_name(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(curves, "plot", lambda *args: b"png")  # the file names are the point here
+    monkeypatch.setattr(curve_output, "plot", lambda *args: b"png")  # the file names are the point here
     a = [{m: {s: 1.0 for s in range(1, 9)} for m in curves.METRICS}] * 2
     comparisons = curves.compare(a, a, 8, 4)
     result = {"setup": "sudoku", "labels": ["x", "y"], "seeds": 2, "verdict": "identical"}

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tools.bench import curve_data, curves
+from tools.bench import curve_data, curve_output, curves
 from trm.errors import TRMError
 
 
@@ -235,7 +235,7 @@ def _fake_trainers(monkeypatch, tmp_path: Path, pair_s: float) -> tuple[list[flo
     def no_matplotlib(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'matplotlib'")
 
-    monkeypatch.setattr(curves, "plot", no_matplotlib)
+    monkeypatch.setattr(curve_output, "plot", no_matplotlib)
     return clock, seen
 
 
@@ -264,7 +264,9 @@ def test_replot_draws_the_png_of_a_json_from_its_runs(tmp_path, monkeypatch):
     before = json.loads(path.read_text())
     drawn = []
     monkeypatch.setattr(
-        curves, "plot", lambda comparisons, labels, title, best=None: drawn.append(comparisons) or b"PNG"
+        curve_output,
+        "plot",
+        lambda comparisons, labels, title, best=None: drawn.append(comparisons) or b"PNG",
     )
     assert curves.main(["--replot", str(path)]) == 0
     assert (tmp_path / "out" / "sudoku-hot.png").read_bytes() == b"PNG"

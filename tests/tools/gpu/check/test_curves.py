@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from tests.tools.gpu.check.helpers import fake_ctx
+from tools.bench import curve_output
 from tools.bench import curves as harness
 from tools.gpu.check import cli, core, curves, driver, plan
 
@@ -31,7 +32,7 @@ def write_harness_json(out: Path, offset_b: float, monkeypatch) -> Path:
     def no_matplotlib(*args, **kwargs):
         raise ModuleNotFoundError("No module named 'matplotlib'")
 
-    monkeypatch.setattr(harness, "plot", no_matplotlib)
+    monkeypatch.setattr(curve_output, "plot", no_matplotlib)
     result = {"setup": "sudoku", "labels": ["trm-stack", "upstream"], "device": "cuda", "steps": steps,
               "seeds": seeds, "seeds_planned": 8, "stopped_for_time": True, "wall_seconds": 288,
               "verdict": harness.curve_stats.overall_verdict(comparisons),
