@@ -57,11 +57,6 @@ compile = false
 [sizing]
 reference_arch = "trm"
 reference_tokens = 916
-measured_tokens = 916
-
-[sizing.mb_per_row]
-trm = 200
-urm = 595
 """
 
 

@@ -337,12 +337,56 @@ def test_workloads_scale_the_reference_rows_and_keep_arc_trm_exactly():
     assert select_layout(gpus_of("h100x1"), global_batch_size=768).micro_batch_size == 192  # no workload: ARC
 
 
-def test_an_arch_without_a_measurement_is_a_clear_error():
+def test_an_unknown_arch_is_a_clear_error():
     from trm.launch.host.hardware import Workload
 
     table = load_table()
-    with pytest.raises(TRMError, match=r"arch 'mystery' has no \[sizing.mb_per_row\] entry.*bench -- memory"):
+    with pytest.raises(TRMError, match=r"unknown architecture 'mystery': use arch=<one of trm, "):
         table.sizing.rows(table.tiers[0], Workload(arch="mystery"))
+
+
+def _with_sizing(tmp_path, sizing: str):
+    from trm.launch.host.hardware import TABLE_PATH
+
+    head, sep, _ = TABLE_PATH.read_text().rpartition("\n[sizing]\n")
+    path = tmp_path / "hw.toml"
+    path.write_text(head + sep + "\n" + sizing)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("sizing", "message"),
+    [
+        (
+            'reference_arch = "trm"\nreference_tokens = 916\nmeasured_tokens = 916\n'
+            "[sizing.mb_per_row]\ntrm = 200\n",
+            r"\[sizing\]: mb_per_row and measured_tokens is each architecture's own figure now "
+            r"\(ArchSpec.activation_mb_per_row in trm/model/registry.py\); remove it from the table",
+        ),
+        ('reference_arch = "trn"\nreference_tokens = 916\n', r"reference_arch: unknown .*Did you mean 'trm'"),
+        (
+            'reference_arch = "trm"\nreference_tokens = 0\n',
+            "reference_tokens = 0; use a positive token count",
+        ),
+        ('reference_arch = "trm"\n', "missing key 'reference_tokens'"),
+    ],
+)
+def test_the_sizing_table_names_a_moved_or_bad_key(tmp_path, sizing, message):
+    path = _with_sizing(tmp_path, sizing)
+    with pytest.raises(TRMError, match=message) as err:
+        load_table(path)
+    assert str(path) in str(err.value)
+
+
+def test_the_sizing_table_reads_each_architectures_figure_from_its_spec(tmp_path, monkeypatch):
+    from trm.launch.host.hardware import Workload
+    from trm.model.registry import ARCHS
+
+    table = load_table(_with_sizing(tmp_path, 'reference_arch = "trm"\nreference_tokens = 916\n'))
+    h100 = next(t for t in table.tiers if t.name == "h100-80g")
+    assert table.sizing.rows(h100, Workload(arch="urm")) == int(192 * 200 / 595)
+    monkeypatch.setitem(ARCHS, "urm", replace(ARCHS["urm"], activation_mb_per_row=400.0))
+    assert table.sizing.rows(h100, Workload(arch="urm")) == 96  # 192 x 200 / 400: the spec's figure
 
 
 def test_select_config_and_the_launcher_size_by_task_and_arch(monkeypatch, capsys):

@@ -2,7 +2,8 @@
 
 The references' `step_N` files hold the state dict of their loss head: keys `model.inner.…`, prefixed
 with `_orig_mod.` when the run used torch.compile. Ours are the keys of our ACT model (`inner.…`). Each
-architecture has its own table of names; `convert_upstream_state_dict` recognises which one a file uses.
+architecture's spec (trm.model.registry) holds its table of names; `convert_upstream_state_dict` recognises
+which one a file uses.
 """
 
 from __future__ import annotations
@@ -12,74 +13,17 @@ import re
 import torch
 
 from trm.errors import TRMError
+from trm.model.registry import ARCHS
 
 COMPILE_PREFIX = "_orig_mod."
 UPSTREAM_PREFIX = "model.inner."
 OURS_PREFIX = "inner."
 PUZZLE_EMB_KEY = "inner.puzzle_emb.weight"
 
-_HEADS = (
-    ("embed_tokens.embedding_weight", "embed_tokens.weight"),
-    ("lm_head.weight", "lm_head.weight"),
-    ("q_head.weight", "q_head.weight"),
-    ("q_head.bias", "q_head.bias"),
-    ("puzzle_emb.weights", "puzzle_emb.weight"),
-)
-_TRM_NET = (
-    *_HEADS,
-    ("embed_pos.embedding_weight", "embed_pos.weight"),
-    ("L_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
-    ("L_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
-    ("L_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
-    ("L_level.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
-    ("L_level.layers.{i}.mlp_t.gate_up_proj.weight", "blocks.{i}.token_mlp.gate_up.weight"),
-    ("L_level.layers.{i}.mlp_t.down_proj.weight", "blocks.{i}.token_mlp.down.weight"),
-)
-# The latents' starting values (buffers) per architecture: also how a reference file is recognised.
-INIT_BUFFERS = {
-    "trm": ("H_init", "L_init"),
-    "trm_singlez": ("L_init",),
-    "trm_hier6": ("H_init", *(f"L{i}_init" for i in range(1, 7))),
-    "hrm": ("H_init", "L_init"),
-    "transformers_baseline": ("H_init",),
-    "urm": ("init_hidden",),
-}
-# Per architecture: (reference suffix after `model.inner.`, our suffix after `inner.`); `{i}` is a block.
-KEY_PAIRS: dict[str, tuple[tuple[str, str], ...]] = {
-    **{
-        arch: (*_TRM_NET, *((n, n) for n in INIT_BUFFERS[arch]))
-        for arch in ("trm", "trm_singlez", "trm_hier6")
-    },
-    "hrm": (
-        *_TRM_NET,
-        *((n, n) for n in INIT_BUFFERS["hrm"]),
-        ("H_level.layers.{i}.self_attn.qkv_proj.weight", "H_blocks.{i}.attn.qkv.weight"),
-        ("H_level.layers.{i}.self_attn.o_proj.weight", "H_blocks.{i}.attn.out.weight"),
-        ("H_level.layers.{i}.mlp.gate_up_proj.weight", "H_blocks.{i}.mlp.gate_up.weight"),
-        ("H_level.layers.{i}.mlp.down_proj.weight", "H_blocks.{i}.mlp.down.weight"),
-        ("H_level.layers.{i}.mlp_t.gate_up_proj.weight", "H_blocks.{i}.token_mlp.gate_up.weight"),
-        ("H_level.layers.{i}.mlp_t.down_proj.weight", "H_blocks.{i}.token_mlp.down.weight"),
-    ),
-    "transformers_baseline": (
-        *_HEADS,
-        ("embed_pos.embedding_weight", "embed_pos.weight"),
-        *((n, n) for n in INIT_BUFFERS["transformers_baseline"]),
-        ("H_level.layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
-        ("H_level.layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
-        ("H_level.layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
-        ("H_level.layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
-    ),
-    "urm": (
-        *_HEADS,
-        *((n, n) for n in INIT_BUFFERS["urm"]),
-        ("layers.{i}.self_attn.qkv_proj.weight", "blocks.{i}.attn.qkv.weight"),
-        ("layers.{i}.self_attn.o_proj.weight", "blocks.{i}.attn.out.weight"),
-        ("layers.{i}.mlp.gate_up_proj.weight", "blocks.{i}.mlp.gate_up.weight"),
-        ("layers.{i}.mlp.dwconv.weight", "blocks.{i}.mlp.conv_weight"),
-        ("layers.{i}.mlp.dwconv.bias", "blocks.{i}.mlp.conv_bias"),
-        ("layers.{i}.mlp.down_proj.weight", "blocks.{i}.mlp.down.weight"),
-    ),
-}
+# Per architecture, from its registry spec: the latents' starting values (buffers), also how a reference file
+# is recognised, and every (reference suffix after `model.inner.`, our suffix after `inner.`); `{i}` is a block.
+INIT_BUFFERS = {name: spec.init_buffers for name, spec in ARCHS.items()}
+KEY_PAIRS = {name: spec.reference_keys for name, spec in ARCHS.items()}
 
 
 def _pattern(template: str) -> re.Pattern[str]:

@@ -10,11 +10,11 @@ FLOPs (multiply-adds count 2) per example of one ACT step, from the model config
   - the SwiGLU MLP: `6·D·I` (gate/up `2·D·2I`, down `2·I·D`; I = round_up_256(round(expansion·D·2/3)));
   - URM's ConvSwiGLU adds its depthwise convolution, `2·conv_kernel·I`.
   That is ≈ 2 × the block's matmul parameters per token plus attention's sequence terms.
-- Block applications per ACT step (the arch's recursion): TRM and its ablations run H_cycles×(L_cycles+1)
-  passes of the L_layers blocks, the last cycle's L_cycles+1 with gradient; HRM runs H_cycles×L_cycles
-  low-level passes (L_layers) and H_cycles high-level passes (H_layers), the last of each with gradient;
-  transformers_baseline one pass of H_layers with gradient; URM H_cycles×L_cycles passes of num_layers, the
-  last cycle's L_cycles with gradient.
+- Block applications per ACT step: the arch's recursion, its registry spec's `block_passes`
+  (trm.model.registry). TRM and its ablations run H_cycles×(L_cycles+1) passes of the L_layers blocks, the
+  last cycle's L_cycles+1 with gradient; HRM runs H_cycles×L_cycles low-level passes (L_layers) and H_cycles
+  high-level passes (H_layers), the last of each with gradient; transformers_baseline one pass of H_layers
+  with gradient; URM H_cycles×L_cycles passes of num_layers, the last cycle's L_cycles with gradient.
 - The heads: `2·D·V` per token for the LM head over the seq_len answer positions and `2·D·2` for the Q
   head on the first position; they carry gradient.
 - HRM (no_ACT_continue=False) runs one more no-grad forward per training step for its Q-learning target.
@@ -106,29 +106,11 @@ def _block_flops_per_token(config: Any) -> float:
     return flops
 
 
-def _block_passes(config: Any) -> tuple[int, int]:
-    """(block applications with gradient, without) per ACT step."""
-    from trm.model.registry import spec_of
-
-    name = spec_of(config).name
-    H, L = config.H_cycles, config.L_cycles
-    if name in ("trm", "trm_singlez", "trm_hier6"):
-        per_cycle = (L + 1) * config.L_layers
-        return per_cycle, (H - 1) * per_cycle
-    if name == "hrm":
-        grad = config.L_layers + config.H_layers
-        return grad, H * L * config.L_layers + H * config.H_layers - grad
-    if name == "transformers_baseline":
-        return config.H_layers, 0
-    if name == "urm":
-        per_cycle = L * config.num_layers
-        return per_cycle, (H - 1) * per_cycle
-    raise ValueError(f"no FLOP count for architecture {name!r}; add its recursion to trm.training.throughput")
-
-
 def act_step_flops(config: Any) -> ActStepFlops:
     """FLOPs of one ACT step of one example for a model config (see the module docstring)."""
-    grad_blocks, no_grad_blocks = _block_passes(config)
+    from trm.model.registry import spec_of
+
+    grad_blocks, no_grad_blocks = spec_of(config).block_passes(config)
     tokens = config.total_seq_len
     per_block = _block_flops_per_token(config) * tokens
     heads = 2.0 * config.hidden_size * config.vocab_size * config.seq_len + 2.0 * config.hidden_size * 2

@@ -13,6 +13,7 @@ from trm.batching import largest_divisor_at_most
 from trm.errors import TRMError
 from trm.gpu_names import names_model
 from trm.launch.host.nvidia_smi import GpuInfo
+from trm.model.registry import ACTIVATION_TOKENS, get_spec
 from trm.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def workload_of(recipe_or_name: Recipe | str, arch: str | None = None) -> Worklo
     from trm.data.encoding import GRID_SIZE
     from trm.data.maze import SEQ_LEN as MAZE_SEQ_LEN
     from trm.data.sudoku import SEQ_LEN as SUDOKU_SEQ_LEN
-    from trm.model.registry import get_spec, spec_of
+    from trm.model.registry import spec_of
     from trm.training.recipes import get_recipe
 
     recipe = get_recipe(recipe_or_name) if isinstance(recipe_or_name, str) else recipe_or_name
@@ -140,22 +141,15 @@ def workload_of(recipe_or_name: Recipe | str, arch: str | None = None) -> Worklo
 
 @dataclass(frozen=True, kw_only=True)
 class Sizing:
-    """[sizing] of the table: the reference workload the tiers' `max_micro_batch` are for, and the measured
-    activation MB per row of each architecture."""
+    """[sizing] of the table: the reference workload the tiers' `max_micro_batch` are for. What a row of
+    each architecture keeps is its registry spec's measured `activation_mb_per_row` (trm.model.registry)."""
 
     reference_arch: str
     reference_tokens: int
-    measured_tokens: int
-    mb_per_row: dict[str, float]
 
     def row_mb(self, workload: Workload) -> float:
         """Saved-activation MB of one row of `workload` (linear in its tokens)."""
-        if workload.arch not in self.mb_per_row:
-            raise TRMError(
-                f"arch {workload.arch!r} has no [sizing.mb_per_row] entry in the hardware table; measure it "
-                f"with `nox -s bench -- memory --arch {workload.arch}` and add it to trm/launch/host/hardware.toml"
-            )
-        return self.mb_per_row[workload.arch] * workload.tokens / self.measured_tokens
+        return get_spec(workload.arch).activation_mb_per_row * workload.tokens / ACTIVATION_TOKENS
 
     def rows(self, tier: Tier, workload: Workload) -> int:
         """The tier's micro-batch cap for `workload`: its reference rows scaled by the rows' cost."""
@@ -296,25 +290,35 @@ def _tier(raw: dict[str, object], where: str) -> Tier:
     return tier
 
 
+# [sizing] keys that are each architecture's registry spec's now (activation_mb_per_row, ACTIVATION_TOKENS).
+MOVED_SIZING_KEYS = ("mb_per_row", "measured_tokens")
+
+
 def _sizing(raw: object, path: Path) -> Sizing:
     where = f"hardware table {path} [sizing]"
     if not isinstance(raw, dict):
         raise TRMError(f"{where}: missing; add it (see the header of hardware.toml)")
+    moved = [key for key in MOVED_SIZING_KEYS if key in raw]
+    if moved:
+        raise TRMError(
+            f"{where}: {' and '.join(moved)} is each architecture's own figure now (ArchSpec."
+            "activation_mb_per_row in trm/model/registry.py); remove it from the table"
+        )
     try:
         sizing = Sizing(
             reference_arch=str(raw["reference_arch"]),
             reference_tokens=int(raw["reference_tokens"]),
-            measured_tokens=int(raw["measured_tokens"]),
-            mb_per_row={str(k): float(v) for k, v in dict(raw["mb_per_row"]).items()},
         )
     except KeyError as err:
         raise TRMError(f"{where}: missing key {err}; add it (see the header of hardware.toml)") from None
     except (TypeError, ValueError) as err:
-        raise TRMError(f"{where}: {err}; numbers are MB per row and token counts") from None
-    if sizing.reference_arch not in sizing.mb_per_row or min(sizing.mb_per_row.values(), default=0) <= 0:
-        raise TRMError(
-            f"{where}: mb_per_row needs a positive entry for every arch, the reference arch included"
-        )
+        raise TRMError(f"{where}: {err}; reference_tokens is a token count") from None
+    try:
+        get_spec(sizing.reference_arch)
+    except TRMError as err:
+        raise TRMError(f"{where}: reference_arch: {err}") from None
+    if sizing.reference_tokens <= 0:
+        raise TRMError(f"{where}: reference_tokens = {sizing.reference_tokens}; use a positive token count")
     return sizing
 
 
