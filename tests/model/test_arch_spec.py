@@ -9,9 +9,11 @@ import itertools
 
 import pytest
 
+from trm.errors import TRMError
 from trm.launch.host.hardware import Workload, load_table
 from trm.model import upstream
 from trm.model.registry import ARCHS, ArchSpec, build_model, model_config
+from trm.training.config import compose
 from trm.training.throughput import act_step_flops
 
 # The values before the move (trm.training.throughput's branches, trm.model.upstream's tables,
@@ -34,6 +36,8 @@ OLD_TRAIN_FLOPS = {
     "transformers_baseline": 185986436352.0,
     "urm": 1124542076928.0,
 }
+# trm.training.curriculum's RECURSIVE_ARCHS: the depth curriculum ramps their H_cycles and L_cycles.
+OLD_DEPTH_CYCLES = ["trm", "trm_singlez", "trm_hier6", "hrm", "urm"]
 OLD_MB_PER_ROW = {
     "trm": 200,
     "trm_singlez": 279,
@@ -146,11 +150,21 @@ def test_the_activation_memory_per_row_is_unchanged(name: str) -> None:
     assert sizing.row_mb(Workload(arch=name, tokens=458)) == OLD_MB_PER_ROW[name] / 2
 
 
+def test_the_depth_curriculums_architectures_are_unchanged() -> None:
+    assert [name for name, spec in ARCHS.items() if spec.depth_cycles] == OLD_DEPTH_CYCLES
+    with pytest.raises(TRMError, match=r"one of trm, trm_singlez, trm_hier6, hrm, urm\)"):
+        compose(["data_paths=[x]", "arch=transformers_baseline", "depth_curriculum.ramp=0.5"])
+
+
 def test_the_call_sites_read_the_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     config = _config(ARCHS["trm"])
     before = act_step_flops(config)
-    spec = dataclasses.replace(ARCHS["trm"], block_passes=lambda c: (0, 0), activation_mb_per_row=100.0)
+    spec = dataclasses.replace(
+        ARCHS["trm"], block_passes=lambda c: (0, 0), activation_mb_per_row=100.0, depth_cycles=False
+    )
     monkeypatch.setitem(ARCHS, "trm", spec)
+    with pytest.raises(TRMError, match="arch=trm: it has no recursion cycles to ramp"):
+        compose(["data_paths=[x]", "depth_curriculum.ramp=0.5"])
     after = act_step_flops(config)
     assert after.no_grad == 0 and 0 < after.grad < before.grad  # only the heads are left
     assert load_table().sizing.row_mb(Workload(arch="trm", tokens=916)) == 100.0

@@ -54,6 +54,9 @@ class ArchSpec:
     weight file is recognised as this architecture's."""
     reference_names: tuple[tuple[str, str], ...]
     """The weights' names: (the reference's after `model.inner.`, ours after `inner.`); `{i}` is a block."""
+    depth_cycles: bool
+    """Whether its forward reads `H_cycles` and `L_cycles` each step, so that a depth curriculum
+    (trm.training.curriculum) can ramp them."""
     activation_mb_per_row: float
     """Saved bf16 activations of one batch row at its paper config on ACTIVATION_TOKENS tokens, MB
     (`nox -s bench -- memory --arch <name>`, eager); sizes micro-batches (trm.launch.host.hardware)."""
@@ -154,6 +157,7 @@ ARCHS: dict[str, ArchSpec] = {
             model_ref="trm.model.act:TinyRecursiveModel",
             reference="TinyRecursiveModels config/arch/trm.yaml, models/recursive_reasoning/trm.py",
             block_passes=_trm_passes,
+            depth_cycles=True,
             init_buffers=("H_init", "L_init"),
             reference_names=_TRM_NAMES,
             activation_mb_per_row=200,
@@ -166,6 +170,7 @@ ARCHS: dict[str, ArchSpec] = {
             model_ref="trm.model.trm_variants:TRMSingleZModel",
             reference="TinyRecursiveModels config/arch/trm_singlez.yaml, models/recursive_reasoning/trm_singlez.py",
             block_passes=_trm_passes,
+            depth_cycles=True,
             init_buffers=("L_init",),
             reference_names=_TRM_NAMES,
             activation_mb_per_row=279,
@@ -178,6 +183,7 @@ ARCHS: dict[str, ArchSpec] = {
             model_ref="trm.model.trm_variants:TRMHier6Model",
             reference="TinyRecursiveModels config/arch/trm_hier6.yaml, models/recursive_reasoning/trm_hier6.py",
             block_passes=_trm_passes,
+            depth_cycles=True,
             init_buffers=("H_init", *(f"L{i}_init" for i in range(1, 7))),
             reference_names=_TRM_NAMES,
             activation_mb_per_row=279,
@@ -190,6 +196,7 @@ ARCHS: dict[str, ArchSpec] = {
             model_ref="trm.model.trm_variants:HRMModel",
             reference="TinyRecursiveModels config/arch/hrm.yaml, models/recursive_reasoning/hrm.py",
             block_passes=_hrm_passes,
+            depth_cycles=True,
             init_buffers=("H_init", "L_init"),
             reference_names=(*_TRM_NAMES, *_level("H_level", "H_blocks", mlp_t=True)),
             activation_mb_per_row=158,
@@ -203,6 +210,7 @@ ARCHS: dict[str, ArchSpec] = {
             reference="TinyRecursiveModels config/arch/transformers_baseline.yaml, "
             "models/recursive_reasoning/transformers_baseline.py",
             block_passes=_baseline_passes,
+            depth_cycles=False,
             init_buffers=("H_init",),
             reference_names=(*_HEADS, *_POSITIONS, *_level("H_level", "blocks", mlp_t=False)),
             activation_mb_per_row=158,
@@ -215,6 +223,7 @@ ARCHS: dict[str, ArchSpec] = {
             model_ref="trm.model.urm:UniversalReasoningModel",
             reference="URM (arXiv 2512.14693) config/arch/urm.yaml, models/urm/urm.py",
             block_passes=_urm_passes,
+            depth_cycles=True,
             init_buffers=("init_hidden",),
             reference_names=_URM_NAMES,
             activation_mb_per_row=595,

@@ -29,8 +29,6 @@ from trm.errors import TRMError
 MAX_STAGES = 6
 """Each stage is one compiled graph of the training step, besides evaluation's: torch's dynamo recompiles a
 function at most `recompile_limit` (8) times before it falls back to eager for it."""
-# The architectures whose forward reads arch.H_cycles and arch.L_cycles (trm.training.throughput counts them).
-RECURSIVE_ARCHS = ("trm", "trm_singlez", "trm_hier6", "hrm", "urm")
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ def run_schedule(cfg: Any, total_steps: int) -> list[Stage]:
 
 def validate(cfg: Any) -> None:
     """Check `depth_curriculum.*` against the architecture (each message names the key and the fix)."""
-    from trm.model.registry import spec_of
+    from trm.model.registry import ARCHS, spec_of
 
     c = cfg.depth_curriculum
     ramp = c.ramp
@@ -106,11 +104,12 @@ def validate(cfg: Any) -> None:
         )
     if ramp == 0:
         return
-    name = spec_of(cfg.arch).name
-    if name not in RECURSIVE_ARCHS:
+    spec = spec_of(cfg.arch)
+    if not spec.depth_cycles:
+        recursive = ", ".join(name for name, each in ARCHS.items() if each.depth_cycles)
         raise TRMError(
-            f"depth_curriculum.ramp={ramp} with arch={name}: it has no recursion cycles to ramp; set "
-            f"depth_curriculum.ramp=0 (or use one of {', '.join(RECURSIVE_ARCHS)})."
+            f"depth_curriculum.ramp={ramp} with arch={spec.name}: it has no recursion cycles to ramp; set "
+            f"depth_curriculum.ramp=0 (or use one of {recursive})."
         )
     depths = {
         (s.H_cycles, s.L_cycles) for s in stages(cfg.arch.H_cycles, cfg.arch.L_cycles, ramp, c.stages, 1000)
