@@ -360,8 +360,12 @@ def _with_sizing(tmp_path, sizing: str):
         (
             'reference_arch = "trm"\nreference_tokens = 916\nmeasured_tokens = 916\n'
             "[sizing.mb_per_row]\ntrm = 200\n",
-            r"\[sizing\]: mb_per_row and measured_tokens is each architecture's own figure now "
-            r"\(ArchSpec.activation_mb_per_row in trm/model/registry.py\); remove it from the table",
+            r"\[sizing\]: mb_per_row and measured_tokens moved to each architecture's spec "
+            r"\(ArchSpec.activation_mb_per_row in trm/model/registry.py, .*\); remove them from the table",
+        ),
+        (
+            'reference_arch = "trm"\nreference_tokens = 916\n[sizing.mb_per_row]\ntrm = 200\n',
+            r"\[sizing\]: mb_per_row moved to each architecture's spec .*; remove it from the table",
         ),
         ('reference_arch = "trn"\nreference_tokens = 916\n', r"reference_arch: unknown .*Did you mean 'trm'"),
         (

@@ -5,8 +5,9 @@ schema (`*Arch`: adds `name`, `loss` and the trainer's defaults) and the model c
 dataset sizes) both derive from it. Training, checkpoints, `load_checkpoint=`, packaging, inference and
 evaluation go through `get_spec` / `model_config` / `build_model`. The spec also holds what other packages
 read per architecture: its block applications per ACT step (the FLOP count, trm.training.throughput), the
-reference's weight names (trm.model.upstream) and its saved activations per batch row (the hardware
-table's micro-batch sizing, trm.launch.host.hardware). A new architecture is one `ArchSpec` here plus its
+reference's weight names (trm.model.upstream), whether a depth curriculum can ramp its cycles
+(trm.training.curriculum) and its saved activations per batch row (the hardware table's micro-batch sizing,
+trm.launch.host.hardware). A new architecture is one `ArchSpec` here plus its
 schema and model modules (docs/models.md, "Adding an architecture"). Importing this module imports no
 torch: the model classes are loaded when first used.
 """

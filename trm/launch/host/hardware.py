@@ -301,8 +301,9 @@ def _sizing(raw: object, path: Path) -> Sizing:
     moved = [key for key in MOVED_SIZING_KEYS if key in raw]
     if moved:
         raise TRMError(
-            f"{where}: {' and '.join(moved)} is each architecture's own figure now (ArchSpec."
-            "activation_mb_per_row in trm/model/registry.py); remove it from the table"
+            f"{where}: {' and '.join(moved)} moved to each architecture's spec (ArchSpec."
+            "activation_mb_per_row in trm/model/registry.py, measured on 916 tokens); remove "
+            f"{'them' if len(moved) > 1 else 'it'} from the table"
         )
     try:
         sizing = Sizing(
