@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from trm.distributed import DistInfo
-from trm.training import checkpoint as ckpt
-from trm.training.checkpointer import Checkpointer, kind_on_disk
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.checkpointer import Checkpointer, kind_on_disk
+from trm.training.checkpointing.state import rng_state
 from trm.training.config import CheckpointConfig, train_config
-from trm.training.state import rng_state
 from trm.training.step_flags import WriterFlags
 
 

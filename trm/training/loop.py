@@ -2,7 +2,7 @@
 
 One loader pass covers `eval_interval` epochs (upstream's iteration). After each pass: evaluate (EMA
 weights when ema=True; trm.training.eval_run), then save a checkpoint. Saving, its schedule (rolling
-checkpoints) and retention belong to `trm.training.checkpointer`; resuming to `trm.training.resume`. After
+checkpoints) and retention belong to `trm.training.checkpointing.checkpointer`; resuming to `trm.training.checkpointing.resume`. After
 every step the ranks agree on one set of named flags (`trm.training.step_flags`) in one all-reduce.
 SIGTERM/SIGINT finish the current step, save and return SAVED_RETRY (75); SIGUSR1 saves and continues. A CUDA
 out-of-memory error raises `trm.oom.OutOfMemory` (exit OUT_OF_MEMORY, 80) without saving. A stop during an evaluation ends it at the next test batch
@@ -31,16 +31,16 @@ from trm.training import curriculum
 from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build
-from trm.training.checkpointer import Checkpointer
+from trm.training.checkpointing.checkpointer import Checkpointer
+from trm.training.checkpointing.resume import InitialWeights, load_initial, resume
+from trm.training.checkpointing.state import Progress, rank_shard
 from trm.training.config import TrainConfig, as_dict, config_hash, is_full_evaluation, math_dict
 from trm.training.eval_run import evaluate_or_undo
 from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog
 from trm.training.nonfinite import NonFiniteGuard
-from trm.training.resume import InitialWeights, load_initial, resume
 from trm.training.run_record import open_metrics, record_best, write_run_json
 from trm.training.signals import StopRequests, handle_signals
-from trm.training.state import Progress, rank_shard
 from trm.training.step_flags import StepFlags
 from trm.training.throughput import StepTimer, total_steps
 from trm.training.train_log import perf_metrics, reduce_totals, train_metrics
@@ -229,7 +229,7 @@ class Trainer:
         the full set, choose among them, and record the choice (best.json, run.json's `best`)."""
         if self.components.subset is None or not self.cfg.evaluate:
             return
-        from trm.training.best import select_best
+        from trm.training.checkpointing.best import select_best
         from trm.training.full_eval import InRunFullEvaluation
 
         evaluate_full = InRunFullEvaluation(

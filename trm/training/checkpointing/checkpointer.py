@@ -3,9 +3,9 @@ kept (retention), and how a failed save stops every rank.
 
 The training loop asks `rolling_due` after each step, shares the answer through its per-step flags
 (trm.training.step_flags) together with `writer_flags`, and calls `save`; everything else is here.
-A save snapshots the state to host memory (`trm.training.async_save`) and hands the writing to one
+A save snapshots the state to host memory (`trm.training.checkpointing.async_writer`) and hands the writing to one
 writer thread (`checkpoint.asynchronous=false`: the same work inline). Every rank writes its shard, rank 0 the
-rest, publishes atomically (trm.training.checkpoint) and prunes to `checkpoint.keep` /
+rest, publishes atomically (trm.training.checkpointing.layout) and prunes to `checkpoint.keep` /
 `checkpoint.keep_best`. A full disk (ENOSPC/EDQUOT) removes the partial save and raises
 CheckpointDiskFull on every rank; any other failed background save raises on every rank at the next step.
 """
@@ -24,11 +24,11 @@ import torch
 from trm import distributed as dist_utils
 from trm.distributed import DistInfo
 from trm.safe_remove import remove_retired_checkpoint
-from trm.training import checkpoint as ckpt
-from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.async_writer import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
+from trm.training.checkpointing.rolling import RollingSchedule
+from trm.training.checkpointing.state import write_main_state, write_rank_shard
 from trm.training.config import TrainConfig, ranking_metric, subset_on
-from trm.training.rolling import RollingSchedule
-from trm.training.state import write_main_state, write_rank_shard
 from trm.training.step_flags import WriterFlags
 
 
@@ -36,7 +36,7 @@ class CheckpointContents(Protocol):
     """What a checkpoint holds, read from the run at the moment of a save (the Trainer provides it)."""
 
     def checkpoint_facts(self) -> dict[str, Any]:
-        """The manifest's facts: step, config hash, world size, dataset… (trm.training.checkpoint)."""
+        """The manifest's facts: step, config hash, world size, dataset… (trm.training.checkpointing.layout)."""
         ...
 
     def main_payload(self) -> dict[str, Any]:
