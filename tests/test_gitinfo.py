@@ -12,7 +12,7 @@ from tools.images import context
 from trm import gitinfo
 from trm.images import entrypoint
 from trm.launch.after_run import handoff
-from trm.training import checkpoint
+from trm.training.checkpointing import layout as checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -181,6 +181,35 @@ def test_no_cycle_among_modules():
     assert found == [], f"import cycles between modules:\n  {details}"
 
 
+# trm.training.checkpointing by layer: a module imports only modules of lower layers of the package.
+CHECKPOINT_LAYERS = {
+    "layout": 0,  # the on-disk format: step_N/ folders, manifest, discovery, pruning
+    "async_writer": 0,
+    "rolling": 0,
+    "state": 1,  # what the files hold, written in the layout
+    "best": 1,
+    "resume": 2,
+    "checkpointer": 3,
+    "": 4,  # the package's face (__init__)
+}
+
+
+def test_the_checkpoint_package_is_layered():
+    package = "trm.training.checkpointing"
+    layer = {f"{package}.{name}" if name else package: n for name, n in CHECKPOINT_LAYERS.items()}
+    members = {m for m in GRAPH if m == package or m.startswith(package + ".")}
+    assert members == set(layer), (
+        "give each module of trm/training/checkpointing/ a layer in CHECKPOINT_LAYERS"
+    )
+    offenders = sorted(
+        f"{a} imports {b}" for a in members for b in GRAPH[a] if b in members and layer[b] >= layer[a]
+    )
+    offenders += sorted(f"{a} imports {b}" for a in members for b in GRAPH[a] if b == "trm.training.loop")
+    assert offenders == [], "the checkpoint package imports downwards only, never the loop:\n" + "\n".join(
+        offenders
+    )
+
+
 def test_trm_never_imports_tools():
     offenders = sorted(
         f"{module} imports {target}"

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint, overrides, source = found.path, [*found.overrides, *args.overrides], found.source
         output_dir = args.output_dir or (default_output_dir(source) if source else None)
         if args.best:
-            from trm.training.best import best_checkpoint
+            from trm.training.checkpointing.best import best_checkpoint
 
             best = best_checkpoint(checkpoint, args.metric)
             checkpoint = best.info.path

@@ -24,7 +24,7 @@ from trm.data.encoding import BLANK_IDENTIFIER
 from trm.errors import TRMError
 from trm.model.registry import ARCHS
 from trm.model.upstream import PUZZLE_EMB_KEY
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 from trm.training.loop import Trainer
 
 # Held-out tasks: 3x3 grids of colours 0..3 (two augmentations each, as the builder draws them).

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trm.commands import main
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 
 
 def write(root: Path, step: int, metrics: dict | None, best_metric: str | None = "ARC/pass@2") -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.e2e.test_train import build_dataset, final_state, rows, train
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 
 # End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
 pytestmark = pytest.mark.e2e

@@ -27,7 +27,7 @@ from trm.kaggle.infer import run_inference
 from trm.kaggle.package import package_kaggle
 from trm.model.registry import ARCHS
 from trm.model.upstream import to_upstream_state_dict
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 
 # End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
 pytestmark = pytest.mark.e2e

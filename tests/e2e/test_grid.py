@@ -17,7 +17,7 @@ from tests.helpers import FIXTURES
 from trm.launch.host.nvidia_smi import parse_query_csv
 from trm.launch.planning.plan import build_plan
 from trm.launch.planning.settings import LaunchSettings
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 from trm.training.config import compose
 from trm.training.recipes import RECIPES
 

@@ -242,8 +242,8 @@ def _to_the_end(procs: list[subprocess.Popen]) -> list[int]:
 
 def _weights(run_dir: Path) -> tuple[dict, int]:
     """The model weights of the run's newest complete checkpoint (its hashes verified), and its step."""
-    from trm.training.checkpoint import find_complete
-    from trm.training.state import read_main_state
+    from trm.training.checkpointing.layout import find_complete
+    from trm.training.checkpointing.state import read_main_state
 
     newest = find_complete(run_dir, verify_hashes=True)[-1]
     return read_main_state(newest.path)["model"], newest.step

@@ -18,7 +18,7 @@ from tests.helpers import without_timings
 from tools import checkout_env
 from trm import exit_codes
 from trm.evaluation.voting import validate_submission
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 from trm.training.recipes import get_recipe
 
 # End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
@@ -316,7 +316,7 @@ def test_sigkill_while_saving_resumes_from_the_previous_complete_checkpoint(
     run_dir = tmp_path / "killed"
     killer = (
         "import os, signal, sys\n"
-        "import trm.training.checkpoint as c\n"
+        "import trm.training.checkpointing.layout as c\n"
         "calls = []\n"
         "original = c.publish\n"
         "def publish(root, step, facts):\n"

@@ -130,7 +130,7 @@ def test_a_batch_survives_a_failure_and_a_sigterm_and_its_rerun_resumes_bit_exac
     from PIL import Image
 
     from trm.report.build import report_batch
-    from trm.training.best import best_checkpoint
+    from trm.training.checkpointing.best import best_checkpoint
 
     report = report_batch(tmp_path / "logs" / "batch_results.json", tmp_path / "report")
     loss_axes = report.figures["train_loss.png"].axes

@@ -12,7 +12,7 @@ from trm.experiments import outcome
 from trm.experiments.batch import Batch, Options, log_tail
 from trm.experiments.suite import Catalog
 from trm.io import atomic_write_json
-from trm.training.checkpoint import build_manifest, save_torch
+from trm.training.checkpointing.layout import build_manifest, save_torch
 
 
 def fake_checkpoint(run_dir: Path, step: int, *, finished: bool) -> Path:

@@ -23,7 +23,7 @@ from trm.kaggle import bundle as B
 from trm.kaggle.infer import run_inference
 from trm.kaggle.package import package_kaggle
 from trm.model.upstream import to_upstream_state_dict
-from trm.training.checkpoint import STATE, find_complete, load_torch
+from trm.training.checkpointing.layout import STATE, find_complete, load_torch
 
 REPO = "me/trm-tiny"
 UPSTREAM_REPO = "prize-team/trm_verification"

@@ -15,7 +15,14 @@ from tests.hub.conftest import TrainedRun
 from trm.commands import main
 from trm.io import sha256_file
 from trm.safe_remove import MARKER
-from trm.training.checkpoint import MANIFEST, STATE, check_folder, find_complete, load_torch, save_torch
+from trm.training.checkpointing.layout import (
+    MANIFEST,
+    STATE,
+    check_folder,
+    find_complete,
+    load_torch,
+    save_torch,
+)
 
 # A token-shaped value built at run time (a literal one would trip the repository's secret scan).
 PLANTED = "hf_" + "".join(chr(ord("a") + (7 * i) % 26) for i in range(34))

@@ -13,7 +13,7 @@ from tests.hub.conftest import TrainedRun
 from trm import eval as trm_eval
 from trm.evaluation.ablation import identifier_map
 from trm.model.sparse_embedding import SparsePuzzleEmbedding
-from trm.training.checkpoint import find_complete
+from trm.training.checkpointing.layout import find_complete
 
 
 def test_blank_maps_everything_to_the_blank_row_and_shuffled_is_a_fixed_derangement() -> None:

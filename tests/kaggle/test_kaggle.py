@@ -23,7 +23,7 @@ from trm.kaggle.infer import run_inference
 from trm.kaggle.package import package_kaggle
 from trm.kaggle.testset import build_test_set
 from trm.model.upstream import PUZZLE_EMB_KEY, to_upstream_state_dict
-from trm.training.checkpoint import STATE, load_torch
+from trm.training.checkpointing.layout import STATE, load_torch
 
 
 @pytest.fixture(scope="module")
@@ -850,7 +850,7 @@ def test_a_token_in_the_runs_config_stops_the_package(
 ) -> None:
     import shutil
 
-    from trm.training.checkpoint import MANIFEST, save_torch
+    from trm.training.checkpointing.layout import MANIFEST, save_torch
 
     step = tmp_path / "step_4"
     shutil.copytree(smoke.checkpoint, step)

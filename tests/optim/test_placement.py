@@ -128,7 +128,7 @@ def test_trainer_resume_places_state_for_the_extension_backend(tmp_path: Path, m
     tensors were stored as float64: every state tensor must come back in the extension's layout."""
     import tests.training.test_trainer_inprocess as inproc
     from trm import exit_codes
-    from trm.training import resume
+    from trm.training.checkpointing import resume
 
     monkeypatch.setattr(backend_module, "_extension_class", lambda: ExtensionLayout)
     monkeypatch.setattr(backend_module, "_extension_problem", lambda cls, devices: None)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
+from trm.training.checkpointing.async_writer import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
 
 
 def saved_sha(obj) -> str:

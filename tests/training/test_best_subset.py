@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from trm.commands import main
-from trm.training import checkpoint as ckpt
-from trm.training.best import BEST_FILE, select_best
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.best import BEST_FILE, select_best
 
 SUB = "subset/eval/all/exact_accuracy"
 FULL = "eval/all/exact_accuracy"
@@ -92,7 +92,7 @@ def test_trm_best_re_evaluates_the_runs_top_k(
 
 
 def test_the_recorded_choice_is_what_packaging_and_trm_eval_get(run_dir: Path) -> None:
-    from trm.training.best import best_checkpoint
+    from trm.training.checkpointing.best import best_checkpoint
 
     assert best_checkpoint(run_dir).info.step == 300  # before any full re-evaluation: the subset's best
     select_best(run_dir, 3, FullSet())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 
 FACTS = {
     "dataset_fingerprint": "d1",

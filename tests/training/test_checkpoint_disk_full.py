@@ -1,6 +1,6 @@
 """A checkpoint save that runs out of disk ends with one clear error (exit DISK_FULL), nothing torn left.
 
-The filesystem limit is simulated at the real write call: `open` in trm.training.checkpoint hands torch a
+The filesystem limit is simulated at the real write call: `open` in trm.training.checkpointing.layout hands torch a
 file whose writes fail with ENOSPC once a byte budget is spent, so torch's own error path runs (its
 inline_container RuntimeError chained to the OSError). With root and tmpfs, one test uses a real small
 filesystem as well.
@@ -22,7 +22,7 @@ import pytest
 
 import tests.training.test_trainer_inprocess as inproc
 from trm import exit_codes
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 
 
 class Budget:
@@ -173,7 +173,7 @@ def test_disk_full_on_a_real_small_filesystem(small_tmpfs: Path) -> None:
 
 WRAPPER = """
 import builtins, errno, os, sys
-from trm.training import checkpoint
+from trm.training.checkpointing import layout as checkpoint
 
 def full_disk_open(path, mode="r", *args, **kwargs):
     if "w" in mode and str(path).endswith("state.pt"):
@@ -207,7 +207,7 @@ def test_the_trainer_command_ends_with_one_line_and_exit_74(tmp_path: Path) -> N
 
 RANK_WRAPPER = """
 import builtins, errno, os, sys
-from trm.training import checkpoint
+from trm.training.checkpointing import layout as checkpoint
 
 def full_disk_open(path, mode="r", *args, **kwargs):
     if "w" in mode and str(path).endswith("rank_1.pt"):

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from trm.distributed import DistInfo
-from trm.training import checkpoint as ckpt
-from trm.training.checkpointer import Checkpointer, kind_on_disk
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.checkpointer import Checkpointer, kind_on_disk
+from trm.training.checkpointing.state import rng_state
 from trm.training.config import CheckpointConfig, train_config
-from trm.training.state import rng_state
-from trm.training.step_flags import WriterFlags
+from trm.training.step_flags import StepFlags, WriterFlags
 
 
 class FakeRun:
@@ -55,7 +55,7 @@ def make(
 def save(checkpointer: Checkpointer, run: FakeRun, step: int, metrics: dict[str, float] | None = None, **kw):
     run.step = step
     checkpointer.save(step, metrics, **kw)
-    checkpointer.settle()
+    checkpointer.wait()
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
@@ -97,10 +97,26 @@ def test_retention_keeps_the_newest_and_the_best(tmp_path: Path) -> None:
 def test_the_rolling_schedule_is_rank_0s(tmp_path: Path) -> None:
     main, _ = make(tmp_path, every_steps=2)
     other, _ = make(tmp_path, rank=1, every_steps=2)
-    assert [main.rolling_due(s) for s in (1, 2, 3, 4)] == [False, True, False, True]
-    assert not any(other.rolling_due(s) for s in (1, 2, 3, 4))
+    assert [main.flags(s)[0] for s in (1, 2, 3, 4)] == [False, True, False, True]
+    assert not any(other.flags(s)[0] for s in (1, 2, 3, 4))
     off, _ = make(tmp_path)
-    assert off.every_eval and not off.rolling_due(100)  # every_eval defaults to true
+    assert off.every_eval and not off.flags(100)[0]  # every_eval defaults to true
+
+
+@pytest.mark.parametrize("every_eval", [True, False])
+def test_the_save_after_a_pass_follows_every_eval(tmp_path: Path, every_eval: bool) -> None:
+    checkpointer, run = make(tmp_path, every_eval=every_eval)
+    save(checkpointer, run, 5, pass_end=True)
+    assert [i.step for i in ckpt.find_complete(tmp_path / "run")] == ([5] if every_eval else [])
+
+
+def test_a_step_saves_only_when_some_rank_wants_it(tmp_path: Path) -> None:
+    checkpointer, run = make(tmp_path)
+    save(checkpointer, run, 1, shared=StepFlags())
+    assert ckpt.find_complete(tmp_path / "run") == []
+    save(checkpointer, run, 2, shared=StepFlags(rolling=True))
+    save(checkpointer, run, 3, shared=StepFlags(save=True))
+    assert [i.step for i in ckpt.find_complete(tmp_path / "run")] == [2, 3]
 
 
 def test_a_full_disk_in_the_background_is_flagged_then_raised(tmp_path: Path, monkeypatch) -> None:
@@ -113,14 +129,14 @@ def test_a_full_disk_in_the_background_is_flagged_then_raised(tmp_path: Path, mo
     monkeypatch.setattr(ckpt, "publish", full)
     run.step = 2
     checkpointer.save(2, None)
-    checkpointer.writer.join()
-    flags = checkpointer.writer_flags()
+    checkpointer.wait(raise_failure=False)
+    _, flags = checkpointer.flags(3)
     assert flags == WriterFlags(failed=True, disk_full=True)
     with pytest.raises(ckpt.CheckpointDiskFull, match="No space left on device"):
-        checkpointer.raise_writer_failure(flags)
+        checkpointer.save(3, None, shared=StepFlags(save=True, writer=flags))
     assert not (tmp_path / "run" / ".step_2.partial").exists()
     assert [i.step for i in ckpt.find_complete(tmp_path / "run")] == [1]  # the previous one is intact
-    assert checkpointer.writer_flags() == WriterFlags()  # raised once
+    assert checkpointer.flags(3)[1] == WriterFlags()  # raised once
 
 
 def test_another_failure_is_not_a_full_disk(tmp_path: Path, monkeypatch) -> None:
@@ -131,7 +147,7 @@ def test_another_failure_is_not_a_full_disk(tmp_path: Path, monkeypatch) -> None
 
     monkeypatch.setattr(ckpt, "publish", broken)
     checkpointer.save(1, None)
-    checkpointer.writer.join()
-    assert checkpointer.writer_flags() == WriterFlags(failed=True, disk_full=False)
+    checkpointer.wait(raise_failure=False)
+    assert checkpointer.flags(2)[1] == WriterFlags(failed=True, disk_full=False)
     with pytest.raises(OSError, match="Input/output error"):
-        checkpointer.settle()
+        checkpointer.wait()

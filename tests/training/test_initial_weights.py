@@ -10,8 +10,8 @@ import torch
 from trm.errors import TRMError
 from trm.model import TinyRecursiveModel, TRMConfig
 from trm.model.upstream import to_upstream_state_dict
-from trm.training import checkpoint as ckpt
 from trm.training.builder import load_initial_weights
+from trm.training.checkpointing import layout as ckpt
 
 
 def model(num_ids: int, seed: int) -> TinyRecursiveModel:

@@ -14,10 +14,10 @@ from tests.helpers import FakeLoader
 from trm import exit_codes
 from trm.distributed import DistInfo, any_rank
 from trm.errors import TRMError
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.state import read_main_state, set_rng_state
 from trm.training.config import compose, config_hash, math_dict
 from trm.training.nonfinite import NonFiniteError, repro_path, step_flags
-from trm.training.state import read_main_state, set_rng_state
 
 
 def _param(*values: float) -> torch.nn.Parameter:

@@ -14,7 +14,7 @@ from tests.fixtures.launch.oom_trainer import CUDA_OOM, failing_at
 from tests.training.test_trainer_inprocess import assert_same_state, make_trainer, run
 from trm import exit_codes
 from trm.oom import OutOfMemory, is_out_of_memory
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 from trm.training.loop import Trainer
 
 

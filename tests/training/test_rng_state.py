@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from trm.training.accumulation import MicroBatchSplit
-from trm.training.state import rank_shard, read_rng, rng_state, set_rng_state, write_rank_shard
+from trm.training.checkpointing.state import rank_shard, read_rng, rng_state, set_rng_state, write_rank_shard
 
 
 class FakeCuda:
@@ -112,7 +112,7 @@ def test_checkpoints_holding_the_old_per_gpu_list_still_resume(monkeypatch, capl
 
     short = {**listed, "cuda": listed["cuda"][:2]}  # no entry for cuda:3: keep the seeded state, warn
     seeded = now.generators[3].get_state()
-    with caplog.at_level(logging.WARNING, logger="trm.training.state"):
+    with caplog.at_level(logging.WARNING, logger="trm.training.checkpointing.state"):
         set_rng_state(short)
     assert torch.equal(now.generators[3].get_state(), seeded)
     assert "none for cuda:3" in caplog.text

@@ -16,9 +16,9 @@ import pytest
 
 import tests.training.test_trainer_inprocess as inproc
 from trm import exit_codes
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.rolling import RollingSchedule
 from trm.training.config import RUN_ONLY_KEYS, compose, config_hash
-from trm.training.rolling import RollingSchedule
 
 
 def manifests(run_dir: Path) -> dict[int, dict]:

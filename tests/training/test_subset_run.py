@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.training.test_trainer_inprocess import assert_same_state, metric_rows, run
 from trm import exit_codes
-from trm.training import checkpoint as ckpt
-from trm.training.best import BEST_FILE
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.best import BEST_FILE
 
 SUBSET = ("eval_subset.fraction=0.5", "eval_subset.seed=3", "eval_subset.full_every=2", "best.top_k=2")
 SCORE = "subset/eval/all/exact_accuracy"

@@ -119,7 +119,7 @@ def test_cuda_training_really_compiles_and_uses_the_expected_optimizer_backend(t
 def test_evaluation_only_run_on_cuda_matches_the_in_training_evaluation(
     dataset: Path, tmp_path: Path
 ) -> None:
-    from trm.training import checkpoint as ckpt
+    from trm.training.checkpointing import layout as ckpt
 
     trained = run(dataset, tmp_path / "run", "epochs=2", "eval_interval=2")
     assert trained.returncode == 0, trained.stderr[-3000:]

@@ -14,7 +14,7 @@ from tests.helpers import FakeLoader, HostSyncCounter, without_timings
 from trm import exit_codes
 from trm.distributed import DistInfo
 from trm.errors import TRMError
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 from trm.training.config import compose, fill_run_defaults
 from trm.training.loop import Trainer
 from trm.training.recipes import get_recipe

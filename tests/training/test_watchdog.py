@@ -15,7 +15,7 @@ import pytest
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.launch.running.supervisor import AttemptResult, read_rank_codes
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 from trm.training.config import compose, config_hash, math_dict
 from trm.training.watchdog import (
     Allowances,

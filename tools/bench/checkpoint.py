@@ -96,7 +96,7 @@ def build_trainer(run_dir: Path, identifiers: int, tiny: bool, device: str = "cp
 
 def file_hashes(run_dir: Path) -> dict[str, str]:
     """sha256 of every file of the run's only checkpoint, from its manifest."""
-    from trm.training.checkpoint import find_complete
+    from trm.training.checkpointing.layout import find_complete
 
     (info,) = find_complete(run_dir, verify_hashes=True)
     return {name: meta["sha256"] for name, meta in info.manifest["files"].items()}

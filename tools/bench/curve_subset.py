@@ -4,7 +4,7 @@ the weights of both sides' checkpoints, and the best checkpoint each side choose
 Side A evaluates the whole test set at every in-run evaluation and its best checkpoint is the one with
 the highest full score (ties: the later step, as `python -m trm best`). Side B, the same seed, evaluates a
 subset in-run and chooses at its end among its top-k checkpoints by subset score, re-evaluated on the full
-set (trm.training.best.select_best, recorded in best.json). Both sides train identically, so their
+set (trm.training.checkpointing.best.select_best, recorded in best.json). Both sides train identically, so their
 checkpoints at a step hold the same weights and side A's in-run evaluation gives the full score of any
 step side B may choose.
 
@@ -101,7 +101,7 @@ def overall(seeds: list[dict[str, Any]]) -> str:
 def read_full_run(run_dir: Path, metric: str) -> tuple[dict[int, float], float]:
     """Side A's full scores of `metric` by evaluation checkpoint, and the items they average over."""
     from trm.evaluation.subset import denominator
-    from trm.training.checkpoint import find_complete, metric_value
+    from trm.training.checkpointing.layout import find_complete, metric_value
 
     scores: dict[int, float] = {}
     counts: set[float] = set()
@@ -125,7 +125,7 @@ def read_choice(run_dir: Path) -> dict[str, Any]:
     """Side B's choice as its end of run recorded it (best.json)."""
     import json
 
-    from trm.training.best import BEST_FILE
+    from trm.training.checkpointing.best import BEST_FILE
 
     path = run_dir / BEST_FILE
     try:
@@ -154,8 +154,8 @@ def weights_identity(full_dir: Path, subset_dir: Path) -> dict[str, Any]:
     tensors differ (None: equal bit for bit at all of them)."""
     import torch
 
-    from trm.training.checkpoint import find_complete
-    from trm.training.state import read_main_state
+    from trm.training.checkpointing.layout import find_complete
+    from trm.training.checkpointing.state import read_main_state
 
     a = {i.step: i.path for i in find_complete(full_dir)}
     b = {i.step: i.path for i in find_complete(subset_dir)}

@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from trm.data.loader import PuzzleLoader
     from trm.evaluation.subset import ROWS, choose
-    from trm.training.checkpoint import find_complete
+    from trm.training.checkpointing.layout import find_complete
 
     torch.set_num_threads(1)
     started = time.perf_counter()

@@ -193,7 +193,7 @@ def adapt(
     from trm import distributed as dist_utils
     from trm.data.loader import PuzzleLoader
     from trm.distributed import initialize
-    from trm.training.checkpoint import find_complete
+    from trm.training.checkpointing.layout import find_complete
     from trm.training.loop import Trainer
     from trm.training.signals import DEADLINE
 

@@ -12,8 +12,8 @@ def run(args: argparse.Namespace) -> int:
 
     from trm.errors import TRMError
     from trm.evaluation.subset import SUBSET_PREFIX
-    from trm.training.best import best_checkpoint, run_ranking, select_best
-    from trm.training.checkpoint import CheckpointInfo
+    from trm.training.checkpointing.best import best_checkpoint, run_ranking, select_best
+    from trm.training.checkpointing.layout import CheckpointInfo
     from trm.training.full_eval import CANDIDATES_DIR
     from trm.training.standalone_eval import full_metrics
 

@@ -15,7 +15,7 @@ def _kaggle(args: argparse.Namespace) -> int:
     if is_hub_ref(args.checkpoint):
         checkpoint = args.checkpoint  # resolved (downloaded, commit recorded) by package_kaggle
     elif args.best:
-        from trm.training.best import best_checkpoint
+        from trm.training.checkpointing.best import best_checkpoint
 
         best = best_checkpoint(Path(args.checkpoint), args.metric)
         checkpoint = best.info.path

@@ -1,7 +1,7 @@
 """What a run directory says about a run: finished or not, its final and best metrics, its best checkpoint.
 
 Read from the trainer's own files: `metrics.jsonl` (trm.training.metrics_log; a torn last line is
-skipped), `run.json` (the step limit) and the complete `step_N/` folders (trm.training.checkpoint).
+skipped), `run.json` (the step limit) and the complete `step_N/` folders (trm.training.checkpointing.layout).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trm.training import checkpoint as ckpt
+from trm.training.checkpointing import layout as ckpt
 from trm.training.config import headline_metric
 from trm.training.metrics_log import JSONL
 
@@ -119,7 +119,7 @@ def is_finished(run_dir: Path) -> bool:
     found = ckpt.find_complete(Path(run_dir), warn=False)
     if not found:
         return False
-    from trm.training.state import read_main_state
+    from trm.training.checkpointing.state import read_main_state
 
     try:
         return bool(read_main_state(found[-1].path)["progress"]["finished"])

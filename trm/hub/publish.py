@@ -31,7 +31,7 @@ from trm.extras import install_hint
 from trm.hub.ref import CHECKPOINT_DIR, DATASET_DIR, PROVENANCE, SCHEME, parse
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from trm.safe_remove import MARKER
-from trm.training.checkpoint import (
+from trm.training.checkpointing.layout import (
     COMPLETE,
     MANIFEST,
     STATE,
@@ -63,7 +63,7 @@ class Selection:
 
 def select(run_dir: Path, *, best: bool, step: int | None, metric: str | None) -> Selection:
     """--best (by the run's metric or `metric`), --step N, or the newest complete checkpoint."""
-    from trm.training.best import best_checkpoint
+    from trm.training.checkpointing.best import best_checkpoint
 
     if best and step is not None:
         raise TRMError("--best and --step N each pick a checkpoint: pass one of them")

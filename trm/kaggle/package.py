@@ -64,7 +64,7 @@ def _with_unseen_row(
 
 def newest_in_run_dir(path: Path) -> Path:
     """A run directory (holding step_N/ folders) stands for its newest complete checkpoint."""
-    from trm.training.checkpoint import COMPLETE, find_complete
+    from trm.training.checkpointing.layout import COMPLETE, find_complete
 
     if not path.is_dir() or (path / COMPLETE).exists():
         return path
@@ -258,7 +258,7 @@ def package_kaggle(
     from trm.hub.ref import BUNDLE, DATASET_DIR, OURS, resolve
     from trm.model.registry import spec_of
     from trm.training.builder import read_checkpoint_weights
-    from trm.training.checkpoint import MANIFEST as CKPT_MANIFEST
+    from trm.training.checkpointing.layout import MANIFEST as CKPT_MANIFEST
 
     found = resolve(checkpoint)  # the commit of a Hub checkpoint is recorded in config.json and manifest.json
     if found.layout == BUNDLE:

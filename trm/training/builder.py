@@ -184,7 +184,7 @@ def read_checkpoint_weights(path: str, arch: str | None = None) -> tuple[dict[st
     """(state dict in our keys, description) of our step_N/ folder (EMA weights if present) or a reference
     step_N file (upstream TRM or URM, recognised by its keys; must be `arch` when given)."""
     from trm.model.upstream import convert_upstream_state_dict, detect_arch
-    from trm.training.checkpoint import STATE, load_torch, verified_manifest
+    from trm.training.checkpointing.layout import STATE, load_torch, verified_manifest
 
     p = Path(path)
     if p.is_dir():

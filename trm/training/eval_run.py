@@ -19,9 +19,9 @@ import torch
 
 from trm.distributed import DistInfo
 from trm.training.builder import Components
+from trm.training.checkpointing.state import rng_state, set_rng_state
 from trm.training.config import TrainConfig, best_metric, own_score
 from trm.training.eval_passes import eval_passes, evaluate_passes
-from trm.training.state import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Evaluate a saved checkpoint of the running job on the full test set, in the trainer's process (the end
-of a run's best.top_k re-evaluation, trm.training.best.select_best).
+of a run's best.top_k re-evaluation, trm.training.checkpointing.best.select_best).
 
 The checkpoint's weights (and EMA, evaluated as in the run) are loaded into the trainer's model, a fresh
 set of evaluators scores them (no votes pooled with any other evaluation), and the trainer's weights, EMA
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from trm.distributed import DistInfo
 from trm.training.builder import Components
-from trm.training.checkpoint import CheckpointInfo
+from trm.training.checkpointing.layout import CheckpointInfo
+from trm.training.checkpointing.state import read_main_state, rng_state, set_rng_state
 from trm.training.config import TrainConfig
 from trm.training.eval_passes import evaluate_passes
 from trm.training.eval_run import ema_weights
-from trm.training.state import read_main_state, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 CANDIDATES_DIR = "best_candidates"

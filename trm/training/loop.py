@@ -2,8 +2,7 @@
 
 One loader pass covers `eval_interval` epochs (upstream's iteration). After each pass: evaluate (EMA
 weights when ema=True; trm.training.eval_run), then save a checkpoint. Saving, its schedule (rolling
-checkpoints) and retention belong to `trm.training.checkpointer`; resuming to `trm.training.resume`. After
-every step the ranks agree on one set of named flags (`trm.training.step_flags`) in one all-reduce.
+checkpoints), retention and resuming belong to the Checkpointer (`trm.training.checkpointing`). After every step the ranks agree on one set of named flags (`trm.training.step_flags`) in one all-reduce.
 SIGTERM/SIGINT finish the current step, save and return SAVED_RETRY (75); SIGUSR1 saves and continues. A CUDA
 out-of-memory error raises `trm.oom.OutOfMemory` (exit OUT_OF_MEMORY, 80) without saving. A stop during an evaluation ends it at the next test batch
 (all ranks agree) and saves the training state as it was before that evaluation: its partial metrics and
@@ -31,16 +30,14 @@ from trm.training import curriculum
 from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build
-from trm.training.checkpointer import Checkpointer
+from trm.training.checkpointing import Checkpointer, InitialWeights, Progress, rank_shard
 from trm.training.config import TrainConfig, as_dict, config_hash, is_full_evaluation, math_dict
 from trm.training.eval_run import evaluate_or_undo
 from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog
 from trm.training.nonfinite import NonFiniteGuard
-from trm.training.resume import InitialWeights, load_initial, resume
 from trm.training.run_record import open_metrics, record_best, write_run_json
 from trm.training.signals import StopRequests, handle_signals
-from trm.training.state import Progress, rank_shard
 from trm.training.step_flags import StepFlags
 from trm.training.throughput import StepTimer, total_steps
 from trm.training.train_log import perf_metrics, reduce_totals, train_metrics
@@ -94,10 +91,8 @@ class Trainer:
         """Build everything, then resume from the newest complete checkpoint or load initial weights:
         `initial_weights()` (a full state dict and its description) when given, else cfg.load_checkpoint."""
         trainer = cls(cfg, info, build(cfg, info, loaders))
-        resumed = resume(trainer.run_dir, info, trainer.components, trainer.checkpoint_facts())
-        if resumed is None:
-            load_initial(cfg, info, trainer.components, initial_weights)
-        else:
+        resumed = trainer.checkpointer.load(trainer.components, initial_weights)
+        if resumed is not None:
             trainer.resumed_from, trainer.progress, trainer.carries = (
                 resumed.folder,
                 resumed.progress,
@@ -188,18 +183,14 @@ class Trainer:
                     if p.step >= self.step_limit:
                         break
                     self._train_step(batch, bar)
+                    rolling, writer = self.checkpointer.flags(p.step)
                     flags = StepFlags(
-                        stop=requests.stop,
-                        save=requests.take_save(),
-                        rolling=self.checkpointer.rolling_due(p.step),
-                        writer=self.checkpointer.writer_flags(),
+                        stop=requests.stop, save=requests.take_save(), rolling=rolling, writer=writer
                     ).any_rank(self.info, nonfinite=self.nonfinite.flags)
                     if any(flags.nonfinite):
-                        self.checkpointer.writer.join()  # the save in flight holds finite weights
+                        self.checkpointer.wait(raise_failure=False)  # the save in flight holds finite weights
                         self.nonfinite.fail(p.step)
-                    self.checkpointer.raise_writer_failure(flags.writer)
-                    if flags.wants_save:
-                        self.save_checkpoint()
+                    self.save_checkpoint(shared=flags)  # a failed background save stops every rank here
                     if flags.stop:
                         return self._stopped(requests)
                 p.pass_done = True
@@ -211,8 +202,7 @@ class Trainer:
             p.pass_done = False
             if p.iteration >= self.total_iters:
                 break
-            if self.checkpointer.every_eval:
-                self.save_checkpoint()
+            self.save_checkpoint(pass_end=True)
             if dist_utils.any_rank([requests.stop], self.info)[0]:
                 self.save_checkpoint()
                 return self._stopped(requests)
@@ -220,7 +210,7 @@ class Trainer:
             return self._stopped_in_evaluation(requests)
         p.finished = True
         self.save_checkpoint(replace=True)
-        self.checkpointer.settle()
+        self.checkpointer.wait()
         self._choose_best()
         return exit_codes.OK
 
@@ -229,7 +219,7 @@ class Trainer:
         the full set, choose among them, and record the choice (best.json, run.json's `best`)."""
         if self.components.subset is None or not self.cfg.evaluate:
             return
-        from trm.training.best import select_best
+        from trm.training.checkpointing.best import select_best
         from trm.training.full_eval import InRunFullEvaluation
 
         evaluate_full = InRunFullEvaluation(
@@ -245,7 +235,7 @@ class Trainer:
             )  # fmt: skip
 
     def _stopped(self, requests: StopRequests) -> int:
-        self.checkpointer.settle()
+        self.checkpointer.wait()
         self.stop_reason = requests.signal_name
         if self.info.is_main:
             log.warning(
@@ -369,12 +359,16 @@ class Trainer:
         return True
 
     # ---------------------------------------------------------------- checkpoints
-    def save_checkpoint(self, *, replace: bool = False) -> None:
+    def save_checkpoint(
+        self, *, replace: bool = False, pass_end: bool = False, shared: StepFlags | None = None
+    ) -> None:
         """Save the run now (see Checkpointer.save): an evaluation checkpoint when the last evaluation
-        was at this step; `replace` overwrites a complete one (the final save marks the run finished)."""
+        was at this step; `replace` overwrites a complete one (the final save marks the run finished);
+        `pass_end` and `shared` let the Checkpointer decide whether to save (after a pass, after a step)."""
         step = self.progress.step
         evaluated = self._evaluated_step == step
-        self.checkpointer.save(step, self._eval_metrics if evaluated else None, replace=replace)
+        metrics = self._eval_metrics if evaluated else None
+        self.checkpointer.save(step, metrics, replace=replace, pass_end=pass_end, shared=shared)
 
     def rank_shard(self) -> dict[str, Any]:
         return rank_shard(self.components.plan, self.carries)
@@ -401,7 +395,7 @@ class Trainer:
     def close(self) -> None:
         """Wait for the save in flight (raising its failure), then close the metric sinks."""
         try:
-            self.checkpointer.wait()
+            self.checkpointer.close()
         finally:
             if self.metrics is not None:
                 self.metrics.close()

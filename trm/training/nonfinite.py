@@ -29,8 +29,8 @@ from trm import exit_codes
 from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.io import atomic_write_bytes
-from trm.training import checkpoint as ckpt
-from trm.training.state import rng_state
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.state import rng_state
 
 log = logging.getLogger(__name__)
 SHOWN_PUZZLES = 10  # puzzle names in the log line and the error; the repro has all of them

@@ -14,7 +14,7 @@ from trm.distributed import DistInfo
 from trm.io import atomic_write_json
 from trm.training import curriculum
 from trm.training.builder import Components
-from trm.training.checkpoint import git_sha
+from trm.training.checkpointing.layout import git_sha
 from trm.training.config import TrainConfig, as_dict, config_hash
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
 from trm.versions import collect_versions
@@ -80,7 +80,7 @@ def write_run_json(
 
 
 def record_best(run_dir: Path, best: dict[str, object]) -> None:
-    """Add the chosen best checkpoint (trm.training.best.select_best) to run.json as `best`."""
+    """Add the chosen best checkpoint (trm.training.checkpointing.best.select_best) to run.json as `best`."""
     path = run_dir / "run.json"
     record = read_json_or_empty(path)
     record["best"] = best

@@ -80,7 +80,7 @@ def run(workdir: Path, *, max_puzzles: int, num_aug: int, epochs: int, batch: in
     print(f"\n--- SIGTERM at step ~{seen}: exit {exit_codes.SAVED_RETRY}; resuming with the same command\n")
     _check("resumed training", subprocess.run(cmd, env=env), 0)
 
-    from trm.training.checkpoint import find_complete
+    from trm.training.checkpointing.layout import find_complete
 
     final = find_complete(ckpts)[-1]
     submission = ckpts / f"evaluator_ARC_step_{final.step}" / "submission.json"

@@ -22,7 +22,7 @@ from trm.model.registry import spec_of
 from trm.training import config as config_mod
 from trm.training.accumulation import MicroBatchSplit
 from trm.training.builder import build_model, compiled_if_wanted, load_initial_weights
-from trm.training.checkpoint import STATE, load_torch, verified_manifest
+from trm.training.checkpointing.layout import STATE, load_torch, verified_manifest
 from trm.training.config import TrainConfig
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import torch
 from tools.bench import curve_output, curve_subset, curves
 from trm.errors import TRMError
 from trm.evaluation.subset import wilson_interval
-from trm.training import checkpoint as ckpt
-from trm.training.best import BEST_FILE
+from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.best import BEST_FILE
 
 FULL = "eval/all/exact_accuracy"
 # The full run's score at each evaluation checkpoint, over 512 test rows: its best is step 200.

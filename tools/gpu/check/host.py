@@ -35,7 +35,7 @@ def facts(ctx: Context) -> Outcome:
     import torch
 
     from trm.launch.host.nvidia_smi import query_driver_cuda, query_gpus
-    from trm.training.checkpoint import git_sha
+    from trm.training.checkpointing.layout import git_sha
 
     low, high = (".".join(map(str, v)) for v in TORCH_SUPPORTED)
     data: dict[str, Any] = {

@@ -39,7 +39,7 @@ def resume(ctx: Context) -> Outcome:
     import torch
 
     from trm import exit_codes
-    from trm.training import checkpoint as ckpt
+    from trm.training.checkpointing import layout as ckpt
 
     work = ctx.work / "resume"
     dataset = work / "data"

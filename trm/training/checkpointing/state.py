@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from trm.training.accumulation import MicroBatchSplit, cat_rows, slice_rows, tree_map
-from trm.training.checkpoint import STATE, load_torch, rank_file, save_torch
+from trm.training.checkpointing.layout import STATE, load_torch, rank_file, save_torch
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,13 @@
-"""Saving a run's checkpoints: when (the schedule), how (snapshot, then write in the background), what is
-kept (retention), and how a failed save stops every rank.
+"""A run's checkpoints: resuming or loading initial weights (`load`), when to save (the schedule), how
+(snapshot, then write in the background), what is kept (retention), and how a failed save stops every rank.
 
-The training loop asks `rolling_due` after each step, shares the answer through its per-step flags
-(trm.training.step_flags) together with `writer_flags`, and calls `save`; everything else is here.
-A save snapshots the state to host memory (`trm.training.async_save`) and hands the writing to one
+The training loop uses `load` once, then after each step shares this rank's `flags` (a rolling save due,
+the last background save's outcome) in its per-step flags (trm.training.step_flags) and hands the agreed
+flags to `save`; it `wait`s for the save in flight where a run stops and `close`s at its end. Everything
+else is here.
+A save snapshots the state to host memory (`trm.training.checkpointing.async_writer`) and hands the writing to one
 writer thread (`checkpoint.asynchronous=false`: the same work inline). Every rank writes its shard, rank 0 the
-rest, publishes atomically (trm.training.checkpoint) and prunes to `checkpoint.keep` /
+rest, publishes atomically (trm.training.checkpointing.layout) and prunes to `checkpoint.keep` /
 `checkpoint.keep_best`. A full disk (ENOSPC/EDQUOT) removes the partial save and raises
 CheckpointDiskFull on every rank; any other failed background save raises on every rank at the next step.
 """
@@ -21,22 +23,24 @@ from typing import Any, Protocol
 
 import torch
 
+import trm.training.checkpointing.layout as ckpt
 from trm import distributed as dist_utils
 from trm.distributed import DistInfo
 from trm.safe_remove import remove_retired_checkpoint
-from trm.training import checkpoint as ckpt
-from trm.training.async_save import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
+from trm.training.builder import Components
+from trm.training.checkpointing.async_writer import CheckpointWriter, HostBuffers, snapshot, snapshot_bytes
+from trm.training.checkpointing.resume import InitialWeights, Resumed, load_initial, resume
+from trm.training.checkpointing.rolling import RollingSchedule
+from trm.training.checkpointing.state import write_main_state, write_rank_shard
 from trm.training.config import TrainConfig, ranking_metric, subset_on
-from trm.training.rolling import RollingSchedule
-from trm.training.state import write_main_state, write_rank_shard
-from trm.training.step_flags import WriterFlags
+from trm.training.step_flags import StepFlags, WriterFlags
 
 
 class CheckpointContents(Protocol):
     """What a checkpoint holds, read from the run at the moment of a save (the Trainer provides it)."""
 
     def checkpoint_facts(self) -> dict[str, Any]:
-        """The manifest's facts: step, config hash, world size, dataset… (trm.training.checkpoint)."""
+        """The manifest's facts: step, config hash, world size, dataset… (trm.training.checkpointing.layout)."""
         ...
 
     def main_payload(self) -> dict[str, Any]:
@@ -73,7 +77,8 @@ def kind_on_disk(folder: Path) -> str | None:
 
 
 class Checkpointer:
-    """Owns a run's saves: the rolling schedule, the writer thread and its host buffers, retention."""
+    """Owns a run's checkpoints: its start (resume or initial weights), the rolling schedule, the writer
+    thread and its host buffers, retention."""
 
     def __init__(
         self,
@@ -83,6 +88,7 @@ class Checkpointer:
         contents: CheckpointContents,
         check_weights: Callable[[list[torch.Tensor], int], None],
     ) -> None:
+        self.cfg = cfg
         self.info = info
         self.run_dir = run_dir
         self.contents = contents
@@ -100,20 +106,49 @@ class Checkpointer:
         # save pays for allocating it (and its page faults).
         self._buffers = (HostBuffers(), HostBuffers())
 
+    # ---------------------------------------------------------------- load
+    def load(self, components: Components, initial_weights: InitialWeights | None = None) -> Resumed | None:
+        """Restore `components` from the run directory's newest complete checkpoint (its folder, progress
+        and this rank's carries are returned); when there is none, load the initial weights
+        (`initial_weights()` when given, else `load_checkpoint`) and return None."""
+        resumed = resume(self.run_dir, self.info, components, self.contents.checkpoint_facts())
+        if resumed is None:
+            load_initial(self.cfg, self.info, components, initial_weights)
+        return resumed
+
     # ---------------------------------------------------------------- schedule
-    def rolling_due(self, step: int) -> bool:
-        """Rank 0's clock decides; the loop shares the answer with the other ranks' step flags."""
-        return self.info.is_main and self.rolling.due(step)
+    def flags(self, step: int) -> tuple[bool, WriterFlags]:
+        """This rank's part of the step flags, read without waiting: whether a rolling checkpoint is due
+        (rank 0's clock decides; the loop shares the answer with the other ranks) and how the last
+        background save went."""
+        return self.info.is_main and self.rolling.due(step), self._writer_flags()
 
     # ---------------------------------------------------------------- save
-    def save(self, step: int, eval_metrics: dict[str, float] | None, *, replace: bool = False) -> None:
+    def save(
+        self,
+        step: int,
+        eval_metrics: dict[str, float] | None = None,
+        *,
+        replace: bool = False,
+        pass_end: bool = False,
+        shared: StepFlags | None = None,
+    ) -> None:
         """Snapshot the state to host memory and hand it to the writer.
 
         `eval_metrics`: the metrics of an evaluation at `step` (an evaluation checkpoint), else None.
         A complete step_N/ already there is kept unless `replace` (the final save marks the run finished)
         or this save follows an evaluation at step N and the one there does not (it gains the metrics).
+        `pass_end`: the save after a pass's evaluation, made only with `checkpoint.every_eval`.
+        `shared`: a step's flags as every rank agreed them: a failed background save stops every rank
+        here, and the save is made only when some rank wants one (a stop, SIGUSR1 or a due rolling one).
         """
-        self.settle()  # at most one save in flight; an earlier failure stops every rank here
+        if shared is not None:
+            self._raise_writer_failure(shared.writer)
+            if not shared.wants_save:
+                return
+        if pass_end and not self.every_eval:
+            return
+        self.wait()  # at most one save in flight; an earlier failure stops every rank here
         info = self.info
         self.check_weights(self.contents.saved_weights(), step)
         final = self.run_dir / f"step_{step}"
@@ -135,7 +170,7 @@ class Checkpointer:
         else:
             self._write_shards_then_submit(step, shard, main, facts)
         if not self.writer.asynchronous:
-            self.settle()  # checkpoint.asynchronous=false: every rank learns the outcome now
+            self.wait()  # checkpoint.asynchronous=false: every rank learns the outcome now
 
     def _write_shards_then_submit(self, step: int, shard: Any, main: Any, facts: dict[str, Any]) -> None:
         """Under torchrun every rank writes its shard now (from the snapshot); after each part every rank
@@ -183,12 +218,12 @@ class Checkpointer:
             raise ckpt.CheckpointDiskFull(ckpt.disk_full_message(self.run_dir, step, needed, cause)) from None
 
     # ---------------------------------------------------------------- failures
-    def writer_flags(self) -> WriterFlags:
+    def _writer_flags(self) -> WriterFlags:
         """Whether the last save failed (and for a full disk), without waiting (rank 0's writer publishes)."""
         error = self.writer.error if self.writer.failed else None
         return WriterFlags(failed=error is not None, disk_full=isinstance(error, ckpt.CheckpointDiskFull))
 
-    def raise_writer_failure(self, flags: WriterFlags) -> None:
+    def _raise_writer_failure(self, flags: WriterFlags) -> None:
         """Stop every rank when a background save failed (`flags`: OR-ed over the ranks): the rank that
         has the error raises it, the others say rank 0 failed and which checkpoint is intact."""
         if not flags.failed:
@@ -206,10 +241,13 @@ class Checkpointer:
         error = (ckpt.CheckpointDiskFull if flags.disk_full else ckpt.CheckpointWriteFailed)(message)
         raise dist_utils.raised_on_every_rank(error)
 
-    def settle(self) -> None:
-        """Wait for the save in flight; when it failed, every rank stops (see `raise_writer_failure`)."""
+    def wait(self, *, raise_failure: bool = True) -> None:
+        """Wait for the save in flight; when it failed, every rank stops (see `_raise_writer_failure`).
+        `raise_failure=False` only waits (no collective): a run about to fail for another reason lets the
+        save in flight finish first."""
         self.writer.join()
-        self.raise_writer_failure(self.writer_flags().any_rank(self.info))
+        if raise_failure:
+            self._raise_writer_failure(self._writer_flags().any_rank(self.info))
 
     def _disk_full(self, step: int, folder: Path, cause: OSError | None, carry: Any) -> None:
         """Remove the partial save and stop with one line (exit DISK_FULL); older checkpoints stay."""
@@ -228,6 +266,6 @@ class Checkpointer:
         previous = ckpt.find_complete(self.run_dir, warn=False)
         return ckpt.checkpoint_bytes(previous[-1]) if previous else estimate
 
-    def wait(self) -> None:
-        """Wait for the save in flight and raise its failure in this thread (the end of a run)."""
+    def close(self) -> None:
+        """The end of a run: wait for the save in flight and raise its failure in this thread."""
         self.writer.wait()

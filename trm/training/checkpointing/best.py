@@ -22,7 +22,7 @@ from typing import Any
 from trm.errors import TRMError
 from trm.evaluation.subset import SUBSET_PREFIX
 from trm.io import atomic_write_json
-from trm.training.checkpoint import COMPLETE, CheckpointInfo, best_of, find_complete, metric_value
+from trm.training.checkpointing.layout import COMPLETE, CheckpointInfo, best_of, find_complete, metric_value
 
 BEST_FILE = "best.json"
 FULL = "full"

@@ -16,14 +16,14 @@ from typing import Any
 
 import torch
 
+import trm.training.checkpointing.layout as ckpt
 from trm import distributed as dist_utils
 from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.optim.placement import place_state
-from trm.training import checkpoint as ckpt
 from trm.training.builder import Components, load_initial_weights
+from trm.training.checkpointing.state import Progress, read_carries, read_main_state, read_rng, set_rng_state
 from trm.training.config import TrainConfig
-from trm.training.state import Progress, read_carries, read_main_state, read_rng, set_rng_state
 
 log = logging.getLogger(__name__)
 
