@@ -102,10 +102,10 @@ def test_use_muon_selects_it_in_the_trainer() -> None:
 
 
 @pytest.mark.skipif(not URM_CHECKOUT, reason="set TRM_URM to a URM checkout")
-def test_same_updates_as_the_reference_optimizer(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch._dynamo
-
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)  # its msign is torch.compile'd
+# the reference's msign is torch.compile'd: run it eagerly. config.patch restores the setting; a monkeypatch
+# of the config module deleted it on undo, breaking every later compile in the process.
+@torch._dynamo.config.patch(disable=True)
+def test_same_updates_as_the_reference_optimizer() -> None:
     saved = {n: m for n, m in sys.modules.items() if n == "models" or n.startswith("models.")}
     for n in saved:
         del sys.modules[n]
