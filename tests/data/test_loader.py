@@ -60,13 +60,16 @@ def test_batch_contents_follow_the_sampling_rules(smoke_dirs):
     assert len(seen_tasks) == len(set(seen_tasks)) and len(seen_tasks) >= 24 - 8
 
 
-def test_resume_yields_exactly_the_remaining_batches(smoke_dirs):
+@pytest.mark.parametrize("prefetch", [0, 2], ids=["built-on-demand", "prefetched"])
+def test_resume_yields_exactly_the_remaining_batches(smoke_dirs, prefetch):
+    # prefetched: the thread builds batches past the last one handed out; the state is still that one's
     d = smoke_dirs["compact"]
 
     def make(world_size=1, rank=0):
         return PuzzleLoader(
-            [d], "train", global_batch_size=16, seed=5, epochs_per_iter=2, rank=rank, world_size=world_size
-        )
+            [d], "train", global_batch_size=16, seed=5, epochs_per_iter=2, rank=rank, world_size=world_size,
+            prefetch=prefetch,
+        )  # fmt: skip
 
     straight = make()
     reference = batches(straight) + batches(straight)  # two iterations
@@ -99,6 +102,27 @@ def test_ranks_partition_the_global_batch_and_resume_across_world_sizes(smoke_di
     two.load_state_dict(one.state_dict())
     for (_, b, _), (_, ref, _) in zip(two.iter_train(), whole[2:], strict=True):
         assert torch.equal(b["inputs"], ref["inputs"][12:])
+
+
+def test_prefetched_batches_are_the_same_batches_and_the_state_follows_the_consumer(smoke_dirs):
+    d = smoke_dirs["compact"]
+
+    def walk(prefetch):
+        """Two passes: every batch, and the loader's state after each was handed out."""
+        loader = PuzzleLoader([d], "train", global_batch_size=8, seed=4, epochs_per_iter=3, prefetch=prefetch)
+        seen, states = [], []
+        for _pass in range(2):
+            for item in loader.iter_train():
+                seen.append(item)
+                states.append(loader.state_dict())
+            states.append(loader.state_dict())  # after the pass: the next one's start
+        return seen, states
+
+    reference, reference_states = walk(0)
+    ahead, ahead_states = walk(3)
+    assert len(reference) > 8
+    same(ahead, reference)
+    assert ahead_states == reference_states  # never past what was handed out, though the thread builds ahead
 
 
 def test_no_global_rng_and_seed_matters(smoke_dirs):
@@ -164,6 +188,8 @@ def test_bad_arguments_and_mismatched_state(smoke_dirs):
         PuzzleLoader([d], "train", global_batch_size=10, world_size=4)
     with pytest.raises(TRMError, match="split"):
         PuzzleLoader([d], "valid", global_batch_size=8)
+    with pytest.raises(TRMError, match=r"prefetch=-1 must be ≥ 0"):
+        PuzzleLoader([d], "train", global_batch_size=8, prefetch=-1)
     state = PuzzleLoader([d], "train", global_batch_size=8, seed=1).state_dict()
     with pytest.raises(TRMError, match="seed"):
         PuzzleLoader([d], "train", global_batch_size=8, seed=2).load_state_dict(state)

@@ -28,6 +28,7 @@ from trm.errors import TRMError
 from .formats import SplitData
 from .manifest import combined_fingerprint, read_verified_manifest
 from .metadata import DatasetMetadata, merge_metadata
+from .prefetch import prefetched
 
 IGNORE_LABEL = -100
 SPLITS = ("train", "test")
@@ -68,6 +69,8 @@ class PuzzleLoader:
         world_size: int = 1,
         seed: int = 0,
         epochs_per_iter: int = 1,
+        prefetch: int = 0,
+        pin_memory: bool = False,
     ) -> None:
         if isinstance(data_paths, (str, Path)):
             data_paths = [data_paths]
@@ -84,11 +87,14 @@ class PuzzleLoader:
             raise TRMError(f"rank {rank} is outside 0..{world_size - 1}")
         if epochs_per_iter < 1:
             raise TRMError(f"epochs_per_iter={epochs_per_iter} must be >= 1")
+        if prefetch < 0:
+            raise TRMError(f"prefetch={prefetch} must be ≥ 0 (0: no batches built ahead)")
         self.data_paths = [Path(p) for p in data_paths]
         self.split = split
         self.global_batch_size = global_batch_size
         self.local_batch_size = global_batch_size // world_size
         self.rank, self.world_size, self.seed, self.epochs_per_iter = rank, world_size, seed, epochs_per_iter
+        self.prefetch, self.pin_memory = prefetch, pin_memory
         self._manifests = [read_verified_manifest(p) for p in self.data_paths]
         self._sets = [
             SplitData(p, split, m["form"]) for p, m in zip(self.data_paths, self._manifests, strict=True)
@@ -189,28 +195,43 @@ class PuzzleLoader:
         return np.concatenate(orders), np.concatenate(keys)
 
     def iter_train(self) -> Iterator[tuple[str, dict[str, torch.Tensor], int]]:
-        """One pass of `epochs_per_iter` epochs over every set, from the current position."""
+        """One pass of `epochs_per_iter` epochs over every set, from the current position.
+
+        With `prefetch` > 0 the next batches are built (and with `pin_memory` pinned) in a background thread
+        (trm.data.prefetch); the position (`state_dict`) is always that after the last batch handed out here.
+        """
         if self.split != "train":
             raise TRMError("iter_train() needs a loader built with split='train'")
-        iteration = self._position["iteration"]
-        for s in range(self._position["set_index"], len(self._sets)):
+        start = dict(self._position)
+        batches = self._train_pass(start)
+        if self.prefetch:
+            batches = prefetched(batches, self.prefetch, pin_memory=self.pin_memory)
+        for set_name, batch, rows, position in batches:
+            self._position = position
+            yield set_name, batch, rows
+        self._position = {"iteration": start["iteration"] + 1, "set_index": 0, "group_position": 0}
+
+    def _train_pass(
+        self, position: dict[str, int]
+    ) -> Iterator[tuple[str, dict[str, torch.Tensor], int, dict[str, int]]]:
+        """The batches of the pass `position` is in, from there, each with the position after it."""
+        iteration = position["iteration"]
+        for s in range(position["set_index"], len(self._sets)):
             data = self._sets[s]
             order, keys = self._group_order(s, iteration)
             lo, hi = data.group_indices[order], data.group_indices[order + 1]
             puzzles = lo + np.minimum((_unit(_mix(keys ^ _U64(1))) * (hi - lo)).astype(np.int64), hi - lo - 1)
             sizes = data.puzzle_indices[puzzles + 1] - data.puzzle_indices[puzzles]
             cum = np.concatenate([[0], np.cumsum(sizes)])
-            start = self._position["group_position"] if s == self._position["set_index"] else 0
+            start = position["group_position"] if s == position["set_index"] else 0
             while True:
                 end = int(np.searchsorted(cum, cum[start] + self.global_batch_size, side="left"))
                 if end >= len(cum):
                     break  # the remaining visits cannot fill a batch: drop it, as upstream does
                 batch = self._train_batch(s, data, puzzles[start:end], sizes[start:end], keys[start:end])
                 start = end
-                self._position = {"iteration": iteration, "set_index": s, "group_position": start}
-                yield self.set_names[s], batch, self.global_batch_size
-            self._position = {"iteration": iteration, "set_index": s + 1, "group_position": 0}
-        self._position = {"iteration": iteration + 1, "set_index": 0, "group_position": 0}
+                after = {"iteration": iteration, "set_index": s, "group_position": start}
+                yield self.set_names[s], batch, self.global_batch_size, after
 
     def _train_batch(
         self, s: int, data: SplitData, puzzles: np.ndarray, sizes: np.ndarray, keys: np.ndarray

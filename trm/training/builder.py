@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -67,10 +68,18 @@ def build_loaders(cfg: TrainConfig, info: DistInfo) -> tuple[Any, Any | None]:
     from trm.data.loader import PuzzleLoader
 
     epochs_per_iter = cfg.eval_interval or cfg.epochs
-    common = {"global_batch_size": cfg.global_batch_size, "rank": info.rank, "world_size": info.world_size}
-    train = PuzzleLoader(cfg.data_paths, "train", seed=cfg.seed, epochs_per_iter=epochs_per_iter, **common)
-    test_paths = cfg.data_paths_test or cfg.data_paths
-    test = PuzzleLoader(test_paths, "test", seed=cfg.seed, **common)
+    share = functools.partial(
+        PuzzleLoader, global_batch_size=cfg.global_batch_size, rank=info.rank, world_size=info.world_size
+    )
+    train = share(
+        cfg.data_paths,
+        "train",
+        seed=cfg.seed,
+        epochs_per_iter=epochs_per_iter,
+        prefetch=cfg.loader_prefetch,
+        pin_memory=info.device.type == "cuda",
+    )
+    test = share(cfg.data_paths_test or cfg.data_paths, "test", seed=cfg.seed)
     return train, test
 
 

@@ -165,6 +165,8 @@ class TrainConfig:
     """When checkpoints are written and which are kept (`checkpoint.keep=3`…)."""
     log_interval: int = keyed(RUN_ONLY, 1)
     """Log train metrics every k steps."""
+    loader_prefetch: int = keyed(RUN_ONLY, 0)
+    """Train batches built ahead in a background thread (pinned on CUDA); 0: built when the step asks."""
     device: str = keyed(RUN_ONLY, "auto")
     """auto | cuda | cpu."""
     max_steps: int | None = keyed(RUN_ONLY, None)
@@ -438,6 +440,8 @@ def validate(cfg: TrainConfig) -> None:
     for key in ("global_batch_size", "epochs", "log_interval"):
         if getattr(cfg, key) < 1:
             raise TRMError(f"{key}={getattr(cfg, key)} must be positive.")
+    if cfg.loader_prefetch < 0:
+        raise TRMError(f"loader_prefetch={cfg.loader_prefetch} must be ≥ 0 (0: no batches built ahead).")
     for key in ("keep", "keep_best"):
         if getattr(cfg.checkpoint, key) < 0:
             raise TRMError(f"checkpoint.{key}={getattr(cfg.checkpoint, key)} must be ≥ 0 (0 keeps all).")
