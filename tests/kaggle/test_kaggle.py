@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.adapt.generated import write_tasks
-from tests.helpers import SEEN_TASKS, TINY_ARCH, HostSyncCounter, SmokeCheckpoint, make_smoke
+from tests.helpers import SEEN_TASKS, TINY_ARCH, HostSyncCounter, SmokeCheckpoint
 from trm.commands import main
 from trm.data.encoding import dihedral, encode_grid, parse_identifier
 from trm.errors import TRMError
@@ -24,18 +24,6 @@ from trm.kaggle.package import package_kaggle
 from trm.kaggle.testset import build_test_set
 from trm.model.upstream import PUZZLE_EMB_KEY, to_upstream_state_dict
 from trm.training.checkpointing.layout import STATE, load_torch
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> SmokeCheckpoint:
-    return make_smoke(tmp_path_factory.mktemp("kaggle"))
-
-
-@pytest.fixture(scope="module")
-def bundle_dir(smoke: SmokeCheckpoint) -> Path:
-    out = smoke.root / "bundle"
-    package_kaggle(smoke.checkpoint, out, wheels=False, progress=False)
-    return out
 
 
 def task_ids(smoke: SmokeCheckpoint) -> list[str]:

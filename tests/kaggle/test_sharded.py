@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.adapt.generated import write_tasks
-from tests.helpers import SmokeCheckpoint, make_smoke
+from tests.helpers import SmokeCheckpoint
 from trm.commands import main
 from trm.errors import TRMError
 from trm.evaluation.voting import validate_submission
@@ -144,20 +144,6 @@ def test_the_plan_reflects_the_ranks_used() -> None:
 
 
 # --- end to end on CPU ranks (a tiny real checkpoint) ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def smoke(tmp_path_factory: pytest.TempPathFactory) -> SmokeCheckpoint:
-    return make_smoke(tmp_path_factory.mktemp("sharded"))
-
-
-@pytest.fixture(scope="module")
-def bundle_dir(smoke: SmokeCheckpoint) -> Path:
-    from trm.kaggle.package import package_kaggle
-
-    out = smoke.root / "bundle"
-    package_kaggle(smoke.checkpoint, out, wheels=False, progress=False)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -62,14 +62,8 @@ L_level.layers.{i}.mlp.down_proj.weight blocks.{i}.mlp.down.weight
 L_level.layers.{i}.mlp_t.gate_up_proj.weight blocks.{i}.token_mlp.gate_up.weight
 L_level.layers.{i}.mlp_t.down_proj.weight blocks.{i}.token_mlp.down.weight
 """
-_HRM_H_LEVEL = """
-H_level.layers.{i}.self_attn.qkv_proj.weight H_blocks.{i}.attn.qkv.weight
-H_level.layers.{i}.self_attn.o_proj.weight H_blocks.{i}.attn.out.weight
-H_level.layers.{i}.mlp.gate_up_proj.weight H_blocks.{i}.mlp.gate_up.weight
-H_level.layers.{i}.mlp.down_proj.weight H_blocks.{i}.mlp.down.weight
-H_level.layers.{i}.mlp_t.gate_up_proj.weight H_blocks.{i}.token_mlp.gate_up.weight
-H_level.layers.{i}.mlp_t.down_proj.weight H_blocks.{i}.token_mlp.down.weight
-"""
+# HRM's H level: the L level's six names, upstream's under H_level, ours under H_blocks.
+_HRM_H_LEVEL = _L_LEVEL.replace("L_level.", "H_level.").replace(" blocks.", " H_blocks.")
 _BASELINE_LEVEL = """
 H_level.layers.{i}.self_attn.qkv_proj.weight blocks.{i}.attn.qkv.weight
 H_level.layers.{i}.self_attn.o_proj.weight blocks.{i}.attn.out.weight

@@ -182,33 +182,32 @@ def _run(cmd: list[str], cwd: Path | None, what: str) -> None:
 NO_EVALUATION = ("evaluate=false", "checkpoint.keep=1")
 
 
-def ours_command(
-    overrides: Sequence[str],
-    data: Path,
-    run_dir: Path,
-    seed: int,
-    steps: int,
-    device: str = "cpu",
-    evaluation: Sequence[str] = NO_EVALUATION,
-) -> list[str]:
-    return [sys.executable, "-m", "trm.train", *overrides, f"data_paths=[{data}]", f"seed={seed}",
-            f"max_steps={steps}", "log_interval=1", *evaluation, f"device={device}",
-            f"+checkpoint_path={run_dir}"]  # fmt: skip
+@dataclasses.dataclass(frozen=True)
+class OursRun:
+    """One run of our trainer: its overrides on data `data`, in `run_dir`, for `steps` steps from `seed`."""
+
+    overrides: Sequence[str]
+    data: Path
+    run_dir: Path
+    seed: int
+    steps: int
+    device: str = "cpu"
+    evaluation: Sequence[str] = NO_EVALUATION
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "trm.train", *self.overrides, f"data_paths=[{self.data}]",
+                f"seed={self.seed}", f"max_steps={self.steps}", "log_interval=1", *self.evaluation,
+                f"device={self.device}", f"+checkpoint_path={self.run_dir}"]  # fmt: skip
+
+    @property
+    def metrics(self) -> Path:
+        return self.run_dir / "metrics.jsonl"
 
 
-def run_ours(
-    overrides: Sequence[str],
-    data: Path,
-    run_dir: Path,
-    seed: int,
-    steps: int,
-    device: str = "cpu",
-    evaluation: Sequence[str] = NO_EVALUATION,
-) -> Curves:
-    """Our trainer for `steps` steps."""
-    cmd = ours_command(overrides, data, run_dir, seed, steps, device, evaluation)
-    _run(cmd, None, f"our trainer (seed {seed})")
-    return read_jsonl(run_dir / "metrics.jsonl", steps)
+def run_ours(run: OursRun) -> Curves:
+    """Our trainer for `run.steps` steps."""
+    _run(run.command(), None, f"our trainer (seed {run.seed})")
+    return read_jsonl(run.metrics, run.steps)
 
 
 def logged_step(metrics: Path) -> int:
@@ -243,16 +242,14 @@ def interrupt_at(cmd: list[str], metrics: Path, step: int, what: str) -> None:
         )
 
 
-def run_ours_resumed(
-    overrides: Sequence[str], data: Path, run_dir: Path, seed: int, steps: int, at: int, device: str = "cpu"
-) -> tuple[Curves, int]:
+def run_ours_resumed(run: OursRun, at: int) -> tuple[Curves, int]:
     """Our trainer stopped by SIGTERM once step `at` is logged, then the same command again (it resumes
     from the checkpoint the signal saved); the curves and the step it resumed from."""
-    cmd = ours_command(overrides, data, run_dir, seed, steps, device)
-    interrupt_at(cmd, run_dir / "metrics.jsonl", at, f"our trainer (seed {seed}, stopped at step {at})")
-    saved = max(int(p.name.removeprefix("step_")) for p in run_dir.glob("step_*") if p.is_dir())
-    _run(cmd, None, f"our trainer (seed {seed}, resumed from step {saved})")
-    return read_jsonl(run_dir / "metrics.jsonl", steps), saved
+    cmd = run.command()
+    interrupt_at(cmd, run.metrics, at, f"our trainer (seed {run.seed}, stopped at step {at})")
+    saved = max(int(p.name.removeprefix("step_")) for p in run.run_dir.glob("step_*") if p.is_dir())
+    _run(cmd, None, f"our trainer (seed {run.seed}, resumed from step {saved})")
+    return read_jsonl(run.metrics, run.steps), saved
 
 
 def run_upstream(
@@ -464,7 +461,7 @@ def plan(
         return Plan(
             ("trm-stack", f"trm-stack {name}"),
             f"-{name}",
-            lambda seed: run_ours(changed, ours_data, work / f"{name}-{seed}", seed, steps, device),
+            lambda seed: run_ours(OursRun(changed, ours_data, work / f"{name}-{seed}", seed, steps, device)),
             overrides_b=changed,
         )
     if args.resume_at is not None:
@@ -473,7 +470,7 @@ def plan(
 
         def resumed(seed: int) -> Curves:
             curves, saved = run_ours_resumed(
-                base, ours_data, work / f"resumed-{seed}", seed, steps, at, device
+                OursRun(base, ours_data, work / f"resumed-{seed}", seed, steps, device), at
             )
             resumed_from.append(saved)
             return curves
@@ -571,10 +568,10 @@ def subset_plan(args: argparse.Namespace, base: tuple[str, ...], data: Path, wor
         ("trm-stack full evaluations", f"trm-stack subset {fraction:g}, top-{top_k}"),
         f"-subset{fraction:g}",
         lambda seed: run_ours(
-            scheduled, data, work / f"subset-{seed}", seed, steps, device, subset_keys(seed)
+            OursRun(scheduled, data, work / f"subset-{seed}", seed, steps, device, subset_keys(seed))
         ),
         run_a=lambda seed: run_ours(
-            scheduled, data, work / f"full-{seed}", seed, steps, device, IN_RUN_EVALUATION
+            OursRun(scheduled, data, work / f"full-{seed}", seed, steps, device, IN_RUN_EVALUATION)
         ),
         finish=finish,
     )
@@ -634,7 +631,9 @@ def _main(args: argparse.Namespace, prog: str, argv: list[str]) -> int:
             if how.run_a is not None:
                 runs_a.append(how.run_a(seed))
             else:
-                runs_a.append(run_ours(base, data[0], work / f"ours-{seed}", seed, steps, args.device))
+                runs_a.append(
+                    run_ours(OursRun(base, data[0], work / f"ours-{seed}", seed, steps, args.device))
+                )
             runs_b.append(how.run_b(seed))
             longest_pair = max(longest_pair, time.monotonic() - pair_started)
             print(f"seed {seed}: both runs done ({time.monotonic() - started:.0f} s)", flush=True)

@@ -81,6 +81,24 @@ def _time_plan(args: argparse.Namespace, adapt: Any, ranks: int, groups: int) ->
     )
 
 
+def _inference_options(args: argparse.Namespace, plan: Any, adapt: Any) -> dict[str, Any]:
+    """The keyword arguments one process (run_inference) and the ranks (run_sharded) both take: the flags,
+    the plan's inference budget and the adaptation settings the plan fitted into the hours."""
+    from trm.kaggle.plan import planned_settings
+
+    return {
+        "num_aug": args.num_aug,
+        "batch_size": args.batch_size,
+        "device": args.device,
+        "max_minutes": plan.budget_minutes,
+        "early_halt": args.early_halt,
+        "seed": args.seed,
+        "progress": not args.quiet,
+        "adapt": planned_settings(plan, adapt),
+        "adapt_dir": args.adapt_dir,
+    }
+
+
 def _run(args: argparse.Namespace) -> int:
     import sys
 
@@ -95,25 +113,12 @@ def _run(args: argparse.Namespace) -> int:
     print(plan.describe(), flush=True)
     if args.plan_only:
         return 0
-    from trm.kaggle.plan import planned_settings
-
     if ranks > 1 or groups > 1:
         return _run_sharded(args, plan, adapt, ranks, groups)
     report = run_inference(
-        args.weights,
-        args.challenges,
-        args.out,
-        num_aug=args.num_aug,
-        batch_size=args.batch_size,
-        device=args.device,
-        max_minutes=plan.budget_minutes,
-        early_halt=args.early_halt,
-        seed=args.seed,
-        save_predictions=args.save_predictions,
-        progress=not args.quiet,
-        adapt=planned_settings(plan, adapt),
-        adapt_dir=args.adapt_dir,
-    )
+        args.weights, args.challenges, args.out, save_predictions=args.save_predictions,
+        **_inference_options(args, plan, adapt),
+    )  # fmt: skip
     if report.adapted is not None:
         a = report.adapted
         print(
@@ -140,25 +145,12 @@ def _run_sharded(args: argparse.Namespace, plan: Any, adapt: Any, ranks: int, gr
     """`--ranks N` / `--groups G`: task groups on rank processes (trm.kaggle.sharded)."""
     import sys
 
-    from trm.kaggle.plan import planned_settings
     from trm.kaggle.sharded import run_sharded
 
     report = run_sharded(
-        args.weights,
-        args.challenges,
-        args.out,
-        ranks=ranks,
-        groups=groups,
-        num_aug=args.num_aug,
-        batch_size=args.batch_size,
-        device=args.device,
-        max_minutes=plan.budget_minutes,
-        early_halt=args.early_halt,
-        seed=args.seed,
-        progress=not args.quiet,
-        adapt=planned_settings(plan, adapt),
-        adapt_dir=args.adapt_dir,
-    )
+        args.weights, args.challenges, args.out, ranks=ranks, groups=groups,
+        **_inference_options(args, plan, adapt),
+    )  # fmt: skip
     for g in report.groups:
         print(f"group {g['group']} on rank {g['rank']}: {g['tasks']} task(s), {g['result']}")
     if report.trained_tasks:

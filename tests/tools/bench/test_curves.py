@@ -222,10 +222,12 @@ def _fake_trainers(monkeypatch, tmp_path: Path, pair_s: float) -> tuple[list[flo
     clock = [0.0]
     seen: list[tuple[int, str]] = []
 
-    def run_ours(overrides, data, run_dir, seed, steps, device="cpu"):
+    def run_ours(run: curves.OursRun):
         clock[0] += pair_s / 2
-        seen.append((seed, device))
-        return {m: {s: 1.0 + 0.01 * ((seed + s) % 3) for s in range(1, steps + 1)} for m in curves.METRICS}
+        seen.append((run.seed, run.device))
+        return {
+            m: {s: 1.0 + 0.01 * ((run.seed + s) % 3) for s in range(1, run.steps + 1)} for m in curves.METRICS
+        }
 
     monkeypatch.setattr(curves, "run_ours", run_ours)
     monkeypatch.setattr(curves, "build_data", lambda setup, work: (tmp_path, tmp_path))

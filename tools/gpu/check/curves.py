@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.gpu.check.core import Context, Outcome, run_command, tail, upstream_checkout
-from tools.gpu.check.extension import EXTENSION_WAIT_S, extension_env
+from tools.gpu.check.core import Context, Outcome, run_command, tail
+from tools.gpu.check.extension import upstream_part_env
 
 CURVES_SETUP = "sudoku"
 CURVES_STEPS = 1000  # per run: ~8 epochs of the 4,096 Sudoku rows at batch 32
@@ -43,21 +43,17 @@ def curves_command(ctx: Context, out: Path, budget_s: int) -> list[str]:
 
 def curves(ctx: Context) -> Outcome:
     """Both trainers on this GPU for CURVES_STEPS steps per seed; pass when the curves are indistinguishable."""
-    upstream = upstream_checkout(ctx.env, ctx.kit)
-    if upstream is None:
-        return Outcome(
-            "fail", "no upstream checkout: build the kit with `make gpu-kit UPSTREAM=DIR` or set TRM_UPSTREAM"
-        )
-    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
-    if problem is not None:
-        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    found = upstream_part_env(ctx)
+    if isinstance(found, Outcome):
+        return found
+    upstream, env = found
     out = ctx.out / "curves"
     budget = harness_budget(ctx)
     limit = ctx.limit(CURVES_LIMIT_S)
     started = time.time()
     code, output = run_command(
         curves_command(ctx, out, budget), ctx, timeout_s=limit, log_name="curves.log",
-        env={**env, "TRM_UPSTREAM": upstream},
+        env=env,
     )  # fmt: skip
     stem = out / f"{CURVES_SETUP}-cuda"
     result = read_result(stem.with_suffix(".json"), started)

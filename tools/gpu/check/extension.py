@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from tools.gpu.check.core import NOT_WANTED, ROOT, Context, Outcome
+from tools.gpu.check.core import NOT_WANTED, ROOT, Context, Outcome, upstream_checkout
 from tools.gpu.extension import ExtensionBuild, prerequisite_problem
 from trm.optim.backend import REQUIRE_EXTENSION_ENV
 
@@ -104,3 +104,26 @@ def extension_env(ctx: Context, wait_s: float) -> tuple[dict[str, str], str | No
     if not extension_imports(ctx.python, env):
         return env, f"the adam_atan2 extension was built but does not import ({note})"
     return env, None
+
+
+def part_env(ctx: Context) -> dict[str, str] | Outcome:
+    """The environment of a part that trains or runs the gpu tests (extension_env, waiting for the build at
+    most EXTENSION_WAIT_S within the part's limit), or the part's `not run` Outcome when it cannot have it."""
+    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
+    if problem is not None:
+        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    return env
+
+
+def upstream_part_env(ctx: Context) -> tuple[str, dict[str, str]] | Outcome:
+    """(upstream checkout, part_env with TRM_UPSTREAM set to it) for a part that runs upstream's trainer beside
+    ours, or the part's failing Outcome: no upstream checkout, or no extension where one is required."""
+    upstream = upstream_checkout(ctx.env, ctx.kit)
+    if upstream is None:
+        return Outcome(
+            "fail", "no upstream checkout: build the kit with `make gpu-kit UPSTREAM=DIR` or set TRM_UPSTREAM"
+        )
+    env = part_env(ctx)
+    if isinstance(env, Outcome):
+        return env
+    return upstream, {**env, "TRM_UPSTREAM": upstream}

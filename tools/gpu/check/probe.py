@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from tools.gpu.check.core import Context, Outcome, run_command, tail
-from tools.gpu.check.extension import EXTENSION_WAIT_S, extension_env
+from tools.gpu.check.extension import part_env
 
 PROBE_STEPS = {"quick": 5, "full": 10}  # optimizer steps; the first probe.WARMUP_STEPS are not timed
 PROBE_LIMIT_S = 360  # includes building the arc2-smoke dataset on first use
@@ -17,9 +17,9 @@ def probe(ctx: Context) -> Outcome:
 
     workspace = ctx.work / "probe-ws"
     steps = PROBE_STEPS[ctx.profile]
-    base, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
-    if problem is not None:
-        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    base = part_env(ctx)
+    if isinstance(base, Outcome):
+        return base
     env = {**base, "TASK": "arc2-smoke", "RUN_NAME": "gpu-acceptance-probe",
            "WORKSPACE": str(workspace), "NUM_GPUS": "1", "PROBE_STEPS": str(steps), "WANDB": "off"}  # fmt: skip
     code, output = run_command(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.gpu.check.core import ROOT, Context, Outcome, run_command, tail
-from tools.gpu.check.extension import EXTENSION_WAIT_S, extension_env
+from tools.gpu.check.extension import part_env
 from trm.optim.backend import REQUIRE_EXTENSION_ENV
 
 # The resumed run equals the uninterrupted one within these (bf16 kernels need not be bit-identical across
@@ -43,9 +43,9 @@ def resume(ctx: Context) -> Outcome:
 
     work = ctx.work / "resume"
     dataset = work / "data"
-    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
-    if problem is not None:
-        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    env = part_env(ctx)
+    if isinstance(env, Outcome):
+        return env
     code, output = run_command(
         [ctx.python, "-m", "trm", "data", "build-arc", "--output-dir", str(dataset), "--subsets", "training",
          "evaluation", "--test-set-name", "evaluation", "--num-aug", "1", "--max-puzzles", "2", "--quiet"],

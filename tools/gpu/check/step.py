@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.gpu.check.core import Context, Outcome, run_command, tail, upstream_checkout
-from tools.gpu.check.extension import EXTENSION_WAIT_S, extension_env
+from tools.gpu.check.core import Context, Outcome, run_command, tail
+from tools.gpu.check.extension import upstream_part_env
 
 STEP_AB_LIMIT_S = 420
 # Steps per trainer run of the step A/B: tools.bench.train times the steps after its 5 warm-up steps, so
@@ -39,20 +39,14 @@ def step_ab_figures(record: dict[str, Any]) -> dict[str, Any]:
 def step_ab(ctx: Context) -> Outcome:
     """Our trainer against upstream's at the paper setup, interleaved (ours, upstream, ours), each timing at
     least STEP_AB_MIN_STEPS steps after the warm-up, both on the extension optimizer when it is required."""
-    upstream = upstream_checkout(ctx.env, ctx.kit)
-    if upstream is None:
-        return Outcome(
-            "fail", "no upstream checkout: build the kit with `make gpu-kit UPSTREAM=DIR` or set TRM_UPSTREAM"
-        )
-    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
-    if problem is not None:
-        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    found = upstream_part_env(ctx)
+    if isinstance(found, Outcome):
+        return found
+    upstream, env = found
     cmd = [ctx.python, "-m", "tools.bench.train", "--setup", "paper", "--steps", str(STEP_AB_STEPS),
            "--keep", str(ctx.work / "step-ab"), "--json"]  # fmt: skip
     limit = ctx.limit(STEP_AB_LIMIT_S)
-    code, output = run_command(
-        cmd, ctx, timeout_s=limit, log_name="step-ab.log", env={**env, "TRM_UPSTREAM": upstream}
-    )
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="step-ab.log", env=env)
     if code is None:
         return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
     record = _json_tail(output)

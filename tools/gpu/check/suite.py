@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.gpu.check.core import Context, Outcome, run_command, tail
-from tools.gpu.check.extension import EXTENSION_WAIT_S, extension_env
+from tools.gpu.check.extension import part_env
 from trm.optim.backend import REQUIRE_EXTENSION_ENV
 
 # The gpu test that runs the same SIGTERM/resume flow as the `resume` part: the quick profile leaves it out.
@@ -59,9 +59,9 @@ def gpu_tests(ctx: Context) -> Outcome:
         args += ["-k", f"not {RESUME_TWIN_TEST}"]
     workers = GPU_TEST_WORKERS if (os.cpu_count() or 1) >= 8 else 1
     cmd = pytest_command(ctx, *args, workers=workers)
-    env, problem = extension_env(ctx, ctx.limit(EXTENSION_WAIT_S))
-    if problem is not None:
-        return Outcome("fail", f"not run: {problem}", {"extension_required": True})
+    env = part_env(ctx)
+    if isinstance(env, Outcome):
+        return env
     limit = ctx.limit(GPU_TESTS_LIMIT_S)
     code, output = run_command(
         cmd,

@@ -14,7 +14,7 @@ import pytest
 from tests.e2e import test_train as e2e
 from tests.tools.gpu.check.helpers import fake_ctx
 from tools.gpu import extension as ext
-from tools.gpu.check import core, driver, probe, resume, suite
+from tools.gpu.check import core, curves, driver, probe, resume, step, suite
 from tools.gpu.check import extension as check_ext
 from tools.gpu.check import optimizer as opt
 
@@ -154,7 +154,7 @@ def test_a_required_extension_that_is_not_ready_fails_the_gpu_tests_without_runn
     tmp_path, monkeypatch
 ):
     monkeypatch.setattr(check_ext, "extension_imports", lambda python, env: False)
-    for module in (suite, resume, probe):
+    for module in (suite, resume, probe, step, curves):
         monkeypatch.setattr(
             module, "run_command", lambda *a, **k: pytest.fail("the gpu tests ran on the torch backend")
         )
@@ -163,8 +163,10 @@ def test_a_required_extension_that_is_not_ready_fails_the_gpu_tests_without_runn
         def wait(self, timeout_s: float) -> tuple[bool, str]:
             return False, "build failed (exit 1): nvcc fatal"
 
-    ctx = core.Context(out=tmp_path, work=tmp_path, python=sys.executable, env={"PATH": "/usr/bin:/bin"})
+    # With an upstream checkout, so that the parts that compare with upstream's trainer get as far as the extension.
+    ctx = fake_ctx(tmp_path, TRM_UPSTREAM=str(tmp_path / "upstream"))
     ctx.extension = Failed(tmp_path / "site")  # type: ignore[assignment]
-    for part in (suite.gpu_tests, resume.resume, probe.probe):
+    for part in (suite.gpu_tests, resume.resume, probe.probe, step.step_ab, curves.curves):
         outcome = part(ctx)
         assert outcome.status == "fail" and "build failed (exit 1): nvcc fatal" in outcome.summary, part
+        assert outcome.summary.startswith("not run: ") and outcome.data == {"extension_required": True}, part

@@ -205,38 +205,34 @@ def test_the_trainer_command_ends_with_one_line_and_exit_74(tmp_path: Path) -> N
     assert not list(run_dir.glob(".step_*")) and ckpt.find_complete(run_dir) == []
 
 
-RANK_WRAPPER = """
-import builtins, errno, os, sys
-from trm.training.checkpointing import layout as checkpoint
+RANK_WRAPPER = WRAPPER.replace('endswith("state.pt")', 'endswith("rank_1.pt")')
 
-def full_disk_open(path, mode="r", *args, **kwargs):
-    if "w" in mode and str(path).endswith("rank_1.pt"):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-    return builtins.open(path, mode, *args, **kwargs)
 
-checkpoint.open = full_disk_open
-from trm.train import main
-sys.exit(main(sys.argv[1:]))
-"""
+def run_two_ranks(
+    tmp_path: Path, wrapper: str, *overrides: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`wrapper` as the trainer under torchrun, two CPU ranks on a tiny dataset: (the process, its run folder)."""
+    from tests.e2e.test_train import ROOT, TINY, build_dataset, env
+
+    dataset = tmp_path / "data"
+    build_dataset(dataset, max_puzzles=2)
+    script = tmp_path / "wrapper.py"
+    script.write_text(wrapper)
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
+         *TINY, f"data_paths=[{dataset}]", f"+checkpoint_path={run_dir}", "epochs=2", "eval_interval=1",
+         "global_batch_size=4", *overrides],
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return proc, run_dir
 
 
 @pytest.mark.dist
 @pytest.mark.e2e
 def test_one_rank_out_of_space_stops_every_rank_without_a_hang(tmp_path: Path) -> None:
     """Rank 1 alone fails to write its shard; rank 0 (which would publish) must stop too, nobody waits."""
-    from tests.e2e.test_train import ROOT, TINY, build_dataset, env
-
-    dataset = tmp_path / "data"
-    build_dataset(dataset, max_puzzles=2)
-    script = tmp_path / "wrapper.py"
-    script.write_text(RANK_WRAPPER)
-    run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
-         *TINY, f"data_paths=[{dataset}]", f"+checkpoint_path={run_dir}", "epochs=2", "eval_interval=1",
-         "global_batch_size=4"],
-        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc, run_dir = run_two_ranks(tmp_path, RANK_WRAPPER)
     assert proc.returncode != 0, proc.stderr[-2000:]
     assert proc.stderr.count("No space left on device (needs about") == 2, proc.stderr[-3000:]  # both ranks
     assert "failed (exitcode: 74)" in proc.stderr  # torchrun's record of the first rank to exit
@@ -271,19 +267,7 @@ def test_rank_0s_background_writer_out_of_space_stops_every_rank(tmp_path: Path)
     exited at once and rank 0 died of that SIGTERM (-15) every time; on a loaded machine the same happened
     without the delay, and a rank that exits while its peer still uses the gloo group can abort (SIGABRT).
     """
-    from tests.e2e.test_train import ROOT, TINY, build_dataset, env
-
-    dataset = tmp_path / "data"
-    build_dataset(dataset, max_puzzles=2)
-    script = tmp_path / "wrapper.py"
-    script.write_text(SLOW_RANK_0_WRAPPER)
-    run_dir = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script),
-         *TINY, f"data_paths=[{dataset}]", f"+checkpoint_path={run_dir}", "epochs=2", "eval_interval=1",
-         "global_batch_size=4", "checkpoint_every_steps=1"],
-        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    proc, run_dir = run_two_ranks(tmp_path, SLOW_RANK_0_WRAPPER, "checkpoint_every_steps=1")
     assert proc.returncode != 0, proc.stderr[-2000:]
     assert "No space left on device (needs about" in proc.stderr, proc.stderr[-3000:]  # rank 0's cause
     assert "rank 0 could not write a checkpoint (its log has the error); no checkpoint exists" in proc.stderr
