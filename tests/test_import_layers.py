@@ -22,7 +22,7 @@ PACKAGES = ("trm", "tools")
 
 
 def module_files() -> dict[str, Path]:
-    """`trm.launch.planning.plan` -> its file, for every module of trm/ and tools/."""
+    """`trm.launch.plan.plan` -> its file, for every module of trm/ and tools/."""
     modules = {}
     for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -82,7 +82,7 @@ GRAPH = {module: imports_of(module) for module in MODULES}
 
 
 def unit(module: str) -> str:
-    """`trm.launch.planning.plan` -> `trm.launch`; `trm.errors` -> `trm.errors`; `tools.jobs.k8s` -> `tools.jobs`."""
+    """`trm.launch.plan.plan` -> `trm.launch`; `trm.errors` -> `trm.errors`; `tools.jobs.k8s` -> `tools.jobs`."""
     return ".".join(module.split(".")[:2])
 
 
@@ -144,9 +144,9 @@ def _edges_between(component: list[str], graph: dict[str, set[str]], by_unit: bo
 
 
 def test_the_graph_sees_module_and_function_level_imports():
-    assert "trm.launch.planning.settings" in GRAPH["trm.launch.planning.plan"]  # module level
+    assert "trm.launch.config.settings" in GRAPH["trm.launch.plan.plan"]  # module level
     assert "trm.evaluation.arc" in GRAPH["trm.training.builder"]  # inside a function
-    assert "trm.launch.running.runner" in GRAPH["trm.commands.launch"]  # inside a function of a command
+    assert "trm.launch.launcher.runner" in GRAPH["trm.commands.launch"]  # inside a function of a command
     assert "tools.images.imagelock" in GRAPH["tools.jobs.k8s"]  # tools/ is read too
     assert "trm.errors" in GRAPH["tools.jobs.k8s"]
 

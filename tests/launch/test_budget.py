@@ -10,11 +10,11 @@ import pytest
 from tests.launch.test_estimate import ARC1_TEST, ARC1_TRAIN, write_dataset
 from tests.launch.test_hardware import gpus_of
 from tests.launch.test_plan import dry_run
-from trm.launch.after_run.release import ReleasePolicy
-from trm.launch.planning.budget import budget_warning
-from trm.launch.planning.estimate import RunEstimate
-from trm.launch.planning.plan import build_plan
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.cost.budget import budget_warning
+from trm.launch.cost.estimate import RunEstimate
+from trm.launch.plan.plan import build_plan
+from trm.launch.provider.release import ReleasePolicy
 
 # 40 h of training and 10 h of evaluation on 4 GPUs.
 RUN = RunEstimate(
@@ -61,8 +61,8 @@ def test_dry_run_warns_and_the_launch_records_it_in_plan_json(tmp_path: Path) ->
     assert proc.stdout.index("WARNING: MAX_HOURS") < proc.stdout.index("step 4: cost guard")
     assert "WARNING: MAX_HOURS" not in dry_run(tmp_path, "h100x4", TASK="arc1", MAX_HOURS="100").stdout
 
-    from trm.launch.running.runner import Launch
-    from trm.launch.running.supervisor import Console
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import Console
 
     env = {"WORKSPACE": str(tmp_path / "ws"), "TASK": "arc1", "MAX_HOURS": "10"}
     plan = build_plan(LaunchSettings.from_env(env), gpus_of("h100x4"), env)

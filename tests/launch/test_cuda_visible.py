@@ -153,8 +153,8 @@ def test_preflight_with_every_gpu_hidden_or_a_bad_value(monkeypatch, tmp_path):
 def test_the_launchers_layout_counts_the_visible_gpus(monkeypatch, tmp_path):
     """Before, CUDA_VISIBLE_DEVICES=2,3 on 8 GPUs planned 8 ranks; ranks 2-7 hit "invalid device ordinal"."""
     from trm.errors import TRMError
-    from trm.launch.planning.settings import LaunchSettings
-    from trm.launch.running.runner import resolve
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.launcher.runner import resolve
 
     install_fake_smi(monkeypatch, tmp_path, "h100x8")
     env = {"WORKSPACE": str(tmp_path / "ws"), "TASK": "arc1", "CUDA_VISIBLE_DEVICES": "2,3"}
@@ -219,7 +219,7 @@ def test_torch_sees_exactly_the_gpus_query_gpus_lists():
 
 def test_the_probes_memory_sampler_reads_only_the_visible_gpus(monkeypatch, tmp_path):
     """The probe's peak memory is per visible GPU, by CUDA index (not every GPU nvidia-smi lists)."""
-    from trm.launch.planning.probe import MemorySampler
+    from trm.launch.supervision.probe import MemorySampler
 
     install_fake_smi(monkeypatch, tmp_path, "h100x8")
     gpus = query_gpus(environ={"CUDA_VISIBLE_DEVICES": "6,4"})

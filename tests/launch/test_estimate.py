@@ -12,9 +12,9 @@ import pytest
 from tests.launch.test_hardware import gpus_of
 from tests.launch.test_plan import dry_run
 from trm.errors import TRMError
-from trm.launch.host.hardware import select_layout
-from trm.launch.planning.dataset_sizes import recorded_sizes
-from trm.launch.planning.estimate import (
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.cost.dataset_sizes import recorded_sizes
+from trm.launch.cost.estimate import (
     ASSUMED_MFU,
     EvalSchedule,
     RunEstimate,
@@ -23,8 +23,8 @@ from trm.launch.planning.estimate import (
     evaluations,
     probe_step_seconds,
 )
-from trm.launch.planning.plan import build_plan
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.host.hardware import select_layout
+from trm.launch.plan.plan import build_plan
 from trm.training.config import compose, evaluation_work
 from trm.training.recipes import get_recipe
 
@@ -204,8 +204,8 @@ def test_dry_run_prints_expected_time_and_cost(tmp_path: Path) -> None:
 
 
 def test_the_launch_records_the_estimate_for_the_handoff(tmp_path: Path) -> None:
-    from trm.launch.running.runner import Launch
-    from trm.launch.running.supervisor import Console
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import Console
 
     ws = tmp_path / "ws"
     write_dataset(ws / "data" / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.launch.after_run.handoff import build_bundle, last_good_checkpoint, session_summary
+from trm.launch.handoff.handoff import build_bundle, last_good_checkpoint, session_summary
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

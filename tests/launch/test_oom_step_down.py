@@ -15,9 +15,9 @@ from tests.launch.test_hardware import gpus_of
 from tests.launch.test_runner import make_launch, restore_signals  # noqa: F401 (fixture)
 from trm import exit_codes
 from trm.launch.host.hardware import select_layout
-from trm.launch.running.runner import Launch
-from trm.launch.running.stepdown import STEP_DOWN_FILE, StepDownRecord, apply_record, step_down
-from trm.launch.running.supervisor import AttemptResult, read_events
+from trm.launch.launcher.runner import Launch
+from trm.launch.supervision.stepdown import STEP_DOWN_FILE, StepDownRecord, apply_record, step_down
+from trm.launch.supervision.supervisor import AttemptResult, read_events
 
 
 def constant_global(layout) -> bool:
@@ -225,7 +225,7 @@ def test_attempt_outcome_out_of_memory():
 
 @pytest.mark.parametrize("record", [None, "stepped"])
 def test_the_handoff_carries_the_step_down(tmp_path, record):
-    from trm.launch.after_run.handoff import collect, render_info
+    from trm.launch.handoff.handoff import collect, render_info
 
     run_dir = tmp_path / "run"
     (run_dir / "launch").mkdir(parents=True)

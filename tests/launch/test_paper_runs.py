@@ -6,8 +6,8 @@ import pytest
 
 from tests.launch.test_plan import ROOT
 from trm.commands import main
-from trm.launch.planning.estimate import RunEstimate
-from trm.launch.planning.paper_runs import BEGIN, END, expected_run, kind, markdown_table
+from trm.launch.cost.estimate import RunEstimate
+from trm.launch.plan.paper_runs import BEGIN, END, expected_run, kind, markdown_table
 
 COST_DOC = ROOT / "docs" / "cost.md"
 

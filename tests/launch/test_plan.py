@@ -11,9 +11,9 @@ import pytest
 
 from tests.helpers import fake_smi_env
 from trm.errors import TRMError
-from trm.launch.planning.plan import build_plan, merge_overrides
-from trm.launch.planning.settings import LaunchSettings
-from trm.launch.planning.variables import ALL_VARS, ENV_VARS, Derived, help_text, markdown_table, read_all
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.config.variables import ALL_VARS, ENV_VARS, Derived, help_text, markdown_table, read_all
+from trm.launch.plan.plan import build_plan, merge_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "train_prod.sh"
@@ -153,7 +153,7 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
     assert f"global_batch_size=768 micro_batch_size={micro} compile=true device=cuda" in out
     train = [line for line in out.splitlines() if "torch.distributed.run" in line][-1]
     assert f"--standalone --nproc-per-node={nproc}" in train
-    assert "-m trm.launch.running.worker" in train and "-m trm.train" in train
+    assert "-m trm.launch.supervision.worker" in train and "-m trm.train" in train
     assert f"checkpoint_path={tmp_path}/ws/checkpoints/trm-arc2" in train and "max_steps" not in train
     assert "$2.49/GPU-hour" in out
     resume = out.splitlines()[-1]
@@ -167,7 +167,7 @@ def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, mi
 
 
 def test_resume_where_names_the_image_digest_or_asks_for_it():
-    from trm.launch.planning.plan import resume_where
+    from trm.launch.plan.plan import resume_where
 
     pinned = resume_where({"TRM_IMAGE_VARIANT": "sm90", "TRM_IMAGE_DIGEST": "sha256:" + "a" * 64})
     assert pinned.startswith("inside the trm image sha256:aaaa") and "same volumes" in pinned
@@ -249,7 +249,7 @@ def test_every_variable_fills_a_setting_or_is_read_where_it_is_used():
     assert set(settings_of) == names - {"cli_overrides", "release"}
     # the others are read where they are used: the release (ON_END, ON_BUDGET, RELEASE_VIA, PRIME_*), the
     # workspace (the default of DATA_DIR, CHECKPOINT_DIR, ARTIFACTS_DIR)
-    source = (ROOT / "trm" / "launch" / "after_run" / "release.py").read_text()
+    source = (ROOT / "trm" / "launch" / "provider" / "release.py").read_text()
     for var in ENV_VARS:
         if var.setting is None and var.name.startswith("PRIME_"):
             assert f'"{var.name}"' in source, var.name
@@ -280,7 +280,7 @@ def test_tmux_session_inherits_the_environment(tmp_path):
     import shutil
     import time
 
-    from trm.launch.running.tmux import start_in_tmux, tmux_command
+    from trm.launch.supervision.tmux import start_in_tmux, tmux_command
 
     if shutil.which("tmux") is None:
         pytest.skip("tmux is not installed")
@@ -307,7 +307,8 @@ def test_use_tmux_reruns_this_launch_in_tmux_once(tmp_path, monkeypatch, inside_
     """USE_TMUX=1 outside tmux: the launcher starts `python -m trm launch` with the same arguments in tmux
     and returns; inside the session ($TMUX) and for --dry-run it goes on itself."""
     from trm.commands import main
-    from trm.launch.running import runner, tmux
+    from trm.launch.launcher import runner
+    from trm.launch.supervision import tmux
 
     for key, value in script_env(tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", USE_TMUX="1").items():
         monkeypatch.setenv(key, value)
@@ -378,7 +379,7 @@ def test_probe_of_a_one_step_epoch_recipe_trains_past_the_warm_up(tmp_path):
     after WARMUP_STEPS are timed (before, max_steps=4 met a 1-step schedule and nothing was measured)."""
     from tests.helpers import FIXTURES
     from trm.launch.host.nvidia_smi import parse_query_csv
-    from trm.launch.planning.probe import WARMUP_STEPS
+    from trm.launch.supervision.probe import WARMUP_STEPS
     from trm.training.config import compose
     from trm.training.throughput import total_steps
 
@@ -417,7 +418,7 @@ def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch
     requests go to the ranks, which get SHUTDOWN_TIMEOUT on every torch (tests/launch/test_supervisor.py)."""
     from torch.distributed.run import get_args_parser
 
-    from trm.launch.planning import plan
+    from trm.launch.plan import plan
 
     cmd = plan.torchrun_command(
         sys.executable, ["epochs=1"], exit_dir=tmp_path, nproc_per_node=2, shutdown_timeout=300
@@ -434,7 +435,7 @@ def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch
     assert not any(a.startswith("--shutdown-timeout") for a in old)
     assert old == [a for a in cmd if not a.startswith("--shutdown-timeout")]
     assert capsys.readouterr().err == ""
-    assert cmd[cmd.index("trm.launch.running.worker") + 1 :][:3] == [
+    assert cmd[cmd.index("trm.launch.supervision.worker") + 1 :][:3] == [
         f"--exit-dir={tmp_path}",
         "--saved-exits-zero",
         "--",

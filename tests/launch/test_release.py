@@ -18,9 +18,9 @@ import pytest
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.launch.after_run.release import VASTAI_CLI, ReleasePolicy, release
-from trm.launch.planning.plan import build_plan
-from trm.launch.planning.settings import LaunchSettings, policy_from_env
+from trm.launch.config.settings import LaunchSettings, policy_from_env
+from trm.launch.plan.plan import build_plan
+from trm.launch.provider.release import VASTAI_CLI, ReleasePolicy, release
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "pi-test-token-7f3c9a1e5b"
@@ -220,8 +220,8 @@ def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_pat
     """A launch whose training ends 79 (MAX_HOURS) with ON_BUDGET=stop on a Vast.ai instance: the launcher
     itself writes the bundle, then stops the instance; `--handoff` by hand rebuilds the bundle and releases
     nothing; every file of the run directory and of the bundle is free of both secrets."""
-    from trm.launch.running.runner import Launch
-    from trm.launch.running.supervisor import Console
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import Console
 
     ws = tmp_path / "ws"
     environ = {
@@ -294,8 +294,8 @@ def test_settings_carry_the_policy_and_the_resume_command_no_secret():
 def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monkeypatch):
     """A whole launch (trainer stubbed) with SYNC_TO and ON_END=destroy on a Vast.ai instance: the at-exit
     order is handoff -> final sync -> release, the remote holds the run and the bundle, no file holds a secret."""
-    from trm.launch.running.runner import Launch
-    from trm.launch.running.supervisor import AttemptResult, Console
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import AttemptResult, Console
 
     monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
     ws, bucket = tmp_path / "ws", tmp_path / "bucket"
@@ -345,7 +345,7 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
 
 
 def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path):
-    from trm.launch.after_run.release import readiness_problem
+    from trm.launch.provider.release import readiness_problem
 
     env = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": VAST_KEY, "ON_BUDGET": "stop", "PATH": str(tmp_path)}
     problem = readiness_problem(policy_from_env(env, sync_to=""), env)
@@ -354,8 +354,8 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
     assert readiness_problem(policy_from_env(ready, sync_to=""), ready) is None
     host = {"ON_END": "stop", "RELEASE_VIA": "host", "PATH": str(tmp_path)}
     assert "not on PATH" in (readiness_problem(policy_from_env(host, sync_to=""), host) or "")
-    from trm.launch.running.runner import Launch
-    from trm.launch.running.supervisor import Console
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import Console
 
     launch_env = {**env, "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path / "ws")}
     settings = LaunchSettings.from_env(launch_env)
@@ -370,7 +370,7 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
 
 
 def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
-    from trm.launch.after_run.release import VASTAI_INSTALL
+    from trm.launch.provider.release import VASTAI_INSTALL
 
     text = (Path(__file__).resolve().parents[2] / "runbooks" / "v1" / "03-production-run.md").read_text()
     assert f"pip install --quiet {VASTAI_CLI}" in text and "/opt/vastai-cli" in text

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import FIXTURES, fake_smi_env
+from trm.launch.config.settings import LaunchSettings
 from trm.launch.host.nvidia_smi import parse_query_csv
-from trm.launch.planning.plan import build_plan
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.plan.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 EXT = "optimizer adam-atan2 extension"

@@ -1,6 +1,6 @@
 """A restart policy (Docker's `--restart on-failure`, a recreated Kubernetes Job, a Vast.ai on-start hook)
 starts the launcher again with the same environment and run directory. The run's ledger
-(trm.launch.after_run.ledger) keeps that from training in a loop after a terminal end, and MAX_HOURS bounds the run."""
+(trm.launch.supervision.ledger) keeps that from training in a loop after a terminal end, and MAX_HOURS bounds the run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trm import exit_codes
-from trm.launch.after_run.ledger import RunLedger, admit, last_launch_refused
+from trm.launch.supervision.ledger import RunLedger, admit, last_launch_refused
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
@@ -167,11 +167,11 @@ def test_a_refused_launch_releases_nothing(tmp_path, monkeypatch):
     at-exit steps run only for a launch that was admitted)."""
     import signal
 
-    from trm.launch.after_run import release
-    from trm.launch.planning.plan import build_plan
-    from trm.launch.planning.settings import LaunchSettings
-    from trm.launch.running.runner import Launch
-    from trm.launch.running.supervisor import Console
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.plan.plan import build_plan
+    from trm.launch.provider import release
+    from trm.launch.supervision.supervisor import Console
 
     env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "RUN_NAME": RUN_NAME,
            "ON_END": "stop", "RELEASE_VIA": "host", "MAX_HOURS": "0.5"}  # fmt: skip

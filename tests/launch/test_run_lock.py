@@ -17,11 +17,11 @@ import pytest
 
 from tests.launch.test_restart_policy import FAKE_DIR, launch_dir, launcher_env
 from trm import exit_codes
-from trm.launch.after_run.ledger import RunLedger, admit
-from trm.launch.planning.plan import build_plan
-from trm.launch.planning.settings import LaunchSettings
-from trm.launch.running.runner import Launch
-from trm.launch.running.supervisor import Console
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.launcher.runner import Launch
+from trm.launch.plan.plan import build_plan
+from trm.launch.supervision.ledger import RunLedger, admit
+from trm.launch.supervision.supervisor import Console
 from trm.runlock import RunLock
 
 

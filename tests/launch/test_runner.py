@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from trm import exit_codes
-from trm.launch.planning.plan import build_plan, merge_overrides
-from trm.launch.planning.settings import LaunchSettings
-from trm.launch.running.runner import Launch
-from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, read_events
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.launcher.runner import Launch
+from trm.launch.plan.plan import build_plan, merge_overrides
+from trm.launch.supervision.supervisor import AttemptResult, Console, CostGuard, read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
@@ -77,7 +77,7 @@ def test_attempt_outcomes():
 def test_worker_records_and_forwards(tmp_path):
     exit_dir = tmp_path / "codes"
     code = subprocess.call(
-        [sys.executable, "-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--", sys.executable, "-c",
+        [sys.executable, "-m", "trm.launch.supervision.worker", f"--exit-dir={exit_dir}", "--", sys.executable, "-c",
          "import sys; sys.exit(75)"],
         env={**os.environ, "RANK": "3"},
     )  # fmt: skip
@@ -93,7 +93,7 @@ def test_worker_records_and_forwards(tmp_path):
         [
             sys.executable,
             "-m",
-            "trm.launch.running.worker",
+            "trm.launch.supervision.worker",
             f"--exit-dir={exit_dir}",
             "--",
             sys.executable,
@@ -277,7 +277,7 @@ def test_out_of_memory_in_training_halves_the_micro_batch_and_resumes_from_the_c
     assert hw["micro_batch_size"] * hw["grad_accumulation"] * hw["world_size"] == planned.global_batch_size
     steps = plan["oom_step_down"]["steps"]
     assert [(x["from"], x["to"], x["resumes_from_step"]) for x in steps] == [(4, 2, 2), (2, 1, 2)]
-    from trm.launch.after_run.handoff import collect
+    from trm.launch.handoff.handoff import collect
 
     assert collect(s.run_dir)["oom_step_down"] == plan["oom_step_down"]
     info = (s.artifacts_run_dir / "run.info").read_text()
@@ -334,7 +334,7 @@ def test_the_real_trainer_out_of_memory_is_stepped_down_and_resumes_from_its_che
 
 
 def test_probe_step_time_from_metrics(tmp_path):
-    from trm.launch.planning.probe import step_seconds
+    from trm.launch.supervision.probe import step_seconds
 
     rows = ["step,wall_time,name,value"] + [
         f"{s},{100 + 2 * s + (5 if s == 1 else 0)},train/lm_loss,1" for s in range(1, 8)
@@ -346,7 +346,7 @@ def test_probe_step_time_from_metrics(tmp_path):
 
 def test_memory_sampler_keeps_the_peak(tmp_path, monkeypatch):
     from tests.helpers import FIXTURES, install_fake_smi
-    from trm.launch.planning.probe import MemorySampler
+    from trm.launch.supervision.probe import MemorySampler
 
     shape = tmp_path / "shape"
     shape.mkdir()
@@ -457,7 +457,7 @@ def test_a_compile_failure_in_the_smoke_gate_trains_eager_and_stays_eager(tmp_pa
     assert record["compile"] is False and "ptxas" in record["reason"]
     assert "compile=false" in json.loads((launch_dir / "plan.json").read_text())["overrides"]
     assert "compile_fallback" in [e["event"] for e in read_events(launch_dir / "events.jsonl")]
-    from trm.launch.after_run.handoff import collect
+    from trm.launch.handoff.handoff import collect
 
     assert collect(launch.settings.run_dir)["compile_fallback"]["reason"] == record["reason"]
     again, out2 = make_launch(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trm import exit_codes
-from trm.launch.running.supervisor import AttemptResult, Console, EventLog, Supervisor, child_pids
+from trm.launch.supervision.supervisor import AttemptResult, Console, EventLog, Supervisor, child_pids
 
 # A trainer that, on SIGTERM, "saves" for SAVE_S seconds and exits 75 (or ignores the request: SAVE_S < 0).
 SLOW_SAVER = """
@@ -39,7 +39,13 @@ def _torchrun(tmp_path: Path, save_s: float, torchrun_grace_s: int) -> list[str]
         # torchrun's own grace after a SIGTERM to torchrun: shorter than the save, as torch 2.10's fixed 30 s
         # is shorter than a paper-size save on a slow disk
         f"--shutdown-timeout={torchrun_grace_s}",
-        *("-m", "trm.launch.running.worker", f"--exit-dir={tmp_path / 'exits'}", "--saved-exits-zero", "--"),
+        *(
+            "-m",
+            "trm.launch.supervision.worker",
+            f"--exit-dir={tmp_path / 'exits'}",
+            "--saved-exits-zero",
+            "--",
+        ),
         *(sys.executable, str(trainer), str(tmp_path), str(save_s)),
     ]
 

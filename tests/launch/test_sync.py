@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.launch.after_run.sync import (
+from trm.launch.storage.sync import (
     Syncer,
     check_remote,
     prunable,
@@ -164,10 +164,10 @@ def test_a_launch_without_rclone_stops_before_training_with_the_fix(tmp_path, mo
     import io
 
     from trm import exit_codes
-    from trm.launch.planning.plan import LaunchFailed, build_plan
-    from trm.launch.planning.settings import LaunchSettings
-    from trm.launch.running.runner import Launch
-    from trm.launch.running.supervisor import Console
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.plan.plan import LaunchFailed, build_plan
+    from trm.launch.supervision.supervisor import Console
 
     monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "rclone" else "/bin/true")
     env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "SYNC_TO": "s3:bucket/runs"}
@@ -181,7 +181,7 @@ def test_a_launch_without_rclone_stops_before_training_with_the_fix(tmp_path, mo
 
 @needs_rclone
 def test_restoring_a_run_that_was_never_copied(tmp_path, store):
-    from trm.launch.after_run.sync import SyncError
+    from trm.launch.storage.sync import SyncError
 
     with pytest.raises(SyncError):
         sync_down(store, tmp_path / "run", print)  # a typo in the remote is an error...
@@ -249,8 +249,8 @@ def test_without_prune_the_remote_keeps_every_checkpoint(tmp_path, store):
 
 
 def test_sync_prune_is_on_by_default_and_reaches_the_syncer(tmp_path):
-    from trm.launch.planning.settings import LaunchSettings
-    from trm.launch.running.runner import make_syncer
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.launcher.runner import make_syncer
 
     env = {"WORKSPACE": str(tmp_path), "SYNC_TO": "store:bucket"}
     assert make_syncer(LaunchSettings.from_env(env), print).prune is True

@@ -85,8 +85,8 @@ def test_a_run_without_events_says_how_to_get_them(tmp_path: Path) -> None:
 
 
 def test_the_launcher_writes_events_by_default_where_tensorboard_is_installed(tmp_path: Path) -> None:
-    from trm.launch.planning.plan import build_plan
-    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.plan.plan import build_plan
 
     env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path)}
     assert "tensorboard=true" in build_plan(LaunchSettings.from_env(env), [], env).overrides
@@ -97,7 +97,7 @@ def test_the_launcher_writes_events_by_default_where_tensorboard_is_installed(tm
 
 
 def test_the_docker_journey_has_a_live_view_on_the_hosts_loopback_only() -> None:
-    from trm.launch.after_run.tensorboard import forward_hint
+    from trm.launch.handoff.tensorboard import forward_hint
 
     assert "-p 127.0.0.1:6006:6006" in forward_hint(6006, "0.0.0.0")
     assert "publish" not in forward_hint(6006)

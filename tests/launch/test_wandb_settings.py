@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.launch.planning.plan import trainer_env
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.plan.plan import trainer_env
 
 KEY = "local-feedfacefeedfacefeedfacefeedfacefeedface"
 

@@ -27,9 +27,9 @@ from trm.compile_setting import FALLBACK_FILE
 from trm.errors import TRMError
 from trm.gitinfo import UNKNOWN, code_git_sha
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
-from trm.launch.planning.estimate import ESTIMATE_FILE
-from trm.launch.running.stepdown import STEP_DOWN_FILE
-from trm.launch.running.supervisor import read_events
+from trm.launch.cost.estimate import ESTIMATE_FILE
+from trm.launch.supervision.stepdown import STEP_DOWN_FILE
+from trm.launch.supervision.supervisor import read_events
 from trm.training.throughput import summarize as summarize_throughput
 
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -318,7 +318,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         # set when torch.compile failed in the smoke gate and the run trained eager (trm.compile_setting)
         "compile_fallback": _read_json(launch / FALLBACK_FILE) or None,
         # set when the trainer ran out of GPU memory and the launcher halved the micro-batch
-        # (trm.launch.running.stepdown): what was planned, what trains now, each step
+        # (trm.launch.supervision.stepdown): what was planned, what trains now, each step
         "oom_step_down": _read_json(launch / STEP_DOWN_FILE) or None,
     }  # fmt: skip
 

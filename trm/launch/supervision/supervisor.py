@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import IO
 
 from trm import exit_codes
-from trm.launch.after_run.ledger import RunLedger
+from trm.launch.supervision.ledger import RunLedger
 from trm.safe_remove import remove_own_temp
 
 LEDGER_EVERY_S = 60.0  # a killed launcher loses at most this much of the run's counted time
@@ -143,7 +143,7 @@ def child_pids(pid: int) -> list[int]:
 
 
 def read_rank_codes(exit_dir: Path) -> dict[int, int]:
-    """Exit codes recorded by `trm.launch.running.worker`, by rank."""
+    """Exit codes recorded by `trm.launch.supervision.worker`, by rank."""
     codes: dict[int, int] = {}
     if not exit_dir.is_dir():
         return codes

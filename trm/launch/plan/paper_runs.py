@@ -1,7 +1,7 @@
 """The expected time and cost of a recipe's whole run on a GPU shape, without the host or the dataset.
 
 The same plan and estimate as the dry run (`build_plan` + `LaunchPlan.estimate`), for GPUs described here
-instead of detected, and the dataset's recorded sizes (trm.launch.planning.dataset_sizes) instead of a
+instead of detected, and the dataset's recorded sizes (trm.launch.cost.dataset_sizes) instead of a
 built one. Two users: the docs' table of paper runs (`python -m trm launch --markdown-cost`, kept identical
 to docs/cost.md by a test) and `python -m tools.jobs check`, which refuses a Kubernetes deadline shorter
 than the run its Job starts.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import cache
 
 from trm import gpu_catalog
+from trm.launch.cost.estimate import RunEstimate
 from trm.launch.host.nvidia_smi import GpuInfo
-from trm.launch.planning.estimate import RunEstimate
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ def expected_run(
 ) -> RunEstimate | str:
     """The dry run's estimate for TASK=`recipe` on `nnodes` nodes of `gpus_per_node` `gpu` GPUs (a
     GPU_MODELS key), or why there is none (a dataset without recorded sizes)."""
-    from trm.launch.planning.plan import build_plan
-    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.plan.plan import build_plan
 
     with tempfile.TemporaryDirectory() as workspace:  # empty: the recorded dataset sizes stand in
         env = {"TASK": recipe, "WORKSPACE": workspace, "NUM_GPUS": str(gpus_per_node)}

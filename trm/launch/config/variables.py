@@ -18,8 +18,8 @@ from typing import Any
 
 from trm.compile_setting import parse_compile
 from trm.errors import TRMError
-from trm.launch.after_run.release import ACTIONS, PRIME_API_URL, PROVIDERS
-from trm.launch.after_run.sync import check_remote
+from trm.launch.provider.release import ACTIONS, PRIME_API_URL, PROVIDERS
+from trm.launch.storage.sync import check_remote
 from trm.training.recipes import RECIPES
 
 Parser = Callable[[str, str], Any]

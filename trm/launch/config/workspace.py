@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from trm.errors import TRMError
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.config.settings import LaunchSettings
 from trm.safe_remove import remove_own_temp
 
 

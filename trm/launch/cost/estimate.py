@@ -6,7 +6,7 @@
 
 - total_steps: the trainer's formula (`trm.training.throughput.total_steps`) from the dataset's
   `train/dataset.json`, epochs and the global batch (capped by max_steps). Before the dataset is built the
-  sizes recorded for it (trm.launch.planning.dataset_sizes) stand in, and the estimate says so.
+  sizes recorded for it (trm.launch.cost.dataset_sizes) stand in, and the estimate says so.
 - step time, the first that applies, each labelled with what it is:
   1. "measured (probe)": the probe (PROBE=1) timed this run's steps on this host (launch/probe.json);
   2. "measured (date, GPU)": the tier's `[tier.speed]` in hardware.toml, for the measured recipe's
@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
+from trm.launch.cost.dataset_sizes import recorded_sizes
 from trm.launch.host.hardware import BatchLayout, TierSpeed, load_table
-from trm.launch.planning.dataset_sizes import recorded_sizes
 from trm.training.config import BestConfig, EvalSubsetConfig, TrainConfig
 from trm.training.curriculum import run_schedule, train_flops_per_example
 from trm.training.throughput import act_step_flops, peak_flops, total_steps
@@ -301,7 +301,7 @@ def recipe_config(name: str) -> TrainConfig:
 
 def reference_model(speed: TierSpeed) -> Any:
     """The model config (one row) of the recipe a `[tier.speed]` measured, on its dataset's recorded sizes;
-    None when the dataset's sizes are not recorded (trm.launch.planning.dataset_sizes)."""
+    None when the dataset's sizes are not recorded (trm.launch.cost.dataset_sizes)."""
     from trm.model.registry import model_config
     from trm.training.recipes import get_recipe
 
@@ -382,7 +382,7 @@ def run_sizes(dataset_dir: Path) -> tuple[dict[str, Any], dict[str, Any], str] |
         return f"unknown until {dataset_dir} is built (the launch prints it after the data step)"
     return (
         *recorded,
-        f"{dataset_dir.name} is not built yet: its recorded sizes stand in (trm.launch.planning.dataset_sizes)",
+        f"{dataset_dir.name} is not built yet: its recorded sizes stand in (trm.launch.cost.dataset_sizes)",
     )
 
 

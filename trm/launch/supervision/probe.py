@@ -19,8 +19,8 @@ from trm import exit_codes
 from trm.batching import halved_micro_batch
 from trm.io import atomic_write_json
 from trm.launch.host.nvidia_smi import GpuInfo, Runner, query_memory_used
-from trm.launch.planning.plan import LaunchFailed, LaunchPlan
-from trm.launch.running.supervisor import AttemptResult, Console, Supervisor
+from trm.launch.plan.plan import LaunchFailed, LaunchPlan
+from trm.launch.supervision.supervisor import AttemptResult, Console, Supervisor
 from trm.oom import OOM_TEXT
 from trm.safe_remove import remove_own_temp
 
@@ -94,7 +94,7 @@ def drift_notes(record: dict[str, Any], table_micro: int, vram_mib: int | None) 
 
 
 class ProbeHost(Protocol):
-    """What the probe needs from the launch that runs it (`trm.launch.running.runner.Launch`)."""
+    """What the probe needs from the launch that runs it (`trm.launch.launcher.runner.Launch`)."""
 
     plan: LaunchPlan
     console: Console

@@ -17,18 +17,13 @@ from trm import exit_codes
 from trm.compile_setting import FALLBACK_FILE, compile_failure
 from trm.errors import TRMError
 from trm.io import atomic_write_json
-from trm.launch.after_run.ledger import (
-    TERMINAL_ENDS,
-    RunLedger,
-    admit,
-    config_fingerprint,
-)
-from trm.launch.after_run.sync import Syncer, SyncError
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.config.workspace import ensure_writable
+from trm.launch.cost.estimate import ESTIMATE_FILE, RunEstimate
 from trm.launch.host import cuda_visible
 from trm.launch.host.hardware import BatchLayout
 from trm.launch.host.nvidia_smi import GpuInfo, NvidiaSmiMissing, Runner, query_driver_cuda, query_gpus
-from trm.launch.planning.estimate import ESTIMATE_FILE, RunEstimate
-from trm.launch.planning.plan import (
+from trm.launch.plan.plan import (
     LaunchFailed,
     LaunchPlan,
     Step,
@@ -37,10 +32,15 @@ from trm.launch.planning.plan import (
     override_key,
     resume_where,
 )
-from trm.launch.planning.settings import LaunchSettings
-from trm.launch.running.stepdown import STEP_DOWN_FILE, StepDownRecord, apply_record, step_down
-from trm.launch.running.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
-from trm.launch.running.workspace import ensure_writable
+from trm.launch.storage.sync import Syncer, SyncError
+from trm.launch.supervision.ledger import (
+    TERMINAL_ENDS,
+    RunLedger,
+    admit,
+    config_fingerprint,
+)
+from trm.launch.supervision.stepdown import STEP_DOWN_FILE, StepDownRecord, apply_record, step_down
+from trm.launch.supervision.supervisor import AttemptResult, Console, CostGuard, EventLog, Supervisor
 from trm.runlock import HOLDER_ENV, RunLock, RunLocked
 from trm.safe_remove import remove_own_temp
 from trm.training.recipes import Recipe
@@ -294,14 +294,14 @@ class Launch:
 
     def probe(self, step: Step) -> None:
         """Measure the micro-batch on the real GPUs and train with what fits."""
-        from trm.launch.planning.probe import run_probe
+        from trm.launch.supervision.probe import run_probe
 
         micro = run_probe(self)
         if micro != self.plan.hardware.micro_batch_size:
             self.train_with(self.plan.hardware.with_micro_batch(micro, f"the probe stepped down to {micro}"))
             self.console.log(f"probe: training with micro-batch {micro}")
 
-    # -- out of memory: half the micro-batch, twice the accumulation (trm.launch.running.stepdown) ---------
+    # -- out of memory: half the micro-batch, twice the accumulation (trm.launch.supervision.stepdown) ---------
     def train_with(self, layout: BatchLayout) -> None:
         """Train (and smoke-test) with `layout`'s micro-batch from now on."""
         self.plan.hardware = layout
@@ -543,13 +543,13 @@ class Launch:
 
     def release(self, step: Step) -> None:
         """ON_END / ON_BUDGET, once the bundle is written and synced."""
-        from trm.launch.after_run.release import release
+        from trm.launch.provider.release import release
 
         release(self.settings.release, self.exit_code, self.environ, self.console.log, synced=self.synced)
 
     def _check_release_ready(self) -> None:
         """ON_END / ON_BUDGET must be able to act at the end: find out now, before any training."""
-        from trm.launch.after_run.release import readiness_problem
+        from trm.launch.provider.release import readiness_problem
 
         problem = readiness_problem(self.settings.release, self.environ)
         if problem:
@@ -580,7 +580,7 @@ class Launch:
         self.step_action(step)(step)
 
     def admitted(self) -> bool:
-        """Whether this launch may train (trm.launch.after_run.ledger): not when the run's MAX_HOURS is spent or it
+        """Whether this launch may train (trm.launch.supervision.ledger): not when the run's MAX_HOURS is spent or it
         ended with 78 or 2 and the configuration is the same. Node 0 keeps the ledger."""
         s = self.settings
         ledger = RunLedger.load(s.launch_dir)
@@ -720,7 +720,7 @@ def hand_off(settings: LaunchSettings) -> Path | None:
     """Bundle the run these settings name into ARTIFACTS_DIR/RUN_NAME; None when it has no directory yet.
 
     The handoff step of a launch and `python -m trm launch --handoff` (by hand) both call this."""
-    from trm.launch.after_run.handoff import build_bundle
+    from trm.launch.handoff.handoff import build_bundle
 
     if not settings.run_dir.is_dir():
         return None
@@ -773,6 +773,6 @@ def probe_configured_launch(environ: dict[str, str], stream: IO[str]) -> tuple[i
     launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", stream))
     launch.supervisor.install_signal_handlers()
     launch.data(plan.data_step())
-    from trm.launch.planning.probe import run_probe
+    from trm.launch.supervision.probe import run_probe
 
     return run_probe(launch), settings.launch_dir / "probe.json"

@@ -9,12 +9,12 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.config.variables import ENV_VARS, arch_override
+from trm.launch.cost.budget import budget_warning
+from trm.launch.cost.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.host.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.host.nvidia_smi import GpuInfo
-from trm.launch.planning.budget import budget_warning
-from trm.launch.planning.estimate import RunEstimate, estimate_run, probe_step_seconds
-from trm.launch.planning.settings import LaunchSettings
-from trm.launch.planning.variables import ENV_VARS, arch_override
 from trm.training.config import TrainConfig, compose, override_key
 from trm.training.recipes import Recipe, get_recipe
 
@@ -85,7 +85,7 @@ def shutdown_timeout_args(shutdown_timeout: int) -> list[str]:
     """torchrun's --shutdown-timeout where this torch has it; else nothing.
 
     It matters only when a SIGTERM reaches torchrun itself: the launcher's own stop requests go to the
-    ranks directly and give them SHUTDOWN_TIMEOUT on every torch (trm.launch.running.supervisor)."""
+    ranks directly and give them SHUTDOWN_TIMEOUT on every torch (trm.launch.supervision.supervisor)."""
     return [f"--shutdown-timeout={shutdown_timeout}"] if torchrun_has_shutdown_timeout() else []
 
 
@@ -100,13 +100,13 @@ def torchrun_command(
     rendezvous: list[str] | None = None,
 ) -> list[str]:
     """torchrun (`--standalone` without `rendezvous` flags) of `nproc_per_node` ranks, each running the
-    trainer under `trm.launch.running.worker`, which records its exit code in `exit_dir`."""
+    trainer under `trm.launch.supervision.worker`, which records its exit code in `exit_dir`."""
     return [
         *(python, "-m", "torch.distributed.run"),
         *(rendezvous or ["--standalone"]),
         f"--nproc-per-node={nproc_per_node}",
         *shutdown_timeout_args(shutdown_timeout),
-        *("-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--saved-exits-zero", "--"),
+        *("-m", "trm.launch.supervision.worker", f"--exit-dir={exit_dir}", "--saved-exits-zero", "--"),
         *(python, "-m", trainer_module),
         *overrides,
     ]
@@ -171,7 +171,7 @@ class LaunchPlan:
         return compose(self.overrides)
 
     def estimate(self) -> RunEstimate | str:
-        """The whole run's expected time and cost, or why it is unknown yet (trm.launch.planning.estimate)."""
+        """The whole run's expected time and cost, or why it is unknown yet (trm.launch.cost.estimate)."""
         return estimate_run(
             self.train_config,
             self.dataset_dir,
@@ -181,7 +181,7 @@ class LaunchPlan:
         )
 
     def budget_warning(self, estimate: RunEstimate | str) -> str | None:
-        """The warning when MAX_HOURS ends the run before its expected end (trm.launch.planning.budget)."""
+        """The warning when MAX_HOURS ends the run before its expected end (trm.launch.cost.budget)."""
         if not isinstance(estimate, RunEstimate):
             return None
         s = self.settings
@@ -266,7 +266,7 @@ class LaunchPlan:
         return [self.settings.python, "-m", "trm", "launch", "--handoff"]
 
     def exit_dir(self) -> Path:
-        """Where each rank of this node records its exit code (trm.launch.running.worker): one folder per
+        """Where each rank of this node records its exit code (trm.launch.supervision.worker): one folder per
         node, since the nodes of a multi-node run share the run directory and each launcher clears its
         folder before an attempt."""
         return self.settings.launch_dir / "exit_codes" / f"node_{self.settings.node_rank}"
@@ -417,7 +417,7 @@ class LaunchPlan:
 
     def release_step(self) -> Step:
         """ON_END / ON_BUDGET: release the machine once everything is written and synced."""
-        from trm.launch.after_run.release import describe
+        from trm.launch.provider.release import describe
 
         return Step("release", describe(self.settings.release, self.environ), at_exit=True)
 

@@ -1,4 +1,4 @@
-"""The resolved settings of one launch, read from the environment variables that `trm.launch.planning.variables`
+"""The resolved settings of one launch, read from the environment variables that `trm.launch.config.variables`
 declares (each with its parser, default and help)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
-from trm.launch.after_run.release import ReleasePolicy, check_policy
-from trm.launch.planning.variables import BY_NAME, ENV_VARS, read_all
+from trm.launch.config.variables import BY_NAME, ENV_VARS, read_all
+from trm.launch.provider.release import ReleasePolicy, check_policy
 from trm.training.metrics_log import wandb_api_key
 
 
@@ -50,7 +50,7 @@ class LaunchSettings:
     wandb_project: str
     tensorboard: bool = False
     continue_run: str = ""
-    """CONTINUE_RUN: the end id (trm.launch.after_run.ledger) this launch may train after."""
+    """CONTINUE_RUN: the end id (trm.launch.supervision.ledger) this launch may train after."""
     """TENSORBOARD: the trainer writes event files (default: where the tensorboard package is installed)."""
     wandb_entity: str = ""
     """WANDB_ENTITY (empty: the key's default)."""
@@ -64,7 +64,7 @@ class LaunchSettings:
     """SYNC_TO: the rclone remote:path the run directory is copied under (empty: off)."""
     sync_every_minutes: float = 15.0
     sync_prune: bool = True
-    """SYNC_PRUNE: delete remote checkpoints that the run directory no longer has (trm.launch.after_run.sync)."""
+    """SYNC_PRUNE: delete remote checkpoints that the run directory no longer has (trm.launch.storage.sync)."""
     release: ReleasePolicy = field(default_factory=ReleasePolicy)
     cli_overrides: tuple[str, ...] = ()
     """Overrides given as script arguments (also part of train_overrides; kept for the resume command)."""

@@ -31,9 +31,9 @@ from pathlib import Path
 
 from trm.errors import TRMError
 from trm.io import atomic_write_text
-from trm.launch.planning.plan import SCRIPT
-from trm.launch.planning.settings import LaunchSettings
-from trm.launch.planning.variables import ENV_VARS
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.config.variables import ENV_VARS
+from trm.launch.plan.plan import SCRIPT
 
 # What SSH sessions need from the container's environment (never secrets).
 SSH_VISIBLE = ("PATH", "TRM_IMAGE_VARIANT", "TRM_IMAGE_SM_LIST", "TRM_IMAGE_CUDA", "TRM_IMAGE_GIT_SHA",
@@ -54,7 +54,7 @@ class RestartSecret:
     def needed(self, settings: LaunchSettings, environ: Mapping[str, str]) -> bool:
         if self.name == "WANDB_API_KEY":
             return settings.wandb == "online"
-        from trm.launch.after_run.release import resolve_provider
+        from trm.launch.provider.release import resolve_provider
 
         return settings.release.releases and resolve_provider(settings.release, environ) == "primeintellect"
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from trm.errors import TRMError
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.config.settings import LaunchSettings
 
 
 def tmux_command(settings: LaunchSettings, command: list[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""`python -m trm.launch.running.worker --exit-dir D -- CMD …`: run one rank's trainer and record its exit code.
+"""`python -m trm.launch.supervision.worker --exit-dir D -- CMD …`: run one rank's trainer and record its exit code.
 
 torchrun reports only "a child failed" (exit 1), so the launcher cannot tell a trainer that saved and
 asked to be restarted (exit 75) from a crash. Each rank runs under this wrapper, which forwards
@@ -48,7 +48,7 @@ def record(exit_dir: Path, rank: str, code: int, started: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command, forward signals, record and return its exit code."""
-    parser = argparse.ArgumentParser(prog="python -m trm.launch.running.worker")
+    parser = argparse.ArgumentParser(prog="python -m trm.launch.supervision.worker")
     parser.add_argument("--exit-dir", type=Path, required=True)
     parser.add_argument("--saved-exits-zero", action="store_true", help="exit 0 when the trainer exits 75")
     parser.add_argument("command", nargs=argparse.REMAINDER)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from trm.launch.after_run.release import ReleasePolicy
-from trm.launch.planning.estimate import RunEstimate
+from trm.launch.cost.estimate import RunEstimate
+from trm.launch.provider.release import ReleasePolicy
 
 
 def budget_warning(

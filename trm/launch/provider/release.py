@@ -69,7 +69,7 @@ def detect_provider(env: Mapping[str, str]) -> str | None:
 
 
 def check_policy(policy: ReleasePolicy, env: Mapping[str, str], *, sync_to: str) -> ReleasePolicy:
-    """`policy` (ON_END, ON_BUDGET and RELEASE_VIA, parsed by trm.launch.planning.variables), checked
+    """`policy` (ON_END, ON_BUDGET and RELEASE_VIA, parsed by trm.launch.config.variables), checked
     against where the launch runs (errors name the fix)."""
     if not policy.releases:
         return policy
