@@ -11,7 +11,7 @@ import torch
 
 from trm.launch.host.gpu_checks import ieee_fp32_matmul, matmul_check
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

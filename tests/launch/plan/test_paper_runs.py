@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.launch.test_plan import ROOT
+from tests.launch.plan.test_plan import ROOT
 from trm.commands import main
 from trm.launch.cost.estimate import RunEstimate
 from trm.launch.plan.paper_runs import BEGIN, END, expected_run, kind, markdown_table

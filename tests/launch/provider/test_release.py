@@ -22,7 +22,7 @@ from trm.launch.config.settings import LaunchSettings, policy_from_env
 from trm.launch.plan.plan import build_plan
 from trm.launch.provider.release import VASTAI_CLI, ReleasePolicy, release
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "pi-test-token-7f3c9a1e5b"
 VAST_KEY = "vast-scoped-key-0d4e8b2a"
 
@@ -372,12 +372,12 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
 def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
     from trm.launch.provider.release import VASTAI_INSTALL
 
-    text = (Path(__file__).resolve().parents[2] / "runbooks" / "v1" / "03-production-run.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "runbooks" / "v1" / "03-production-run.md").read_text()
     assert f"pip install --quiet {VASTAI_CLI}" in text and "/opt/vastai-cli" in text
     assert "pip install --quiet vastai\n" not in text  # unpinned, into the image's venv: the old way
     assert VASTAI_INSTALL.startswith("python -m venv /opt/vastai-cli ")
     # every runbook that installs the CLI (the workstation in 01, the instance in 03) pins the same version
-    for runbook in sorted((Path(__file__).resolve().parents[2] / "runbooks" / "v1").glob("*.md")):
+    for runbook in sorted((Path(__file__).resolve().parents[3] / "runbooks" / "v1").glob("*.md")):
         for line in runbook.read_text().splitlines():
             if "pip install" in line and "vastai" in line:
                 assert VASTAI_CLI in line, f"{runbook.name}: {line}"

@@ -14,7 +14,7 @@ from tests.helpers import FIXTURES, fake_smi_env, install_fake_smi
 from trm import bootstrap
 from trm.errors import TRMError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PY311 = (3, 11)
 
 

@@ -15,7 +15,7 @@ from trm.launch.config.settings import LaunchSettings
 from trm.launch.config.variables import ALL_VARS, ENV_VARS, Derived, help_text, markdown_table, read_all
 from trm.launch.plan.plan import build_plan, merge_overrides
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "train_prod.sh"
 LAUNCH_VARS = [v.name for v in ALL_VARS]
 
@@ -415,7 +415,7 @@ def test_a_python_without_torch_gets_one_line_not_a_traceback(tmp_path):
 def test_torchrun_command_parses_with_this_torchs_torchrun(tmp_path, monkeypatch, capsys):
     """Every flag we pass is one this torch's torchrun accepts (torch 2.10/2.11 have no --shutdown-timeout
     and exited 2 on it); where the flag is missing, the command drops it, silently: the launcher's stop
-    requests go to the ranks, which get SHUTDOWN_TIMEOUT on every torch (tests/launch/test_supervisor.py)."""
+    requests go to the ranks, which get SHUTDOWN_TIMEOUT on every torch (tests/launch/supervision/test_supervisor.py)."""
     from torch.distributed.run import get_args_parser
 
     from trm.launch.plan import plan

@@ -19,7 +19,7 @@ from trm.launch.launcher.runner import Launch
 from trm.launch.plan.plan import build_plan, merge_overrides
 from trm.launch.supervision.supervisor import AttemptResult, Console, CostGuard, read_events
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
 
 

@@ -113,7 +113,7 @@ def test_memory_in_use_is_keyed_like_the_visible_gpus(monkeypatch, tmp_path):
 
 def test_preflight_checks_the_gpus_torch_sees(monkeypatch, tmp_path):
     """Before, preflight counted all 4 GPUs, so a torch that sees the 2 listed ones failed "torch cuda"."""
-    from tests.launch.test_preflight import by_name, gpu_context
+    from tests.launch.host.test_preflight import by_name, gpu_context
     from trm.launch.host.preflight import run_preflight
 
     install_fake_smi(monkeypatch, tmp_path, "h100x4")
@@ -135,7 +135,7 @@ def test_preflight_checks_the_gpus_torch_sees(monkeypatch, tmp_path):
 
 
 def test_preflight_with_every_gpu_hidden_or_a_bad_value(monkeypatch, tmp_path):
-    from tests.launch.test_preflight import by_name, gpu_context
+    from tests.launch.host.test_preflight import by_name, gpu_context
     from trm.launch.host.preflight import run_preflight
 
     install_fake_smi(monkeypatch, tmp_path, "h100x4")

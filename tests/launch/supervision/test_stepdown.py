@@ -1,7 +1,7 @@
 """The launcher's out-of-memory step-down: exit 80 restarts the trainer with half the micro-batch and twice the
 accumulation (global batch kept) from the newest complete checkpoint, down to micro-batch 1; recorded in
 launch/oom_step_down.json, plan.json and the handoff. Torchrun is faked here (its attempts' rank exit codes);
-tests/launch/test_runner.py runs it with real torchrun over the fake trainer."""
+tests/launch/launcher/test_runner.py runs it with real torchrun over the fake trainer."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.test_hardware import gpus_of
-from tests.launch.test_runner import make_launch, restore_signals  # noqa: F401 (fixture)
+from tests.launch.host.test_hardware import gpus_of
+from tests.launch.launcher.test_runner import make_launch, restore_signals  # noqa: F401 (fixture)
 from trm import exit_codes
 from trm.launch.host.hardware import select_layout
 from trm.launch.launcher.runner import Launch

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.launch.test_hardware import gpus_of
-from tests.launch.test_plan import dry_run
+from tests.launch.host.test_hardware import gpus_of
+from tests.launch.plan.test_plan import dry_run
 from trm.errors import TRMError
 from trm.launch.config.settings import LaunchSettings
 from trm.launch.cost.dataset_sizes import recorded_sizes

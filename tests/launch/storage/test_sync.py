@@ -22,7 +22,7 @@ from trm.launch.storage.sync import (
     sync_up,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 needs_rclone = pytest.mark.skipif(
     shutil.which("rclone") is None,
     reason="rclone is not installed (apt-get install -y rclone; .ci/run installs it)",

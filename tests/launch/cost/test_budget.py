@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.test_estimate import ARC1_TEST, ARC1_TRAIN, write_dataset
-from tests.launch.test_hardware import gpus_of
-from tests.launch.test_plan import dry_run
+from tests.launch.cost.test_estimate import ARC1_TEST, ARC1_TRAIN, write_dataset
+from tests.launch.host.test_hardware import gpus_of
+from tests.launch.plan.test_plan import dry_run
 from trm.launch.config.settings import LaunchSettings
 from trm.launch.cost.budget import budget_warning
 from trm.launch.cost.estimate import RunEstimate

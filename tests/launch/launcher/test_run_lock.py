@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.test_restart_policy import FAKE_DIR, launch_dir, launcher_env
+from tests.launch.supervision.test_ledger import FAKE_DIR, launch_dir, launcher_env
 from trm import exit_codes
 from trm.launch.config.settings import LaunchSettings
 from trm.launch.launcher.runner import Launch

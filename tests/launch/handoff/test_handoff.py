@@ -172,7 +172,7 @@ def test_handoff_command_default_location(tmp_path):
     run = synthetic_run(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-m", "trm", "handoff", str(run)], capture_output=True, text=True, cwd=tmp_path,
-        env={**os.environ, "ARTIFACTS_DIR": str(tmp_path / "arts"), "PYTHONPATH": str(Path(__file__).parents[2])},
+        env={**os.environ, "ARTIFACTS_DIR": str(tmp_path / "arts"), "PYTHONPATH": str(Path(__file__).parents[3])},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "arts" / "trm-arc2" / "handoff.json").exists()

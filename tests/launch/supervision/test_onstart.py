@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 FAKE_PYTHON = """#!/bin/bash
 # stand-in for the image's python: records argv and the launch settings, then runs until killed

@@ -18,7 +18,7 @@ from trm.launch.config.settings import LaunchSettings
 from trm.launch.host.nvidia_smi import parse_query_csv
 from trm.launch.plan.plan import build_plan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXT = "optimizer adam-atan2 extension"
 TORCH = "optimizer trm AdamATan2 (torch)"
 

@@ -15,7 +15,7 @@ import pytest
 from trm import exit_codes
 from trm.launch.supervision.ledger import RunLedger, admit, last_launch_refused
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAKE_DIR = ROOT / "tests" / "fixtures" / "launch"
 RUN_NAME = "trm-restarted"
 

@@ -23,7 +23,7 @@ def _tensorboard() -> None:
     pytest.importorskip("tensorboard")
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:
