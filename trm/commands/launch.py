@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print(render(settings, environ, args.checkout, secret_files), end="")
         return 0
     if args.handoff:
-        from trm.launch.launcher.runner import hand_off
+        from trm.launch.handoff.at_exit import hand_off
 
         bundle = hand_off(settings)
         print(
@@ -90,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
         print(start_in_tmux(settings, relaunch_args(args), environ))
         return 0
     from trm.launch.config.workspace import ensure_writable
-    from trm.launch.launcher.runner import Launch, finish_unplanned, resolve
+    from trm.launch.handoff.at_exit import finish_unplanned
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.plan.resolve import resolve
     from trm.launch.supervision.supervisor import Console
 
     try:

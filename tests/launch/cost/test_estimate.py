@@ -214,7 +214,7 @@ def test_the_launch_records_the_estimate_for_the_handoff(tmp_path: Path) -> None
     plan.settings.launch_dir.mkdir(parents=True)
     launch = Launch(plan, env, Console(plan.settings.launch_dir / "launch.log"))
     hardware = next(s for s in plan.steps() if s.name == "hardware")
-    launch.hardware(hardware)
+    launch.actions.hardware(hardware)
     record = json.loads((plan.settings.launch_dir / "estimate.json").read_text())
     assert record["total_steps"] == 518_250 and record["gpus"] == 4 and record["hourly_usd"] == 3.0
     assert record["cost_usd"] == pytest.approx(record["wall_seconds"] / 3600 * 4 * 3, abs=0.01)

@@ -154,7 +154,7 @@ def test_the_launchers_layout_counts_the_visible_gpus(monkeypatch, tmp_path):
     """Before, CUDA_VISIBLE_DEVICES=2,3 on 8 GPUs planned 8 ranks; ranks 2-7 hit "invalid device ordinal"."""
     from trm.errors import TRMError
     from trm.launch.config.settings import LaunchSettings
-    from trm.launch.launcher.runner import resolve
+    from trm.launch.plan.resolve import resolve
 
     install_fake_smi(monkeypatch, tmp_path, "h100x8")
     env = {"WORKSPACE": str(tmp_path / "ws"), "TASK": "arc1", "CUDA_VISIBLE_DEVICES": "2,3"}

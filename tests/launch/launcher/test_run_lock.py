@@ -6,6 +6,7 @@ the ledger, so that a restart policy does not repeat it forever."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -146,15 +147,13 @@ def orphans(tmp_path: Path) -> list[int]:
     return found
 
 
-def test_a_launcher_failure_after_admission_is_recorded_and_not_repeated(
-    tmp_path, restore_signals, monkeypatch
-):
+def test_a_launcher_failure_after_admission_is_recorded_and_not_repeated(tmp_path, restore_signals):
     launch = in_process_launch(tmp_path)
 
-    def broken(self, step):
+    def broken(step):
         raise ValueError("cannot convert float NaN to integer")
 
-    monkeypatch.setattr(Launch, "hardware", broken)
+    launch.actions = dataclasses.replace(launch.actions, hardware=broken)
     # Before: exit 1 and nothing recorded, so Docker's on-failure policy started it again forever.
     assert launch.run() == 1
     log = (launch.settings.launch_dir / "launch.log").read_text()
@@ -162,8 +161,7 @@ def test_a_launcher_failure_after_admission_is_recorded_and_not_repeated(
     ledger = RunLedger.load(launch.settings.launch_dir)
     assert ledger.end is not None and ledger.end["id"] == "end1-exit1"
 
-    monkeypatch.undo()
-    restarted = in_process_launch(tmp_path)
+    restarted = in_process_launch(tmp_path)  # a new launcher: its hardware step is the real one
     assert restarted.run() == exit_codes.OK  # the restart policy stops here
     log = (restarted.settings.launch_dir / "launch.log").read_text()
     assert (

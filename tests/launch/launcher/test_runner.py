@@ -393,7 +393,7 @@ def test_the_run_executes_the_steps_the_dry_run_prints(tmp_path, restore_signals
 
 
 def _train(launch) -> int:
-    launch.train(launch.plan.train_step())
+    launch.actions.train(launch.plan.train_step())
     return launch.exit_code
 
 

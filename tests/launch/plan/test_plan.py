@@ -307,7 +307,7 @@ def test_use_tmux_reruns_this_launch_in_tmux_once(tmp_path, monkeypatch, inside_
     """USE_TMUX=1 outside tmux: the launcher starts `python -m trm launch` with the same arguments in tmux
     and returns; inside the session ($TMUX) and for --dry-run it goes on itself."""
     from trm.commands import main
-    from trm.launch.launcher import runner
+    from trm.launch.plan import resolve
     from trm.launch.supervision import tmux
 
     for key, value in script_env(tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", USE_TMUX="1").items():
@@ -326,7 +326,7 @@ def test_use_tmux_reruns_this_launch_in_tmux_once(tmp_path, monkeypatch, inside_
     def launched(*args: object, **kwargs: object) -> None:
         raise Ran
 
-    monkeypatch.setattr(runner, "resolve", launched)
+    monkeypatch.setattr(resolve, "resolve", launched)
     argv = ["launch", *(["--dry-run"] if dry_run else []), "lr=1"]
     if inside_tmux or dry_run:
         with pytest.raises(Ran):
@@ -475,3 +475,26 @@ def test_the_probe_of_a_depth_curriculum_runs_at_full_depth(tmp_path):
         run_args = plan.train_command()[plan.train_command().index(plan.trainer_module) + 1 :]
         assert compose(run_args).depth_curriculum.ramp == (0.6 if task == "sudoku-curriculum" else 0.0)
     assert not any(a.startswith("depth_curriculum") for a in trainer_args)  # sudoku-mlp's probe: unchanged
+
+
+def test_each_step_runs_its_own_action(tmp_path):
+    """A step carries its action (no name -> method lookup): `plan.steps(actions)` binds one `StepActions`
+    field to each step, every optional step included; a plan's steps without actions (the dry run's) say
+    which step has none when run."""
+    from trm.launch.plan.plan import StepActions
+
+    env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "SYNC_TO": "s3:b", "PROBE": "1"}
+    plan = build_plan(LaunchSettings.from_env(env), [], env)
+    ran: list[tuple[str, str]] = []
+    actions = StepActions(
+        **{f.name: lambda step, f=f.name: ran.append((f, step.name)) for f in fields(StepActions)}
+    )
+    for step in plan.steps(actions):
+        step.run()
+    assert ran == [
+        ("preflight", "preflight"), ("data", "data"), ("hardware", "hardware"), ("cost_guard", "cost guard"),
+        ("sync", "sync"), ("probe", "probe"), ("smoke_gate", "smoke gate"), ("train", "train"),
+        ("handoff", "handoff"), ("final_sync", "final sync"), ("release", "release"),
+    ]  # fmt: skip
+    with pytest.raises(TypeError, match="step 'smoke gate' was planned without its action"):
+        plan.smoke_step().run()

@@ -3,6 +3,7 @@ the token never reaches a log or a file of the run."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import io
 import json
@@ -247,7 +248,7 @@ def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_pat
     def budget_spent(step: object) -> None:
         launch.exit_code = exit_codes.BUDGET_STOPPED
 
-    launch.train = budget_spent  # type: ignore[method-assign]
+    launch.actions = dataclasses.replace(launch.actions, train=budget_spent)
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         assert launch.run() == exit_codes.BUDGET_STOPPED, out.getvalue()
@@ -360,7 +361,9 @@ def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path
     launch_env = {**env, "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path / "ws")}
     settings = LaunchSettings.from_env(launch_env)
     launch = Launch(build_plan(settings, [], launch_env), launch_env, Console(None, io.StringIO()))
-    launch.data = lambda step: pytest.fail("trained although the release could not work")  # type: ignore[method-assign]
+    launch.actions = dataclasses.replace(
+        launch.actions, data=lambda step: pytest.fail("trained although the release could not work")
+    )
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         assert launch.run() == exit_codes.CONFIG_ERROR

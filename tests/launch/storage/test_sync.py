@@ -175,7 +175,7 @@ def test_a_launch_without_rclone_stops_before_training_with_the_fix(tmp_path, mo
     plan = build_plan(settings, [], env)
     launch = Launch(plan, env, Console(None, io.StringIO()))
     with pytest.raises(LaunchFailed, match="apt-get install -y rclone") as err:
-        launch.sync(plan.sync_step())
+        launch.actions.sync(plan.sync_step())
     assert err.value.code == exit_codes.CONFIG_ERROR
 
 
@@ -250,11 +250,10 @@ def test_without_prune_the_remote_keeps_every_checkpoint(tmp_path, store):
 
 def test_sync_prune_is_on_by_default_and_reaches_the_syncer(tmp_path):
     from trm.launch.config.settings import LaunchSettings
-    from trm.launch.launcher.runner import make_syncer
 
     env = {"WORKSPACE": str(tmp_path), "SYNC_TO": "store:bucket"}
-    assert make_syncer(LaunchSettings.from_env(env), print).prune is True
-    assert make_syncer(LaunchSettings.from_env({**env, "SYNC_PRUNE": "off"}), print).prune is False
+    assert LaunchSettings.from_env(env).syncer(print).prune is True
+    assert LaunchSettings.from_env({**env, "SYNC_PRUNE": "off"}).syncer(print).prune is False
 
 
 @needs_rclone

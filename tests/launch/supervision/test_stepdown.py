@@ -16,6 +16,8 @@ from tests.launch.launcher.test_runner import make_launch, restore_signals  # no
 from trm import exit_codes
 from trm.launch.host.hardware import select_layout
 from trm.launch.launcher.runner import Launch
+from trm.launch.supervision.admission import record_end
+from trm.launch.supervision.out_of_memory import resume_step_down
 from trm.launch.supervision.stepdown import STEP_DOWN_FILE, StepDownRecord, apply_record, step_down
 from trm.launch.supervision.supervisor import AttemptResult, read_events
 
@@ -118,7 +120,7 @@ def test_train_steps_down_until_it_fits_and_records_it(tmp_path):
         launch.environ
     )  # the dry run
     attempts = fake_torchrun(launch, fits=1)
-    launch.train(launch.plan.train_step())
+    launch.actions.train(launch.plan.train_step())
     assert launch.exit_code == exit_codes.OK, out.getvalue()
     assert attempts == [("train attempt 1", 4), ("train attempt 2", 2), ("train attempt 3", 1)]
     log = out.getvalue()
@@ -150,7 +152,7 @@ def test_train_steps_down_until_it_fits_and_records_it(tmp_path):
 def test_out_of_memory_at_micro_batch_1_fails_with_80_and_the_message(tmp_path):
     launch, out = make_launch(tmp_path, "finish", MICRO_BATCH_SIZE="2")
     attempts = fake_torchrun(launch, fits=0, codes=(exit_codes.OUT_OF_MEMORY, 1))
-    launch.train(launch.plan.train_step())
+    launch.actions.train(launch.plan.train_step())
     assert launch.exit_code == exit_codes.OUT_OF_MEMORY == 80
     assert [micro for _, micro in attempts] == [2, 1]
     assert re.search(
@@ -162,7 +164,7 @@ def test_a_stop_or_another_node_ends_the_session_at_the_smaller_micro_batch(tmp_
     launch, out = make_launch(tmp_path / "stop", "finish")
     fake_torchrun(launch, fits=1)
     launch.supervisor.request_stop("received SIGTERM")
-    launch.train(launch.plan.train_step())
+    launch.actions.train(launch.plan.train_step())
     assert launch.exit_code == exit_codes.SAVED_RETRY
     assert "not restarted; the same command resumes at micro-batch 2" in out.getvalue()
     assert StepDownRecord.load(launch.settings.launch_dir).micro_batch_size == 2
@@ -172,18 +174,18 @@ def test_a_stop_or_another_node_ends_the_session_at_the_smaller_micro_batch(tmp_
     )
     assert (launch.plan.hardware.world_size, launch.plan.hardware.micro_batch_size) == (4, 2)
     attempts = fake_torchrun(launch, fits=1)
-    launch.train(launch.plan.train_step())
+    launch.actions.train(launch.plan.train_step())
     assert launch.exit_code == exit_codes.OUT_OF_MEMORY and len(attempts) == 1
     assert "a multi-node run restarts as a whole: exiting 80" in out.getvalue()
     assert StepDownRecord.load(launch.settings.launch_dir).micro_batch_size == 1
-    launch.record_end()  # not a terminal end: every node's next start trains at micro-batch 1
+    record_end(launch)  # not a terminal end: every node's next start trains at micro-batch 1
     assert launch.ledger is None or launch.ledger.end is None
 
 
 def test_the_smoke_gate_steps_down_too(tmp_path):
     launch, out = make_launch(tmp_path, "finish")
     attempts = fake_torchrun(launch, fits=2)
-    launch.smoke_gate(launch.plan.smoke_step())
+    launch.actions.smoke_gate(launch.plan.smoke_step())
     assert [(label, micro) for label, micro in attempts] == [
         ("smoke gate", 4),
         ("smoke gate (micro-batch 2)", 2),
@@ -197,12 +199,12 @@ def test_the_smoke_gate_steps_down_too(tmp_path):
 def test_a_later_session_starts_at_the_recorded_micro_batch(tmp_path, restore_signals):  # noqa: F811
     first, _ = make_launch(tmp_path, "finish")
     fake_torchrun(first, fits=2)
-    first.train(first.plan.train_step())
+    first.actions.train(first.plan.train_step())
     assert first.exit_code == exit_codes.OK
 
     again, out = make_launch(tmp_path, "finish")  # a restart: the plan says 4 again
     assert again.plan.hardware.micro_batch_size == 4
-    again.resume_step_down()
+    resume_step_down(again)
     assert (again.plan.hardware.micro_batch_size, again.plan.hardware.grad_accumulation) == (2, 2)
     assert micro_of(again.plan.train_command()) == 2
     assert (
@@ -210,7 +212,7 @@ def test_a_later_session_starts_at_the_recorded_micro_batch(tmp_path, restore_si
     )
 
     forced, out = make_launch(tmp_path, "finish", MICRO_BATCH_SIZE="1")  # another plan: not applied
-    forced.resume_step_down()
+    resume_step_down(forced)
     assert forced.plan.hardware.micro_batch_size == 1 and forced.step_downs is None
     assert "not applied: it steps down from micro-batch 4; this launch plans 1" in out.getvalue()
 

@@ -4,7 +4,7 @@ declares (each with its parser, default and help)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,7 @@ from typing import Any
 from trm.errors import TRMError
 from trm.launch.config.variables import BY_NAME, ENV_VARS, read_all
 from trm.launch.provider.release import ReleasePolicy, check_policy
+from trm.launch.storage.sync import Syncer
 from trm.training.metrics_log import wandb_api_key
 
 
@@ -88,6 +89,17 @@ class LaunchSettings:
     def sync_remote(self) -> str:
         """SYNC_TO/RUN_NAME: where this run is copied (empty when SYNC_TO is unset)."""
         return f"{self.sync_to.rstrip('/')}/{self.run_name}" if self.sync_to else ""
+
+    def syncer(self, log: Callable[[str], None]) -> Syncer:
+        """The uploader of this run to SYNC_TO/RUN_NAME (the handoff bundle into its handoff/)."""
+        return Syncer(
+            self.run_dir,
+            self.sync_remote,
+            log,
+            every_s=self.sync_every_minutes * 60,
+            handoff_dir=self.artifacts_run_dir,
+            prune=self.sync_prune,
+        )
 
     @classmethod
     def from_env(

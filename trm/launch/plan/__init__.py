@@ -1,1 +1,2 @@
-"""The plan of a launch: its steps and commands (printed by --dry-run), and the paper runs' plans."""
+"""The plan of a launch: its steps (each with its action) and commands, printed by --dry-run; the GPUs it is
+resolved on; the paper runs' plans."""

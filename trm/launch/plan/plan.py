@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache, cached_property
 from pathlib import Path
 
@@ -112,22 +112,59 @@ def torchrun_command(
     ]
 
 
+def unbound(step: Step) -> None:
+    """The action of a step planned without the launcher's actions (the dry run prints such steps)."""
+    raise TypeError(
+        f"step {step.name!r} was planned without its action: pass StepActions to LaunchPlan.steps()"
+    )
+
+
 @dataclass(frozen=True)
 class Step:
-    """One step of the launch: --dry-run prints it, `Launch.run()` executes it, in the order of
-    `LaunchPlan.steps()`. Commands are made when read, so they follow the plan (a probe may change the
-    micro-batch before the train step runs)."""
+    """One step of the launch: --dry-run prints it, `Launch.run()` runs it (`run()`: its own action), in the
+    order of `LaunchPlan.steps()`. Commands are made when read, so they follow the plan (a probe may change
+    the micro-batch before the train step runs)."""
 
     name: str
     what: str
     command_makers: tuple[Callable[[], list[str]], ...] = ()
     at_exit: bool = False
     """Runs when the launch ends, success or failure (after the steps before it, or after a failure)."""
+    action: Callable[[Step], None] = unbound
+    """What the step does (one of `StepActions`, which trm.launch.launcher provides)."""
 
     @property
     def commands(self) -> list[list[str]]:
         """The command lines of this step, as they are run."""
         return [make() for make in self.command_makers]
+
+    def run(self) -> None:
+        """Do this step."""
+        self.action(self)
+
+
+StepAction = Callable[[Step], None]
+
+
+@dataclass(frozen=True)
+class StepActions:
+    """What each step a plan can hold does, one field per step (the launcher's; every field is required,
+    so a step added here without its action fails where the launcher binds them)."""
+
+    preflight: StepAction
+    data: StepAction
+    hardware: StepAction
+    cost_guard: StepAction
+    sync: StepAction
+    probe: StepAction
+    smoke_gate: StepAction
+    train: StepAction
+    handoff: StepAction
+    final_sync: StepAction
+    release: StepAction
+
+
+UNBOUND = StepActions(**{f.name: unbound for f in fields(StepActions)})
 
 
 class LaunchFailed(Exception):
@@ -309,40 +346,46 @@ class LaunchPlan:
         entry = ["bash", SCRIPT] if environ.get(LAUNCHER_ENV) == SCRIPT else ["python", "-m", "trm", "launch"]
         return " ".join([*assigns, *entry, *(shlex.quote(o) for o in self.settings.cli_overrides)])
 
-    def steps(self) -> list[Step]:
-        """The ordered steps of the launch: what --dry-run prints and what `Launch.run()` executes."""
-        s = self.settings
-        steps = [self.preflight_step(), self.data_step(), self.hardware_step(), self.cost_guard_step()]
+    def steps(self, actions: StepActions = UNBOUND) -> list[Step]:
+        """The ordered steps of the launch, each with its action from `actions`: what --dry-run prints
+        (without actions) and what `Launch.run()` runs."""
+        s, a = self.settings, actions
+        steps = [
+            self.preflight_step(a.preflight),
+            self.data_step(a.data),
+            self.hardware_step(a.hardware),
+            self.cost_guard_step(a.cost_guard),
+        ]
         if s.sync_to:
-            steps.append(self.sync_step())
+            steps.append(self.sync_step(a.sync))
         if s.probe:
-            steps.append(self.probe_step())
+            steps.append(self.probe_step(a.probe))
         if s.smoke_steps > 0:
-            steps.append(self.smoke_step())
-        steps += [self.train_step(), self.handoff_step()]
+            steps.append(self.smoke_step(a.smoke_gate))
+        steps += [self.train_step(a.train), self.handoff_step(a.handoff)]
         if s.sync_to:
-            steps.append(self.final_sync_step())
-        return [*steps, self.release_step()]
+            steps.append(self.final_sync_step(a.final_sync))
+        return [*steps, self.release_step(a.release)]
 
-    def preflight_step(self) -> Step:
+    def preflight_step(self, action: StepAction = unbound) -> Step:
         """Host checks; any failure stops the launch."""
         disabled = "" if self.settings.preflight else " (DISABLED by PREFLIGHT=0)"
         what = f"check the host; stop with the fix on any failure{disabled}"
-        return Step("preflight", what, (self.preflight_command,))
+        return Step("preflight", what, (self.preflight_command,), action=action)
 
-    def data_step(self) -> Step:
+    def data_step(self, action: StepAction = unbound) -> Step:
         """Build the dataset if it is missing (node 0), then verify it."""
         what = (
             f"build {self.dataset_dir} if it is missing (node 0 only), then verify its manifest; "
             "never train on an unverified dataset"
         )
-        return Step("data", what, (self.build_command, self.verify_command))
+        return Step("data", what, (self.build_command, self.verify_command), action=action)
 
-    def hardware_step(self) -> Step:
+    def hardware_step(self, action: StepAction = unbound) -> Step:
         """The tier and batch layout, and the run's expected time and cost (logged)."""
-        return Step("hardware", self.hardware_text(self.estimate()))
+        return Step("hardware", self.hardware_text(self.estimate()), action=action)
 
-    def cost_guard_step(self) -> Step:
+    def cost_guard_step(self, action: StepAction = unbound) -> Step:
         """The watcher that logs time and cost and stops the trainer at MAX_HOURS."""
         s = self.settings
         if s.max_hours is not None:
@@ -355,27 +398,27 @@ class LaunchPlan:
             what = "starts after data verification: no deadline (MAX_HOURS unset)"
         if s.gpu_hourly_usd is not None:
             what += f", cost so far logged every {s.cost_log_minutes:g} min at ${s.gpu_hourly_usd:g}/GPU-hour"
-        return Step("cost guard", what)
+        return Step("cost guard", what, action=action)
 
-    def probe_step(self) -> Step:
+    def probe_step(self, action: StepAction = unbound) -> Step:
         """PROBE=1: train a few steps, halving the micro-batch on out-of-memory."""
         micro = self.hardware.micro_batch_size
         what = (
             f"{self.settings.probe_steps} steps at micro-batch {micro}; "
             "record peak memory and step time; halve the micro-batch on out-of-memory"
         )
-        return Step("probe", what, (lambda: self.probe_command(micro),))
+        return Step("probe", what, (lambda: self.probe_command(micro),), action=action)
 
-    def smoke_step(self) -> Step:
+    def smoke_step(self, action: StepAction = unbound) -> Step:
         """A few steps of the real config before the long run (fresh runs only)."""
         s = self.settings
         what = (
             f"{s.smoke_steps} steps of the real config on the real hardware into "
             f"{self.smoke_dir()} (skipped when the run already has a checkpoint)"
         )
-        return Step("smoke gate", what, (self.smoke_command,))
+        return Step("smoke gate", what, (self.smoke_command,), action=action)
 
-    def train_step(self) -> Step:
+    def train_step(self, action: StepAction = unbound) -> Step:
         """Supervised torchrun with bounded restarts on exit 75 and 77."""
         s = self.settings
         what = (
@@ -384,17 +427,17 @@ class LaunchPlan:
             "exit 80 (out of memory) with half the micro-batch and twice the accumulation (down to 1); log: "
             f"{s.launch_dir / 'train.log'}"
         )
-        return Step("train", what, (self.train_command,))
+        return Step("train", what, (self.train_command,), action=action)
 
-    def handoff_step(self) -> Step:
+    def handoff_step(self, action: StepAction = unbound) -> Step:
         """The bundle, written at exit by the launcher whatever the outcome."""
         what = (
             f"at exit, success, failure or SIGTERM: the launcher bundles the run into "
             f"{self.settings.artifacts_run_dir} (by hand: {shlex.join(self.handoff_command())})"
         )
-        return Step("handoff", what, at_exit=True)
+        return Step("handoff", what, at_exit=True, action=action)
 
-    def sync_step(self) -> Step:
+    def sync_step(self, action: StepAction = unbound) -> Step:
         """SYNC_TO: background uploads of the run while it trains."""
         s = self.settings
         what = (
@@ -404,22 +447,29 @@ class LaunchPlan:
         )
         if s.node_rank != 0:
             what = f"node {s.node_rank}: nothing (node 0 uploads the run)"
-        return Step("sync", what)
+        return Step("sync", what, action=action)
 
-    def final_sync_step(self) -> Step:
+    def final_sync_step(self, action: StepAction = unbound) -> Step:
         """SYNC_TO: the last upload, after the handoff bundle."""
         s = self.settings
         what = (
             f"at exit, after the handoff: the launcher copies the run and the bundle to {s.sync_remote} (bundle in "
             f"handoff/); restore elsewhere: python -m trm sync --from {s.sync_remote} {s.run_dir}"
         )
-        return Step("final sync", what, at_exit=True)
+        return Step("final sync", what, at_exit=True, action=action)
 
-    def release_step(self) -> Step:
+    def release_step(self, action: StepAction = unbound) -> Step:
         """ON_END / ON_BUDGET: release the machine once everything is written and synced."""
         from trm.launch.provider.release import describe
 
-        return Step("release", describe(self.settings.release, self.environ), at_exit=True)
+        return Step("release", describe(self.settings.release, self.environ), at_exit=True, action=action)
+
+    def restore_command(self) -> str | None:
+        """With SYNC_TO: the command that brings this run to a new machine (before its resume command)."""
+        s = self.settings
+        if not s.sync_to:
+            return None
+        return shlex.join(["python", "-m", "trm", "sync", "--from", s.sync_remote, str(s.run_dir)])
 
     def render(self, environ: dict[str, str]) -> str:
         """The --dry-run text."""

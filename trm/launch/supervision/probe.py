@@ -13,14 +13,14 @@ import statistics
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
 from trm import exit_codes
 from trm.batching import halved_micro_batch
 from trm.io import atomic_write_json
 from trm.launch.host.nvidia_smi import GpuInfo, Runner, query_memory_used
-from trm.launch.plan.plan import LaunchFailed, LaunchPlan
-from trm.launch.supervision.supervisor import AttemptResult, Console, Supervisor
+from trm.launch.plan.plan import LaunchFailed, Step
+from trm.launch.supervision.session import Session
 from trm.oom import OOM_TEXT
 from trm.safe_remove import remove_own_temp
 
@@ -93,19 +93,17 @@ def drift_notes(record: dict[str, Any], table_micro: int, vram_mib: int | None) 
     return notes
 
 
-class ProbeHost(Protocol):
-    """What the probe needs from the launch that runs it (`trm.launch.launcher.runner.Launch`)."""
-
-    plan: LaunchPlan
-    console: Console
-    supervisor: Supervisor
-
-    def torchrun(
-        self, cmd: list[str], log: Path, label: str, stream: IO[str] | None = None
-    ) -> AttemptResult: ...
+def probe(session: Session, step: Step) -> None:
+    """The probe step: measure the micro-batch on the real GPUs and train with what fits."""
+    micro = run_probe(session)
+    if micro != session.plan.hardware.micro_batch_size:
+        session.train_with(
+            session.plan.hardware.with_micro_batch(micro, f"the probe stepped down to {micro}")
+        )
+        session.console.log(f"probe: training with micro-batch {micro}")
 
 
-def run_probe(launch: ProbeHost, runner: Runner | None = None) -> int:
+def run_probe(launch: Session, runner: Runner | None = None) -> int:
     """Probe from the plan's micro-batch downwards; returns the micro-batch that trains."""
     s, hw = launch.plan.settings, launch.plan.hardware
     micro = hw.micro_batch_size

@@ -137,3 +137,17 @@ def apply_record(layout: BatchLayout, record: StepDownRecord) -> BatchLayout:
     return layout.with_micro_batch(
         record.micro_batch_size, f"an earlier attempt ran out of memory: {record.summary()}"
     )
+
+
+def complete_steps(run_dir: Path) -> list[int]:
+    """The steps of the `step_N/` folders of `run_dir` that have their COMPLETE marker, ascending."""
+    return sorted(
+        int(d.name[5:])
+        for d in run_dir.glob("step_*")
+        if d.name[5:].isdigit() and d.is_dir() and (d / "COMPLETE").exists()
+    )
+
+
+def has_complete_checkpoint(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a `step_N/` with its COMPLETE marker."""
+    return bool(complete_steps(run_dir))
