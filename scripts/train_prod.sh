@@ -4,7 +4,7 @@
 #   [VAR=value ...] bash scripts/train_prod.sh [--dry-run | --help] [TRAINER_OVERRIDE ...]
 #
 # Every setting is an environment variable; `--help` lists each one with its default (declared once in
-# trm/launch/planning/variables.py). Everything else is `python -m trm launch`: preflight, dataset, hardware
+# trm/launch/config/variables.py). Everything else is `python -m trm launch`: preflight, dataset, hardware
 # tier, smoke gate, supervised torchrun, cost guard, USE_TMUX, signal forwarding and, at exit whatever the
 # outcome, the handoff bundle, final sync and release. Running the same command again resumes the run.
 #

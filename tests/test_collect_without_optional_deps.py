@@ -60,4 +60,4 @@ def test_the_suite_collects_without_any_optional_extra() -> None:
     assert "error" not in out.splitlines()[-1], out[-6000:]
     skipped = [line for line in out.splitlines() if line.startswith("SKIPPED")]
     assert skipped == [], "module-level skips (import inside the tests instead):\n" + "\n".join(skipped)
-    assert "tests/launch/test_gpu.py::test_nccl_allreduce_and_matmul_on_every_gpu" in out
+    assert "tests/launch/host/test_gpu.py::test_nccl_allreduce_and_matmul_on_every_gpu" in out

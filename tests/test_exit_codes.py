@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from trm import exit_codes
-from trm.launch.after_run.handoff import status_of
+from trm.launch.handoff.handoff import status_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CODES = {name: value for name, value in vars(exit_codes).items() if name.isupper() and isinstance(value, int)}

@@ -11,7 +11,7 @@ import pytest
 from tools.images import context
 from trm import gitinfo
 from trm.images import entrypoint
-from trm.launch.after_run import handoff
+from trm.launch.handoff import handoff
 from trm.training.checkpointing import layout as checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

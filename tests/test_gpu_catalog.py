@@ -15,7 +15,7 @@ from trm.gpu_catalog import Board, Gpu
 from trm.gpu_names import names_model
 from trm.launch.host.hardware import TABLE_PATH, load_table, match_tier
 from trm.launch.host.nvidia_smi import GpuInfo
-from trm.launch.planning.paper_runs import GPU_MODELS, GpuModel
+from trm.launch.plan.paper_runs import GPU_MODELS, GpuModel
 from trm.training.throughput import peak_flops
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nvidia_smi"

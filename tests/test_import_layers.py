@@ -3,8 +3,10 @@
 Every `import` counts, at module level and inside functions (a function-level import is a dependency
 that is only deferred); imports under `if TYPE_CHECKING:` do not (they never run). Nodes are modules;
 a subpackage is `trm.<name>` or `tools.<name>` with everything below it, and a top-level module
-(`trm.errors`, `tools.cli`, …) is a node of its own. tools/ (repository tooling, not in the wheel) may
-import trm/; trm/ never imports tools/.
+(`trm.errors`, `tools.cli`, …) is a node of its own. Inside `trm.launch` and `trm.training` the same
+holds one level down: each component (`trm.launch.plan`, `trm.training.checkpointing`) and each module
+directly in the package (`trm.training.loop`) is a unit, and no two units import each other either.
+tools/ (repository tooling, not in the wheel) may import trm/; trm/ never imports tools/.
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ import re
 import sys
 import tomllib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("trm", "tools")
 
 
 def module_files() -> dict[str, Path]:
-    """`trm.launch.planning.plan` -> its file, for every module of trm/ and tools/."""
+    """`trm.launch.plan.plan` -> its file, for every module of trm/ and tools/."""
     modules = {}
     for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -81,9 +85,20 @@ def imports_of(module: str) -> set[str]:
 GRAPH = {module: imports_of(module) for module in MODULES}
 
 
-def unit(module: str) -> str:
-    """`trm.launch.planning.plan` -> `trm.launch`; `trm.errors` -> `trm.errors`; `tools.jobs.k8s` -> `tools.jobs`."""
+def package(module: str) -> str:
+    """`trm.launch.plan.plan` -> `trm.launch`; `trm.errors` -> `trm.errors`; `tools.jobs.k8s` -> `tools.jobs`."""
     return ".".join(module.split(".")[:2])
+
+
+# Packages whose components are units of their own (trm.launch's import only lower ones: LAUNCH_LAYERS).
+SPLIT_PACKAGES = ("trm.launch", "trm.training")
+
+
+def unit(module: str) -> str:
+    """`package(module)`, one level further down inside SPLIT_PACKAGES: `trm.launch.plan.plan` ->
+    `trm.launch.plan`; `trm.training.checkpointing.state` -> `trm.training.checkpointing`;
+    `trm.training.loop` -> itself; `trm.errors` -> `trm.errors`; `tools.jobs.k8s` -> `tools.jobs`."""
+    return ".".join(module.split(".")[: 3 if package(module) in SPLIT_PACKAGES else 2])
 
 
 def is_command_line(module: str) -> bool:
@@ -91,7 +106,7 @@ def is_command_line(module: str) -> bool:
     parts = module.split(".")
     return (
         module == "trm.__main__"
-        or unit(module) == "trm.commands"
+        or package(module) == "trm.commands"
         or (parts[0] == "tools" and parts[-1] in ("cli", "__main__"))
     )
 
@@ -131,22 +146,21 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _edges_between(component: list[str], graph: dict[str, set[str]], by_unit: bool) -> list[str]:
+def _edges_between(component: list[str], group: Callable[[str], str]) -> list[str]:
+    """The module imports behind a cycle among the groups (`group`: module -> its node) in `component`."""
     members = set(component)
     return sorted(
         f"{a} -> {b}"
         for a, targets in GRAPH.items()
         for b in targets
-        if (unit(a) if by_unit else a) in members
-        and (unit(b) if by_unit else b) in members
-        and (unit(a) != unit(b) if by_unit else True)
+        if group(a) in members and group(b) in members and group(a) != group(b)
     )
 
 
 def test_the_graph_sees_module_and_function_level_imports():
-    assert "trm.launch.planning.settings" in GRAPH["trm.launch.planning.plan"]  # module level
+    assert "trm.launch.config.settings" in GRAPH["trm.launch.plan.plan"]  # module level
     assert "trm.evaluation.arc" in GRAPH["trm.training.builder"]  # inside a function
-    assert "trm.launch.running.runner" in GRAPH["trm.commands.launch"]  # inside a function of a command
+    assert "trm.launch.launcher.runner" in GRAPH["trm.commands.launch"]  # inside a function of a command
     assert "tools.images.imagelock" in GRAPH["tools.jobs.k8s"]  # tools/ is read too
     assert "trm.errors" in GRAPH["tools.jobs.k8s"]
 
@@ -157,28 +171,75 @@ def test_no_library_module_imports_the_command_line():
         for module, targets in GRAPH.items()
         if not is_command_line(module)
         for target in targets
-        if unit(target) == "trm.commands"
+        if package(target) == "trm.commands"
     )
     assert offenders == [], (
         "trm.commands is argv -> library calls; only a command line may import it:\n" + "\n".join(offenders)
     )
 
 
-def test_no_cycle_among_subpackages():
-    units: dict[str, set[str]] = defaultdict(set)
+def grouped(group: Callable[[str], str]) -> dict[str, set[str]]:
+    """The import graph between the groups `group` puts the modules in."""
+    graph: dict[str, set[str]] = defaultdict(set)
     for module, targets in GRAPH.items():
-        units[unit(module)].update(unit(t) for t in targets if unit(t) != unit(module))
-    found = cycles(units)
-    details = "\n\n".join(
-        " <-> ".join(c) + ":\n  " + "\n  ".join(_edges_between(c, units, True)) for c in found
+        graph[group(module)].update(group(t) for t in targets if group(t) != group(module))
+    return graph
+
+
+@pytest.mark.parametrize("group", [package, unit], ids=["subpackages", "units"])
+def test_no_cycle_among_subpackages(group):
+    found = cycles(grouped(group))
+    details = "\n\n".join(" <-> ".join(c) + ":\n  " + "\n  ".join(_edges_between(c, group)) for c in found)
+    assert found == [], f"import cycles between {group.__name__}s:\n{details}"
+
+
+def test_the_launch_and_training_components_are_units():
+    assert (
+        unit("trm.launch.plan.plan") == "trm.launch.plan" and package("trm.launch.plan.plan") == "trm.launch"
     )
-    assert found == [], f"import cycles between subpackages:\n{details}"
+    assert unit("trm.training.checkpointing.state") == "trm.training.checkpointing"
+    assert unit("trm.training.loop") == "trm.training.loop" and unit("tools.jobs.k8s") == "tools.jobs"
 
 
 def test_no_cycle_among_modules():
     found = cycles(GRAPH)
-    details = "\n\n".join("\n  ".join(_edges_between(c, GRAPH, False)) for c in found)
+    details = "\n\n".join("\n  ".join(_edges_between(c, lambda m: m)) for c in found)
     assert found == [], f"import cycles between modules:\n  {details}"
+
+
+# trm.launch by component, lowest first: a component imports only components of lower layers.
+LAUNCH_LAYERS = {
+    "host": 0,  # what the machine has and whether it can train: nvidia-smi, the hardware table, preflight
+    "provider": 0,  # releasing the rented machine (ON_END / ON_BUDGET)
+    "storage": 0,  # copying the run to SYNC_TO
+    "config": 1,  # the launch variables and settings (they name the release and the sync)
+    "cost": 2,  # dataset sizes, the time and cost estimate, the MAX_HOURS budget
+    "plan": 3,  # the steps and commands of a launch
+    "supervision": 4,  # torchrun under supervision: ledger, smoke gate, probe, step-downs, worker
+    "handoff": 5,  # the bundle after the run, TensorBoard
+    "launcher": 6,  # the launch: the plan's steps in order
+}
+
+
+def _launch_layer(module: str) -> int | None:
+    parts = module.split(".")
+    return LAUNCH_LAYERS[parts[2]] if package(module) == "trm.launch" and len(parts) > 2 else None
+
+
+def test_the_launch_package_is_layered():
+    components = {m.split(".")[2] for m in GRAPH if m.startswith("trm.launch.")}
+    assert components == set(LAUNCH_LAYERS), "give each component of trm/launch/ a layer in LAUNCH_LAYERS"
+    offenders = sorted(
+        f"{a} imports {b}"
+        for a, targets in GRAPH.items()
+        if (upper := _launch_layer(a)) is not None
+        for b in targets
+        if (lower := _launch_layer(b)) is not None and unit(a) != unit(b) and lower >= upper
+    )
+    assert offenders == [], (
+        "a component of trm/launch/ imports only components of lower layers (LAUNCH_LAYERS):\n"
+        + "\n".join(offenders)
+    )
 
 
 # trm.training.checkpointing by layer: a module imports only modules of lower layers of the package.
@@ -188,6 +249,7 @@ CHECKPOINT_LAYERS = {
     "rolling": 0,
     "state": 1,  # what the files hold, written in the layout
     "best": 1,
+    "initial_weights": 1,  # the weights a run starts from: our step_N/ or a reference file
     "resume": 2,
     "checkpointer": 3,
     "": 4,  # the package's face (__init__)

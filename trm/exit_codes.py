@@ -1,7 +1,7 @@
 """Process exit codes shared by the trainer, the launch script and the Kubernetes jobs."""
 
 OK = 0
-# OK is also what a launch exits with when it refuses to train (trm.launch.after_run.ledger): the run has spent its
+# OK is also what a launch exits with when it refuses to train (trm.launch.supervision.ledger): the run has spent its
 # MAX_HOURS, or it ended with NONFINITE, a trainer's CONFIG_ERROR or a failure of the launcher itself after
 # admission (exit 1, recorded in the run's ledger) and the configuration is the same. It is
 # the one code every restart policy stops on: Docker's `--restart on-failure` restarts on any other code, a

@@ -8,7 +8,7 @@ The other tables are views of it:
 - the hardware table's `match` words of a tier (trm.launch.host.hardware: the GPUs whose `tiers` name it);
 - the MFU peaks (trm.training.throughput.peak_flops: `peak_bf16_tflops` and the `editions`);
 - the Kubernetes product values and SM numbers (tools/jobs/policy.py: GPUs with `k8s_products`);
-- the GPU models of the docs' cost table (trm.launch.planning.paper_runs: `board()`).
+- the GPU models of the docs' cost table (trm.launch.plan.paper_runs: `board()`).
 
 The views read `GPUS` when they are called, so a GPU added here is known to all of them. Adding a GPU is one
 `Gpu(...)` below (docs/launch.md, "Adding a GPU"). The order matters only for the Kubernetes views

@@ -2,7 +2,7 @@
 
 The trainer turns an out-of-memory error of a training step or an in-run evaluation into `OutOfMemory`: one
 line naming the step, the micro-batch and the next one down, and exit OUT_OF_MEMORY (trm.exit_codes). The
-launcher (trm.launch.running.stepdown) and adaptation (trm.adapt.batch) answer it by halving the
+launcher (trm.launch.supervision.stepdown) and adaptation (trm.adapt.batch) answer it by halving the
 micro-batch and doubling the gradient accumulation (`trm.batching.halved_micro_batch`), which keeps the
 global batch and so the training math.
 """

@@ -19,7 +19,7 @@ from trm.eval import main as eval_main
 from trm.kaggle.package import package_kaggle
 from trm.model import TinyRecursiveModel, TRMConfig
 from trm.model.upstream import to_upstream_state_dict
-from trm.training.builder import load_initial_weights
+from trm.training.checkpointing.initial_weights import load_initial_weights
 
 ARCH = dict(hidden_size=16, num_heads=2, L_layers=1, H_cycles=1, L_cycles=1, halt_max_steps=2, puzzle_emb_ndim=8,
             puzzle_emb_len=1)  # fmt: skip

@@ -14,9 +14,9 @@ import pytest
 from tests.data.grid_fixtures import maze_source, sudoku_source
 from tests.e2e.test_train import ROOT, TINY, env, rows
 from tests.helpers import FIXTURES
+from trm.launch.config.settings import LaunchSettings
 from trm.launch.host.nvidia_smi import parse_query_csv
-from trm.launch.planning.plan import build_plan
-from trm.launch.planning.settings import LaunchSettings
+from trm.launch.plan.plan import build_plan
 from trm.training.checkpointing import layout as ckpt
 from trm.training.config import compose
 from trm.training.recipes import RECIPES

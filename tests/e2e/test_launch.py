@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.launch.test_plan import SCRIPT, script_env
+from tests.launch.plan.test_plan import SCRIPT, script_env
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -82,7 +82,7 @@ def test_the_guards_flags_are_checked_as_the_launchers_variables(tmp_path, capsy
     assert "--max-hours='nan' is not a finite number" in capsys.readouterr().err
     assert main([*argv, "--sync-to", "bucket"]) == 2
     assert "--sync-to='bucket' is not an rclone remote" in capsys.readouterr().err
-    import trm.launch.after_run.sync as sync
+    import trm.launch.storage.sync as sync
 
     monkeypatch.setattr(sync.shutil, "which", lambda _name: None)  # no rclone on this host
     assert main([*real, "--sync-to", "store:b/runs"]) == 2  # a real batch: refused before it starts

@@ -109,8 +109,8 @@ def test_no_unseen_task_or_no_budget_means_no_adaptation() -> None:
 
 def test_l4_step_is_the_measured_h100_step_times_the_peak_flops_ratio() -> None:
     from trm.kaggle.bundle import arch_fields
+    from trm.launch.cost.estimate import reference_model
     from trm.launch.host.hardware import load_table
-    from trm.launch.planning.estimate import reference_model
     from trm.model.registry import spec_of
 
     h100 = next(t.speed for t in load_table().tiers if t.name == "h100-80g")

@@ -10,8 +10,8 @@ import torch
 from trm.errors import TRMError
 from trm.model import TinyRecursiveModel, TRMConfig
 from trm.model.upstream import to_upstream_state_dict
-from trm.training.builder import load_initial_weights
 from trm.training.checkpointing import layout as ckpt
+from trm.training.checkpointing.initial_weights import load_initial_weights
 
 
 def model(num_ids: int, seed: int) -> TinyRecursiveModel:

@@ -1,7 +1,7 @@
 """A CUDA out-of-memory error in training ends the run with one line and exit 80, saves nothing of the failed
 step, and the same run at half the micro-batch resumes from the newest complete checkpoint, the global batch
 kept. The error is injected in-process (the step module raises torch's OutOfMemoryError at a chosen step);
-tests/launch/test_runner.py injects it into the trainer under the launcher."""
+tests/launch/launcher/test_runner.py injects it into the trainer under the launcher."""
 
 from __future__ import annotations
 

@@ -119,7 +119,7 @@ def test_urm_recipes_carry_the_references_settings(name: str) -> None:
 
 
 def test_a_swapped_architecture_gets_its_own_default_run_name() -> None:
-    from trm.launch.planning.settings import LaunchSettings
+    from trm.launch.config.settings import LaunchSettings
 
     def run_name(**env: str) -> str:
         return LaunchSettings.from_env(env).run_name

@@ -14,7 +14,7 @@ import pytest
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.launch.running.supervisor import AttemptResult, read_rank_codes
+from trm.launch.supervision.supervisor import AttemptResult, read_rank_codes
 from trm.training.checkpointing import layout as ckpt
 from trm.training.config import compose, config_hash, math_dict
 from trm.training.watchdog import (
@@ -184,7 +184,7 @@ def test_two_ranks_one_blocked_loader_dump_stacks_and_flight_recorder(tmp_path):
     run_dir, exit_dir = tmp_path / "run", tmp_path / "codes"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-        "-m", "trm.launch.running.worker", f"--exit-dir={exit_dir}", "--",
+        "-m", "trm.launch.supervision.worker", f"--exit-dir={exit_dir}", "--",
         sys.executable, str(HANGING_TRAINER), str(run_dir), "1", "hang_timeout_minutes=0.05",
         "hang_first_step_minutes=1",
     ]  # fmt: skip

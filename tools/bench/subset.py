@@ -105,7 +105,8 @@ def row_outcomes(checkpoint: Path) -> np.ndarray:
     from trm.distributed import DistInfo
     from trm.evaluation.runner import evaluate
     from trm.training.accumulation import MicroBatchSplit
-    from trm.training.builder import build_model, load_initial_weights
+    from trm.training.builder import build_model
+    from trm.training.checkpointing.initial_weights import load_initial_weights
     from trm.training.standalone_eval import resolve_config
 
     cfg, step, _ = resolve_config(checkpoint, [])

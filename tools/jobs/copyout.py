@@ -90,7 +90,7 @@ def copy_out_objects(
 ) -> list[dict]:
     """jobs/tools/copy-out set to `overlay`'s run and volume (`claim` instead of the overlay's, as the Job
     was rendered), copying to SYNC_TO/RUN_NAME."""
-    from trm.launch.after_run.sync import check_remote
+    from trm.launch.storage.sync import check_remote
 
     remote = check_remote(sync_to)
     if not remote:

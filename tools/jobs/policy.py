@@ -51,7 +51,7 @@ DEADLINE_GPU = {"H100": "H100", "H200": "H200", "B200": "B200", ANY_GPU: "H100"}
 
 def launcher_env_names() -> set[str]:
     """The variables `python -m trm launch` documents (its --help-env list)."""
-    from trm.launch.planning.variables import ALL_VARS
+    from trm.launch.config.variables import ALL_VARS
 
     return {var.name for var in ALL_VARS}
 
@@ -187,7 +187,7 @@ def check_failure_policy(name: str, job: dict) -> list[str]:
 
 
 def _launch_setting(env: dict[str, str | None], name: str) -> str:
-    from trm.launch.planning.variables import ALL_VARS
+    from trm.launch.config.variables import ALL_VARS
 
     value = env.get(name)
     return value if value else next(str(v.default) for v in ALL_VARS if v.name == name)
@@ -195,10 +195,10 @@ def _launch_setting(env: dict[str, str | None], name: str) -> str:
 
 def check_deadline(name: str, job: dict) -> list[str]:
     """The Job's deadline outlasts the run it starts: at least DEADLINE_MARGIN x the launcher's expected time
-    for its TASK on its GPUs (trm.launch.planning.paper_runs, the dry run's estimate). Jobs whose run has no
+    for its TASK on its GPUs (trm.launch.plan.paper_runs, the dry run's estimate). Jobs whose run has no
     estimate (an experiment Job, a dataset without recorded sizes such as the smoke's) are not checked."""
-    from trm.launch.planning.estimate import RunEstimate
-    from trm.launch.planning.paper_runs import expected_run
+    from trm.launch.cost.estimate import RunEstimate
+    from trm.launch.plan.paper_runs import expected_run
 
     deadline = job["spec"].get("activeDeadlineSeconds")
     gpu = DEADLINE_GPU.get(job["metadata"].get("annotations", {}).get(GPU_ANNOTATION, ""))
@@ -393,7 +393,7 @@ def check_driver_affinity(name: str, pod: dict, variant: str | None) -> list[str
 
 def _shutdown_timeout(container: dict) -> int | None:
     """The container's SHUTDOWN_TIMEOUT (the launcher's default when unset); None when not a number."""
-    from trm.launch.planning.variables import ALL_VARS
+    from trm.launch.config.variables import ALL_VARS
 
     env = {e["name"]: e.get("value") for e in container.get("env", [])}
     default = next(v.default for v in ALL_VARS if v.name == "SHUTDOWN_TIMEOUT")

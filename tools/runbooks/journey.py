@@ -291,7 +291,7 @@ def _options(words: list[str], *names: str) -> list[str]:
 
 def _shutdown_timeout(words: list[str]) -> int:
     """The SHUTDOWN_TIMEOUT a `docker run` passes with `-e`, else the launcher's default."""
-    from trm.launch.planning.variables import ALL_VARS
+    from trm.launch.config.variables import ALL_VARS
 
     shutdown = int(next(v.default for v in ALL_VARS if v.name == "SHUTDOWN_TIMEOUT"))
     for i, word in enumerate(words[:-1]):

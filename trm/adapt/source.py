@@ -20,7 +20,7 @@ def source_from_checkpoint(checkpoint: str | Path, overrides: list[str] | None =
     is at hand and has one name per row; otherwise every identifier of the task file starts from the
     mean row (the identifiers only let tasks the run was trained on keep their rows)."""
     from trm.model.registry import spec_of
-    from trm.training.builder import read_checkpoint_weights
+    from trm.training.checkpointing.initial_weights import read_checkpoint_weights
     from trm.training.standalone_eval import resolve_config
 
     checkpoint = Path(checkpoint)

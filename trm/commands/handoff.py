@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.launch.after_run.handoff import build_bundle
+    from trm.launch.handoff.handoff import build_bundle
 
     run_dir = Path(args.run_dir)
     out = args.out or Path(os.environ.get("ARTIFACTS_DIR") or "artifacts") / run_dir.resolve().name

@@ -33,8 +33,8 @@ def relaunch_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.launch.planning.settings import LaunchSettings
-    from trm.launch.planning.variables import help_text, markdown_table
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.config.variables import help_text, markdown_table
 
     if args.help_env:
         print(help_text())
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         print(markdown_table())
         return 0
     if args.markdown_cost:
-        from trm.launch.planning.paper_runs import markdown_table as cost_table
+        from trm.launch.plan.paper_runs import markdown_table as cost_table
 
         print(cost_table())
         return 0
@@ -69,13 +69,13 @@ def run(args: argparse.Namespace) -> int:
             return 0
         raise
     if args.onstart_script:
-        from trm.launch.running.onstart import render, stash_restart_secrets
+        from trm.launch.supervision.onstart import render, stash_restart_secrets
 
         secret_files = stash_restart_secrets(settings, environ, Path.home())
         print(render(settings, environ, args.checkout, secret_files), end="")
         return 0
     if args.handoff:
-        from trm.launch.running.runner import hand_off
+        from trm.launch.handoff.at_exit import hand_off
 
         bundle = hand_off(settings)
         print(
@@ -85,13 +85,15 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     if settings.use_tmux and not args.dry_run and not environ.get("TMUX"):
-        from trm.launch.running.tmux import start_in_tmux
+        from trm.launch.supervision.tmux import start_in_tmux
 
         print(start_in_tmux(settings, relaunch_args(args), environ))
         return 0
-    from trm.launch.running.runner import Launch, finish_unplanned, resolve
-    from trm.launch.running.supervisor import Console
-    from trm.launch.running.workspace import ensure_writable
+    from trm.launch.config.workspace import ensure_writable
+    from trm.launch.handoff.at_exit import finish_unplanned
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.plan.resolve import resolve
+    from trm.launch.supervision.supervisor import Console
 
     try:
         plan = resolve(settings, environ, recipe=recipe)
@@ -111,11 +113,11 @@ def run(args: argparse.Namespace) -> int:
 def script_help(parser: argparse.ArgumentParser) -> None:
     """-h/--help under scripts/train_prod.sh (TRM_LAUNCHER): the script's help, with the environment
     variables; else this command's flags."""
-    from trm.launch.planning.plan import LAUNCHER_ENV, SCRIPT
+    from trm.launch.plan.plan import LAUNCHER_ENV, SCRIPT
 
     def print_help(file: IO[str] | None = None) -> None:
         if os.environ.get(LAUNCHER_ENV) == SCRIPT:
-            from trm.launch.planning.variables import help_text
+            from trm.launch.config.variables import help_text
 
             print(help_text(SCRIPT), file=file)
         else:

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
 def plan_from_args(args: argparse.Namespace) -> BatchLayout:
     """Detect GPUs (none when --cpu or when nvidia-smi is absent) and resolve the plan."""
     from trm.compile_setting import parse_compile
+    from trm.launch.config.variables import DEFAULT_RECIPE
     from trm.launch.host.hardware import select_layout, workload_of
     from trm.launch.host.nvidia_smi import NvidiaSmiMissing, query_gpus
-    from trm.launch.planning.variables import DEFAULT_RECIPE
     from trm.training.recipes import get_recipe
 
     task = args.task or DEFAULT_RECIPE  # --arch alone: that architecture on the launcher's default task
@@ -53,8 +53,8 @@ def run_probe_command(args: argparse.Namespace) -> int:
     (building it if missing) and probe; the record lands in <run dir>/launch/probe.json."""
     import os
 
-    from trm.launch.planning.plan import LaunchFailed
-    from trm.launch.running.runner import probe_configured_launch
+    from trm.launch.launcher.runner import probe_configured_launch
+    from trm.launch.plan.plan import LaunchFailed
 
     try:
         # Progress goes to stderr so that `--json` output on stdout stays parseable.

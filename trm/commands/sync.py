@@ -9,7 +9,7 @@ from trm.errors import TRMError
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.launch.after_run.sync import SyncError, check_remote, sync_down, sync_up
+    from trm.launch.storage.sync import SyncError, check_remote, sync_down, sync_up
 
     if args.from_remote:
         if args.remote is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.launch.after_run.tensorboard import serve
+    from trm.launch.handoff.tensorboard import serve
 
     return serve(Path(args.run_dir), args.host, args.port)
 

@@ -38,7 +38,7 @@ from trm.experiments import outcome, placement
 from trm.experiments.guards import BatchBudget, BatchSync
 from trm.experiments.suite import Dataset, Experiment, validate
 from trm.io import atomic_write_json
-from trm.launch.planning.plan import merge_overrides
+from trm.launch.plan.plan import merge_overrides
 
 SCHEMA_VERSION = 1
 RESULTS = "batch_results.json"
@@ -477,7 +477,7 @@ class Batch:
     def _handoff(self, run: Run, table: Table) -> None:
         """The handoff bundle a single launch leaves (run.info, handoff.json, plot, submission), under
         LOG_DIR/handoff/NAME; a bundle that cannot be built is reported, the batch goes on."""
-        from trm.launch.after_run.handoff import build_bundle
+        from trm.launch.handoff.handoff import build_bundle
 
         out = self._handoff_dir(run)
         try:

@@ -1,7 +1,7 @@
 """The launcher's guards for a batch on a GPU host: a MAX_HOURS budget and SYNC_TO copies.
 
 Budget (`BatchBudget`): the hours of the whole batch, every session of the same batch together, kept in
-`LOG_DIR/ledger.json` (the launcher's run ledger, `trm.launch.after_run.ledger`, with the batch as its
+`LOG_DIR/ledger.json` (the launcher's run ledger, `trm.launch.supervision.ledger`, with the batch as its
 run). When they reach MAX_HOURS less STOP_MARGIN_MINUTES the batch asks every running trainer to save
 and stop, and exits BUDGET_STOPPED (79) as the launcher does; the same batch started again with the same
 budget does not train and exits 0 (what every restart policy stops on); raising MAX_HOURS continues it.
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
-from trm.launch.after_run.ledger import RunLedger
-from trm.launch.after_run.sync import Syncer, SyncError, rclone_binary
-from trm.launch.planning.variables import BY_NAME
+from trm.launch.config.variables import BY_NAME
+from trm.launch.storage.sync import Syncer, SyncError, rclone_binary
+from trm.launch.supervision.ledger import RunLedger
 
 SYNC_LOG = "sync.log"
 BATCHES_SUBDIR = "batches"  # SYNC_TO/batches/<batch id>: the batch's logs and batch_results.json

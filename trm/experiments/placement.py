@@ -3,7 +3,7 @@
 On a host with N visible GPUs and K GPUs per run there are N // K slots; slot i gets visible GPUs
 [i·K, (i+1)·K) through `CUDA_VISIBLE_DEVICES` (the GPUs the caller's own `CUDA_VISIBLE_DEVICES` leaves, when
 it restricts them, by nvidia-smi index, or MIG UUID for a slice). K = 1 runs `python -m trm.train`; K > 1 runs the launcher's torchrun command
-(`trm.launch.planning.plan.torchrun_command`: each rank under `trm.launch.running.worker`, which records its exit code).
+(`trm.launch.plan.plan.torchrun_command`: each rank under `trm.launch.supervision.worker`, which records its exit code).
 Each run gets the hardware tier's batch layout for its K GPUs (`trm.launch.host.hardware.select_layout`, the
 launcher's own choice), so the training math is the recipe's on every host. Without GPUs: one slot, CPU.
 """
@@ -18,8 +18,8 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.launch.host.hardware import select_layout
 from trm.launch.host.nvidia_smi import GpuInfo, NvidiaSmiMissing, query_gpus
-from trm.launch.planning.plan import TRAINER_ENV_DEFAULTS, torchrun_command
-from trm.launch.running.supervisor import AttemptResult, read_rank_codes
+from trm.launch.plan.plan import TRAINER_ENV_DEFAULTS, torchrun_command
+from trm.launch.supervision.supervisor import AttemptResult, read_rank_codes
 
 SHUTDOWN_TIMEOUT_S = 300  # what the launcher gives torchrun's workers to save after SIGTERM (its default)
 

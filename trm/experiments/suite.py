@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
-from trm.launch.planning.plan import merge_overrides, override_key
+from trm.launch.plan.plan import merge_overrides, override_key
 from trm.training.config import TrainConfig, as_dict, compose
 from trm.training.recipes import RECIPES, Recipe, _hydra_value, get_recipe
 

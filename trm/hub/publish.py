@@ -155,7 +155,7 @@ def handoff_facts(run_dir: Path, handoff: Path | None) -> dict[str, Any] | None:
         except (OSError, ValueError) as err:
             raise TRMError(f"--handoff {handoff}: unreadable ({err}); pass a handoff.json") from None
     elif (run_dir / "launch").is_dir():
-        from trm.launch.after_run.handoff import collect
+        from trm.launch.handoff.handoff import collect
 
         data = collect(run_dir)
     else:

@@ -111,7 +111,7 @@ def _identifiers(
 ) -> _Identifiers:
     """The identifier strings of the puzzle table's rows (from the run's dataset), checked against it."""
     from trm.data.manifest import require_upstream_identifiers
-    from trm.training.builder import UPSTREAM_KIND
+    from trm.training.checkpointing.initial_weights import UPSTREAM_KIND
 
     table = weights.get(PUZZLE_EMB_KEY)
     wanted = wanted and table is not None  # without a puzzle table identifiers change nothing
@@ -257,7 +257,7 @@ def package_kaggle(
     hf://ORG/NAME[/DIR][@REVISION] holding either; see trm.hub.ref) to `out_dir`."""
     from trm.hub.ref import BUNDLE, DATASET_DIR, OURS, resolve
     from trm.model.registry import spec_of
-    from trm.training.builder import read_checkpoint_weights
+    from trm.training.checkpointing.initial_weights import read_checkpoint_weights
     from trm.training.checkpointing.layout import MANIFEST as CKPT_MANIFEST
 
     found = resolve(checkpoint)  # the commit of a Hub checkpoint is recorded in config.json and manifest.json

@@ -216,8 +216,8 @@ def plan_time(
 def competition_speed(competition: Competition, bundle_config: dict[str, Any]) -> Speed:
     """Step and row times of the bundle's model on one competition GPU (see the module doc)."""
     from trm.kaggle.bundle import model_config
+    from trm.launch.cost.estimate import reference_model
     from trm.launch.host.hardware import load_table
-    from trm.launch.planning.estimate import reference_model
     from trm.training.throughput import act_step_flops, peak_flops
 
     tiers = load_table().tiers

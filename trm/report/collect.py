@@ -173,8 +173,8 @@ def read_metrics_jsonl(path: Path, record: RunRecord) -> None:
 
 def _status_from_launcher(run_dir: Path) -> tuple[int | None, float | None]:
     """(exit code of the last launcher session, wall seconds of all sessions) from launch/events.jsonl."""
-    from trm.launch.after_run.handoff import session_summary
-    from trm.launch.running.supervisor import read_events
+    from trm.launch.handoff.handoff import session_summary
+    from trm.launch.supervision.supervisor import read_events
 
     events = read_events(run_dir / "launch" / "events.jsonl")
     if not events:

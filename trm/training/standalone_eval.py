@@ -21,7 +21,8 @@ from trm.io import atomic_write_json
 from trm.model.registry import spec_of
 from trm.training import config as config_mod
 from trm.training.accumulation import MicroBatchSplit
-from trm.training.builder import build_model, compiled_if_wanted, load_initial_weights
+from trm.training.builder import build_model, compiled_if_wanted
+from trm.training.checkpointing.initial_weights import load_initial_weights
 from trm.training.checkpointing.layout import STATE, load_torch, verified_manifest
 from trm.training.config import TrainConfig
 

@@ -109,7 +109,7 @@ def test_copy_out_pod_reads_the_volume_read_only_and_copies_like_trm_sync(render
     # credentials come from a Secret made by hand, never from the manifest; the run from `jobs copy-out`
     assert container["envFrom"] == [{"secretRef": {"name": "trm-rclone"}}]
     script = container["args"][0]
-    from trm.launch.after_run.sync import HANDOFF_SUBDIR
+    from trm.launch.storage.sync import HANDOFF_SUBDIR
 
     assert '--exclude "/.step_*/**"' in script and '--exclude "/step_*/COMPLETE"' in script
     for pattern in ("/launch/smoke/**", "/launch/probe/**", "/launch/onstart.pid", ".*.tmp"):

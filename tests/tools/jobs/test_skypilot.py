@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from trm import exit_codes
-from trm.launch.planning.settings import LaunchSettings
-from trm.launch.planning.variables import ENV_VARS
+from trm.launch.config.settings import LaunchSettings
+from trm.launch.config.variables import ENV_VARS
 
 ROOT = Path(__file__).resolve().parents[3]
 TASKS = sorted((ROOT / "jobs" / "skypilot").glob("*.yaml"))

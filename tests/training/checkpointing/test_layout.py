@@ -83,7 +83,7 @@ def test_compatibility_rules(tmp_path: Path) -> None:
 
 
 def test_every_use_verifies_first_and_names_the_damaged_file(tmp_path: Path) -> None:
-    from trm.training.builder import read_checkpoint_weights
+    from trm.training.checkpointing.initial_weights import read_checkpoint_weights
 
     folder = write(tmp_path, 4)
     assert ckpt.verified_manifest(folder, "trm.eval")["files"]["state.pt"]["bytes"] == 7

@@ -3,7 +3,8 @@ checkpoint reads from the run (`CheckpointContents`, `Progress`, `rank_shard`) a
 
 Inside: the on-disk layout (`layout`: step_N/ folders, manifest, discovery, pruning), the state they hold
 (`state`), the background writer (`async_writer`), when to save (`rolling`), saving and retention
-(`checkpointer`), resuming (`resume`) and choosing the best one (`best`).
+(`checkpointer`), the weights a run starts from (`initial_weights`: our step_N/ or a reference
+file), resuming (`resume`) and choosing the best one (`best`).
 """
 
 from trm.training.checkpointing.checkpointer import CheckpointContents, Checkpointer

@@ -21,7 +21,8 @@ from trm import distributed as dist_utils
 from trm.distributed import DistInfo
 from trm.errors import TRMError
 from trm.optim.placement import place_state
-from trm.training.builder import Components, load_initial_weights
+from trm.training.builder import Components
+from trm.training.checkpointing.initial_weights import load_initial_weights
 from trm.training.checkpointing.state import Progress, read_carries, read_main_state, read_rng, set_rng_state
 from trm.training.config import TrainConfig
 

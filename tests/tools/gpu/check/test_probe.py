@@ -1,4 +1,4 @@
-"""The probe part on the record trm.launch.planning.probe writes (GPU-free)."""
+"""The probe part on the record trm.launch.supervision.probe writes (GPU-free)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from tools.gpu.check import probe
 
 
 def _fake_probe(step_seconds: float | None, steps_timed: int):
-    """A `run_command` that writes the record trm.launch.planning.probe writes for an H100 at micro-batch 192."""
+    """A `run_command` that writes the record trm.launch.supervision.probe writes for an H100 at micro-batch 192."""
 
     def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
         assert (
@@ -32,7 +32,7 @@ def _fake_probe(step_seconds: float | None, steps_timed: int):
 
 
 def test_probe_part_reads_the_probe_record(tmp_path: Path, monkeypatch) -> None:
-    """The record as trm.launch.planning.probe writes it; the part compares it with the table (GPU-free)."""
+    """The record as trm.launch.supervision.probe writes it; the part compares it with the table (GPU-free)."""
     monkeypatch.setattr(probe, "run_command", _fake_probe(1.21, 2))
     outcome = probe.probe(fake_ctx(tmp_path))
     assert outcome.status == "pass", outcome

@@ -1,0 +1,386 @@
+"""ON_END / ON_BUDGET: a fake `vastai` on PATH, a Prime Intellect API on 127.0.0.1, Kubernetes, a plain host;
+the token never reaches a log or a file of the run."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from trm import exit_codes
+from trm.errors import TRMError
+from trm.launch.config.settings import LaunchSettings, policy_from_env
+from trm.launch.plan.plan import build_plan
+from trm.launch.provider.release import VASTAI_CLI, ReleasePolicy, release
+
+ROOT = Path(__file__).resolve().parents[3]
+TOKEN = "pi-test-token-7f3c9a1e5b"
+VAST_KEY = "vast-scoped-key-0d4e8b2a"
+
+
+def fake_vastai(tmp_path: Path) -> tuple[Path, Path]:
+    """A `vastai` that records its arguments, one call a line; returns (bin dir, record file)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    record = tmp_path / "vastai.calls"
+    script = bin_dir / "vastai"
+    script.write_text(f'#!/bin/sh\necho "$*" >> {record}\necho "stopping instance"\n')
+    script.chmod(0o755)
+    return bin_dir, record
+
+
+def vast_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    bin_dir, _ = fake_vastai(tmp_path)
+    return {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "CONTAINER_ID": "4242",
+        "CONTAINER_API_KEY": VAST_KEY,
+        **extra,
+    }
+
+
+class PrimeApi:
+    """A Prime Intellect API double on 127.0.0.1 that records each request."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.requests: list[tuple[str, str, str | None]] = []
+        api = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                api.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                body = b'{"status": "TERMINATED"}' if status == 200 else b'{"detail": "not authorized"}'
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_DELETE = do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> PrimeApi:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_actions_follow_the_exit_code():
+    policy = ReleasePolicy(on_end="destroy", on_budget="stop")
+    assert policy.action_for(exit_codes.OK) == "destroy"
+    assert policy.action_for(exit_codes.BUDGET_STOPPED) == "stop"
+    for code in (1, exit_codes.CONFIG_ERROR, exit_codes.DISK_FULL, exit_codes.SAVED_RETRY, 143):
+        assert policy.action_for(code) == "keep"
+    # ON_BUDGET follows ON_END unless set
+    assert (
+        policy_from_env(
+            {"ON_END": "stop", "CONTAINER_ID": "1", "CONTAINER_API_KEY": "k"}, sync_to=""
+        ).on_budget
+        == "stop"
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "sync_to", "message"),
+    [
+        ({"ON_END": "halt"}, "", "ON_END='halt': use one of keep, stop, destroy"),
+        ({"ON_END": "stop", "RELEASE_VIA": "aws"}, "", "RELEASE_VIA='aws'"),
+        ({"ON_END": "stop"}, "", "set RELEASE_VIA=host"),
+        ({"ON_END": "destroy", "CONTAINER_ID": "1", "CONTAINER_API_KEY": "k"}, "", "set SYNC_TO="),
+        ({"ON_BUDGET": "stop", "PRIME_POD_ID": "p", "PRIME_API_KEY": "t"}, "r:b", "cannot be stopped"),
+        ({"ON_END": "destroy", "PRIME_POD_ID": "p"}, "r:b", "PRIME_API_KEY"),
+    ],
+)
+def test_bad_release_settings_name_the_variable_and_the_fix(env, sync_to, message):
+    with pytest.raises(TRMError, match=message):
+        policy_from_env(env, sync_to=sync_to)
+
+
+def test_kubernetes_destroy_needs_no_sync_the_exit_code_ends_the_job():
+    env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "ON_END": "destroy"}
+    policy = policy_from_env(env, sync_to="")
+    lines: list[str] = []
+    assert release(policy, exit_codes.BUDGET_STOPPED, env, lines.append) == "exit"
+    assert "ends the Job with the launcher's exit code 79" in lines[-1]
+
+
+@pytest.mark.parametrize(
+    ("code", "action"), [(exit_codes.OK, "destroy"), (exit_codes.BUDGET_STOPPED, "stop")]
+)
+def test_vast_instance_is_released_through_the_cli(tmp_path, code, action):
+    env = vast_env(tmp_path, ON_END="destroy", ON_BUDGET="stop")
+    policy = policy_from_env(env, sync_to="remote:bucket")
+    lines: list[str] = []
+    assert release(policy, code, env, lines.append) == action
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"{action} instance 4242 --api-key {VAST_KEY}"
+    ]
+    assert VAST_KEY not in "\n".join(lines) and "--api-key ***" in "\n".join(lines)
+
+
+def test_vast_destroy_becomes_stop_when_the_final_sync_failed(tmp_path):
+    env = vast_env(tmp_path, ON_END="destroy")
+    policy = policy_from_env(env, sync_to="remote:bucket")
+    assert release(policy, exit_codes.OK, env, print, synced=False) == "stop"
+    assert (tmp_path / "vastai.calls").read_text().startswith("stop instance 4242")
+
+
+def test_a_failing_vastai_keeps_the_machine_and_says_so(tmp_path):
+    env = vast_env(tmp_path, ON_END="stop")
+    (tmp_path / "bin" / "vastai").write_text(f"#!/bin/sh\necho 'invalid key {VAST_KEY}' >&2\nexit 1\n")
+    lines: list[str] = []
+    assert release(policy_from_env(env, sync_to=""), exit_codes.OK, env, lines.append) == "keep"
+    text = "\n".join(lines)
+    assert "release FAILED" in text and "release it by hand" in text and VAST_KEY not in text
+
+
+def test_prime_intellect_pod_is_deleted_with_the_bearer_token(tmp_path):
+    with PrimeApi() as api:
+        env = {
+            "PRIME_POD_ID": "pod-abc",
+            "PRIME_API_KEY": TOKEN,
+            "PRIME_API_URL": api.url,
+            "ON_END": "destroy",
+        }
+        lines: list[str] = []
+        assert release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append) == "destroy"
+        # the token from a file works the same
+        key_file = tmp_path / "prime.key"
+        key_file.write_text(TOKEN + "\n")
+        env_file = {
+            **{k: v for k, v in env.items() if k != "PRIME_API_KEY"},
+            "PRIME_API_KEY_FILE": str(key_file),
+        }
+        assert (
+            release(policy_from_env(env_file, sync_to="r:b"), exit_codes.OK, env_file, lines.append)
+            == "destroy"
+        )
+    assert api.requests == [("DELETE", "/api/v1/pods/pod-abc", f"Bearer {TOKEN}")] * 2
+    assert TOKEN not in "\n".join(lines)
+
+
+def test_prime_intellect_refusal_is_reported_without_the_token():
+    with PrimeApi(status=401) as api:
+        env = {
+            "PRIME_POD_ID": "pod-abc",
+            "PRIME_API_KEY": TOKEN,
+            "PRIME_API_URL": api.url,
+            "ON_BUDGET": "destroy",
+        }
+        lines: list[str] = []
+        assert (
+            release(policy_from_env(env, sync_to="r:b"), exit_codes.BUDGET_STOPPED, env, lines.append)
+            == "keep"
+        )
+    text = "\n".join(lines)
+    assert "HTTP 401" in text and "Instances read+write" in text and TOKEN not in text
+
+
+def test_a_plain_host_is_shut_down_only_when_asked(tmp_path):
+    with pytest.raises(TRMError, match="RELEASE_VIA=host"):
+        policy_from_env({"ON_END": "stop"}, sync_to="")
+    record = tmp_path / "shutdown.calls"
+    fake = tmp_path / "bin" / "shutdown"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {record}\n')
+    fake.chmod(0o755)
+    env = {"ON_END": "stop", "RELEASE_VIA": "host", "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"}
+    assert release(policy_from_env(env, sync_to=""), exit_codes.OK, env, print) == "stop"
+    assert record.read_text().strip() == "-h now"
+
+
+def _all_text(*roots: Path) -> str:
+    parts = []
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                parts.append(path.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(parts)
+
+
+def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_path):
+    """A launch whose training ends 79 (MAX_HOURS) with ON_BUDGET=stop on a Vast.ai instance: the launcher
+    itself writes the bundle, then stops the instance; `--handoff` by hand rebuilds the bundle and releases
+    nothing; every file of the run directory and of the bundle is free of both secrets."""
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import Console
+
+    ws = tmp_path / "ws"
+    environ = {
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("TASK", "RUN_NAME", "SYNC_TO", "ON_END", "ON_BUDGET", "MAX_HOURS")
+        },
+        **vast_env(tmp_path, ON_BUDGET="stop"),
+        "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(ws), "PYTHON": sys.executable,
+        "SMOKE_STEPS": "0", "PREFLIGHT": "0",
+        "PRIME_API_KEY": TOKEN,  # set in the environment: must not leak either
+        "TRM_LAUNCHER": "scripts/train_prod.sh",
+        "PYTHONPATH": str(ROOT),
+    }  # fmt: skip
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.dataset_dir.mkdir(parents=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    out = io.StringIO()
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", out))
+
+    def budget_spent(step: object) -> None:
+        launch.exit_code = exit_codes.BUDGET_STOPPED
+
+    launch.actions = dataclasses.replace(launch.actions, train=budget_spent)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == exit_codes.BUDGET_STOPPED, out.getvalue()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    log = (settings.launch_dir / "launch.log").read_text()
+    assert log.index("handoff bundle:") < log.index("release: vastai stop instance 4242 --api-key ***"), log
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"stop instance 4242 --api-key {VAST_KEY}"
+    ]
+    bundle = settings.artifacts_run_dir
+    (bundle / "handoff.json").unlink()
+    proc = subprocess.run(
+        [sys.executable, "-m", "trm", "launch", "--handoff"],
+        env=environ,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )  # by hand: the bundle again, no second release
+    assert proc.returncode == 0, proc.stderr
+    assert (bundle / "handoff.json").is_file() and (bundle / "run.info").is_file()
+    assert len((tmp_path / "vastai.calls").read_text().splitlines()) == 1
+    text = _all_text(settings.run_dir, bundle) + out.getvalue() + proc.stdout + proc.stderr
+    assert VAST_KEY not in text and TOKEN not in text
+
+
+def test_settings_carry_the_policy_and_the_resume_command_no_secret():
+    env = {"ON_END": "stop", "ON_BUDGET": "destroy", "CONTAINER_ID": "9", "CONTAINER_API_KEY": VAST_KEY,
+           "SYNC_TO": "store:bucket/runs", "PRIME_API_KEY": TOKEN, "TASK": "debug-tiny", "NUM_GPUS": "0"}  # fmt: skip
+    s = LaunchSettings.from_env(env)
+    assert s.release == ReleasePolicy(on_end="stop", on_budget="destroy", via="auto")
+    assert s.sync_remote == "store:bucket/runs/trm-debug-tiny"
+    plan = build_plan(s, [], env)
+    assert "exit 0 -> stop, exit 79 (MAX_HOURS) -> destroy" in plan.render(env)
+    resume = plan.resume_command(env)
+    assert "ON_END=stop" in resume and "SYNC_TO=store:bucket/runs" in resume
+    assert VAST_KEY not in resume and TOKEN not in resume
+
+
+@pytest.mark.skipif(
+    shutil.which("rclone") is None, reason="rclone is not installed (apt-get install -y rclone)"
+)
+def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monkeypatch):
+    """A whole launch (trainer stubbed) with SYNC_TO and ON_END=destroy on a Vast.ai instance: the at-exit
+    order is handoff -> final sync -> release, the remote holds the run and the bundle, no file holds a secret."""
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import AttemptResult, Console
+
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
+    ws, bucket = tmp_path / "ws", tmp_path / "bucket"
+    environ = {
+        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS")},
+        **vast_env(tmp_path, ON_END="destroy", SYNC_TO=f"store:{bucket}", SYNC_EVERY_MINUTES="60"),
+        "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(ws), "PYTHON": sys.executable,
+        "SMOKE_STEPS": "0", "PREFLIGHT": "0", "PRIME_API_KEY": TOKEN,
+    }  # fmt: skip
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.dataset_dir.mkdir(parents=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", io.StringIO()))
+
+    def trained(*args: object, **kwargs: object) -> AttemptResult:
+        (settings.run_dir / "step_5").mkdir()
+        (settings.run_dir / "step_5" / "model.pt").write_bytes(b"weights")
+        (settings.run_dir / "step_5" / "COMPLETE").write_text("5\n")
+        (settings.run_dir / ".step_6.partial").mkdir()
+        return AttemptResult(0)
+
+    launch.torchrun = trained  # type: ignore[method-assign]
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    log = (settings.launch_dir / "launch.log").read_text()
+    order = [log.index(s) for s in ("handoff bundle:", "final sync to store:", "release: vastai destroy")]
+    assert order == sorted(order), log
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"destroy instance 4242 --api-key {VAST_KEY}"
+    ]
+    remote = bucket / "trm-debug-tiny"
+    assert (remote / "step_5" / "COMPLETE").is_file() and not (remote / ".step_6.partial").exists()
+    assert (remote / "handoff" / "handoff.json").is_file() and (remote / "launch" / "launch.log").is_file()
+    text = _all_text(settings.run_dir, settings.artifacts_run_dir, bucket)
+    assert VAST_KEY not in text and TOKEN not in text
+    bundle = json.loads((settings.artifacts_run_dir / "handoff.json").read_text())
+    run_dir = settings.run_dir
+    assert bundle["restore_command"] == f"python -m trm sync --from store:{bucket}/trm-debug-tiny {run_dir}"
+    assert (
+        "restore from:   python -m trm sync --from" in (settings.artifacts_run_dir / "run.info").read_text()
+    )
+
+
+def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path):
+    from trm.launch.provider.release import readiness_problem
+
+    env = {"CONTAINER_ID": "4242", "CONTAINER_API_KEY": VAST_KEY, "ON_BUDGET": "stop", "PATH": str(tmp_path)}
+    problem = readiness_problem(policy_from_env(env, sync_to=""), env)
+    assert problem is not None and f"pip install --quiet {VASTAI_CLI}" in problem
+    ready = vast_env(tmp_path, ON_BUDGET="stop")
+    assert readiness_problem(policy_from_env(ready, sync_to=""), ready) is None
+    host = {"ON_END": "stop", "RELEASE_VIA": "host", "PATH": str(tmp_path)}
+    assert "not on PATH" in (readiness_problem(policy_from_env(host, sync_to=""), host) or "")
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import Console
+
+    launch_env = {**env, "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path / "ws")}
+    settings = LaunchSettings.from_env(launch_env)
+    launch = Launch(build_plan(settings, [], launch_env), launch_env, Console(None, io.StringIO()))
+    launch.actions = dataclasses.replace(
+        launch.actions, data=lambda step: pytest.fail("trained although the release could not work")
+    )
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == exit_codes.CONFIG_ERROR
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
+    from trm.launch.provider.release import VASTAI_INSTALL
+
+    text = (Path(__file__).resolve().parents[3] / "runbooks" / "v1" / "03-production-run.md").read_text()
+    assert f"pip install --quiet {VASTAI_CLI}" in text and "/opt/vastai-cli" in text
+    assert "pip install --quiet vastai\n" not in text  # unpinned, into the image's venv: the old way
+    assert VASTAI_INSTALL.startswith("python -m venv /opt/vastai-cli ")
+    # every runbook that installs the CLI (the workstation in 01, the instance in 03) pins the same version
+    for runbook in sorted((Path(__file__).resolve().parents[3] / "runbooks" / "v1").glob("*.md")):
+        for line in runbook.read_text().splitlines():
+            if "pip install" in line and "vastai" in line:
+                assert VASTAI_CLI in line, f"{runbook.name}: {line}"

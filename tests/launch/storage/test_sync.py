@@ -1,0 +1,273 @@
+"""SYNC_TO against a real rclone remote on this machine (a local-path remote configured by environment)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trm.errors import TRMError
+from trm.launch.storage.sync import (
+    Syncer,
+    check_remote,
+    prunable,
+    remote_complete_steps,
+    sync_down,
+    sync_up,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+needs_rclone = pytest.mark.skipif(
+    shutil.which("rclone") is None,
+    reason="rclone is not installed (apt-get install -y rclone; .ci/run installs it)",
+)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch) -> str:
+    """`store:` is an rclone remote (local backend) defined only by environment, as a user would for S3."""
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
+    monkeypatch.setenv("RCLONE_CONFIG", str(tmp_path / "no-rclone.conf"))
+    (tmp_path / "bucket").mkdir()
+    return f"store:{tmp_path / 'bucket'}/runs/r1"
+
+
+def remote_path(remote: str) -> Path:
+    return Path(remote.split(":", 1)[1])
+
+
+def checkpoint(run_dir: Path, step: int, *, complete: bool = True, size: int = 1000) -> Path:
+    folder = run_dir / f"step_{step}"
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(os.urandom(size))
+    if complete:
+        (folder / "COMPLETE").write_text(f"{step}\n")
+    return folder
+
+
+def make_run(root: Path) -> Path:
+    run_dir = root / "checkpoints" / "r1"
+    checkpoint(run_dir, 2)
+    checkpoint(run_dir, 4, complete=False)  # torn (legacy): never uploaded
+    partial = run_dir / ".step_6.partial"
+    partial.mkdir()
+    (partial / "model.pt").write_bytes(b"half")
+    (run_dir / "metrics.csv").write_text("step,wall_time,name,value\n2,1.0,loss,0.5\n")
+    (run_dir / "launch").mkdir()
+    (run_dir / "launch" / "launch.log").write_text("hello\n")
+    checkpoint(run_dir / "launch" / "smoke", 2)  # the smoke gate's scratch run: never uploaded
+    (run_dir / ".metrics.csv.abc.tmp").write_text("temp")
+    return run_dir
+
+
+def test_remotes_with_credentials_are_refused():
+    assert check_remote("s3:bucket/runs") == "s3:bucket/runs"
+    assert check_remote("/mnt/backup") == "/mnt/backup"
+    with pytest.raises(TRMError, match="not an rclone remote"):
+        check_remote("bucket/runs")
+    with pytest.raises(TRMError, match="RCLONE_CONFIG_"):
+        check_remote(":s3,access_key_id=AKIA,secret_access_key=x:bucket")
+
+
+@needs_rclone
+def test_upload_skips_partial_and_torn_checkpoints_and_is_incremental(tmp_path, store):
+    run_dir = make_run(tmp_path)
+    handoff = tmp_path / "artifacts" / "r1"
+    handoff.mkdir(parents=True)
+    (handoff / "handoff.json").write_text("{}")
+    sync_up(run_dir, store, print, handoff_dir=handoff)
+    dest = remote_path(store)
+    assert (dest / "step_2" / "COMPLETE").is_file() and (dest / "step_2" / "model.pt").is_file()
+    assert not (dest / "step_4").exists() and not (dest / ".step_6.partial").exists()
+    assert not (dest / ".metrics.csv.abc.tmp").exists()
+    assert (dest / "metrics.csv").is_file() and (dest / "launch" / "launch.log").is_file()
+    assert not (dest / "launch" / "smoke").exists()
+    assert (dest / "handoff" / "handoff.json").is_file()
+    # incremental: an unchanged file is not copied again; a new checkpoint is; nothing is deleted remotely
+    copied = dest / "metrics.csv"
+    stamp = copied.stat().st_mtime_ns
+    copied.write_text("X" * len((run_dir / "metrics.csv").read_text()))  # same size and time: "unchanged"
+    os.utime(copied, ns=(stamp, stamp))
+    shutil.rmtree(run_dir / "step_2")
+    checkpoint(run_dir, 8)
+    sync_up(run_dir, store, print)
+    assert (dest / "step_8" / "COMPLETE").is_file() and (dest / "step_2" / "COMPLETE").is_file()
+    assert copied.read_text().startswith("XXX")  # not copied again
+    assert remote_complete_steps(store, print) == ["step_2", "step_8"]
+
+
+@needs_rclone
+@pytest.mark.e2e
+def test_an_interrupted_upload_is_never_restored_and_the_next_upload_finishes_it(tmp_path, store):
+    run_dir = make_run(tmp_path)
+    sync_up(run_dir, store, print)
+    big = checkpoint(run_dir, 10, size=8 * 1024 * 1024)
+    (big / "optimizer.pt").write_bytes(os.urandom(4 * 1024 * 1024))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RCLONE_BWLIMIT": "1M"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trm", "sync", str(run_dir), store],
+        env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    dest = remote_path(store) / "step_10"
+    deadline = time.time() + 60
+    while not any(dest.glob("*")) and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # the machine vanished mid-upload
+    proc.wait()
+    assert dest.is_dir() and not (dest / "COMPLETE").exists()
+    assert remote_complete_steps(store, print) == ["step_2"]
+    # A new machine restores the newest checkpoint that is complete on the remote: step_2, not step_10.
+    new = tmp_path / "new-machine" / "r1"
+    assert sync_down(store, new, print) == "step_2"
+    assert not (new / "step_10").exists() and (new / "metrics.csv").is_file()
+    # The next upload finishes step_10, COMPLETE last; a restore then brings it back byte for byte.
+    sync_up(run_dir, store, print)
+    assert (dest / "COMPLETE").is_file()
+    again = tmp_path / "third-machine" / "r1"
+    subprocess.run([sys.executable, "-m", "trm", "sync", "--from", store, str(again)], env=env, check=True)
+    for name in ("model.pt", "optimizer.pt", "COMPLETE"):
+        assert (again / "step_10" / name).read_bytes() == (big / name).read_bytes()
+    assert not (again / "step_2").exists()  # only the newest checkpoint comes back
+    assert not (again / "handoff").exists()
+
+
+@needs_rclone
+def test_background_syncer_uploads_while_training_and_retries_with_backoff(tmp_path, store):
+    run_dir = make_run(tmp_path)
+    lines: list[str] = []
+    syncer = Syncer(run_dir, store, lines.append, every_s=0.2, backoff_s=0.01)
+    syncer.start()
+    checkpoint(run_dir, 12)
+    deadline = time.time() + 30
+    while not (remote_path(store) / "step_12" / "COMPLETE").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert (remote_path(store) / "step_12" / "COMPLETE").exists(), lines
+    assert syncer.final()
+    broken = Syncer(run_dir, "nosuchremote:bucket", lines.append, backoff_s=0.01, retries=2)
+    assert not broken.final()
+    text = "\n".join(lines)
+    assert (
+        text.count("retry in") == 2
+        and "giving up" in text
+        and "final sync to nosuchremote:bucket: FAILED" in text
+    )
+
+
+def test_a_launch_without_rclone_stops_before_training_with_the_fix(tmp_path, monkeypatch):
+    import io
+
+    from trm import exit_codes
+    from trm.launch.config.settings import LaunchSettings
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.plan.plan import LaunchFailed, build_plan
+    from trm.launch.supervision.supervisor import Console
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "rclone" else "/bin/true")
+    env = {"TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path), "SYNC_TO": "s3:bucket/runs"}
+    settings = LaunchSettings.from_env(env)
+    plan = build_plan(settings, [], env)
+    launch = Launch(plan, env, Console(None, io.StringIO()))
+    with pytest.raises(LaunchFailed, match="apt-get install -y rclone") as err:
+        launch.actions.sync(plan.sync_step())
+    assert err.value.code == exit_codes.CONFIG_ERROR
+
+
+@needs_rclone
+def test_restoring_a_run_that_was_never_copied(tmp_path, store):
+    from trm.launch.storage.sync import SyncError
+
+    with pytest.raises(SyncError):
+        sync_down(store, tmp_path / "run", print)  # a typo in the remote is an error...
+    assert sync_down(store, tmp_path / "run", print, missing_ok=True) is None  # ...unless asked for
+
+
+def test_prunable_keeps_the_newest_and_everything_still_local():
+    remote = ["step_2", "step_4", "step_6", "step_8"]
+    assert prunable(remote, {"step_6", "step_8"}) == ["step_2", "step_4"]
+    assert prunable(remote, set()) == ["step_2", "step_4", "step_6"]  # the newest stays, even gone locally
+    assert prunable(remote, {"step_2", "step_4", "step_6", "step_8"}) == []
+    assert prunable(["step_8"], set()) == [] and prunable([], {"step_2"}) == []
+
+
+@needs_rclone
+def test_the_remote_follows_local_pruning_but_keeps_its_newest_checkpoint(tmp_path, store):
+    run_dir = tmp_path / "checkpoints" / "r1"
+    for step in (2, 4, 6):
+        checkpoint(run_dir, step)
+    assert sync_up(run_dir, store, print, prune=True) == []
+    dest = remote_path(store)
+    torn = dest / "step_3"  # an upload of step_3 cut off before the trainer pruned it: not complete there
+    torn.mkdir()
+    (torn / "model.pt").write_bytes(b"half")
+
+    # the trainer saved step_8 and pruned step_2 and step_4 (CHECKPOINT_KEEP=2); step_10 is being saved
+    shutil.rmtree(run_dir / "step_2")
+    shutil.rmtree(run_dir / "step_4")
+    checkpoint(run_dir, 8)
+    checkpoint(run_dir, 10, complete=False)
+    lines: list[str] = []
+    assert sync_up(run_dir, store, lines.append, prune=True) == ["step_2", "step_4"]
+    assert sorted(p.name for p in dest.iterdir() if p.name.startswith("step_")) == [
+        "step_3",
+        "step_6",
+        "step_8",
+    ]
+    assert remote_complete_steps(store, print) == ["step_6", "step_8"]
+    assert any("pruned step_2" in line for line in lines)
+
+    # every local checkpoint gone (a new machine before its restore, a wiped disk): the newest copy stays
+    for step in (6, 8, 10):
+        shutil.rmtree(run_dir / f"step_{step}")
+    assert sync_up(run_dir, store, print, prune=True) == ["step_6"]
+    assert remote_complete_steps(store, print) == ["step_8"]
+    restored = tmp_path / "new-machine" / "r1"
+    assert sync_down(store, restored, print) == "step_8"
+    assert (restored / "step_8" / "COMPLETE").is_file()
+
+
+@needs_rclone
+def test_without_prune_the_remote_keeps_every_checkpoint(tmp_path, store):
+    run_dir = tmp_path / "checkpoints" / "r1"
+    checkpoint(run_dir, 2)
+    checkpoint(run_dir, 4)
+    sync_up(run_dir, store, print)
+    shutil.rmtree(run_dir / "step_2")
+    checkpoint(run_dir, 6)
+    syncer = Syncer(run_dir, store, print, prune=False)
+    assert syncer.sync_with_retries()
+    assert remote_complete_steps(store, print) == ["step_2", "step_4", "step_6"]
+    syncer.prune = True
+    assert syncer.sync_with_retries()
+    assert remote_complete_steps(store, print) == ["step_4", "step_6"]
+
+
+def test_sync_prune_is_on_by_default_and_reaches_the_syncer(tmp_path):
+    from trm.launch.config.settings import LaunchSettings
+
+    env = {"WORKSPACE": str(tmp_path), "SYNC_TO": "store:bucket"}
+    assert LaunchSettings.from_env(env).syncer(print).prune is True
+    assert LaunchSettings.from_env({**env, "SYNC_PRUNE": "off"}).syncer(print).prune is False
+
+
+@needs_rclone
+def test_the_sync_command_prunes_only_when_asked(tmp_path, store, capsys):
+    from trm.commands import main
+
+    run_dir = tmp_path / "checkpoints" / "r1"
+    checkpoint(run_dir, 2)
+    checkpoint(run_dir, 4)
+    assert main(["sync", str(run_dir), store]) == 0
+    shutil.rmtree(run_dir / "step_2")
+    checkpoint(run_dir, 6)
+    assert main(["sync", str(run_dir), store]) == 0
+    assert remote_complete_steps(store, print) == ["step_2", "step_4", "step_6"]
+    assert main(["sync", str(run_dir), store, "--prune"]) == 0
+    assert remote_complete_steps(store, print) == ["step_4", "step_6"]
+    assert "pruned step_2" in capsys.readouterr().out

@@ -1,1 +1,0 @@
-"""After the run: the handoff bundle, sync to SYNC_TO, releasing the machine, the run ledger, TensorBoard."""

@@ -1,0 +1,1 @@
+"""After the run: the handoff bundle and the TensorBoard view of a run."""

@@ -1,0 +1,308 @@
+"""Release the machine when the run or its budget ends (ON_END / ON_BUDGET), so the bill stops too.
+
+The release is the last thing a launch does: after the final checkpoint, the handoff bundle and the
+final sync (SYNC_TO). Where it happens decides how:
+
+  vast            `vastai stop|destroy instance $CONTAINER_ID` (Vast.ai sets CONTAINER_ID, and
+                  CONTAINER_API_KEY, a key scoped to this instance, inside every instance)
+  primeintellect  DELETE /api/v1/pods/{PRIME_POD_ID} on the Prime Intellect API (bearer token from
+                  PRIME_API_KEY or PRIME_API_KEY_FILE); pods can only be terminated, not stopped
+  kubernetes      nothing to call: the launcher's exit code ends the Job (79 for the budget, which the
+                  Job's podFailurePolicy does not restart)
+  host            `shutdown -h now`, only when RELEASE_VIA=host is set explicitly
+
+Tokens are read when the release runs, sent only in the request header (or the CLI's --api-key), and
+never logged or written anywhere.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from trm import exit_codes
+from trm.errors import TRMError
+
+ACTIONS = ("keep", "stop", "destroy")
+PROVIDERS = ("auto", "vast", "primeintellect", "kubernetes", "host")
+PRIME_API_URL = "https://api.primeintellect.ai"
+REDACTED = "***"
+
+
+@dataclass(frozen=True)
+class ReleasePolicy:
+    """What to do with the machine at the end: ON_END for a finished run, ON_BUDGET for MAX_HOURS."""
+
+    on_end: str = "keep"
+    on_budget: str = "keep"
+    via: str = "auto"
+
+    def action_for(self, exit_code: int) -> str:
+        """The action for the launcher's exit code: only a finished run (0) or a spent budget (79) release;
+        a failure or a stop from outside keeps the machine, so a person can look at it or resume."""
+        if exit_code == exit_codes.OK:
+            return self.on_end
+        if exit_code == exit_codes.BUDGET_STOPPED:
+            return self.on_budget
+        return "keep"
+
+    @property
+    def releases(self) -> bool:
+        return self.on_end != "keep" or self.on_budget != "keep"
+
+
+def detect_provider(env: Mapping[str, str]) -> str | None:
+    """Where this process runs, from what each platform sets; None for a plain host (never guessed)."""
+    if env.get("KUBERNETES_SERVICE_HOST"):
+        return "kubernetes"
+    if env.get("CONTAINER_ID") and (env.get("CONTAINER_API_KEY") or env.get("VAST_CONTAINERLABEL")):
+        return "vast"
+    if env.get("PRIME_POD_ID"):
+        return "primeintellect"
+    return None
+
+
+def check_policy(policy: ReleasePolicy, env: Mapping[str, str], *, sync_to: str) -> ReleasePolicy:
+    """`policy` (ON_END, ON_BUDGET and RELEASE_VIA, parsed by trm.launch.config.variables), checked
+    against where the launch runs (errors name the fix)."""
+    if not policy.releases:
+        return policy
+    provider = resolve_provider(policy, env)
+    actions = {policy.on_end, policy.on_budget} - {"keep"}
+    if provider == "primeintellect" and "stop" in actions:
+        raise TRMError(
+            "Prime Intellect pods cannot be stopped, only terminated: use ON_END=destroy / ON_BUDGET=destroy "
+            "(with SYNC_TO so the checkpoints are copied first) or keep"
+        )
+    if provider == "primeintellect" and not (env.get("PRIME_API_KEY") or env.get("PRIME_API_KEY_FILE")):
+        raise TRMError(
+            "releasing a Prime Intellect pod needs an API key with Instances read+write: set PRIME_API_KEY "
+            "in the environment or PRIME_API_KEY_FILE to a file holding it"
+        )
+    if "destroy" in actions and provider != "kubernetes" and not sync_to:
+        raise TRMError(
+            "ON_END/ON_BUDGET=destroy deletes the machine's disk with the run's only checkpoints: set "
+            "SYNC_TO=<rclone remote:path> so they are copied off first, or use stop / keep"
+        )
+    return policy
+
+
+def resolve_provider(policy: ReleasePolicy, env: Mapping[str, str]) -> str:
+    """RELEASE_VIA, or the detected platform; a plain host is shut down only when asked by name."""
+    if policy.via != "auto":
+        return policy.via
+    provider = detect_provider(env)
+    if provider is None:
+        raise TRMError(
+            f"ON_END={policy.on_end} ON_BUDGET={policy.on_budget}: no Vast.ai instance (CONTAINER_ID), Prime "
+            "Intellect pod (PRIME_POD_ID) or Kubernetes pod detected; set RELEASE_VIA=host to run "
+            "`shutdown -h now` on this machine, or set the platform's variables, or use keep"
+        )
+    return provider
+
+
+# The official Vast.ai CLI, pinned, installed in a venv of its own and never into the image or the training
+# venv: vastai 1.9.1 requires borb (a 12 MB PDF library for invoices, licensed AGPL-3.0 or commercial) and
+# exact pins (pillow==12.2.0, cryptography==49.0.0) that would downgrade the training venv's pillow.
+VASTAI_CLI = "vastai==1.9.1"
+VASTAI_INSTALL = (
+    f"python -m venv /opt/vastai-cli && /opt/vastai-cli/bin/pip install --quiet {VASTAI_CLI} "
+    "&& ln -sf /opt/vastai-cli/bin/vastai /usr/local/bin/vastai"
+)
+
+
+def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | None:
+    """Checked when the launch starts, so a release that cannot work is found before hours of training, not
+    after: the tool or the ids it will need. None when ready (or nothing to release)."""
+    if not policy.releases:
+        return None
+    try:
+        provider = resolve_provider(policy, env)
+    except TRMError as err:
+        return str(err)
+    if provider == "vast":
+        if shutil.which("vastai", path=env.get("PATH")) is None:
+            return (
+                f"ON_END={policy.on_end} ON_BUDGET={policy.on_budget} on Vast.ai needs the official CLI "
+                f"on the launch's PATH: `{VASTAI_INSTALL}` (as root; its own venv), "
+                "or set ON_END=keep ON_BUDGET=keep"
+            )
+        if not env.get("CONTAINER_ID", "").strip().isdigit():
+            return "CONTAINER_ID (the Vast.ai instance id, set by Vast.ai) is missing from the launch's environment"
+    if provider == "primeintellect" and not env.get("PRIME_API_KEY"):
+        path = env.get("PRIME_API_KEY_FILE", "").strip()
+        if not path or not Path(path).is_file():
+            return f"PRIME_API_KEY_FILE={path or '(unset)'} is not a file and PRIME_API_KEY is unset"
+    if provider == "host" and shutil.which("shutdown", path=env.get("PATH")) is None:
+        return "RELEASE_VIA=host needs `shutdown`, which is not on PATH here (a container cannot shut its host down)"
+    return None
+
+
+class ReleaseError(Exception):
+    """The release request failed (the message holds no secret)."""
+
+
+Log = Callable[[str], None]
+
+
+def _redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def read_prime_token(env: Mapping[str, str]) -> str:
+    token = env.get("PRIME_API_KEY", "").strip()
+    if token:
+        return token
+    path = env.get("PRIME_API_KEY_FILE", "").strip()
+    if not path:
+        raise ReleaseError("no Prime Intellect API key: set PRIME_API_KEY or PRIME_API_KEY_FILE")
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise ReleaseError(f"PRIME_API_KEY_FILE={path} cannot be read ({err.strerror})") from None
+    if not token:
+        raise ReleaseError(f"PRIME_API_KEY_FILE={path} is empty")
+    return token
+
+
+def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
+    instance = env.get("CONTAINER_ID", "").strip()
+    if not instance:
+        label = env.get("VAST_CONTAINERLABEL", "").strip()  # "C.<instance id>"
+        instance = label.removeprefix("C.") if label.startswith("C.") else ""
+    if not instance.isdigit():
+        raise ReleaseError(
+            "no Vast.ai instance id: CONTAINER_ID (set by Vast.ai inside the instance) is missing; pass it "
+            "into the environment of the launch (e.g. `export CONTAINER_ID` in the on-start script)"
+        )
+    key = env.get("VAST_API_KEY", "").strip() or env.get("CONTAINER_API_KEY", "").strip()
+    cmd = ["vastai", action, "instance", instance]
+    if key:
+        cmd += ["--api-key", key]
+    shown = _redact(" ".join(cmd), [key])
+    log(f"release: {shown}")
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False, env=dict(env))
+    except FileNotFoundError:
+        raise ReleaseError(
+            f"{cmd[0]} is not installed: `{VASTAI_INSTALL}` (the official Vast.ai CLI), then "
+            f"`{shown}` by hand"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ReleaseError(f"`{shown}` did not answer within 120 s") from None
+    output = _redact((result.stdout + result.stderr).strip(), [key])
+    if result.returncode != 0:
+        raise ReleaseError(f"`{shown}` failed (exit {result.returncode}): {output[-500:]}")
+    if output:
+        log(f"release: vastai: {output[-500:]}")
+
+
+def release_prime(env: Mapping[str, str], log: Log) -> None:
+    pod = env.get("PRIME_POD_ID", "").strip()
+    if not pod:
+        raise ReleaseError("no Prime Intellect pod id: set PRIME_POD_ID (shown by `prime pods list`)")
+    token = read_prime_token(env)
+    base = (env.get("PRIME_API_URL", "").strip() or PRIME_API_URL).rstrip("/")
+    url = f"{base}/api/v1/pods/{urllib.parse.quote(pod, safe='')}"
+    log(f"release: DELETE {url} (terminates the pod)")
+    request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = response.read(2000).decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        detail = _redact(err.read(500).decode("utf-8", "replace"), [token])
+        hint = " (the API key needs Instances read+write)" if err.code in (401, 403) else ""
+        raise ReleaseError(f"DELETE {url} answered HTTP {err.code}{hint}: {detail}") from None
+    except (urllib.error.URLError, OSError) as err:
+        raise ReleaseError(f"DELETE {url} failed: {_redact(str(err), [token])}") from None
+    log(f"release: Prime Intellect answered {_redact(body, [token])[:300]}")
+
+
+def release_host(log: Log, env: Mapping[str, str]) -> None:
+    cmd = ["shutdown", "-h", "now"]
+    log(f"release: {' '.join(cmd)}")
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, env=dict(env))
+    except FileNotFoundError:
+        raise ReleaseError(f"{cmd[0]} is not available in this environment") from None
+    if result.returncode != 0:
+        raise ReleaseError(f"`{' '.join(cmd)}` failed (exit {result.returncode}): {result.stderr.strip()}")
+
+
+def release(
+    policy: ReleasePolicy,
+    exit_code: int,
+    env: Mapping[str, str],
+    log: Log,
+    *,
+    synced: bool = True,
+) -> str:
+    """Apply the policy for `exit_code`; returns what was done (keep, stop, destroy or exit).
+
+    `synced` is False when the final copy to SYNC_TO failed: then nothing is destroyed (a Vast.ai instance
+    is stopped instead, which keeps its disk), since the machine holds the only complete copy."""
+    action = policy.action_for(exit_code)
+    if action == "keep":
+        if policy.releases:
+            log(f"release: exit {exit_code} keeps the machine (ON_END/ON_BUDGET act on exit 0 / 79 only)")
+        return "keep"
+    try:
+        provider = resolve_provider(policy, env)
+    except TRMError as err:
+        log(f"release skipped: {err}")
+        return "keep"
+    if provider == "kubernetes":
+        log(
+            f"release: Kubernetes ends the Job with the launcher's exit code {exit_code}; the pod and its "
+            "GPUs are freed (the PVC keeps the run)"
+        )
+        return "exit"
+    if action == "destroy" and not synced:
+        if provider == "vast":
+            log("release: the final sync failed, so the instance is stopped (disk kept), not destroyed")
+            action = "stop"
+        else:
+            log("release: the final sync failed, so the machine is kept (its disk holds the only copy)")
+            return "keep"
+    try:
+        if provider == "vast":
+            release_vast(action, env, log)
+        elif provider == "primeintellect":
+            release_prime(env, log)
+        elif provider == "host":
+            release_host(log, env)
+        else:  # pragma: no cover - PROVIDERS is checked when the settings are read
+            raise ReleaseError(f"unknown RELEASE_VIA {provider!r}")
+    except ReleaseError as err:
+        log(f"release FAILED: {err}; the machine is still running (and billing): release it by hand")
+        return "keep"
+    return action
+
+
+def describe(policy: ReleasePolicy, env: Mapping[str, str]) -> str:
+    """The --dry-run text of the release step."""
+    if not policy.releases:
+        return "keep the machine (ON_END=keep, ON_BUDGET=keep)"
+    try:
+        provider = resolve_provider(policy, env)
+    except TRMError as err:
+        return f"release not possible: {err}"
+    how = {
+        "vast": "vastai stop|destroy instance $CONTAINER_ID",
+        "primeintellect": "DELETE /api/v1/pods/$PRIME_POD_ID on the Prime Intellect API",
+        "kubernetes": "nothing to call: the exit code ends the Job",
+        "host": "shutdown -h now",
+    }[provider]
+    return (
+        f"after the handoff and the final sync: exit 0 -> {policy.on_end}, exit 79 (MAX_HOURS) -> "
+        f"{policy.on_budget}, any other exit keeps the machine; via {provider}: {how}"
+    )
