@@ -68,6 +68,7 @@ def test_training_step_is_one_graph_without_breaks(puzzle_emb_ndim):
 
 
 @pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
+@pytest.mark.torch_compile
 @pytest.mark.parametrize("overrides", [{}, {"eval_early_halt": True}], ids=["all-steps", "early-halt"])
 def test_compiled_evaluation_is_one_graph_and_matches_eager(tmp_path, overrides):
     """Every chunk (4, 4, 2 rows) runs the same graph; metrics and predictions are eager's. Fails on the
@@ -124,6 +125,7 @@ def test_inductor_compiled_evaluation_matches_eager(tmp_path):
 
 
 @pytest.mark.e2e  # tens of seconds: out of the default suite, run by make test-e2e
+@pytest.mark.torch_compile
 def test_the_trainer_evaluates_with_its_compiled_step(tmp_path, monkeypatch):
     """compile=true: evaluation gets the compiled module (the old loop handed it the eager loss head).
     Dynamo's eager backend keeps it fast; the metrics' equality is test_compiled_evaluation_*'s."""

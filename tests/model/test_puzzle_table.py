@@ -134,6 +134,7 @@ def test_eager_training_matches_the_leaf_per_forward_table_bit_for_bit():
 
 
 @pytest.mark.e2e  # tens of seconds of tracing on a CPU: out of the default suite, run by make test-e2e
+@pytest.mark.torch_compile
 def test_compiled_training_step_is_one_graph_with_the_same_bits():
     """One graph for every forward and backward of every step (no graph break, no recompile); fails on the
     table whose forward was `torch.compiler.disable`d (a break before and after it: 2+ graphs)."""

@@ -192,6 +192,7 @@ def test_flops_count_each_step_at_its_depth() -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.torch_compile
 def test_each_stage_compiles_once_and_a_stage_seen_before_reuses_its_graph() -> None:
     from torch._dynamo.testing import CompileCounter
 
