@@ -1,6 +1,7 @@
 """Trainer benchmark: optimizer steps/s of `python -m trm.train`, optionally against upstream's trainer.
 
     nox -s bench -- train [--setup tiny|paper] [--steps 40] [--keep DIR] [--json]
+    nox -s bench -- train --setup paper --set loader_prefetch=2   # ours against ours with these overrides
     TRM_UPSTREAM=/path/to/TinyRecursiveModels [TRM_UPSTREAM_PYTHON=python] nox -s bench -- train
 
 Setups:
@@ -19,6 +20,9 @@ pooled; each run times at least MIN_TIMED_STEPS step intervals, and each side re
 s/step (`--json` prints them as a JSON object too). Upstream's imports (pydantic, einops, argdantic, wandb, coolname) must be importable by
 TRM_UPSTREAM_PYTHON (default: this interpreter; PYTHONPATH works too). If it cannot run, why is printed
 instead of a ratio.
+
+`--set KEY=VALUE` (repeatable) compares ours against ours with those trainer overrides instead (a step lever
+such as `loader_prefetch=2`): ours, then the variant, each timing the same steps; upstream is not run.
 """
 
 from __future__ import annotations
@@ -115,12 +119,15 @@ def step_times(metrics_jsonl: Path) -> list[float]:
     return [stamps[b] - stamps[a] for a, b in itertools.pairwise(steps) if b == a + 1]
 
 
-def bench_ours(setup: Setup, data: Path, run_dir: Path, steps: int) -> list[float]:
-    """Run our trainer for `steps` steps without evaluation; seconds per step from its metric timestamps."""
+def bench_ours(
+    setup: Setup, data: Path, run_dir: Path, steps: int, extra: tuple[str, ...] = ()
+) -> list[float]:
+    """Run our trainer for `steps` steps without evaluation (plus `extra` overrides); seconds per step from
+    its metric timestamps."""
     cmd = [sys.executable, "-m", "trm.train", "arch=trm", *setup.overrides, f"data_paths=[{data}]",
            "epochs=100000", "eval_interval=100000", "evaluators=[]",
            f"max_steps={steps}", "checkpoint.keep=1", f"device={setup.device}",
-           f"+checkpoint_path={run_dir}"]  # fmt: skip
+           f"+checkpoint_path={run_dir}", *extra]  # fmt: skip
     proc = subprocess.run(
         cmd, env=trainer_env(setup), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -226,6 +233,18 @@ def results(setup: Setup, ours_times: list[float], theirs: dict[str, float] | st
     return record
 
 
+def with_variant(setup: Setup, record: dict, overrides: list[str], variant_times: list[float]) -> dict:
+    """`record` with the variant's figures and ours / variant s per step (> 1: the variant is faster)."""
+    variant = summary(variant_times)
+    ratio = record["ours"]["median_s_per_step"] / variant["median_s_per_step"]
+    mfu_variant = mfu(setup, variant["median_s_per_step"])
+    return {
+        **record,
+        "variant": {**variant, "mfu": mfu_variant, "overrides": overrides},
+        "ratio_variant_vs_ours": ratio,
+    }
+
+
 def _side_line(label: str, side: dict) -> str:
     counted = f" median of {side['steps']}" if "steps" in side else ""
     extra = f", MFU {side['mfu']:.1%}" if side.get("mfu") is not None else ""
@@ -239,6 +258,9 @@ def report(setup: Setup, record: dict) -> None:
     threads = os.environ.get("OMP_NUM_THREADS", "default")
     print(f"{setup.name} setup on {setup.device}, batch {setup.batch}, torch threads {threads}")
     print(_side_line("trm-stack:", record["ours"]))
+    if "variant" in record:
+        print(_side_line("variant:", record["variant"]) + f" with {' '.join(record['variant']['overrides'])}")
+        print(f"  ratio:     {record['ratio_variant_vs_ours']:.3f}x (ours / variant s per step; > 1: faster)")
     theirs = record["upstream"]
     if theirs is None:
         return
@@ -265,7 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--keep", type=Path, default=None, help="keep data and runs here")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object, last line")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="compare ours against ours with this trainer override (repeatable); upstream is not run")  # fmt: skip
     args = parser.parse_args(argv)
+    bad = [o for o in args.set if "=" not in o or o.startswith("=")]
+    if bad:
+        parser.error(f"--set {bad[0]}: give KEY=VALUE, a trainer override such as loader_prefetch=2")
     if args.steps < WARMUP_STEPS + MIN_TIMED_STEPS + 1:
         parser.error(
             f"--steps {args.steps}: give at least {WARMUP_STEPS + MIN_TIMED_STEPS + 1} ({WARMUP_STEPS} warm-up "
@@ -275,15 +302,19 @@ def main(argv: list[str] | None = None) -> int:
     work = args.keep or Path(tempfile.mkdtemp(prefix="trm-bench-train-"))
     try:
         build_data(work / "arc", setup, "compact")
-        upstream = os.environ.get("TRM_UPSTREAM")
+        upstream = None if args.set else os.environ.get("TRM_UPSTREAM")
         ours_times = bench_ours(setup, work / "arc", work / "ours-1", args.steps)
         theirs: dict[str, float] | str | None = None
-        if upstream:
+        if args.set:
+            variant_times = bench_ours(setup, work / "arc", work / "variant-1", args.steps, tuple(args.set))
+        elif upstream:
             build_data(work / "arc-upstream", setup, "materialized")
             theirs = bench_upstream(setup, Path(upstream), work / "arc-upstream", args.steps)
             # Ours runs again after upstream and both runs' steps are pooled, so drift hits both alike.
             ours_times += bench_ours(setup, work / "arc", work / "ours-2", args.steps)
         record = results(setup, ours_times, theirs)
+        if args.set:
+            record = with_variant(setup, record, args.set, variant_times)
         report(setup, record)
         if args.json:
             print(json.dumps(record))

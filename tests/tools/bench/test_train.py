@@ -187,3 +187,34 @@ def test_json_line_holds_the_figures_the_table_prints(tmp_path, monkeypatch, cap
                               "steps": 3, "mfu": None}  # fmt: skip
     assert record["upstream"] is None and record["measured"] is True
     assert "2.00 steps/s (0.500 s/step median of 3; min 0.400 s)" in out
+
+
+def test_set_compares_ours_against_ours_with_the_overrides_and_never_runs_upstream(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setenv("TRM_UPSTREAM", str(tmp_path / "upstream"))  # --set leaves it out
+    monkeypatch.setattr(train, "build_data", lambda out, setup, form: None)
+    runs = []
+
+    def fake_ours(setup, data, run_dir, steps, extra=()):
+        runs.append(extra)
+        return [0.4, 0.4, 0.5] if extra else [0.5, 0.5, 0.6]
+
+    monkeypatch.setattr(train, "bench_ours", fake_ours)
+    monkeypatch.setattr(train, "bench_upstream", lambda *a: pytest.fail("upstream ran"))
+    argv = ["--steps", "26", "--keep", str(tmp_path / "work"), "--json", "--set", "loader_prefetch=2"]
+    assert train.main(argv) == 0
+    assert runs == [(), ("loader_prefetch=2",)]
+    out = capsys.readouterr().out
+    record = json.loads(out.splitlines()[-1])
+    assert record["variant"]["overrides"] == ["loader_prefetch=2"]
+    assert record["variant"]["median_s_per_step"] == 0.4 and record["upstream"] is None
+    assert record["ratio_variant_vs_ours"] == pytest.approx(1.25)
+    assert "1.250x (ours / variant s per step; > 1: faster)" in out
+
+
+def test_set_needs_key_equals_value(capsys):
+    with pytest.raises(SystemExit) as exited:
+        train.main(["--steps", "26", "--set", "loader_prefetch"])
+    assert exited.value.code == 2
+    assert "--set loader_prefetch: give KEY=VALUE" in capsys.readouterr().err

@@ -21,10 +21,13 @@ from tools.gpu.check.optimizer import OPTIMIZER_LIMIT_S, OPTIMIZER_STEPS, optimi
 from tools.gpu.check.probe import PROBE_LIMIT_S, probe
 from tools.gpu.check.resume import RUN_LIMIT_S, resume
 from tools.gpu.check.step import (
+    PREFETCH_AB_LIMIT_S,
+    PREFETCH_SETTING,
     PROFILE_LIMIT_S,
     SDPA_LIMIT_S,
     STEP_AB_LIMIT_S,
     STEP_AB_MIN_STEPS,
+    prefetch_ab,
     sdpa,
     step_ab,
     step_profile,
@@ -54,6 +57,7 @@ PARTS: tuple[Part, ...] = (
     Part("profile", "tools.bench.step_profile: a compiled paper step under torch.profiler (matmul, attention, elementwise, idle)", {"quick": 75, "full": 90}, PROFILE_LIMIT_S, step_profile),
     Part("curves", f"tools.bench.curves --device cuda: Sudoku learning curves, ours vs upstream's trainer, {CURVES_STEPS} steps x seeds while time allows (~5 min)", {"quick": CURVES_PLANNED_S, "full": CURVES_PLANNED_S}, CURVES_LIMIT_S, curves, required=False),
     Part("bench", "tools.bench.model --config paper: ms/step, MFU, vs upstream", {"quick": 125, "full": 240}, BENCH_LIMIT_S, bench, required=False),
+    Part("prefetch-ab", f"tools.bench.train --setup paper --set {PREFETCH_SETTING}: our trainer with batches built ahead vs without", {"quick": 150, "full": 150}, PREFETCH_AB_LIMIT_S, prefetch_ab, required=False),
     Part("compile-modes", f"tools.bench.model --config paper --compile-mode {COMPILE_MODE}: that torch.compile mode vs the default", {"quick": 240, "full": 240}, COMPILE_MODES_LIMIT_S, compile_modes, required=False),
     Part("checkpoint", "tools.bench.checkpoint --device cuda: loop blocked by an async save vs a synchronous one", {"quick": 50, "full": 60}, CHECKPOINT_LIMIT_S, checkpoint_save, required=False),
     Part("eval", "tools.bench.eval --config paper: evaluation rows/s eager and compiled", {"quick": 90, "full": 120}, EVAL_LIMIT_S, evaluation, required=False),
@@ -64,9 +68,10 @@ PARTS: tuple[Part, ...] = (
 # call's required parts fit DEFAULT_BUDGET_S on the plan above; the optional ones run when time is left
 # (the learning curves in call 2 only when its measurements ran short of their plan). Call 3 is the learning
 # curves' own call, for a loan with time left after calls 1 and 2 or a later one (it installs the kit and
-# builds or picks up the extension first); the compile-mode comparison follows them when time is left.
+# builds or picks up the extension first); the compile-mode comparison and the batch-prefetch A/B follow them
+# when time is left.
 CALLS: dict[int, tuple[str, ...]] = {
     1: ("facts", "kit", "imports", "extension-build", "collect", "gpu-tests", "optimizer", "resume"),
     2: ("facts", "extension-build", "probe", "step-ab", "sdpa", "profile", "curves", "checkpoint", "eval"),
-    3: ("facts", "kit", "imports", "extension-build", "curves", "compile-modes"),
+    3: ("facts", "kit", "imports", "extension-build", "curves", "compile-modes", "prefetch-ab"),
 }

@@ -1,5 +1,6 @@
-"""The step parts of call 2: `step-ab` (our trainer against upstream's at the paper setup), `sdpa` (the
-attention backends) and `profile` (a compiled step split by kernel kind)."""
+"""The step parts: `step-ab` (our trainer against upstream's at the paper setup), `sdpa` (the attention
+backends) and `profile` (a compiled step split by kernel kind) in call 2; `prefetch-ab` (our trainer with
+batches built ahead against without) in call 3."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from typing import Any
 
 from tools.gpu.check.core import Context, Outcome, run_command, tail
-from tools.gpu.check.extension import upstream_part_env
+from tools.gpu.check.extension import part_env, upstream_part_env
 
 STEP_AB_LIMIT_S = 420
 # Steps per trainer run of the step A/B: tools.bench.train times the steps after its 5 warm-up steps, so
@@ -15,6 +16,8 @@ STEP_AB_LIMIT_S = 420
 STEP_AB_MIN_STEPS = 20
 STEP_AB_STEPS = STEP_AB_MIN_STEPS + 6
 SDPA_LIMIT_S = 120
+PREFETCH_AB_LIMIT_S = 300
+PREFETCH_SETTING = "loader_prefetch=2"
 PROFILE_LIMIT_S = 240
 
 
@@ -66,6 +69,34 @@ def step_ab(ctx: Context) -> Outcome:
         + (f"; too few timed steps: {', '.join(short)}" if short else "")
     )
     return Outcome("fail" if short else "pass", summary, data, tail(output))
+
+
+def prefetch_ab(ctx: Context) -> Outcome:
+    """Our trainer at the paper setup without and with PREFETCH_SETTING (`tools.bench.train --set`), each
+    timing at least STEP_AB_MIN_STEPS steps after the warm-up, on the extension optimizer when required."""
+    env = part_env(ctx)
+    if isinstance(env, Outcome):
+        return env
+    cmd = [ctx.python, "-m", "tools.bench.train", "--setup", "paper", "--steps", str(STEP_AB_STEPS),
+           "--keep", str(ctx.work / "prefetch-ab"), "--set", PREFETCH_SETTING, "--json"]  # fmt: skip
+    limit = ctx.limit(PREFETCH_AB_LIMIT_S)
+    code, output = run_command(cmd, ctx, timeout_s=limit, log_name="prefetch-ab.log", env=env)
+    if code is None:
+        return Outcome("error", f"timed out after {limit:.0f} s", output=tail(output))
+    record = _json_tail(output)
+    if code != 0 or record is None or "variant" not in record:
+        return Outcome(
+            "fail", f"tools.bench.train exited {code} without the variant's figures", output=tail(output)
+        )
+    plain, ahead = record["ours"], record["variant"]
+    data = {"setting": PREFETCH_SETTING, "ours": plain, "variant": ahead,
+            "ratio_variant_vs_ours": record["ratio_variant_vs_ours"], "measured": True}  # fmt: skip
+    summary = (
+        f"paper setup, {PREFETCH_SETTING}: {ahead['median_s_per_step']:.4f} s/step median "
+        f"({ahead['min_s_per_step']:.4f} min) against {plain['median_s_per_step']:.4f} "
+        f"({plain['min_s_per_step']:.4f}) without: {data['ratio_variant_vs_ours']:.3f}x"
+    )
+    return Outcome("pass", summary, data, tail(output))
 
 
 def _json_tail(output: str) -> dict[str, Any] | None:

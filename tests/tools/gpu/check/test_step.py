@@ -40,3 +40,27 @@ def test_step_ab_reads_the_trainer_bench_and_wants_twenty_timed_steps_each(tmp_p
     monkeypatch.setattr(step, "run_command", lambda *a, **k: (0, bench_output([0.221] * 40, [0.227] * 9)))
     short = step.step_ab(ctx)
     assert short.status == "fail" and short.summary.endswith("too few timed steps: upstream")
+
+
+def test_prefetch_ab_runs_ours_with_and_without_the_setting_and_states_the_ratio(
+    tmp_path, monkeypatch
+) -> None:
+    setup = train.SETUPS["tiny"]
+    record = train.with_variant(
+        setup, train.results(setup, [0.220] * 21, None), ["loader_prefetch=2"], [0.210] * 20 + [0.2]
+    )
+    calls = []
+
+    def fake_run(cmd, ctx, *, timeout_s, log_name, env=None):
+        calls.append(cmd)
+        return 0, "paper setup on cuda\n" + json.dumps(record) + "\n"
+
+    monkeypatch.setattr(step, "run_command", fake_run)
+    outcome = step.prefetch_ab(fake_ctx(tmp_path))
+    assert outcome.status == "pass", outcome
+    assert "0.2100 s/step median (0.2000 min) against 0.2200 (0.2200) without: 1.048x" in outcome.summary
+    assert outcome.data["measured"] is True and outcome.data["setting"] == "loader_prefetch=2"
+    (cmd,) = calls
+    assert cmd[cmd.index("--set") + 1] == "loader_prefetch=2" and cmd[cmd.index("--setup") + 1] == "paper"
+    monkeypatch.setattr(step, "run_command", lambda *a, **k: (1, "Traceback ...\n"))
+    assert step.prefetch_ab(fake_ctx(tmp_path)).status == "fail"
