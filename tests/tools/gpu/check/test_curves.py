@@ -50,7 +50,10 @@ def test_the_curves_are_optional_never_in_call_1_and_after_call_2s_required_part
     required = [n for n in two if by_name[n].required]
     assert two.index("curves") > max(two.index(n) for n in required)
     three = plan.CALLS[3]
-    assert "extension-build" in three and three[three.index("curves") + 1 :] == ("compile-modes", "prefetch-ab")
+    assert "extension-build" in three and three[three.index("curves") + 1 :] == (
+        "compile-modes",
+        "prefetch-ab",
+    )
     assert not by_name["compile-modes"].required  # after the curves, only when time is left
     assert not by_name["prefetch-ab"].required
     # The curves' own call leaves them their planned time and the harness its full budget after the rest.
