@@ -11,6 +11,9 @@ NOX := $(VENV)/bin/nox
 # from PyTorch's CPU index when it answers (5 s probe), else the plain pin from the configured index
 # (trm/devtorch.py; `$(PY) -m trm.devtorch --dry-run` prints the decision).
 TORCH_VERSION ?= 2.13.0
+# The project's extras the venv installs when it is (re)built (CI adds skypilot, for the test that validates
+# jobs/skypilot/); to add some to an existing venv: rm .venv/.installed, then make venv EXTRAS=dev,skypilot.
+EXTRAS ?= dev
 DATA_DIR ?= data
 
 .PHONY: help venv test test-e2e test-oldest-torch lint data runbooks gpu-check
@@ -22,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m trm.devtorch --version '$(TORCH_VERSION)'
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	@touch $@
 
 venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast when nothing changed)
@@ -30,7 +33,7 @@ venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast wh
 test: venv ## run the CPU test suite (pytest-xdist)
 	$(NOX) -s tests
 
-test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `make test` leaves out (Kaggle ones: kaggle-test); CI runs all
+test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `make test` leaves out (Kaggle ones: kaggle-test; launcher ones: launch-test); CI runs all
 	$(NOX) -s tests_e2e
 
 test-oldest-torch: venv ## the core CPU tests under the CUDA 12.8 images' torch (2.10), in build/venv-torch-oldest

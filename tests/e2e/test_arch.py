@@ -5,6 +5,7 @@ weight file of the architecture loads through `load_checkpoint=` and packages to
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from tests.e2e.test_train import (
     rows,
     sigterm_after_step_2,
 )
+from trm import eval as trm_eval
+from trm import train as trm_train
 from trm.evaluation.voting import validate_submission
 from trm.kaggle import bundle as B
 from trm.kaggle.infer import run_inference
@@ -145,16 +148,27 @@ def test_variant_trains_and_resumes_bit_exactly(case: str, dataset: Path, tmp_pa
     train_and_resume(case, dataset, tmp_path)
 
 
+def in_process(cmd: list[str]) -> int:
+    """`python -m trm.train|trm.eval ARGS` (a `command()` or its like) through the module's main() in this
+    process: the same entry point and exit code, without another interpreter's start (torch's import)."""
+    module = {"trm.train": trm_train, "trm.eval": trm_eval}[cmd[cmd.index("-m") + 1]]
+    return module.main(cmd[cmd.index("-m") + 2 :])
+
+
 @pytest.mark.parametrize("arch", sorted(ARCHS))
-def test_train_resume_evaluate_package(arch: str, dataset: Path, tmp_path: Path) -> None:
+def test_train_resume_evaluate_package(
+    arch: str,
+    dataset: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     state = train_and_resume(arch, dataset, tmp_path)
 
     # Standalone evaluation reproduces the in-training one (EMA weights).
     newest = ckpt.find_complete(tmp_path / "straight")[-1]
-    evaluated = run(
-        [sys.executable, "-m", "trm.eval", str(newest.path), "--output-dir", str(tmp_path / "ev")]
-    )
-    assert evaluated.returncode == 0, evaluated.stderr
+    evaluate = [sys.executable, "-m", "trm.eval", str(newest.path), "--output-dir", str(tmp_path / "ev")]
+    assert in_process(evaluate) == 0
     metrics = json.loads((tmp_path / "ev" / f"evaluator_ARC_step_{newest.step}" / "metrics.json").read_text())
     trained = [r for r in rows(tmp_path / "straight") if "ARC/pass@2" in r][-1]
     assert metrics["ARC/pass@2"] == trained["ARC/pass@2"]
@@ -181,9 +195,10 @@ def test_train_resume_evaluate_package(arch: str, dataset: Path, tmp_path: Path)
     weights = {k: v for k, v in state["model"].items()}
     reference_file = tmp_path / "step_9"
     torch.save(to_upstream_state_dict(weights, compiled=True, arch=arch), reference_file)
-    warm = run(command(arch, dataset, tmp_path / "warm", f"load_checkpoint={reference_file}", "epochs=2"))
-    assert warm.returncode == 0, warm.stderr
-    assert "upstream weights" in warm.stderr or f"reference {arch} weights" in warm.stderr
+    caplog.set_level(logging.INFO)
+    warm = command(arch, dataset, tmp_path / "warm", f"load_checkpoint={reference_file}", "epochs=2")
+    assert in_process(warm) == 0
+    assert "upstream weights" in caplog.text or f"reference {arch} weights" in caplog.text
     overrides = [o for o in TINY[arch] if o.lstrip("+").startswith("arch")]
     package_kaggle(reference_file, tmp_path / "ref-bundle", overrides=overrides, wheels=False, progress=False)
     shipped = torch.load(tmp_path / "ref-bundle" / B.WEIGHTS, weights_only=True)
@@ -191,5 +206,6 @@ def test_train_resume_evaluate_package(arch: str, dataset: Path, tmp_path: Path)
         if "puzzle_emb" not in key:  # the table gains the mean row for unseen tasks
             assert torch.equal(shipped[key], value), key
     other = "urm" if arch == "trm" else "trm"
-    wrong = run(command(other, dataset, tmp_path / "wrong", f"load_checkpoint={reference_file}"))
-    assert wrong.returncode == 2 and f"pass arch={arch}" in wrong.stderr
+    capsys.readouterr()
+    wrong = command(other, dataset, tmp_path / "wrong", f"load_checkpoint={reference_file}")
+    assert in_process(wrong) == 2 and f"pass arch={arch}" in capsys.readouterr().err

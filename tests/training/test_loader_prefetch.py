@@ -3,14 +3,12 @@ when it is stopped by SIGTERM (with batches built past the step it saved) and re
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import SMOKE_BUILD
-from tests.training.test_trainer_inprocess import assert_same_state, metric_rows
+from tests.training.test_trainer_inprocess import assert_same_state, metric_rows, train
 from trm import exit_codes
 from trm.data.build_arc import build_arc_dataset
 from trm.distributed import DistInfo
@@ -19,7 +17,12 @@ from trm.training.config import compose, fill_run_defaults
 from trm.training.loop import Trainer
 from trm.training.recipes import get_recipe
 
-RUN = get_recipe("debug-tiny").with_changes(global_batch_size=8, epochs=2, eval_interval=1).overrides
+RUN = (
+    get_recipe("debug-tiny")
+    .with_changes(global_batch_size=8, epochs=2, eval_interval=1, evaluators=[])
+    .overrides
+)
+EVALUATE = "evaluate=false"  # the train batches are the subject: no evaluation pass
 
 
 @pytest.fixture(scope="module")
@@ -31,22 +34,9 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def run(dataset: Path, run_dir: Path, *extra: str, stop_at: int | None = None) -> tuple[int, Trainer]:
     """Train over the real loader (built by the trainer from the config); SIGTERM after step `stop_at`."""
-    cfg = compose([*RUN, f"data_paths=[{dataset}]", f"checkpoint_path={run_dir}", *extra])
+    cfg = compose([*RUN, EVALUATE, f"data_paths=[{dataset}]", f"checkpoint_path={run_dir}", *extra])
     fill_run_defaults(cfg)
-    trainer = Trainer.create(cfg, DistInfo())
-    if stop_at is not None:
-        original = trainer._train_step
-
-        def step_then_signal(batch, bar):
-            original(batch, bar)
-            if trainer.progress.step == stop_at:
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        trainer._train_step = step_then_signal  # type: ignore[method-assign]
-    try:
-        return trainer.train(), trainer
-    finally:
-        trainer.close()
+    return train(Trainer.create(cfg, DistInfo()), stop_at=stop_at)
 
 
 def test_prefetched_training_stopped_and_resumed_equals_training_without_it(dataset: Path, tmp_path: Path):

@@ -53,7 +53,11 @@ def make_trainer(
 
 
 def run(run_dir: Path, *extra: str, stop_at: int | None = None) -> tuple[int, Trainer]:
-    trainer = make_trainer(run_dir, *extra)
+    return train(make_trainer(run_dir, *extra), stop_at=stop_at)
+
+
+def train(trainer: Trainer, stop_at: int | None = None) -> tuple[int, Trainer]:
+    """Train to the end (or SIGTERM right after step `stop_at`), then close: (exit code, trainer)."""
     if stop_at is not None:
         original = trainer._train_step
 
