@@ -11,9 +11,6 @@ NOX := $(VENV)/bin/nox
 # from PyTorch's CPU index when it answers (5 s probe), else the plain pin from the configured index
 # (trm/devtorch.py; `$(PY) -m trm.devtorch --dry-run` prints the decision).
 TORCH_VERSION ?= 2.13.0
-# The project's extras the venv installs when it is (re)built (CI adds skypilot, for the test that validates
-# jobs/skypilot/); to add some to an existing venv: rm .venv/.installed, then make venv EXTRAS=dev,skypilot.
-EXTRAS ?= dev
 DATA_DIR ?= data
 
 .PHONY: help venv test test-e2e test-oldest-torch lint data runbooks gpu-check
@@ -25,7 +22,7 @@ $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m trm.devtorch --version '$(TORCH_VERSION)'
-	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	$(PY) -m pip install -q -e '.[dev]'
 	@touch $@
 
 venv: $(VENV)/.installed ## create/refresh the project venv (idempotent; fast when nothing changed)
