@@ -12,9 +12,10 @@ from PIL import Image
 
 from trm.evaluation.arc import COUNT
 from trm.report.build import figures, report_batch, report_runs
-from trm.report.collect import count_metric, read_run_dirs
+from trm.report.collect import read_run_dirs
 from trm.report.markdown import evaluated_count
 from trm.report.plots import MAX_SCALING_KEYS
+from trm.training.config import count_metric
 
 from .runs import recipe_config, size_batch, write_run
 
@@ -212,6 +213,40 @@ def test_a_torn_last_metrics_line_is_skipped(tmp_path):
         f.write('{"step": 25, "train/lm')
     (record,) = read_run_dirs([run_dir])
     assert record.last_step == 20
+
+
+def test_a_subset_run_reports_its_own_choice_and_plots_its_subset_curve_apart(tmp_path):
+    """eval_subset.fraction < 1: in-run evaluations log `subset/ARC/...`; the run's end scores its top-k fully
+    and records the choice in run.json `best`. The report's best is that choice, with the interval of the full
+    count; the subset curve gets its own panel; the recipe still counts as the published one."""
+    config = recipe_config("arc2", "eval_subset.fraction=0.1", "best.top_k=2", run_name="arc2-subset")
+    run = write_run(
+        tmp_path / "arc2-subset",
+        config,
+        eval_values={"subset/ARC/pass@2": [0.05, 0.10], "subset/ARC/count": [120.0, 120.0]},
+    )
+    record = json.loads((run / "run.json").read_text())
+    record["best"] = {
+        "path": str(run / "step_10"), "step": 10, "metric": "ARC/pass@2", "value": 0.075, "evaluation": "full",
+        "candidates": [
+            {"step": 20, "subset/ARC/pass@2": 0.10, "ARC/pass@2": 0.05, "full_count": 120.0},
+            {"step": 10, "subset/ARC/pass@2": 0.05, "ARC/pass@2": 0.075, "full_count": 120.0},
+        ],
+    }  # fmt: skip
+    (run / "run.json").write_text(json.dumps(record))
+    report_runs([run], tmp_path / "out")
+    text = (tmp_path / "out" / "report.md").read_text()
+    # the choice: 9 of 120, Wilson 95 % [4.0, 13.6] over the full count; no full evaluation in-run: no final
+    assert "| arc2-subset | runs | — | finished | — | 20 | 1.0k | ARC/pass@2 | — | 7.50 % @ 10 |" in text
+    assert (
+        "| arc2 | ARC-AGI-2 | TRM-Att (7M) pass@2 | 7.8 % [4.2, 14.0] of 120 tasks | arc2-subset | ARC/pass@2 | — "
+        "| 7.50 % [4.0, 13.6] of 120 @ 10 |"
+    ) in text
+    assert "best: the run's choice, step 10 on the full evaluation of its top 2 by subset score" in text
+    fig = {name: f for _, name, f in figures(read_run_dirs([run]))}["eval_metrics.png"]
+    panels = {ax.get_title(): line_data(ax) for ax in fig.axes}
+    assert set(panels) == {"subset/ARC/pass@2"}  # never drawn as the full metric
+    assert panels["subset/ARC/pass@2"]["arc2-subset"] == ([10, 20], [0.05, 0.10])
 
 
 def test_the_count_metric_is_the_one_the_evaluators_log():

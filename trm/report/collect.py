@@ -20,7 +20,8 @@ from tqdm import tqdm
 
 from trm import exit_codes
 from trm.errors import TRMError
-from trm.training.config import RUN_ONLY_KEYS, exact_set, headline_metric
+from trm.training.checkpointing.best import FULL, FULL_COUNT
+from trm.training.config import RUN_ONLY_KEYS, headline_metric, is_run_only
 from trm.training.recipes import flatten
 
 BATCH_SCHEMA_VERSION = 1
@@ -64,6 +65,11 @@ class RunRecord:
     """From the batch runner: the metrics of the best evaluation's row."""
     best_step: int | None = None
     best_checkpoint: str | None = None
+    best_count: float | None = None
+    """The number of items behind the best value, when the run's choice recorded it (run.json `best`)."""
+    best_evaluation: str | None = None
+    """`full` or `subset`: the evaluation behind the run's own choice of best checkpoint (run.json `best`,
+    written by a run whose in-run evaluations read a subset); None: the best is the highest logged value."""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -89,7 +95,10 @@ class RunRecord:
         return (self.final_step, self.final_metrics[metric]) if metric in self.final_metrics else None
 
     def best(self, metric: str) -> tuple[int | None, float] | None:
-        """(step, value) of the highest value of `metric` (the later step on a tie, as `trm best`)."""
+        """(step, value) of the highest value of `metric` (the later step on a tie, as `trm best`); for a
+        run that chose its best checkpoint itself (a subset run: run.json `best`), that choice."""
+        if self.best_evaluation is not None and metric in self.best_metrics:
+            return self.best_step, self.best_metrics[metric]
         points = self.series.get(metric)
         if points:
             step, value = max(points, key=lambda p: (p[1], p[0]))
@@ -108,14 +117,6 @@ class RunRecord:
             if s1 > s0 and t1 - t0 - evaluating > 0:
                 rates.append((s1 - s0) / (t1 - t0 - evaluating))
         return statistics.median(rates) if rates else None
-
-
-def count_metric(metric: str) -> str | None:
-    """The logged number of evaluated items behind `metric`: `ARC/count` tasks, `eval/<set>/count` examples."""
-    if metric.startswith("ARC/"):
-        return "ARC/count"
-    test_set = exact_set(metric)
-    return f"eval/{test_set}/count" if test_set else None
 
 
 # ------------------------------------------------------------------------------------- run directories
@@ -201,6 +202,30 @@ def _newest_checkpoint_step(run_dir: Path) -> int | None:
     return max(steps, default=None)
 
 
+def _read_run_choice(best: Any, record: RunRecord) -> None:
+    """The run's own choice of best checkpoint (run.json `best`: metric, value, step, path, evaluation and
+    the top-k candidates with their full scores and counts) into `record`'s best fields."""
+    if not isinstance(best, Mapping):
+        return
+    metric, value, step = best.get("metric"), best.get("value"), best.get("step")
+    if not isinstance(metric, str) or not isinstance(step, int) or isinstance(value, bool):
+        return
+    if not isinstance(value, int | float):
+        return
+    record.best_metrics, record.best_step = {metric: float(value)}, step
+    record.best_evaluation = str(best.get("evaluation") or "full")
+    if isinstance(best.get("path"), str):
+        record.best_checkpoint = best["path"]
+    candidates = best.get("candidates") if isinstance(best.get("candidates"), list) else []
+    counts = [c.get(FULL_COUNT) for c in candidates if isinstance(c, Mapping) and c.get("step") == step]
+    if counts and isinstance(counts[0], int | float) and record.best_evaluation == FULL:
+        record.best_count = float(counts[0])
+    record.notes.append(
+        f"best: the run's choice, step {step} on the {record.best_evaluation} evaluation"
+        + (f" of its top {len(candidates)} by subset score" if candidates else "")
+    )
+
+
 def read_run_dir(run_dir: Path, record: RunRecord | None = None) -> RunRecord:
     """A run directory as a RunRecord (curves, status, wall time); fills `record` if given (batch runs)."""
     if not run_dir.is_dir():
@@ -220,6 +245,7 @@ def read_run_dir(run_dir: Path, record: RunRecord | None = None) -> RunRecord:
         name = (config or {}).get("run_name") or run_dir.name
         record = RunRecord(name=str(name), suite="runs", status="unknown")
     record.run_dir, record.config = run_dir, config
+    _read_run_choice(run_json.get("best"), record)
     if (run_dir / METRICS).exists():
         read_metrics_jsonl(run_dir / METRICS, record)
     else:
@@ -359,5 +385,5 @@ def differing_keys(configs: list[dict[str, Any]]) -> list[str]:
     present = [c for c in configs if c]
     if len(present) < 2:
         return []
-    keys = sorted({k for c in present for k in c} - _NOT_SWEPT)
+    keys = sorted(k for k in {k for c in present for k in c} - _NOT_SWEPT if not is_run_only(k))
     return [k for k in keys if len({json.dumps(c.get(k), sort_keys=True) for c in present}) > 1]

@@ -6,10 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from trm.report.collect import RunRecord, count_metric
+from trm.report.collect import RunRecord
 from trm.report.paper import PUBLISHED, Published, published_recipe
 from trm.report.plots import MAX_SCALING_KEYS
 from trm.report.stats import wilson_interval
+from trm.training.config import count_metric
 
 
 def cell(value: Any) -> str:
@@ -87,6 +88,8 @@ def runs_table(records: Sequence[RunRecord]) -> str:
 
 def evaluated_count(r: RunRecord, metric: str, step: int | None) -> float | None:
     """The number of items `metric` was computed over at `step` (the logged count at that step)."""
+    if step is not None and step == r.best_step and r.best_count is not None and metric in r.best_metrics:
+        return r.best_count  # the run's own full evaluation of its chosen checkpoint
     name = count_metric(metric)
     if name is None:
         return None
@@ -142,6 +145,10 @@ def paper_table(records: Sequence[RunRecord]) -> str:
 METHOD = f"""\
 - *final* is the metric's last logged value, *best* its highest (the later step on a tie, as `python -m trm best`). Choosing the
   best of several evaluations favours it: its interval is optimistic.
+- A run whose in-run evaluations read a subset (`eval_subset.fraction` < 1) logs them as `subset/...`,
+  plotted in panels of their own; its *best* is the run's own choice (run.json `best`, as `python -m trm
+  best`): the full evaluation of its `best.top_k` checkpoints by subset score. Its *final* is its last full
+  evaluation (`eval_subset.full_every`), if any.
 - Intervals are 95 % Wilson score intervals over the evaluated count logged beside the metric
   (`ARC/count` test tasks for `ARC/pass@2`, `eval/<set>/count` examples for exact accuracy); pass@2
   gives partial credit to tasks with several test inputs, so the interval is that of the proportion.

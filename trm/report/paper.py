@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import PurePath
 from typing import Any
 
-from trm.training.config import ARCH_RESUMABLE_KEYS, RUN_ONLY_KEYS, as_dict, compose
+from trm.training.config import ARCH_RESUMABLE_KEYS, RUN_ONLY_KEYS, as_dict, compose, is_run_only
 from trm.training.recipes import flatten, get_recipe
 
 
@@ -51,7 +51,7 @@ _IGNORED = (
 
 
 def _defining(config: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in flatten(config).items() if k not in _IGNORED}
+    return {k: v for k, v in flatten(config).items() if k not in _IGNORED and not is_run_only(k)}
 
 
 @cache

@@ -16,8 +16,9 @@ from matplotlib.ticker import MaxNLocator
 
 from trm.report.collect import TRAIN_LOSS, RunRecord, headline_metric
 
-# Eval metrics worth a panel (the larger pass@K and the q-halt internals stay in metrics.jsonl).
-_EVAL_PANEL = re.compile(r"^(ARC/pass@[12]|eval/[^/]+/(exact_accuracy|accuracy|lm_loss))$")
+# Eval metrics worth a panel (the larger pass@K and the q-halt internals stay in metrics.jsonl); a subset
+# evaluation's (`subset/...`, eval_subset.fraction < 1) get panels of their own, never mixed with the full ones.
+_EVAL_PANEL = re.compile(r"^(subset/)?(ARC/pass@[12]|eval/[^/]+/(exact_accuracy|accuracy|lm_loss))$")
 # Swept keys that change the model's size: their scaling plots put the parameter count on the x axis.
 SIZE_KEYS = frozenset({"hidden_size", "L_layers", "H_layers", "expansion", "num_heads", "puzzle_emb_ndim"})
 DPI = 100

@@ -201,6 +201,14 @@ RENAMED_KEYS: dict[str, str] = {
 # run-only sections whole, and both spellings of the renamed keys, for configs flattened to dotted names
 # (reports compare the run.json configs of old and new runs).
 RUN_ONLY_KEYS = frozenset({*with_role(TrainConfig, RUN_ONLY), *RENAMED_KEYS, *RENAMED_KEYS.values()})
+
+
+def is_run_only(key: str) -> bool:
+    """Whether a (dotted, flattened) config key only says how to run, not what is trained: a run-only key
+    or a key inside a run-only section (`eval_subset.fraction`, `best.top_k`)."""
+    return key in RUN_ONLY_KEYS or key.split(".", 1)[0] in RUN_ONLY_KEYS
+
+
 # Keys added after runs were named by their config hash: left out of the hash while at their default,
 # so existing runs keep their names.
 LATER_KEYS: dict[str, Any] = {
@@ -600,6 +608,14 @@ def exact_set(metric: str) -> str | None:
     """The test set of an `eval/<set>/exact_accuracy` metric name, else None."""
     match = _EXACT_NAME.match(metric)
     return match["set"] if match else None
+
+
+def count_metric(metric: str) -> str | None:
+    """The logged number of evaluated items behind `metric`: `ARC/count` tasks, `eval/<set>/count` examples."""
+    if metric.startswith("ARC/"):
+        return "ARC/count"
+    test_set = exact_set(metric)
+    return f"eval/{test_set}/count" if test_set else None
 
 
 def math_dict(cfg: TrainConfig) -> dict[str, Any]:

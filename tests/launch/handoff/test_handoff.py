@@ -266,3 +266,49 @@ def test_bundle_without_throughput_or_estimate_says_so(tmp_path):
     assert data["plan_vs_actual"] is None
     info = (out / "run.info").read_text()
     assert "throughput:     not logged" in info and "planned:        no estimate recorded" in info
+
+
+def test_a_subset_run_hands_off_its_chosen_checkpoint_and_that_evaluations_predictions(tmp_path):
+    """A run whose in-run evaluations read a subset: the handoff names the checkpoint the run chose by the full
+    evaluation of its top-k (not the newest, not the subset's best) and ships that evaluation's predictions."""
+    from trm.training.checkpointing import layout as ckpt
+    from trm.training.checkpointing.best import select_best
+
+    run = tmp_path / "run"
+    subset = "subset/ARC/pass@2"
+    full = {100: 0.02, 200: 0.08, 300: 0.04}  # step -> full score; the subset prefers 300
+    for step, sub in ((100, 0.05), (200, 0.10), (300, 0.12)):
+        folder = ckpt.prepare_partial(run, step)
+        (folder / "state.pt").write_bytes(b"w")
+        ckpt.publish(run, step, {"step": step, "kind": ckpt.EVAL, "eval_metrics": {subset: sub},
+                                 "best_metric": subset, "best_top_k": 2})  # fmt: skip
+        ev = run / "subset" / f"evaluator_ARC_step_{step}"  # the subset's own predictions: never shipped
+        ev.mkdir(parents=True)
+        (ev / "submission.json").write_text(f'{{"subset": {step}}}')
+    chosen = run / "best_candidates" / "step_200" / "evaluator_ARC_step_200"
+    chosen.mkdir(parents=True)
+    (chosen / "submission.json").write_text('{"chosen": 200}')
+    select_best(run, 2, lambda info: {"ARC/pass@2": full[info.step], "ARC/count": 120.0})
+
+    out = build_bundle(run, tmp_path / "out")
+    data = json.loads((out / "handoff.json").read_text())
+    best = data["best_checkpoint"]
+    assert (best["step"], best["metric"], best["value"], best["evaluation"]) == (
+        200,
+        "ARC/pass@2",
+        0.08,
+        "full",
+    )
+    assert [c["step"] for c in best["candidates"]] == [300, 200]
+    assert data["submission"] == str(chosen / "submission.json")
+    assert (out / "submission.json").read_text() == '{"chosen": 200}'
+    info = (out / "run.info").read_text()
+    assert (
+        "best:           step 200: ARC/pass@2 = 0.08 (full evaluation of the top 2 by subset score)" in info
+    )
+
+
+def test_a_run_before_its_first_evaluation_has_no_best_yet(tmp_path):
+    data = json.loads((build_bundle(synthetic_run(tmp_path), tmp_path / "out") / "handoff.json").read_text())
+    assert data["best_checkpoint"] is None  # its checkpoints carry no evaluation metrics
+    assert "best:           none yet" in (tmp_path / "out" / "run.info").read_text()

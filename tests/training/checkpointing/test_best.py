@@ -10,7 +10,7 @@ import pytest
 
 from trm.commands import main
 from trm.training.checkpointing import layout as ckpt
-from trm.training.checkpointing.best import BEST_FILE, select_best
+from trm.training.checkpointing.best import BEST_FILE, FULL_COUNT, select_best
 
 SUB = "subset/eval/all/exact_accuracy"
 FULL = "eval/all/exact_accuracy"
@@ -55,16 +55,22 @@ def test_top_k_full_re_evaluation_picks_the_full_set_best(run_dir: Path) -> None
     assert record["step"] == 200 and record["ranked_by"] == SUB and record["evaluation"] == "full"
     row = {r["step"]: r for r in record["candidates"]}[300]
     assert row[SUB] == 0.60 and row[FULL] == 0.50 and row["wilson_95"] == pytest.approx([0.5, 0.7])
-    again = FullSet()  # a second call reuses the recorded full scores
+    assert row[FULL_COUNT] == 100.0  # the full evaluation's count: the report's interval of the choice
+    again = FullSet()  # a second call reuses the recorded full scores and counts
     assert select_best(run_dir, 3, again).info.step == 200 and again.calls == []
+    assert {r["step"]: r[FULL_COUNT] for r in json.loads((run_dir / BEST_FILE).read_text())["candidates"]} == {
+        100: 100.0, 200: 100.0, 300: 100.0,
+    }  # fmt: skip
 
 
 def test_a_candidate_evaluated_fully_in_the_run_is_not_evaluated_again(run_dir: Path) -> None:
-    write(run_dir, 300, {SUB: 0.60, FULL: 0.65}, top_k=2)  # an in-run full evaluation (full_every)
+    # an in-run full evaluation (full_every), with its count
+    write(run_dir, 300, {SUB: 0.60, FULL: 0.65, "eval/all/count": 90.0}, top_k=2)
     full = FullSet()
     best = select_best(run_dir, 2, full)
     assert full.calls == [200] and best.info.step == 300 and best.value == 0.65
     assert {r["step"]: r["full_from"] for r in best.candidates} == {300: "in-run", 200: "re-evaluated"}
+    assert {r["step"]: r[FULL_COUNT] for r in best.candidates} == {300: 90.0, 200: 100.0}
 
 
 def test_top_k_zero_lets_the_subset_decide_and_says_so(run_dir: Path) -> None:

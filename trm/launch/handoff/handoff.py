@@ -166,6 +166,33 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
     plt.close(fig)
 
 
+def best_choice(run_dir: Path) -> dict[str, Any] | None:
+    """The run's best checkpoint as `python -m trm best RUN_DIR --json` gives it, without evaluating anything:
+    a subset run's own choice (the full evaluation of its best.top_k, recorded in best.json), else the
+    highest value of the run's ranking metric; None before the first evaluation checkpoint."""
+    from trm.training.checkpointing.best import best_checkpoint
+
+    try:
+        return best_checkpoint(run_dir).as_dict()
+    except TRMError:
+        return None
+
+
+def best_submission(run_dir: Path, best: dict[str, Any] | None) -> Path | None:
+    """The predictions of the best checkpoint's full evaluation (in-run, or the end's re-evaluation of a
+    subset run's candidates under best_candidates/), if they were saved."""
+    from trm.training.full_eval import CANDIDATES_DIR
+
+    if best is None or best.get("evaluation") != "full":
+        return None
+    step = best["step"]
+    for folder in (run_dir, run_dir / CANDIDATES_DIR / f"step_{step}"):
+        found = folder / f"evaluator_ARC_step_{step}" / "submission.json"
+        if found.is_file():
+            return found
+    return None
+
+
 def newest_submission(run_dir: Path) -> Path | None:
     """The newest `evaluator_ARC_step_N/submission.json` of the run, if any."""
     found = sorted(
@@ -272,7 +299,8 @@ def collect(run_dir: Path) -> dict[str, Any]:
     timing = session_summary(read_events(launch / "events.jsonl"), plan.get("gpu_hourly_usd"))
     series = read_metrics(run_dir / "metrics.csv")
     throughput = summarize_throughput(series)
-    submission = newest_submission(run_dir)
+    best = best_choice(run_dir)
+    submission = best_submission(run_dir, best) or newest_submission(run_dir)
     versions = {
         "driver": preflight.get("driver_version"),
         "driver_cuda": preflight.get("driver_cuda"),
@@ -309,6 +337,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "metrics_summary": summarize_metrics(series),
         "throughput": throughput,
         "plan_vs_actual": plan_vs_actual(_read_json(launch / ESTIMATE_FILE), timing, throughput),
+        "best_checkpoint": best,
         "submission": str(submission) if submission else None,
         "resume_command": resume,
         "resume_where": plan.get("resume_where") or (
@@ -350,6 +379,7 @@ def render_info(data: dict[str, Any]) -> str:
         f"planned:        {_plan_line(data['plan_vs_actual'])}",
         f"checkpoint:     step {ckpt['step']} {ckpt['path']} sha256 {ckpt['sha256']}" if ckpt
         else "checkpoint:     none complete",
+        f"best:           {_best_line(data.get('best_checkpoint'))}",
         f"submission:     {data['submission'] or 'none yet'}",
         f"resume:         {data['resume_command'] or 'unknown'}",
         f"resume in:      {data['resume_where'] or 'unknown'}",
@@ -363,6 +393,17 @@ def render_info(data: dict[str, Any]) -> str:
             f"  {name:<36} last {m['last']:.6g} @ {m['last_step']}  min {m['min']:.6g}  max {m['max']:.6g}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _best_line(best: dict[str, Any] | None) -> str:
+    """`step 200: ARC/pass@2 = 0.075 (full evaluation of the top 3 by subset score) PATH`."""
+    if not best:
+        return "none yet (no evaluation checkpoint)"
+    candidates = best.get("candidates") or []
+    how = f"{best['evaluation']} evaluation" + (
+        f" of the top {len(candidates)} by subset score" if candidates else ""
+    )
+    return f"step {best['step']}: {best['metric']} = {best['value']:.4g} ({how}) {best['path']}"
 
 
 def _step_down_line(record: dict[str, Any]) -> str:

@@ -23,8 +23,12 @@ from trm.errors import TRMError
 from trm.evaluation.subset import SUBSET_PREFIX
 from trm.io import atomic_write_json
 from trm.training.checkpointing.layout import COMPLETE, CheckpointInfo, best_of, find_complete, metric_value
+from trm.training.config import count_metric
 
 BEST_FILE = "best.json"
+# A candidate's number of items behind its full score (ARC/count tasks, eval/<set>/count examples): the
+# report's Wilson interval of the chosen checkpoint.
+FULL_COUNT = "full_count"
 FULL = "full"
 SUBSET = "subset"
 # Evaluates one checkpoint on the full test set and returns its metrics (rank 0; {} on other ranks).
@@ -118,17 +122,21 @@ def select_best(
     if top_k == 0 or evaluate_full is None:
         return best_checkpoint(run_dir, ranked_by)
     full_metric = ranked_by[len(SUBSET_PREFIX) :]
+    count_name = count_metric(full_metric)
     cached = _recorded_full_scores(run_dir, full_metric)
     candidates: list[dict[str, Any]] = []
     scored: list[tuple[float, CheckpointInfo]] = []
     for info in best_of(_complete(run_dir), ranked_by, top_k):
-        value, source = metric_value(info, full_metric), "in-run"
-        if value is None and info.step in cached:
-            value, source = cached[info.step], BEST_FILE
-        if value is None:
-            found = evaluate_full(info).get(full_metric)
-            value, source = (float(found) if found is not None else None), "re-evaluated"
         metrics = info.manifest.get("eval_metrics") or {}
+        value, source = metric_value(info, full_metric), "in-run"
+        count = metrics.get(count_name) if value is not None else None
+        if value is None and info.step in cached:
+            (value, count), source = cached[info.step], BEST_FILE
+        if value is None:
+            full = evaluate_full(info)
+            found = full.get(full_metric)
+            value, source = (float(found) if found is not None else None), "re-evaluated"
+            count = full.get(count_name)
         candidates.append(
             {
                 "step": info.step,
@@ -139,6 +147,7 @@ def select_best(
                     metrics.get(f"{ranked_by}/wilson_high"),
                 ],
                 full_metric: value,
+                FULL_COUNT: None if count is None else float(count),
                 "full_from": source,
             }
         )
@@ -172,16 +181,21 @@ def _recorded_choice(run_dir: Path, complete: list[CheckpointInfo]) -> Best | No
                 list(record.get("candidates") or []))  # fmt: skip
 
 
-def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, float]:
-    """Full scores by step that an earlier `select_best` recorded in best.json (for the same metric)."""
+def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, tuple[float, float | None]]:
+    """(full score, evaluated count) by step that an earlier `select_best` recorded in best.json (for the
+    same metric)."""
     try:
         record = json.loads((run_dir / BEST_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return {}
-    out: dict[int, float] = {}
+    out: dict[int, tuple[float, float | None]] = {}
     for row in record.get("candidates", []) if isinstance(record, dict) else []:
         if isinstance(row, dict) and isinstance(row.get(metric), int | float) and "step" in row:
-            out[int(row["step"])] = float(row[metric])
+            count = row.get(FULL_COUNT)
+            out[int(row["step"])] = (
+                float(row[metric]),
+                float(count) if isinstance(count, int | float) else None,
+            )
     return out
 
 
