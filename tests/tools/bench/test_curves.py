@@ -203,7 +203,7 @@ def test_upstream_runner_records_what_upstream_logs(tmp_path, monkeypatch):
 @pytest.mark.e2e  # four trainer processes, each evaluating in-run
 def test_full_against_subset_evaluation_end_to_end(tmp_path):
     out = tmp_path / "out"
-    argv = ["--setup", "sudoku", "--steps", "32", "--seeds", "2", "--evals", "2", "--subset-eval", "0.1",
+    argv = ["--setup", "sudoku", "--steps", "24", "--seeds", "2", "--evals", "2", "--subset-eval", "0.1",
             "--top-k", "2", "--out", str(out)]  # fmt: skip
     assert curves.main(argv) == 0
     result = json.loads((out / "sudoku-subset0.1.json").read_text())
@@ -211,9 +211,9 @@ def test_full_against_subset_evaluation_end_to_end(tmp_path):
         "epochs": 3, "eval_interval": 1, "min_eval_interval": 0, "fraction": 0.1, "top_k": 2
     }  # fmt: skip
     assert result["identical"] is True and result["first_difference"] == [None, None]
-    assert all(w == {"steps": [16, 32], "first_difference": None} for w in result["weights"])
+    assert all(w == {"steps": [16, 24], "first_difference": None} for w in result["weights"])
     for seed in result["best"]["per_seed"]:
-        assert seed["n"] == 512 and seed["scores_agree"] is True and sorted(seed["candidates"]) == [16, 32]
+        assert seed["n"] == 512 and seed["scores_agree"] is True and sorted(seed["candidates"]) == [16, 24]
     assert result["verdict"].startswith("training identical at every step; same best checkpoint on")
 
 
