@@ -22,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
         num_gpus=args.num_gpus,
         checkpoint_bytes=int(args.checkpoint_gb * GIB),
         keep=args.keep,
+        keep_best=args.keep_best,
         collectives=not args.no_collectives,
     )
     if args.json:
@@ -52,6 +53,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--checkpoint-gb", type=float, default=6.0, help="expected size of one checkpoint (6)"
     )
     parser.add_argument("--keep", type=int, default=3, help="checkpoints kept (default: 3)")
+    parser.add_argument(
+        "--keep-best",
+        type=int,
+        default=None,
+        help="best evaluation checkpoints kept (default: checkpoint.keep_best's default, 1; a subset run "
+        "keeps at least best.top_k)",
+    )
     parser.add_argument("--shm-path", default="/dev/shm", help=argparse.SUPPRESS)
     parser.add_argument("--no-collectives", action="store_true", help="skip the NCCL all-reduce and matmul")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")

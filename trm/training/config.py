@@ -580,6 +580,12 @@ def ranking_metric(cfg: TrainConfig) -> str:
     return f"{SUBSET_PREFIX}{own_score(best_metric(cfg))}" if subset_on(cfg) else best_metric(cfg)
 
 
+def best_checkpoints_kept(cfg: TrainConfig) -> int:
+    """How many best evaluation checkpoints retention keeps: checkpoint.keep_best, and with a subset at
+    least best.top_k (the candidates the run's end evaluates fully must survive pruning)."""
+    return max(cfg.checkpoint.keep_best, cfg.best.top_k if subset_on(cfg) else 0)
+
+
 def checkpoints_held(keep: int, keep_best: int | None = None) -> int:
     """The most complete checkpoints a run holds at once: the newest `keep` rolling and the newest `keep`
     evaluation ones, the best `keep_best` (default: TrainConfig's), and one more being written."""

@@ -293,6 +293,25 @@ def test_disk_space_check(tmp_path):
     assert disk.status == "fail" and "need 16.0 GiB" in disk.found and "CHECKPOINT_KEEP" in disk.fix
 
 
+def test_the_disk_check_counts_a_subset_runs_top_k_candidates(tmp_path):
+    """A run with eval_subset keeps best.top_k evaluation checkpoints until its end evaluates them fully: the
+    launcher's preflight counts them (arc2 with top_k 3: 2 x 3 + 3 + 1 = 10 checkpoints, not 8)."""
+    from trm.training.config import best_checkpoints_kept, compose
+
+    cfg = compose(["eval_subset.fraction=0.1", "best.top_k=3"])
+    assert best_checkpoints_kept(cfg) == 3
+    assert best_checkpoints_kept(compose(["best.top_k=3"])) == 1  # no subset: top_k is not used
+    report = run_preflight(
+        gpu_context(fs_free=lambda p: 19 * GIB, disk_path=tmp_path),
+        mode="cpu",
+        checkpoint_bytes=2 * GIB,
+        keep=3,
+        keep_best=best_checkpoints_kept(cfg),
+    )
+    disk = by_name(report)["disk"]
+    assert disk.status == "fail" and "need 20.0 GiB" in disk.found and "the best 3" in disk.found
+
+
 def test_report_printing_shows_fix_under_failure(monkeypatch, tmp_path):
     install_fake_smi(monkeypatch, tmp_path, "h100x1")
     lines: list[str] = []

@@ -477,6 +477,19 @@ def test_the_probe_of_a_depth_curriculum_runs_at_full_depth(tmp_path):
     assert not any(a.startswith("depth_curriculum") for a in trainer_args)  # sudoku-mlp's probe: unchanged
 
 
+def test_the_preflight_disk_check_counts_the_runs_best_checkpoints(tmp_path):
+    """The launcher's preflight needs disk for every best checkpoint the trainer will keep: a subset run
+    keeps its best.top_k candidates (TRAIN_ARGS may turn the subset on or off)."""
+    from tests.helpers import FIXTURES
+    from trm.launch.host.nvidia_smi import parse_query_csv
+
+    query = parse_query_csv((FIXTURES / "h100x4" / "query.csv").read_text())
+    for train_args, keep_best in (("", "1"), ("eval_subset.fraction=0.1 best.top_k=4", "4")):
+        env = {"TASK": "arc2", "WORKSPACE": str(tmp_path), "NUM_GPUS": "1", "TRAIN_OVERRIDES": train_args}
+        plan = build_plan(LaunchSettings.from_env(env), query, {})
+        assert f"--keep-best={keep_best}" in plan.preflight_command(), train_args
+
+
 def test_each_step_runs_its_own_action(tmp_path):
     """A step carries its action (no name -> method lookup): `plan.steps(actions)` binds one `StepActions`
     field to each step, every optional step included; a plan's steps without actions (the dry run's) say

@@ -280,7 +280,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "CHECKPOINT_KEEP",
         "newest complete checkpoints kept of each kind, rolling and evaluation, besides the best (preflight "
-        "needs checkpoint x (2 x keep + 2) free)",
+        "needs checkpoint x (2 x keep + best + 1) free; best: 1, a subset run's best.top_k)",
         parse=integer(1),
         unset=3,
     ),

@@ -213,21 +213,27 @@ def check_memlock(limit: int) -> CheckResult:
 
 
 def check_disk(
-    path: Path, checkpoint_bytes: int, keep: int, free_fn: Callable[[Path], int] = fs_free_bytes
+    path: Path,
+    checkpoint_bytes: int,
+    keep: int,
+    free_fn: Callable[[Path], int] = fs_free_bytes,
+    keep_best: int | None = None,
 ) -> CheckResult:
     """Free disk at the checkpoint directory >= checkpoint size x the most checkpoints a run holds at once
-    with CHECKPOINT_KEEP=keep (trm.training.config.checkpoints_held: 2 x keep + best + 1 in flight)."""
+    with CHECKPOINT_KEEP=keep and `keep_best` best ones (trm.training.config.checkpoints_held: 2 x keep +
+    best + 1 in flight; default best: checkpoint.keep_best's default)."""
     from trm.training.config import checkpoints_held
 
     probe = path.absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     free = free_fn(probe)
-    held = checkpoints_held(keep)
+    held = checkpoints_held(keep, keep_best)
     need = checkpoint_bytes * held
+    best = "the best" if held - 2 * keep - 1 == 1 else f"the best {held - 2 * keep - 1}"
     found = (
         f"{free / GIB:.1f} GiB free at {probe}; need {need / GIB:.1f} GiB (checkpoint "
-        f"{checkpoint_bytes / GIB:.2f} GiB x {held}: newest {keep} rolling + {keep} evaluation, the best, one in flight)"
+        f"{checkpoint_bytes / GIB:.2f} GiB x {held}: newest {keep} rolling + {keep} evaluation, {best}, one in flight)"
     )
     if free < need:
         return CheckResult(
@@ -284,6 +290,7 @@ def run_preflight(
     num_gpus: int | None = None,
     checkpoint_bytes: int = 6 * GIB,
     keep: int = 3,
+    keep_best: int | None = None,
     collectives: bool = True,
 ) -> PreflightReport:
     """Run every check; mode is auto (GPU when nvidia-smi exists), gpu (require GPUs) or cpu."""
@@ -360,7 +367,7 @@ def run_preflight(
         env["dev_shm_bytes"] = size_fn(ctx.shm_path)
     except OSError:
         env["dev_shm_bytes"] = None
-    checks.append(check_disk(ctx.disk_path, checkpoint_bytes, keep, ctx.fs_free or fs_free_bytes))
+    checks.append(check_disk(ctx.disk_path, checkpoint_bytes, keep, ctx.fs_free or fs_free_bytes, keep_best))
     return PreflightReport(mode=mode, checks=checks, environment=env)
 
 

@@ -15,7 +15,7 @@ from trm.launch.cost.budget import budget_warning
 from trm.launch.cost.estimate import RunEstimate, estimate_run, probe_step_seconds
 from trm.launch.host.hardware import BatchLayout, select_layout, workload_of
 from trm.launch.host.nvidia_smi import GpuInfo
-from trm.training.config import TrainConfig, compose, override_key
+from trm.training.config import TrainConfig, best_checkpoints_kept, compose, override_key
 from trm.training.recipes import Recipe, get_recipe
 
 # scripts/train_prod.sh exports TRM_LAUNCHER=scripts/train_prod.sh, so the resume command names it; the
@@ -278,6 +278,7 @@ class LaunchPlan:
             f"--checkpoint-dir={s.run_dir}",
             f"--checkpoint-gb={self.checkpoint_bytes / 1024**3:.3g}",
             f"--keep={s.checkpoint_keep}",
+            f"--keep-best={best_checkpoints_kept(self.train_config)}",
             f"--report={s.launch_dir / 'preflight.json'}",
         ]
 

@@ -32,7 +32,7 @@ from trm.training.checkpointing.async_writer import CheckpointWriter, HostBuffer
 from trm.training.checkpointing.resume import InitialWeights, Resumed, load_initial, resume
 from trm.training.checkpointing.rolling import RollingSchedule
 from trm.training.checkpointing.state import write_main_state, write_rank_shard
-from trm.training.config import TrainConfig, ranking_metric, subset_on
+from trm.training.config import TrainConfig, best_checkpoints_kept, ranking_metric, subset_on
 from trm.training.step_flags import StepFlags, WriterFlags
 
 
@@ -97,7 +97,7 @@ class Checkpointer:
         self.keep = cfg.checkpoint.keep
         # With a subset the ranking is its score, and the best.top_k candidates by it must survive pruning
         # until the run's end evaluates them fully.
-        self.keep_best = max(cfg.checkpoint.keep_best, cfg.best.top_k if subset_on(cfg) else 0)
+        self.keep_best = best_checkpoints_kept(cfg)
         self.best_metric = ranking_metric(cfg)
         self.top_k = cfg.best.top_k if subset_on(cfg) else None
         self.rolling = RollingSchedule(cfg.checkpoint.every_minutes, cfg.checkpoint.every_steps)
