@@ -294,9 +294,14 @@ def test_split_layers_link_mode_keeps_the_source(tmp_path):
     assert [os.readlink(p) for p in links] == ["lib/a"]
 
 
-def test_sdist_with_path_traversal_is_refused(tmp_path):
+def test_sdist_with_path_traversal_is_refused(tmp_path, monkeypatch):
     import io
     import tarfile
+    import tempfile
+
+    scratch = tmp_path / "tmp"  # the build's temporary folder goes here: it must not outlive the failure
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
 
     sdist = tmp_path / "adam_atan2-0.0.3.tar.gz"
     with tarfile.open(sdist, "w:gz") as tar:
@@ -316,6 +321,7 @@ def test_sdist_with_path_traversal_is_refused(tmp_path):
     with pytest.raises(BuildCheckError, match=r"refusing to extract '\.\./evil'"):
         buildtools.build_adam_atan2(sdist, lock, "9.0", tmp_path / "out", "0.0.3", tmp_path / "venv", 1)
     assert not (tmp_path / "evil").exists()
+    assert list(scratch.iterdir()) == []  # its unpacking folder removed on the failure too
 
 
 def _facts(**changes: str) -> dict[str, str]:

@@ -189,31 +189,43 @@ def build_adam_atan2(
     if not cuobjdump.exists():
         raise BuildCheckError(f"{cuobjdump} missing: add nvidia-cuda-cuobjdump to the build lock")
     work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
-    src = unpack_sdist(sdist, work)
-    patch_adam_sources(src)
-    env = dict(
-        os.environ,
-        CUDA_HOME=str(home),
-        PATH=f"{home / 'bin'}:{venv / 'bin'}:{os.environ['PATH']}",
-        TORCH_CUDA_ARCH_LIST=archs,
-        MAX_JOBS=str(jobs),
-        PYTHONHASHSEED="0",
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    cmd = [str(venv / "bin/python"), "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index"]
-    cmd += ["--no-cache-dir", "-w", str(out), str(src)]
-    subprocess.run(cmd, env=env, check=True)
-    minutes, seconds = divmod(time.monotonic() - start, 60)
-    print(f"adam-atan2 {version} for {archs}: built in {int(minutes)} min {seconds:.0f} s", flush=True)
-    (wheel,) = out.glob("adam_atan2-*.whl")
-    found = check_adam_wheel(wheel, version, arch_flags_to_sm(archs), str(cuobjdump))
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "--no-index", "--no-deps", str(wheel)])
-    probe = "import torch, adam_atan2, adam_atan2_backend; assert torch.version.cuda, 'CPU torch'"
-    if subprocess.run([str(venv / "bin/python"), "-c", probe], env=env).returncode != 0:
-        raise BuildCheckError("adam_atan2 does not import next to the image's torch")
-    print(f"verified {wheel.name}: version {version}, backend present, SASS {sorted(found)}", flush=True)
-    shutil.rmtree(work, ignore_errors=True)
+    try:
+        src = unpack_sdist(sdist, work)
+        patch_adam_sources(src)
+        env = dict(
+            os.environ,
+            CUDA_HOME=str(home),
+            PATH=f"{home / 'bin'}:{venv / 'bin'}:{os.environ['PATH']}",
+            TORCH_CUDA_ARCH_LIST=archs,
+            MAX_JOBS=str(jobs),
+            PYTHONHASHSEED="0",
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        cmd = [
+            str(venv / "bin/python"),
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "--no-index",
+        ]
+        cmd += ["--no-cache-dir", "-w", str(out), str(src)]
+        subprocess.run(cmd, env=env, check=True)
+        minutes, seconds = divmod(time.monotonic() - start, 60)
+        print(f"adam-atan2 {version} for {archs}: built in {int(minutes)} min {seconds:.0f} s", flush=True)
+        (wheel,) = out.glob("adam_atan2-*.whl")
+        found = check_adam_wheel(wheel, version, arch_flags_to_sm(archs), str(cuobjdump))
+        subprocess.run(
+            [str(venv / "bin/python"), "-m", "pip", "install", "--no-index", "--no-deps", str(wheel)]
+        )
+        probe = "import torch, adam_atan2, adam_atan2_backend; assert torch.version.cuda, 'CPU torch'"
+        if subprocess.run([str(venv / "bin/python"), "-c", probe], env=env).returncode != 0:
+            raise BuildCheckError("adam_atan2 does not import next to the image's torch")
+        print(f"verified {wheel.name}: version {version}, backend present, SASS {sorted(found)}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # its own temporary folder, on success or failure
     return wheel
 
 
