@@ -12,7 +12,6 @@ from trm.data.arc_source import DEFAULT_PREFIX
 
 def _build_arc(args: argparse.Namespace) -> int:
     from trm.data.build_arc import build_arc_dataset
-    from trm.data.manifest import MANIFEST
 
     started, wall_started = time.perf_counter(), time.time()
     manifest = build_arc_dataset(
@@ -31,8 +30,15 @@ def _build_arc(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         progress=not args.quiet,
     )
-    _summary(args.output_dir, manifest)
-    if (Path(args.output_dir) / MANIFEST).stat().st_mtime < wall_started:
+    return _finished(args.output_dir, manifest, started, wall_started)
+
+
+def _finished(output_dir: str, manifest: dict, started: float, wall_started: float) -> int:
+    """The build's summary, then whether it built (and in how long) or found the dataset already built."""
+    from trm.data.manifest import MANIFEST
+
+    _summary(output_dir, manifest)
+    if (Path(output_dir) / MANIFEST).stat().st_mtime < wall_started:
         print(
             "already built with these arguments and inputs: nothing to do (files checked against manifest.json)"
         )
@@ -42,8 +48,6 @@ def _build_arc(args: argparse.Namespace) -> int:
 
 
 def _build_grid(args: argparse.Namespace) -> int:
-    from trm.data.manifest import MANIFEST
-
     started, wall_started = time.perf_counter(), time.time()
     common = {
         "source_repo": args.source_repo,
@@ -64,14 +68,7 @@ def _build_grid(args: argparse.Namespace) -> int:
         from trm.data.maze import build_maze_dataset
 
         manifest = build_maze_dataset(args.output_dir, aug=args.aug, **common)
-    _summary(args.output_dir, manifest)
-    if (Path(args.output_dir) / MANIFEST).stat().st_mtime < wall_started:
-        print(
-            "already built with these arguments and inputs: nothing to do (files checked against manifest.json)"
-        )
-    else:
-        print(f"done in {time.perf_counter() - started:.1f} s")
-    return 0
+    return _finished(args.output_dir, manifest, started, wall_started)
 
 
 def _build_sweep(args: argparse.Namespace) -> int:
