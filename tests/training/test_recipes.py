@@ -38,7 +38,9 @@ def test_each_recipe_composes_into_its_config(name: str, capsys, monkeypatch) ->
 
 def test_recipes_write_only_what_differs_from_the_trainer_defaults() -> None:
     arc2 = get_recipe("arc2")
-    assert arc2.overrides == ("arch.L_cycles=4", "eval_interval=800", "ema=True")
+    assert arc2.overrides == (
+        "arch.L_cycles=4", "eval_interval=800", "ema=True", "eval_subset.fraction=0.1", "best.top_k=3"
+    )  # fmt: skip
     assert arc2.global_batch_size == 768  # the paper's, the schema default: no recipe restates it
     assert not any(o.startswith("global_batch_size=") for o in arc2.overrides)
 

@@ -54,7 +54,7 @@ def test_dry_run_warns_and_the_launch_records_it_in_plan_json(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr
     warning = next(line for line in proc.stdout.splitlines() if "WARNING: MAX_HOURS" in line)
     assert (
-        "MAX_HOURS=10 is below the expected run time 74.5 h (train 32.6 h + evaluation 41.9 h)" in warning
+        "MAX_HOURS=10 is below the expected run time 37.8 h (train 32.6 h + evaluation 5.2 h)" in warning
         and "will be cut" in warning
     )
     # The warning comes in the hardware step, before the cost guard and anything that runs.

@@ -45,6 +45,10 @@ def paper_config(*extra: str):
     return compose([*get_recipe("arc1").overrides, "data_paths=[x]", *extra])
 
 
+# The arc recipes evaluate a subset in-run; these tests of the step and one evaluation's time evaluate in full.
+EVERY_EVAL_FULL = ("eval_subset.fraction=1.0", "best.top_k=0")
+
+
 def test_paper_arc_run_on_4_a100_comes_from_flops_labelled_estimate(tmp_path: Path) -> None:
     # The A100 tier has no [tier.speed]: the step and the evaluations come from FLOPs at the assumed MFU.
     data = write_dataset(tmp_path / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)
@@ -61,7 +65,7 @@ def test_paper_arc_run_on_4_a100_comes_from_flops_labelled_estimate(tmp_path: Pa
 
 def test_paper_arc_run_on_4_h100_is_derived_from_the_one_h100_measurement(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "arc1concept-aug-1000", ARC1_TRAIN, ARC1_TEST)
-    est = estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
+    est = estimate_run(paper_config(*EVERY_EVAL_FULL), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
     assert isinstance(est, RunEstimate) and est.total_steps == 518_250 and est.evaluations == 125
     # 0.907 s per 768-row step on one H100 -> each of 4 GPUs runs 192 rows: 192 x 0.907 / 768 s.
     assert est.step_seconds == pytest.approx(192 * 0.907 / 768)
@@ -76,6 +80,10 @@ def test_paper_arc_run_on_4_h100_is_derived_from_the_one_h100_measurement(tmp_pa
     # Upstream: about 3 days on 4xH100; our users: $400-1000 for a full run at $1.5-3.5 per GPU-hour.
     assert 2.5 * 86400 < est.wall_seconds < 3.5 * 86400  # 32.6 h training + 41.9 h evaluation
     assert 400 < est.cost_usd < 1000
+    # The recipe as shipped (subset in-run, best 3 in full): 32.6 h + 41.9 h x 15.5 / 125 = 37.8 h.
+    shipped = estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
+    assert isinstance(shipped, RunEstimate) and shipped.train_seconds == est.train_seconds
+    assert shipped.wall_seconds / 3600 == pytest.approx(37.8, abs=0.05) and shipped.eval_share < 0.14
 
 
 def test_one_h100_at_the_measured_batch_is_measured_not_derived(tmp_path: Path) -> None:
@@ -119,14 +127,30 @@ def test_paper_arc2_run_on_4_h100_is_about_three_days_too(tmp_path: Path) -> Non
         "total_puzzles": 118_766,
     }
     data = write_dataset(tmp_path / "arc2concept-aug-1000", train, test)
-    cfg = compose([*get_recipe("arc2").overrides, "data_paths=[x]"])
-    est = estimate_run(cfg, data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
-    assert isinstance(est, RunEstimate) and est.total_steps == 722_098 and est.evaluations == 125
-    # 722,098 x 0.2267 s = 45.5 h of training + 125 x 170,393 rows / 320 rows/s = 18.5 h of evaluation.
-    assert est.train_seconds / 3600 == pytest.approx(45.5, abs=0.05)
-    assert est.eval_total_seconds / 3600 == pytest.approx(18.5, abs=0.05)
-    assert est.eval_share == pytest.approx(18.5 / 64.0, abs=0.002)
-    assert est.cost_usd == pytest.approx(639.71, abs=0.01)
+    layout = select_layout(gpus_of("h100x4"))
+    # Every evaluation full (the recipe before its subset default): 722,098 x 0.2267 s = 45.5 h of training
+    # + 125 x 170,393 rows / 320 rows/s = 18.5 h of evaluation.
+    full = estimate_run(
+        compose([*get_recipe("arc2").overrides, "data_paths=[x]", "eval_subset.fraction=1.0"]),
+        data,
+        layout,
+        hourly_usd=2.5,
+    )
+    assert isinstance(full, RunEstimate) and full.total_steps == 722_098 and full.evaluations == 125
+    assert full.train_seconds / 3600 == pytest.approx(45.5, abs=0.05)
+    assert full.eval_total_seconds / 3600 == pytest.approx(18.5, abs=0.05)
+    assert full.eval_share == pytest.approx(18.5 / 64.0, abs=0.002)
+    assert full.cost_usd == pytest.approx(639.71, abs=0.01)
+    # The recipe: a tenth of the augmentations in-run, the best 3 in full at the end: 125 x 0.1 + 3 = 15.5 full
+    # evaluations' work, 2.29 h; 4.8 % of 47.8 h.
+    est = estimate_run(
+        compose([*get_recipe("arc2").overrides, "data_paths=[x]"]), data, layout, hourly_usd=2.5
+    )
+    assert isinstance(est, RunEstimate) and est.evaluations == 125
+    assert est.train_seconds == full.train_seconds
+    assert est.eval_total_seconds == pytest.approx(full.eval_total_seconds * 15.5 / 125, rel=1e-9)
+    assert est.eval_share == pytest.approx(0.048, abs=0.001) and est.eval_share <= 0.05
+    assert est.cost_usd == pytest.approx(477.75, abs=0.01)
 
 
 def test_a_measured_step_time_replaces_the_flop_estimate(tmp_path: Path) -> None:
@@ -189,7 +213,9 @@ def test_dry_run_prints_expected_time_and_cost(tmp_path: Path) -> None:
     evaluation = next(line for line in proc.stdout.splitlines() if line.startswith("    evaluation "))
     assert "518,250 steps x 0.227 s (derived from measured (2026-11-26, 1x NVIDIA H100 80GB HBM3)" in train
     assert (
-        "125 full evaluation(s); a full one: 385,821 rows in" in evaluation
+        "0 full + 125 subset (10 % of the rows) + 3 full at the end (best.top_k) evaluation(s); a full one: "
+        "385,821 rows in"
+        in evaluation
         and "80 rows/s per GPU" in evaluation
     )
     assert "at $2.5/GPU-hour x 4 GPU(s) = train $" in lines["cost"] and "+ evaluation $" in lines["cost"]
@@ -240,8 +266,11 @@ def test_probe_record_and_a_broken_dataset_json(tmp_path: Path) -> None:
 def test_eval_schedule_reads_the_subset_keys_with_their_defaults() -> None:
     # Absent (today's trainer config, or a run.json config without them): every evaluation is full.
     assert (
-        eval_schedule(paper_config()) == EvalSchedule(fraction=1.0, full_every=0, top_k=0) == EvalSchedule()
+        eval_schedule(paper_config(*EVERY_EVAL_FULL))
+        == EvalSchedule(fraction=1.0, full_every=0, top_k=0)
+        == EvalSchedule()
     )
+    assert eval_schedule(paper_config()) == EvalSchedule(fraction=0.1, full_every=0, top_k=3)  # the recipe
     assert eval_schedule({"epochs": 10}) == EvalSchedule()
     # Present, as a dict (run.json) or as config sections (the trainer's dataclasses).
     config = {"eval_subset": {"fraction": 0.1, "full_every": 25}, "best": {"top_k": 3}}
@@ -256,7 +285,9 @@ def test_eval_schedule_reads_the_subset_keys_with_their_defaults() -> None:
 
 def test_subset_evaluations_cost_their_fraction_and_the_top_k_are_full(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
-    full = estimate_run(paper_config(), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5)
+    full = estimate_run(
+        paper_config(*EVERY_EVAL_FULL), data, select_layout(gpus_of("h100x4")), hourly_usd=2.5
+    )
     assert isinstance(full, RunEstimate)
     assert full.eval_total_seconds == pytest.approx(125 * full.eval_seconds)
     schedule = EvalSchedule(fraction=0.1, full_every=25, top_k=3)

@@ -29,7 +29,7 @@ def test_the_table_covers_the_paper_tasks_and_says_what_each_figure_is() -> None
     rows = [line.split(" | ") for line in markdown_table().splitlines()[2:]]
     assert {row[0].lstrip("| ") for row in rows} == {"arc1", "arc2", "sudoku-mlp", "sudoku-att", "maze"}
     arc2_4xh100 = next(r for r in rows if r[0] == "| arc2" and r[1] == "4x H100")
-    assert arc2_4xh100[2:6] == ["45.5 h", "18.5 h (29 %)", "64.0 h", "$640"]
+    assert arc2_4xh100[2:6] == ["45.5 h", "2.3 h (5 %)", "47.8 h", "$478"]
     assert arc2_4xh100[6:] == ["derived", "derived |"]
     assert {r[6] for r in rows if r[1] == "4x A100-80G"} == {"estimate"}
     assert {r[6] for r in rows if r[0] == "| arc1" and r[1] == "1x H100"} == {"measured"}

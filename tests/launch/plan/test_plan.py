@@ -484,7 +484,7 @@ def test_the_preflight_disk_check_counts_the_runs_best_checkpoints(tmp_path):
     from trm.launch.host.nvidia_smi import parse_query_csv
 
     query = parse_query_csv((FIXTURES / "h100x4" / "query.csv").read_text())
-    for train_args, keep_best in (("", "1"), ("eval_subset.fraction=0.1 best.top_k=4", "4")):
+    for train_args, keep_best in (("", "3"), ("best.top_k=4", "4"), ("eval_subset.fraction=1.0", "1")):
         env = {"TASK": "arc2", "WORKSPACE": str(tmp_path), "NUM_GPUS": "1", "TRAIN_OVERRIDES": train_args}
         plan = build_plan(LaunchSettings.from_env(env), query, {})
         assert f"--keep-best={keep_best}" in plan.preflight_command(), train_args

@@ -293,9 +293,10 @@ def _deadline(seconds: int):
         # The overlay as it was: 96 h for urm-arc2, which the launcher expects to take 109 h on 8xH100.
         ("jobs/overlays/urm-8xh100", 345600, "activeDeadlineSeconds 345600 (96 h) is shorter than TASK=urm-arc2's "
          "expected run on 8x H100, 109 h (step time: estimate: FLOPs at MFU 0.30), x 1.25 margin"),
-        # arc2 on 4xH100: 64 h expected (derived from the H100 measurement), 80 h with the margin.
-        ("jobs/overlays/prod-4xh100", 72 * 3600, "set it to at least 287870 (80 h)"),
-        ("jobs/overlays/multinode-2x8xh200", 12 * 3600, "expected run on 8x H200 x 2 nodes, 18 h"),
+        # arc2 on 4xH100: 47.8 h expected (derived from the H100 measurement), 60 h with the margin.
+        ("jobs/overlays/prod-4xh100", 48 * 3600, "set it to at least 214987 (60 h)"),
+        # arc2 on two nodes of 8xH200: 13.5 h expected (FLOPs estimate), 17 h with the margin.
+        ("jobs/overlays/multinode-2x8xh200", 12 * 3600, "set it to at least 60769 (17 h)"),
     ],
 )  # fmt: skip
 def test_a_deadline_shorter_than_the_expected_run_is_refused(rendered, overlay, seconds, expected):
