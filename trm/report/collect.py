@@ -216,7 +216,8 @@ def _read_run_choice(best: Any, record: RunRecord) -> None:
     record.best_evaluation = str(best.get("evaluation") or "full")
     if isinstance(best.get("path"), str):
         record.best_checkpoint = best["path"]
-    candidates = best.get("candidates") if isinstance(best.get("candidates"), list) else []
+    listed = best.get("candidates")
+    candidates: list[Any] = listed if isinstance(listed, list) else []
     counts = [c.get(FULL_COUNT) for c in candidates if isinstance(c, Mapping) and c.get("step") == step]
     if counts and isinstance(counts[0], int | float) and record.best_evaluation == FULL:
         record.best_count = float(counts[0])

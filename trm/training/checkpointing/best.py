@@ -129,14 +129,14 @@ def select_best(
     for info in best_of(_complete(run_dir), ranked_by, top_k):
         metrics = info.manifest.get("eval_metrics") or {}
         value, source = metric_value(info, full_metric), "in-run"
-        count = metrics.get(count_name) if value is not None else None
+        count = metrics.get(count_name) if value is not None and count_name else None
         if value is None and info.step in cached:
             (value, count), source = cached[info.step], BEST_FILE
         if value is None:
             full = evaluate_full(info)
             found = full.get(full_metric)
             value, source = (float(found) if found is not None else None), "re-evaluated"
-            count = full.get(count_name)
+            count = full.get(count_name) if count_name else None
         candidates.append(
             {
                 "step": info.step,
