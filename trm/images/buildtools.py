@@ -188,9 +188,9 @@ def build_adam_atan2(
     cuobjdump = home / "bin" / "cuobjdump"
     if not cuobjdump.exists():
         raise BuildCheckError(f"{cuobjdump} missing: add nvidia-cuda-cuobjdump to the build lock")
-    work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
-    try:
-        src = unpack_sdist(sdist, work)
+    # stdlib's own owner of a temporary folder: removed on success or failure (no trm import in a build stage)
+    with tempfile.TemporaryDirectory(prefix="adam-atan2-") as tmp:
+        src = unpack_sdist(sdist, Path(tmp))
         patch_adam_sources(src)
         env = dict(
             os.environ,
@@ -224,8 +224,6 @@ def build_adam_atan2(
         if subprocess.run([str(venv / "bin/python"), "-c", probe], env=env).returncode != 0:
             raise BuildCheckError("adam_atan2 does not import next to the image's torch")
         print(f"verified {wheel.name}: version {version}, backend present, SASS {sorted(found)}", flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)  # its own temporary folder, on success or failure
     return wheel
 
 
@@ -275,9 +273,8 @@ def install_adam_atan2(
     jobs = jobs or os.cpu_count() or 1
     env.update(TORCH_CUDA_ARCH_LIST=archs, MAX_JOBS=str(jobs), PYTHONHASHSEED="0")
     ninja = shutil.which("ninja", path=env.get("PATH"))
-    work = Path(tempfile.mkdtemp(prefix="adam-atan2-"))
-    try:
-        src = unpack_sdist(sdist, work)
+    with tempfile.TemporaryDirectory(prefix="adam-atan2-") as tmp:
+        src = unpack_sdist(sdist, Path(tmp))
         version = sdist_version(src)
         patch_adam_sources(src, version)
         cmd = [
@@ -299,8 +296,6 @@ def install_adam_atan2(
                 f"{proc.stderr[-3000:]}"
             )
         seconds = time.monotonic() - start
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     notes = [
         f"adam-atan2 {version} for {archs} built in {seconds:.0f} s with {jobs} job(s), "
         + ("ninja" if ninja else "no ninja on PATH (one file at a time)")
