@@ -163,8 +163,13 @@ def bench(session: nox.Session) -> None:
     """Benchmarks, not tests: `nox -s bench -- <name> [args]` runs module tools.bench.<name> (e.g. `data`)."""
     helpers = {
         "__init__",
+        "arc_synthetic",
         "curve_data",
         "curve_stats",
+        "subset_arc",
+        "subset_run",
+        "subset_stats",
+        "subset_votes",
         "upstream_trainer",
         "urm_reference",
     }  # modules of tools/bench that are not benchmarks

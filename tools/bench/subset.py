@@ -1,6 +1,7 @@
 """Does a subset evaluation rank checkpoints like the full one? Evidence for `eval_subset.*` and `best.top_k`.
 
     nox -s bench -- subset [--out docs/figures] [--steps 1200] [--every 100] [--test 1000]
+    nox -s bench -- subset --task arc [...]   (ARC's augmentation subsets: tools/bench/subset_arc.py)
 
 Trains a small Sudoku model (generated puzzles with 2-12 blank cells, the sudoku-mlp recipe shrunk to CPU
 size) with a checkpoint every `--every` steps and no in-run evaluation, evaluates every checkpoint once on
@@ -32,10 +33,12 @@ from typing import Any
 
 import numpy as np
 
-FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
-SEEDS = tuple(range(20))
-TOP_KS = (1, 2, 3)
-NEAR_BEST = 0.85  # the hard case: checkpoints scoring at least this share of the best full score
+from tools.bench import subset_stats
+from tools.bench.subset_run import load_for_evaluation, shown
+from tools.bench.subset_run import train as run_training
+from tools.bench.subset_stats import FRACTIONS, NEAR_BEST, SEEDS, best_index
+
+TASKS = ("sudoku", "arc")
 
 
 def sudoku_grid(rng: np.random.Generator) -> np.ndarray:
@@ -65,9 +68,6 @@ def write_sudoku_csv(path: Path, n: int, seed: int, blanks: tuple[int, int]) -> 
 def train(work: Path, args: argparse.Namespace) -> Path:
     """Build the dataset, train with a checkpoint every `args.every` steps (all kept); the run dir."""
     from trm.data.sudoku import build_sudoku_dataset
-    from trm.distributed import DistInfo
-    from trm.training.config import compose, fill_run_defaults
-    from trm.training.loop import Trainer
     from trm.training.recipes import get_recipe
 
     source = work / "source"
@@ -82,41 +82,19 @@ def train(work: Path, args: argparse.Namespace) -> Path:
         global_batch_size=64, epochs=1000, eval_interval=1000, lr=1e-3, lr_warmup_steps=50,
         weight_decay=0.1, puzzle_emb_weight_decay=0.1, ema=True, ema_rate=0.99,
     )  # fmt: skip
-    run_dir = work / "run"
-    cfg = compose([
-        *recipe.overrides, f"data_paths=[{work / 'data'}]", f"checkpoint_path={run_dir}", "device=cpu",
-        "compile=false", "evaluate=false", f"max_steps={args.steps}", f"checkpoint.every_steps={args.every}",
-        "checkpoint.every_minutes=0", "checkpoint.keep=0", "checkpoint.asynchronous=false", "log_interval=50",
-    ])  # fmt: skip
-    fill_run_defaults(cfg)
-    trainer = Trainer.create(cfg, DistInfo())
-    try:
-        trainer.train()
-    finally:
-        trainer.close()
-    return run_dir
+    return run_training(work / "data", work / "run", recipe, args.steps, args.every)
 
 
 def row_outcomes(checkpoint: Path) -> np.ndarray:
     """Each test row's exact match (bool, in the test set's order) for a checkpoint's EMA weights."""
     import torch
 
-    from trm.data.loader import PuzzleLoader
     from trm.distributed import DistInfo
     from trm.evaluation.runner import evaluate
-    from trm.training.accumulation import MicroBatchSplit
-    from trm.training.builder import build_model
-    from trm.training.checkpointing.initial_weights import load_initial_weights
-    from trm.training.standalone_eval import resolve_config
 
-    cfg, step, _ = resolve_config(checkpoint, [])
-    info = DistInfo()
-    plan = MicroBatchSplit.create(cfg.global_batch_size, 1, 0, None)
-    test = PuzzleLoader(cfg.data_paths, "test", global_batch_size=512)
-    model, head = build_model(cfg, test.metadata, plan, info.device)
-    load_initial_weights(str(checkpoint), model, test.metadata.num_puzzle_identifiers)  # EMA weights
+    step, head, test = load_for_evaluation(checkpoint)
     with tempfile.TemporaryDirectory() as out:
-        evaluate(head, test, [], info, chunk_size=512, save_dir=Path(out), step=step,
+        evaluate(head, test, [], DistInfo(), chunk_size=512, save_dir=Path(out), step=step,
                  save_outputs=("preds",), show_progress=False)  # fmt: skip
         preds = torch.load(Path(out) / f"step_{step}_all_preds.0")["preds"].numpy()
     labels = np.concatenate([b["labels"].numpy() for _s, b, _n in test.iter_test()])[: len(preds)]
@@ -124,110 +102,36 @@ def row_outcomes(checkpoint: Path) -> np.ndarray:
     return ((preds == labels) | ~mask).all(axis=1)
 
 
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    """Spearman's rho with average ranks for ties (NaN when either side is constant)."""
-
-    def ranks(x: np.ndarray) -> np.ndarray:
-        order = np.argsort(x, kind="stable")
-        r = np.empty(len(x))
-        r[order] = np.arange(len(x), dtype=float)
-        for value in np.unique(x):
-            r[x == value] = r[x == value].mean()
-        return r
-
-    ra, rb = ranks(a), ranks(b)
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def best_index(scores: np.ndarray) -> int:
-    """The highest score; ties go to the later checkpoint (as `trm best`)."""
-    return int(len(scores) - 1 - np.argmax(scores[::-1]))
-
-
-def top_k(scores: np.ndarray, k: int) -> list[int]:
-    order = sorted(range(len(scores)), key=lambda i: (-scores[i], -i))
-    return order[:k]
-
-
 def compare(outcomes: np.ndarray, layout: list[Any]) -> dict[str, Any]:
-    """Subset rankings against the full ranking for every fraction and seed."""
+    """Subset rankings against the full ranking for every fraction and seed (rows subsets)."""
     from trm.evaluation.subset import ROWS, choose
 
-    full = outcomes.mean(axis=1)
-    best = best_index(full)
-    result: dict[str, Any] = {}
-    for fraction in FRACTIONS:
-        rhos, same, within, regret = [], [], {k: [] for k in TOP_KS}, {k: [] for k in TOP_KS}
-        for seed in SEEDS:
-            rows = choose(layout, fraction, seed, ROWS).examples[layout[0][0]]
-            sub = outcomes[:, rows].mean(axis=1)
-            rhos.append(spearman(sub, full))
-            same.append(best_index(sub) == best)
-            for k in TOP_KS:
-                candidates = top_k(sub, k)
-                within[k].append(best in candidates)
-                chosen = max(candidates, key=lambda i: (full[i], i))
-                regret[k].append(float(full[best] - full[chosen]))
-        result[str(fraction)] = {
-            "rows": len(rows),
-            "spearman_mean": float(np.nanmean(rhos)),
-            "spearman_min": float(np.nanmin(rhos)),
-            "same_best": float(np.mean(same)),
-            **{f"full_best_in_top{k}": float(np.mean(within[k])) for k in TOP_KS},
-            **{f"regret_top{k}_mean": float(np.mean(regret[k])) for k in TOP_KS},
-            **{f"regret_top{k}_max": float(np.max(regret[k])) for k in TOP_KS},
-        }
-    return result
+    def scores(fraction: float, seed: int) -> tuple[np.ndarray, int]:
+        rows = choose(layout, fraction, seed, ROWS).examples[layout[0][0]]
+        return outcomes[:, rows].mean(axis=1), len(rows)
 
-
-def plot(record: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    steps, full = record["steps"], record["full_exact_accuracy"]
-    left.plot(steps, full, "k-o", label="full test set")
-    for fraction in (0.05, 0.2):
-        rows = record["example_subset_scores"][str(fraction)]
-        left.plot(steps, rows, "--.", label=f"subset {fraction:g} (seed 0)")
-    left.set(xlabel="step", ylabel="exact accuracy", title="checkpoints: full vs subset (measured)")
-    left.legend()
-    fractions = [float(f) for f in record["comparison_near_best"]]
-    cmp = record["comparison_near_best"]
-    right.plot(fractions, [cmp[str(f)]["spearman_mean"] for f in fractions], "o-", label="Spearman (mean)")
-    right.plot(fractions, [cmp[str(f)]["same_best"] for f in fractions], "s-", label="same best (share)")
-    for k in TOP_KS[1:]:
-        right.plot(fractions, [cmp[str(f)][f"full_best_in_top{k}"] for f in fractions], "^-",
-                   label=f"full best in subset top-{k}")  # fmt: skip
-    right.set_xscale("log")
-    right.set_xticks(fractions, [f"{f:g}" for f in fractions])
-    right.minorticks_off()
-    right.set(xlabel="eval_subset.fraction", ylim=(0, 1.05),
-              title=f"{len(record['near_best_steps'])} near-best checkpoints, {len(SEEDS)} seeds (measured)")  # fmt: skip
-    right.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def _shown(argv: list[str]) -> list[str]:
-    """The arguments without `--work DIR` (a local path, not part of the setup)."""
-    out, skip = [], False
-    for arg in argv:
-        if skip or arg.startswith("--work="):
-            skip = False
-            continue
-        skip = arg == "--work"
-        if not skip:
-            out.append(arg)
-    return out
+    return subset_stats.compare(outcomes.mean(axis=1), scores)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """`--task sudoku` (the default: row subsets, this module) or `--task arc` (tools.bench.subset_arc)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    picker = argparse.ArgumentParser(add_help=False)
+    picker.add_argument("--task", choices=TASKS, default="sudoku")
+    picked, rest = picker.parse_known_args(argv)
+    if picked.task == "arc":
+        from tools.bench import subset_arc
+
+        return subset_arc.main(rest)
+    return sudoku(rest)
+
+
+def sudoku(argv: list[str]) -> int:
+    """The Sudoku mode (row subsets); see the module doc."""
+    parser = argparse.ArgumentParser(prog="nox -s bench -- subset", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--task", choices=TASKS, default="sudoku", help="sudoku (this mode) or arc (subset_arc)"
+    )
     parser.add_argument("--out", default="docs/figures", help="where the JSON and the PNG go")
     parser.add_argument("--steps", type=int, default=1200, help="optimizer steps (batch 64)")
     parser.add_argument("--every", type=int, default=100, help="a checkpoint every this many steps")
@@ -266,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     near = np.nonzero(full >= NEAR_BEST * full.max())[0]
     record = {
         "measured": True,
-        "command": "nox -s bench -- subset " + " ".join(_shown(argv if argv is not None else sys.argv[1:])),
+        "command": "nox -s bench -- subset " + " ".join(shown(argv)),
         "setup": {
-            **{k: v for k, v in vars(args).items() if k not in ("out", "work")},
+            **{k: v for k, v in vars(args).items() if k not in ("out", "work", "task")},
             "threads": 1,
             "fractions": FRACTIONS,
             "seeds": len(SEEDS),
@@ -289,11 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "subset-ranking.json").write_text(json.dumps(record, indent=2) + "\n")
-    plot(record, out / "subset-ranking.png")
+    subset_stats.plot(out / "subset-ranking.png", steps, record["full_exact_accuracy"],
+                      record["example_subset_scores"], record["comparison_near_best"], len(near))  # fmt: skip
     print(json.dumps({k: record[k] for k in ("seconds", "steps", "full_exact_accuracy")}))
     for table in ("comparison", "comparison_near_best"):
         for fraction, row in record[table].items():
-            print(table, fraction, json.dumps({k: round(v, 3) for k, v in row.items()}))
+            print(table, fraction, json.dumps(subset_stats.rounded(row)))
     return 0
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tools.bench.subset import FRACTIONS, best_index, compare, spearman, top_k, write_sudoku_csv
+from tools.bench.subset import compare, write_sudoku_csv
+from tools.bench.subset_stats import FRACTIONS, best_index, spearman, top_k
 
 
 def test_spearman_handles_ties_and_constants() -> None:
