@@ -1,6 +1,6 @@
 """The subset bench's ARC mode: does an augmentation subset rank checkpoints like the full ARC evaluation?
 
-    nox -s bench -- subset --task arc [--out docs/figures] [--steps 600] [--every 50] [--work DIR]
+    nox -s bench -- subset --task arc [--out docs/figures] [--steps 800] [--every 50] [--work DIR]
 
 Generates small ARC tasks with learnable rules (tools.bench.arc_synthetic), builds them with the project's
 ARC builder (`build_arc_dataset`: 30x30 canvas, 900 tokens, dihedral + colour augmentations), trains a
@@ -43,13 +43,15 @@ VOTES = "votes.json"  # in --work: the setup, the steps and every checkpoint's v
 
 
 def recipe(args: argparse.Namespace) -> Any:
-    """The arc1 recipe shrunk to CPU size (one 900-token block, H 1, L 2, 2 ACT steps, EMA)."""
+    """The arc1 recipe shrunk to CPU size: one block applied twice per step (H 1, L 1), one ACT step,
+    EMA; softmax cross-entropy, which learns these tasks within the CPU budget (stablemax did not)."""
+    from trm.model.schema import LossConfig
     from trm.training.recipes import get_recipe
 
     return get_recipe("arc1").with_changes(
-        arch={"hidden_size": args.hidden, "num_heads": 2, "L_layers": 1, "H_cycles": 1, "L_cycles": 2,
-              "halt_max_steps": 2, "puzzle_emb_ndim": args.hidden, "puzzle_emb_len": 1, "expansion": 2.0,
-              "forward_dtype": "float32"},
+        arch={"hidden_size": args.hidden, "num_heads": 2, "L_layers": 1, "H_cycles": 1, "L_cycles": 1,
+              "halt_max_steps": 1, "puzzle_emb_ndim": args.hidden, "puzzle_emb_len": 1, "expansion": 2.0,
+              "forward_dtype": "float32", "loss": LossConfig(loss_type="softmax_cross_entropy")},
         global_batch_size=args.batch, epochs=100000, eval_interval=100000, lr=args.lr, lr_warmup_steps=20,
         puzzle_emb_lr=args.puzzle_emb_lr, weight_decay=0.1, puzzle_emb_weight_decay=0.1, ema=True, ema_rate=0.99,
     )  # fmt: skip
@@ -145,6 +147,18 @@ def puzzles_kept(layout: list[Any]) -> dict[str, list[int]]:
     return out
 
 
+def _column(
+    scores: dict[tuple[float, int], tuple[np.ndarray, int]], rows: np.ndarray, column: int
+) -> subset_stats.SubsetScores:
+    """`subset_stats.compare`'s view of `scores`: one metric (column), the checkpoints in `rows`."""
+
+    def pick(fraction: float, seed: int) -> tuple[np.ndarray, int]:
+        values, kept = scores[fraction, seed]
+        return values[rows, column], kept
+
+    return pick
+
+
 def tables(
     steps: list[int], full: np.ndarray, scores: dict[tuple[float, int], tuple[np.ndarray, int]]
 ) -> dict[str, Any]:
@@ -152,21 +166,25 @@ def tables(
     result: dict[str, Any] = {"comparison": {}, "comparison_near_best": {}, "near_best_steps": {}}
     for column, metric in enumerate(METRICS):
         near = subset_stats.near_best(full[:, column])
-        for key, rows in (("comparison", slice(None)), ("comparison_near_best", near)):
+        for key, rows in (("comparison", np.arange(len(steps))), ("comparison_near_best", near)):
             result[key][metric] = subset_stats.compare(
-                full[rows, column], lambda f, s, rows=rows, c=column: (scores[f, s][0][rows, c], scores[f, s][1]),
-                size_key="examples", fractions=FRACTIONS,
-            )  # fmt: skip
+                full[rows, column], _column(scores, rows, column), size_key="examples", fractions=FRACTIONS
+            )
         result["near_best_steps"][metric] = [steps[i] for i in near]
     return result
 
 
-def score_error(full: np.ndarray, scores: dict[tuple[float, int], tuple[np.ndarray, int]]) -> dict[str, Any]:
-    """Per fraction: |subset pass@2 - full pass@2| over checkpoints and seeds (mean, max)."""
+def score_gap(full: np.ndarray, scores: dict[tuple[float, int], tuple[np.ndarray, int]]) -> dict[str, Any]:
+    """Per fraction: subset pass@2 - full pass@2 over checkpoints and seeds (mean; mean and max of its size).
+    Fewer votes per test input give a lower pass@2: the subset's score is for ranking, not for reporting."""
     out = {}
     for fraction in FRACTIONS:
-        gaps = np.concatenate([np.abs(scores[fraction, s][0][:, 0] - full[:, 0]) for s in subset_stats.SEEDS])
-        out[str(fraction)] = {"mean": float(gaps.mean()), "max": float(gaps.max())}
+        gaps = np.concatenate([scores[fraction, s][0][:, 0] - full[:, 0] for s in subset_stats.SEEDS])
+        out[str(fraction)] = {
+            "mean": float(gaps.mean()),
+            "mean_abs": float(np.abs(gaps).mean()),
+            "max_abs": float(np.abs(gaps).max()),
+        }
     return out
 
 
@@ -175,7 +193,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         prog="nox -s bench -- subset --task arc", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--out", default="docs/figures", help="where the JSON and the PNG go")
-    parser.add_argument("--steps", type=int, default=600, help="optimizer steps")
+    parser.add_argument("--steps", type=int, default=800, help="optimizer steps")
     parser.add_argument("--every", type=int, default=50, help="a checkpoint every this many steps")
     parser.add_argument(
         "--tasks", type=int, default=32, help="generated test tasks (their test inputs are scored)"
@@ -187,7 +205,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=64, help="model width")
     parser.add_argument("--batch", type=int, default=32, help="global batch size")
     parser.add_argument("--lr", type=float, default=2e-3, help="learning rate")
-    parser.add_argument("--puzzle-emb-lr", type=float, default=1e-2, help="puzzle-embedding learning rate")
+    parser.add_argument("--puzzle-emb-lr", type=float, default=0.1, help="puzzle-embedding learning rate")
     parser.add_argument(
         "--work", default=None, help="keep the dataset, run and votes here (default: a temp dir)"
     )
@@ -261,7 +279,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "puzzles_kept_per_task": puzzles_kept(layout),
         "example_subset_scores": {str(f): scores[f, 0][0][:, 0].tolist() for f in FRACTIONS},
         **tables(steps, full, scores),
-        "score_error_pass@2": score_error(full, scores),
+        "subset_minus_full_pass@2": score_gap(full, scores),
     }
     record["seconds"]["rescore"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)

@@ -67,7 +67,10 @@ def compare(
     best = best_index(full)
     result: dict[str, Any] = {}
     for fraction in fractions:
-        rhos, same, within, regret = [], [], {k: [] for k in TOP_KS}, {k: [] for k in TOP_KS}
+        rhos: list[float] = []
+        same: list[bool] = []
+        within: dict[int, list[bool]] = {k: [] for k in TOP_KS}
+        regret: dict[int, list[float]] = {k: [] for k in TOP_KS}
         kept = 0
         for seed in SEEDS:
             sub, kept = subset_scores(fraction, seed)
