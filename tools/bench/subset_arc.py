@@ -44,8 +44,11 @@ VOTES = "votes.json"  # in --work: the setup, the steps and every checkpoint's v
 
 def recipe(args: argparse.Namespace) -> Any:
     """The arc1 recipe shrunk to CPU size: one block applied twice per step (H 1, L 1), one ACT step,
-    EMA; softmax cross-entropy, which learns these tasks within the CPU budget (stablemax did not)."""
+    EMA; softmax cross-entropy, which learns these tasks within the CPU budget (stablemax did not). No
+    in-run evaluation and no end-of-run choice (the recipe's subset and top-k off): the bench evaluates
+    every checkpoint itself."""
     from trm.model.schema import LossConfig
+    from trm.training.config import BestConfig, EvalSubsetConfig
     from trm.training.recipes import get_recipe
 
     return get_recipe("arc1").with_changes(
@@ -54,6 +57,7 @@ def recipe(args: argparse.Namespace) -> Any:
               "forward_dtype": "float32", "loss": LossConfig(loss_type="softmax_cross_entropy")},
         global_batch_size=args.batch, epochs=100000, eval_interval=100000, lr=args.lr, lr_warmup_steps=20,
         puzzle_emb_lr=args.puzzle_emb_lr, weight_decay=0.1, puzzle_emb_weight_decay=0.1, ema=True, ema_rate=0.99,
+        eval_subset=EvalSubsetConfig(fraction=1.0), best=BestConfig(top_k=0),
     )  # fmt: skip
 
 
@@ -240,14 +244,18 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
 
     from trm.data.loader import PuzzleLoader
 
-    torch.set_num_threads(1)
     setup = {k: v for k, v in vars(args).items() if k not in ("out", "work")}
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(args.work or tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        kept = measure(work, args, setup)
-        test = PuzzleLoader([work / "data"], "test", global_batch_size=64)
-        layout, test_puzzles = test.test_layout(), test.test_puzzles
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the figures' CPU time is one thread's
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(args.work or tmp)
+            work.mkdir(parents=True, exist_ok=True)
+            kept = measure(work, args, setup)
+            test = PuzzleLoader([work / "data"], "test", global_batch_size=64)
+            layout, test_puzzles = test.test_layout(), test.test_puzzles
+    finally:
+        torch.set_num_threads(threads)
     started = time.perf_counter()
     votes = [by_example(v) for v in kept["votes"]]
     full = np.array(

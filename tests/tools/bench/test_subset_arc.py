@@ -160,3 +160,29 @@ def test_bad_flags_and_a_work_dir_of_another_setup_are_one_clear_error(tmp_path,
     err = capsys.readouterr().err
     assert f"--work {tmp_path}" in err and "another setup" in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.e2e
+def test_a_tiny_run_writes_the_figures_and_a_second_call_reuses_its_votes(tmp_path) -> None:
+    flags = ["--task", "arc", "--steps", "4", "--every", "2", "--tasks", "3", "--train-tasks", "2"]
+    flags += ["--num-aug", "2", "--hidden", "16", "--batch", "8", "--work", str(tmp_path / "work")]
+    assert main([*flags, "--out", str(tmp_path / "a")]) == 0
+    record = json.loads((tmp_path / "a" / "subset-ranking-arc.json").read_text())
+    assert (
+        record["steps"] == [2, 4]
+        and record["measured"]
+        and (tmp_path / "a" / "subset-ranking-arc.png").is_file()
+    )
+    assert "--work" not in record["command"] and record["command"].startswith(
+        "nox -s bench -- subset --task arc"
+    )
+    assert (
+        set(record["comparison"]) == {"pass@2", "pass@1"}
+        and record["setup"]["dataset"]["test"]["groups"] == 3
+    )
+    assert record["puzzles_kept_per_task"]["0.5"] == [2, 2]  # 3 puzzles per task (num_aug 2): round(1.5) = 2
+    votes = (tmp_path / "work" / VOTES).stat().st_mtime_ns
+    assert main([*flags, "--out", str(tmp_path / "b")]) == 0  # reuses the votes: no second training
+    assert (tmp_path / "work" / VOTES).stat().st_mtime_ns == votes
+    again = json.loads((tmp_path / "b" / "subset-ranking-arc.json").read_text())
+    assert again["full_pass@2"] == record["full_pass@2"] and again["comparison"] == record["comparison"]
