@@ -17,13 +17,14 @@ Families (all keep the grid's shape):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trm.io import atomic_write_json
 
 MIN_SIDE, MAX_SIDE = 3, 6
 DENSITY = 0.45
@@ -111,6 +112,6 @@ def write_subsets(
             challenges[task_id], solutions[task_id] = make_task(family, rng, demos, tests, sides)
             per_family[family] += 1
         for kind, content in (("challenges", challenges), ("solutions", solutions)):
-            Path(f"{prefix}_{subset}_{kind}.json").write_text(json.dumps(content))
+            atomic_write_json(Path(f"{prefix}_{subset}_{kind}.json"), content, indent=None)
         made[subset] = per_family
     return made

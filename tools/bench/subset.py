@@ -37,6 +37,7 @@ from tools.bench import subset_stats
 from tools.bench.subset_run import load_for_evaluation, shown
 from tools.bench.subset_run import train as run_training
 from tools.bench.subset_stats import FRACTIONS, NEAR_BEST, SEEDS, best_index
+from trm.io import atomic_write_json
 
 TASKS = ("sudoku", "arc")
 
@@ -192,7 +193,7 @@ def sudoku(argv: list[str]) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "subset-ranking.json").write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write_json(out / "subset-ranking.json", record)
     subset_stats.plot(out / "subset-ranking.png", steps, record["full_exact_accuracy"],
                       record["example_subset_scores"], record["comparison_near_best"], len(near))  # fmt: skip
     print(json.dumps({k: record[k] for k in ("seconds", "steps", "full_exact_accuracy")}))

@@ -34,6 +34,7 @@ from tools.bench import arc_synthetic, subset_stats
 from tools.bench.subset_run import load_for_evaluation, shown, train
 from tools.bench.subset_votes import PASS_KS, ExampleVotes, by_example, rescore
 from trm.errors import TRMError
+from trm.io import atomic_write_json
 
 FRACTIONS = (0.05, 0.1, 0.2, 0.3, 0.5)
 METRICS = tuple(f"pass@{k}" for k in sorted(PASS_KS, reverse=True))  # pass@2 first: what runs rank by
@@ -116,7 +117,7 @@ def measure(work: Path, args: argparse.Namespace, setup: dict[str, Any]) -> dict
         "seconds": {"train": trained_wall - wall, "evaluate": time.perf_counter() - trained_wall},
         "cpu_seconds": {"train": trained_cpu - cpu, "evaluate": time.process_time() - trained_cpu},
     }
-    saved.write_text(json.dumps(kept))
+    atomic_write_json(saved, kept, indent=None)
     return kept
 
 
@@ -292,7 +293,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     record["seconds"]["rescore"] = round(time.perf_counter() - started, 1)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "subset-ranking-arc.json").write_text(json.dumps(record, indent=2) + "\n")
+    atomic_write_json(out / "subset-ranking-arc.json", record)
     subset_stats.plot(
         out / "subset-ranking-arc.png", steps, record[f"full_{RANKED_BY}"], record["example_subset_scores"],
         record["comparison_near_best"][RANKED_BY], len(record["near_best_steps"][RANKED_BY]), metric="ARC pass@2",

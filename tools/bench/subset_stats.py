@@ -7,11 +7,14 @@ and the docs quote: Spearman over the checkpoints, same best, full best within t
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trm.io import atomic_write_bytes
 
 FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 SEEDS = tuple(range(20))
@@ -134,4 +137,7 @@ def plot(
               title=f"{near_count} near-best checkpoints, {len(SEEDS)} seeds (measured)")  # fmt: skip
     right.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
