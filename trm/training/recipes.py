@@ -179,8 +179,9 @@ _ARC1_SUBSETS = ("--subsets", "training", "evaluation", "concept", "--test-set-n
 # Both checkpoint every evaluation (checkpoint.every_eval, the default), as upstream saves after each one.
 # In-run evaluations read a tenth of each test task's augmentations (every task still voted on, over ~100 of
 # its 1000 augmentations); the run's end evaluates the best 3 checkpoints by that score on the whole test set
-# and keeps the best of them: a twelfth of the evaluation hours, the same best checkpoint (evidence:
-# docs/training.md, "Evidence: does the subset rank checkpoints like the full set?").
+# and keeps the best of them: a twelfth of the evaluation hours, the same best checkpoint (evidence, measured
+# on CPU: docs/training.md, "Evidence: does the subset rank checkpoints like the full set?" for row subsets
+# and "Evidence for ARC: augmentation subsets against the full ARC evaluation").
 def _arc_run() -> dict[str, Any]:
     """The paper ARC runs' training keys (fresh config objects for each recipe)."""
     return dict(
