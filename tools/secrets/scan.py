@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.errors import TRMError
+from trm.io import atomic_write_text
 
 BASELINE = ".secrets.baseline"
 DETECTORS_FILE = Path(__file__).with_name("detectors.py")
@@ -260,5 +261,5 @@ def update_baseline(root: str | Path) -> Path:
     # The repository-relative path of the project's plugins, so `detect-secrets audit` works from the root.
     output.update(plugin_settings(DETECTORS_FILE.relative_to(Path(__file__).parents[2]).as_posix()))
     path = root / BASELINE
-    path.write_text(json.dumps(output, indent=2) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(output, indent=2) + "\n")  # a torn baseline would fail every scan
     return path
