@@ -77,7 +77,7 @@ def test_a_candidates_full_evaluation_pets_the_watchdog_and_restores_the_weights
     before = {k: v.clone() for k, v in trainer.components.model.state_dict().items()}
     beats: list[int] = []
     evaluate = InRunFullEvaluation(
-        trainer.cfg, trainer.info, trainer.components, tmp_path / "r", heartbeat=lambda: beats.append(1)
+        trainer.cfg, trainer.info, trainer.components, tmp_path / "r", lambda: beats.append(1) is not None
     )
     first = ckpt.find_complete(tmp_path / "r")[0]
     metrics = evaluate(first)
@@ -102,3 +102,91 @@ def test_a_subset_run_trains_exactly_as_a_full_run(tmp_path: Path) -> None:
         train_rows(tmp_path / "full") == train_rows(tmp_path / "sub")
         and len(train_rows(tmp_path / "sub")) == 8
     )
+
+
+def best_records(run_dir: Path) -> tuple[dict, dict]:
+    """best.json and run.json's `best`, with the run directory's path taken out (runs are compared)."""
+
+    def local(text: str) -> dict:
+        return json.loads(text.replace(str(run_dir), "RUN"))
+
+    return local((run_dir / BEST_FILE).read_text()), local(
+        json.dumps(json.loads((run_dir / "run.json").read_text())["best"])
+    )
+
+
+def interrupt_candidates(monkeypatch, action) -> list[int]:
+    """Run `action()` at the start of each best.top_k candidate's full evaluation; the steps it saw."""
+    from trm.training.full_eval import InRunFullEvaluation
+
+    original, seen = InRunFullEvaluation.__call__, []
+
+    def call(self, checkpoint):
+        seen.append(checkpoint.step)
+        action()
+        return original(self, checkpoint)
+
+    monkeypatch.setattr(InRunFullEvaluation, "__call__", call)
+    return seen
+
+
+def test_sigterm_during_the_candidates_evaluation_saves_and_the_resume_chooses_the_same_best(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import os
+    import signal
+
+    code, _ = run(tmp_path / "straight", *SUBSET)
+    assert code == exit_codes.OK
+    seen = interrupt_candidates(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    code, stopped = run(tmp_path / "split", *SUBSET)
+    # The stop ends the evaluation at its next test batch, nothing is recorded, and the run says "retry".
+    assert code == exit_codes.SAVED_RETRY and stopped.stop_reason == "SIGTERM" and seen == [4]
+    assert not (tmp_path / "split" / BEST_FILE).exists()
+    assert "best" not in json.loads((tmp_path / "split" / "run.json").read_text())
+    assert ckpt.find_complete(tmp_path / "split")[-1].manifest["step"] == 8
+    monkeypatch.undo()
+    code, resumed = run(tmp_path / "split", *SUBSET)
+    assert code == exit_codes.OK and resumed.resumed_from is not None and resumed.progress.finished
+    assert best_records(tmp_path / "split") == best_records(tmp_path / "straight")
+    assert best_records(tmp_path / "split")[0]["candidates"][1]["full_from"] == "re-evaluated"
+    code, _ = run(tmp_path / "split", *SUBSET)  # chosen: a further start has nothing to do
+    assert code == exit_codes.OK and best_records(tmp_path / "split") == best_records(tmp_path / "straight")
+
+
+def test_a_crash_during_the_candidates_evaluation_is_redone_by_the_resume(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import pytest
+
+    code, _ = run(tmp_path / "straight", *SUBSET)
+    assert code == exit_codes.OK
+
+    def crash() -> None:
+        raise RuntimeError("killed")
+
+    interrupt_candidates(monkeypatch, crash)
+    with pytest.raises(RuntimeError, match="killed"):
+        run(tmp_path / "split", *SUBSET)
+    monkeypatch.undo()
+    assert "best" not in json.loads((tmp_path / "split" / "run.json").read_text())
+    seen = interrupt_candidates(monkeypatch, lambda: None)
+    code, _ = run(tmp_path / "split", *SUBSET)
+    assert code == exit_codes.OK and seen == [4]  # step 8's full score is its in-run evaluation's
+    assert best_records(tmp_path / "split") == best_records(tmp_path / "straight")
+
+
+def test_a_damaged_candidate_is_not_scored(tmp_path: Path, caplog) -> None:
+    from trm.training.full_eval import InRunFullEvaluation
+
+    code, trainer = run(tmp_path / "r", *SUBSET, "checkpoint.keep=0")
+    assert code == exit_codes.OK
+    first = ckpt.find_complete(tmp_path / "r")[0]
+    state = first.path / ckpt.STATE
+    data = bytearray(state.read_bytes())
+    data[-1] ^= 0xFF  # same size, other bytes: only the sha256 tells
+    state.write_bytes(bytes(data))
+    evaluate = InRunFullEvaluation(trainer.cfg, trainer.info, trainer.components, tmp_path / "r")
+    with caplog.at_level("WARNING"):
+        assert evaluate(first) == {}
+    assert "is damaged" in caplog.text and "sha256" in caplog.text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trm.distributed import DistInfo
 from trm.training.builder import Components
-from trm.training.checkpointing.layout import CheckpointInfo
+from trm.training.checkpointing.layout import CheckpointInfo, check_folder
 from trm.training.checkpointing.state import read_main_state, rng_state, set_rng_state
 from trm.training.config import TrainConfig
 from trm.training.eval_passes import evaluate_passes
@@ -34,19 +34,25 @@ class InRunFullEvaluation:
         info: DistInfo,
         comps: Components,
         run_dir: Path,
-        heartbeat: Callable[[], None] = lambda: None,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.cfg, self.info, self.comps, self.run_dir = cfg, info, comps, run_dir
-        self.heartbeat = heartbeat  # called before every test batch (the hang watchdog's pet)
-
-    def _batch_starts(self) -> bool:
-        self.heartbeat()
-        return False  # never stopped part-way: the run is saved, and `trm best` can redo this
+        # Asked before every test batch on every rank (it pets the hang watchdog): True ends the evaluation
+        # there with EvaluationStopped (trm.evaluation.runner), the trainer's state put back.
+        self.should_stop = should_stop
 
     def __call__(self, checkpoint: CheckpointInfo) -> dict[str, float]:
+        """Its metrics (rank 0); {} when its files no longer match its manifest (a warning says so), so
+        that a damaged candidate is never scored."""
         from trm.evaluation.arc import build_evaluators
         from trm.evaluation.runner import evaluate
 
+        try:  # every rank checks, as a resume does: all of them skip a damaged one alike
+            check_folder(checkpoint.path, verify_hashes=True)
+        except ValueError as why:
+            if self.info.is_main:
+                log.warning("best.top_k candidate %s is damaged (%s): not evaluated", checkpoint.path, why)
+            return {}
         c = self.comps
         state = read_main_state(checkpoint.path)
         weights = copy.deepcopy(c.model.state_dict())
@@ -72,7 +78,7 @@ class InRunFullEvaluation:
                         chunk_size=c.plan.micro_batch_size,
                         save_dir=out,
                         step=checkpoint.step,
-                        should_stop=self._batch_starts,
+                        should_stop=self.should_stop,
                     ),
                 )
         finally:

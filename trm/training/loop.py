@@ -7,7 +7,9 @@ SIGTERM/SIGINT finish the current step, save and return SAVED_RETRY (75); SIGUSR
 out-of-memory error raises `trm.oom.OutOfMemory` (exit OUT_OF_MEMORY, 80) without saving. A stop during an evaluation ends it at the next test batch
 (all ranks agree) and saves the training state as it was before that evaluation: its partial metrics and
 votes are dropped and the checkpoint does not count it, so the resumed run evaluates again. Starting again
-with the same checkpoint_path resumes from the newest complete checkpoint, bit-exactly.
+with the same checkpoint_path resumes from the newest complete checkpoint, bit-exactly. A subset run's end
+(the choice of the best checkpoint, `_choose_best`) stops the same way; a finished run whose choice is not
+in run.json makes it when started again.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from trm.training.eval_run import evaluate_or_undo
 from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog
 from trm.training.nonfinite import NonFiniteGuard
-from trm.training.run_record import open_metrics, record_best, write_run_json
+from trm.training.run_record import open_metrics, read_json_or_empty, record_best, write_run_json
 from trm.training.signals import StopRequests, handle_signals
 from trm.training.step_flags import StepFlags
 from trm.training.throughput import StepTimer, total_steps
@@ -134,7 +136,8 @@ class Trainer:
     # ---------------------------------------------------------------- the run
     def train(self) -> int:
         """Run to the end (OK) or until a stop signal (SAVED_RETRY after saving)."""
-        if self.progress.finished:
+        owes_best = self.progress.finished and self._best_owed()
+        if self.progress.finished and not owes_best:
             if self.info.is_main:
                 log.info(
                     "run in %s already finished at step %d; nothing to do", self.run_dir, self.progress.step
@@ -153,6 +156,8 @@ class Trainer:
         self.watchdog.start()
         try:
             with handle_signals(self.deadline) as requests:
+                if owes_best:  # stopped during the end's choice of the best checkpoint: choose it now
+                    return self._choose_best(requests)
                 return self._run(requests, bar)
         except RuntimeError as err:  # torch.cuda.OutOfMemoryError is one
             if not is_out_of_memory(err):
@@ -211,28 +216,53 @@ class Trainer:
         p.finished = True
         self.save_checkpoint(replace=True)
         self.checkpointer.wait()
-        self._choose_best()
-        return exit_codes.OK
+        return self._choose_best(requests)
 
-    def _choose_best(self) -> None:
+    def _chooses_best(self) -> bool:
+        return self.components.subset is not None and self.cfg.evaluate
+
+    def _best_owed(self) -> bool:
+        """A finished subset run whose choice of the best checkpoint is not in run.json (a stop, a crash or
+        a kill during it): the resumed run makes it (every rank learns rank 0's answer)."""
+        if not self._chooses_best():
+            return False
+        missing = self.info.is_main and "best" not in read_json_or_empty(self.run_dir / "run.json")
+        return dist_utils.any_rank([missing], self.info)[0]
+
+    def _choose_best(self, requests: StopRequests) -> int:
         """With a subset (eval_subset.fraction < 1): evaluate the best.top_k checkpoints by subset score on
-        the full set, choose among them, and record the choice (best.json, run.json's `best`)."""
-        if self.components.subset is None or not self.cfg.evaluate:
-            return
+        the full set, choose among them, and record the choice (best.json, then run.json's `best`). A stop
+        request ends it at the next test batch with nothing recorded (SAVED_RETRY): the run is saved as
+        finished, and the resumed run chooses again."""
+        if not self._chooses_best():
+            return exit_codes.OK
+        from trm.evaluation.runner import EvaluationStopped
         from trm.training.checkpointing.best import select_best
         from trm.training.full_eval import InRunFullEvaluation
 
-        evaluate_full = InRunFullEvaluation(
-            self.cfg, self.info, self.components, self.run_dir, heartbeat=self.watchdog.pet
-        )
-        with self.watchdog.evaluation():  # the evaluation allowance between test batches
-            chosen = select_best(self.run_dir, self.cfg.best.top_k, evaluate_full, write=self.info.is_main)
+        def should_stop() -> bool:  # asked before every test batch, on every rank
+            self.watchdog.pet()
+            return dist_utils.any_rank([requests.stop], self.info)[0]
+
+        evaluate_full = InRunFullEvaluation(self.cfg, self.info, self.components, self.run_dir, should_stop)
+        try:
+            with self.watchdog.evaluation():  # the evaluation allowance between test batches
+                chosen = select_best(
+                    self.run_dir, self.cfg.best.top_k, evaluate_full, write=self.info.is_main
+                )
+        except EvaluationStopped as stopped:
+            if self.info.is_main:
+                log.warning(
+                    "%s (best.top_k candidate); the best checkpoint is chosen when the run resumes", stopped
+                )
+            return self._stopped(requests)
         if self.info.is_main:
             record_best(self.run_dir, chosen.as_dict())
             log.info(
                 "best checkpoint: %s (%s = %.4g on the %s evaluation)",
                 chosen.info.path, chosen.metric, chosen.value, chosen.evaluation,
             )  # fmt: skip
+        return exit_codes.OK
 
     def _stopped(self, requests: StopRequests) -> int:
         self.checkpointer.wait()

@@ -105,3 +105,14 @@ def test_the_recorded_choice_is_what_packaging_and_trm_eval_get(run_dir: Path) -
     chosen = best_checkpoint(run_dir)
     assert (chosen.info.step, chosen.metric, chosen.evaluation) == (200, FULL, "full")
     assert best_checkpoint(run_dir, SUB).info.step == 300  # an explicit metric reads the manifests
+
+
+def test_a_candidate_without_a_full_score_is_not_chosen_and_says_so(run_dir: Path) -> None:
+    full = FullSet()
+
+    def damaged_200(info: ckpt.CheckpointInfo) -> dict[str, float]:
+        return {} if info.step == 200 else full(info)  # the in-run evaluation skips a damaged checkpoint
+
+    best = select_best(run_dir, 3, damaged_200)
+    assert best.info.step == 300 and best.value == 0.50  # 200 (full 0.62) has no score: not chosen
+    assert {r["step"]: r["full_from"] for r in best.candidates}[200] == "not evaluated"

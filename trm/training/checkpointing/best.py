@@ -135,7 +135,9 @@ def select_best(
         if value is None:
             full = evaluate_full(info)
             found = full.get(full_metric)
-            value, source = (float(found) if found is not None else None), "re-evaluated"
+            # None: a damaged candidate the evaluation skipped (its log says why), or another rank
+            value = float(found) if found is not None else None
+            source = "re-evaluated" if value is not None else "not evaluated"
             count = full.get(count_name) if count_name else None
         candidates.append(
             {
