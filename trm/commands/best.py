@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trm.training.checkpointing.best import Best
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from trm.errors import TRMError
     from trm.evaluation.subset import SUBSET_PREFIX
     from trm.training.checkpointing.best import best_checkpoint, run_ranking, select_best
@@ -28,7 +32,10 @@ def run(args: argparse.Namespace) -> int:
             return full_metrics(info.path, run_dir / CANDIDATES_DIR / f"step_{info.step}")
 
         top_k = args.top_k if args.top_k is not None else (run_top_k or 0)
-        best = select_best(run_dir, top_k, evaluate_full)
+        if top_k > 0:  # evaluates and writes into the run directory: only while nobody else owns it
+            best = _choose_owning(run_dir, lambda: select_best(run_dir, top_k, evaluate_full))
+        else:
+            best = select_best(run_dir, top_k, evaluate_full)
     else:
         best = best_checkpoint(run_dir, args.metric)
     if args.json:
@@ -42,6 +49,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _choose_owning(run_dir: Path, choose: Callable[[], Best]) -> Best:
+    """`choose()` under the run directory's lock (trm.runlock), then the choice also in run.json's `best`
+    (so the report and the handoff agree). A running trainer or launcher holds the lock: refuse (exit 2)
+    before anything is evaluated or written."""
+    from trm.runlock import RunLock, RunLocked
+    from trm.training.run_record import record_best
+
+    lock = RunLock(run_dir, "trm best")
+    holder = lock.try_acquire(" ".join([sys.executable, *sys.argv]))
+    if holder is not None:
+        raise RunLocked(lock.refusal(holder))
+    try:
+        best = choose()
+        if (run_dir / "run.json").is_file():
+            record_best(run_dir, best.as_dict())
+        return best
+    finally:
+        lock.release()
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Print the path of the run's complete checkpoint with the highest value of an evaluation metric "
@@ -49,7 +76,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "checkpoints record their metrics; retention keeps the best checkpoint.keep_best of them. A run "
         "whose evaluations read a subset (eval_subset.fraction < 1) ranks by the subset score: the best "
         "--top-k of them are evaluated on the full test set (once; best.json records the scores) and the "
-        "best full score wins."
+        "best full score wins, recorded in best.json and run.json's `best`. That evaluation needs the run "
+        "directory's lock: refused (exit 2) while the run's trainer or launcher holds it."
     )
     parser.add_argument("run_dir", help="the run's checkpoint_path (holding step_N/ folders)")
     parser.add_argument(

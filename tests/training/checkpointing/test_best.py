@@ -116,3 +116,49 @@ def test_a_candidate_without_a_full_score_is_not_chosen_and_says_so(run_dir: Pat
     best = select_best(run_dir, 3, damaged_200)
     assert best.info.step == 300 and best.value == 0.50  # 200 (full 0.62) has no score: not chosen
     assert {r["step"]: r["full_from"] for r in best.candidates}[200] == "not evaluated"
+
+
+def test_trm_best_refuses_a_run_its_trainer_still_owns(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trm.runlock import RunLock
+
+    full = FullSet()
+    monkeypatch.setattr(
+        "trm.training.standalone_eval.full_metrics",
+        lambda path, out: full(ckpt.CheckpointInfo(int(path.name.split("_")[1]), path, {})),
+    )
+    trainer = RunLock(run_dir, "trainer")
+    assert trainer.try_acquire("python -m trm.train run_name=r") is None
+    try:
+        assert main(["best", str(run_dir)]) == 2
+    finally:
+        trainer.release()
+    err = capsys.readouterr().err
+    assert "in use by another process" in err and "python -m trm.train run_name=r" in err
+    assert full.calls == [] and not (run_dir / BEST_FILE).exists()  # nothing evaluated, nothing written
+    assert main(["best", str(run_dir), "--top-k", "0"]) == 0  # reading the manifests needs no lock
+
+
+def test_trm_best_records_its_choice_in_run_json_too(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = FullSet()
+    monkeypatch.setattr(
+        "trm.training.standalone_eval.full_metrics",
+        lambda path, out: full(ckpt.CheckpointInfo(int(path.name.split("_")[1]), path, {})),
+    )
+    (run_dir / "run.json").write_text(json.dumps({"config": {"run_name": "r"}, "best": {"step": 300}}))
+    assert main(["best", str(run_dir), "--top-k", "3", "--json"]) == 0
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["config"] == {"run_name": "r"}  # the rest of run.json is kept
+    assert (
+        record["best"]
+        == json.loads(capsys.readouterr().out)
+        == {
+            k: v
+            for k, v in json.loads((run_dir / BEST_FILE).read_text()).items()
+            if k not in ("ranked_by", "top_k")
+        }
+    )
+    assert record["best"]["step"] == 200
