@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
             f"step {best.info.step}: {best.metric} = {best.value:.6g} ({best.evaluation} evaluation)",
             file=sys.stderr,
         )
+        if best.note:  # the run's recorded choice is gone: say what stands in for it
+            print(f"note: {best.note}", file=sys.stderr)
     return 0
 
 

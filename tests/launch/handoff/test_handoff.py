@@ -312,3 +312,49 @@ def test_a_run_before_its_first_evaluation_has_no_best_yet(tmp_path):
     data = json.loads((build_bundle(synthetic_run(tmp_path), tmp_path / "out") / "handoff.json").read_text())
     assert data["best_checkpoint"] is None  # its checkpoints carry no evaluation metrics
     assert "best:           none yet" in (tmp_path / "out" / "run.info").read_text()
+
+
+def _chosen_subset_run(tmp_path):
+    """The subset run of the test above, reduced: step 200 chosen by the full evaluation, 300 the subset's best."""
+    from trm.training.checkpointing import layout as ckpt
+    from trm.training.checkpointing.best import select_best
+
+    run = tmp_path / "run"
+    subset = "subset/ARC/pass@2"
+    for step, sub in ((100, 0.05), (200, 0.10), (300, 0.12)):
+        folder = ckpt.prepare_partial(run, step)
+        (folder / "state.pt").write_bytes(b"weights")
+        ckpt.publish(run, step, {"step": step, "kind": ckpt.EVAL, "eval_metrics": {subset: sub},
+                                 "best_metric": subset, "best_top_k": 2})  # fmt: skip
+    full = {100: 0.02, 200: 0.08, 300: 0.04}
+    select_best(run, 2, lambda info: {"ARC/pass@2": full[info.step]})
+    return run
+
+
+def test_a_subset_run_whose_chosen_checkpoint_is_gone_states_the_fallback(tmp_path, caplog):
+    import shutil
+
+    run = _chosen_subset_run(tmp_path)
+    shutil.rmtree(run / "step_200")
+    with caplog.at_level("WARNING"):
+        out = build_bundle(run, tmp_path / "out")
+    best = json.loads((out / "handoff.json").read_text())["best_checkpoint"]
+    assert (best["step"], best["evaluation"]) == (300, "subset")
+    assert "chose step_200" in best["note"] and "missing or incomplete" in best["note"]
+    assert "best by subset/ARC/pass@2 instead" in best["note"] and "chose step_200" in caplog.text
+    info = (out / "run.info").read_text()
+    assert "(subset evaluation)" in info and "NOTE: " in info and "Restore step_200" in info
+
+
+def test_a_subset_run_whose_chosen_checkpoint_is_damaged_says_so(tmp_path):
+    run = _chosen_subset_run(tmp_path)
+    (run / "step_200" / "state.pt").write_bytes(b"WEIGHTS")  # same size, other bytes
+    out = build_bundle(run, tmp_path / "out")
+    best = json.loads((out / "handoff.json").read_text())["best_checkpoint"]
+    assert best["step"] == 200 and "note" not in best
+    assert "state.pt does not match its sha256" in best["damaged"]
+    assert "DAMAGED: " in (out / "run.info").read_text()
+    intact = json.loads(
+        (build_bundle(_chosen_subset_run(tmp_path / "b"), tmp_path / "o2") / "handoff.json").read_text()
+    )
+    assert "damaged" not in intact["best_checkpoint"] and "note" not in intact["best_checkpoint"]

@@ -162,3 +162,21 @@ def test_trm_best_records_its_choice_in_run_json_too(
         }
     )
     assert record["best"]["step"] == 200
+
+
+def test_a_recorded_choice_whose_checkpoint_is_gone_falls_back_and_says_so(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    select_best(run_dir, 3, FullSet())  # chooses 200
+    shutil.rmtree(run_dir / "step_200")
+    assert main(["best", str(run_dir), "--top-k", "0"]) == 0  # --top-k 0 asks for the subset's best: no note
+    assert "note:" not in capsys.readouterr().err
+    from trm.training.checkpointing.best import best_checkpoint
+
+    fallback = best_checkpoint(run_dir)
+    assert (fallback.info.step, fallback.evaluation) == (300, "subset") and "chose step_200" in (
+        fallback.note or ""
+    )
+    assert fallback.as_dict()["note"] == fallback.note

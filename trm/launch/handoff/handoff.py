@@ -169,13 +169,22 @@ def plot_metrics(series: dict[str, list[tuple[int, float]]], path: Path, title: 
 def best_choice(run_dir: Path) -> dict[str, Any] | None:
     """The run's best checkpoint as `python -m trm best RUN_DIR --json` gives it, without evaluating anything:
     a subset run's own choice (the full evaluation of its best.top_k, recorded in best.json), else the
-    highest value of the run's ranking metric; None before the first evaluation checkpoint."""
+    highest value of the run's ranking metric; None before the first evaluation checkpoint. `note` states
+    a fallback (the recorded choice's checkpoint is gone); `damaged` says why the chosen checkpoint's files
+    no longer match their sha256 (its predictions, made before, still stand; the weights do not)."""
     from trm.training.checkpointing.best import best_checkpoint
+    from trm.training.checkpointing.layout import check_folder
 
     try:
-        return best_checkpoint(run_dir).as_dict()
+        best = best_checkpoint(run_dir)
     except TRMError:
         return None
+    out = best.as_dict()
+    try:
+        check_folder(best.info.path, verify_hashes=True)
+    except ValueError as why:
+        out["damaged"] = f"{best.info.path} no longer matches its manifest ({why}): restore it from a copy"
+    return out
 
 
 def best_submission(run_dir: Path, best: dict[str, Any] | None) -> Path | None:
@@ -403,7 +412,8 @@ def _best_line(best: dict[str, Any] | None) -> str:
     how = f"{best['evaluation']} evaluation" + (
         f" of the top {len(candidates)} by subset score" if candidates else ""
     )
-    return f"step {best['step']}: {best['metric']} = {best['value']:.4g} ({how}) {best['path']}"
+    line = f"step {best['step']}: {best['metric']} = {best['value']:.4g} ({how}) {best['path']}"
+    return "; ".join([line, *(f"{key.upper()}: {best[key]}" for key in ("note", "damaged") if best.get(key))])
 
 
 def _step_down_line(record: dict[str, Any]) -> str:

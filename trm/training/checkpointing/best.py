@@ -14,6 +14,7 @@ best.top_k=0 the subset score alone decides (the choice says so: `evaluation: su
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ from trm.evaluation.subset import SUBSET_PREFIX
 from trm.io import atomic_write_json
 from trm.training.checkpointing.layout import COMPLETE, CheckpointInfo, best_of, find_complete, metric_value
 from trm.training.config import count_metric
+
+log = logging.getLogger(__name__)
 
 BEST_FILE = "best.json"
 # A candidate's number of items behind its full score (ARC/count tasks, eval/<set>/count examples): the
@@ -46,6 +49,8 @@ class Best:
     """Which evaluation the value comes from: `full` (the whole test set) or `subset`."""
     candidates: list[dict[str, Any]] = field(default_factory=list)
     """With a subset: the top-k by subset score, each with its subset score, Wilson interval and full score."""
+    note: str | None = None
+    """Why this is not the choice best.json records (its checkpoint is gone): the stated fallback."""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (`python -m trm best --json`, best.json, run.json's `best`)."""
@@ -58,6 +63,8 @@ class Best:
         }
         if self.candidates:
             out["candidates"] = self.candidates
+        if self.note:
+            out["note"] = self.note
         return out
 
 
@@ -77,6 +84,7 @@ def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
     """The best complete checkpoint under `run_dir` by `metric` (default: the run's own best_metric; for a
     subset run, the choice `select_best` recorded in best.json when it names a complete checkpoint)."""
     complete = _complete(run_dir)
+    chosen_by_run = metric is None
     if metric is None and (chosen := _recorded_choice(run_dir, complete)) is not None:
         return chosen
     if metric is None:
@@ -95,7 +103,10 @@ def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
         )
     value = metric_value(best[0], metric)
     assert value is not None
-    return Best(best[0], metric, value, SUBSET if metric.startswith(SUBSET_PREFIX) else FULL)
+    note = _lost_choice(run_dir, metric, complete) if chosen_by_run else None
+    if note:
+        log.warning("%s", note)
+    return Best(best[0], metric, value, SUBSET if metric.startswith(SUBSET_PREFIX) else FULL, note=note)
 
 
 def run_ranking(run_dir: Path) -> tuple[str | None, int | None]:
@@ -181,6 +192,25 @@ def _recorded_choice(run_dir: Path, complete: list[CheckpointInfo]) -> Best | No
         return None
     return Best(by_step[step], str(record["metric"]), float(value), str(record.get("evaluation", FULL)),
                 list(record.get("candidates") or []))  # fmt: skip
+
+
+def _lost_choice(run_dir: Path, ranked_by: str, complete: list[CheckpointInfo]) -> str | None:
+    """The fallback stated when best.json records a choice for this ranking whose checkpoint is no longer
+    complete (deleted, or torn: no COMPLETE, a file missing or of the wrong size); None otherwise."""
+    try:
+        record = json.loads((run_dir / BEST_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(record, dict) or record.get("ranked_by") != ranked_by:
+        return None
+    step = record.get("step")
+    if not isinstance(step, int) or step in {i.step for i in complete}:
+        return None
+    return (
+        f"{run_dir / BEST_FILE} chose step_{step} ({record.get('metric')} = {record.get('value')}, "
+        f"{record.get('evaluation')} evaluation), but {run_dir / f'step_{step}'} is missing or incomplete: "
+        f"this is the best by {ranked_by} instead. Restore step_{step} from a copy to use the run's choice"
+    )
 
 
 def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, tuple[float, float | None]]:
