@@ -17,7 +17,11 @@ present locally) or a remote folder without COMPLETE. So the remote holds what t
 machine's checkpoints got there, instead of every checkpoint of the run.
 
 Restore (`sync_down`): everything but the checkpoints, plus the newest checkpoint that is complete on the
-remote, into the run directory; the same launch command then resumes from it.
+remote, into the run directory; the same launch command then resumes from it. A file the run directory
+already holds is never overwritten (`--ignore-existing`): a restart on a machine that kept its disk keeps
+its own records, newer than the remote's (the launcher's ledger of hours spent among them), and a folder
+named by mistake keeps its files. A checkpoint complete there already is not copied again; one without
+its COMPLETE marker (a restore cut off half way) is finished.
 
 `Syncer` runs the upload every SYNC_EVERY_MINUTES in a background thread (training never waits for it),
 retrying with backoff, and once more at the end (`final`).
@@ -194,10 +198,15 @@ def sync_down(remote: str, run_dir: Path, log: Log, *, missing_ok: bool = False)
             return None
         raise
     newest = steps[-1] if steps else None
+    held = run_dir.is_dir() and any(run_dir.iterdir())
     run_dir.mkdir(parents=True, exist_ok=True)
     others = ["--exclude", f"/{HANDOFF_SUBDIR}/**", "--exclude", "/step_*/**", "--exclude", "/.*/**"]
-    _run(["copy", remote, str(run_dir), *others], log)
-    if newest is not None:
+    _run(["copy", remote, str(run_dir), *others, "--ignore-existing"], log)
+    if held:
+        log(f"{run_dir} already held files: each of them was kept as it was (a restore never overwrites)")
+    if newest is not None and (run_dir / newest / "COMPLETE").is_file():
+        log(f"{newest} is complete in {run_dir} already: not copied again")
+    elif newest is not None:
         target = _join(remote, newest)
         _run(["copy", target, str(run_dir / newest), "--exclude", "/COMPLETE"], log)
         _run(["copy", target, str(run_dir / newest), "--include", "/COMPLETE"], log)
