@@ -53,7 +53,7 @@ def test_a_users_file_at_out_is_never_overwritten(tmp_path: Path, challenges: Pa
         why = _refused(tmp_path, challenges, out=path)
         assert "is not a submission written by infer" in why and "nothing was changed" in why
         assert path.read_bytes() == before
-    with pytest.raises(TRMError, match="is not an .npz of predictions written by infer"):
+    with pytest.raises(TRMError, match=r"is not an \.npz of predictions written by infer"):
         run_inference(tmp_path / "b", challenges, tmp_path / "s.json", device="cpu", save_predictions=notes)
     assert notes.read_bytes() == b"my notes"
 
