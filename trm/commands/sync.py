@@ -58,7 +58,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         dest="from_remote",
         metavar="REMOTE",
         help="restore RUN_DIR from REMOTE: the run's records and its newest complete checkpoint; a file RUN_DIR "
-        "already holds is kept as it is (never overwritten)",
+        "already holds is replaced only by a newer copy; a non-empty folder that is no run directory is refused",
     )
     parser.add_argument(
         "--missing-ok",
