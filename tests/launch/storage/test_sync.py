@@ -312,7 +312,9 @@ def test_a_restore_replaces_only_older_files_and_refuses_a_folder_that_is_no_run
     mine.mkdir()
     (mine / "metrics.csv").write_text("a user's table\n")
     os.utime(mine / "metrics.csv", (1_000_000_000, 1_000_000_000))
-    with pytest.raises(TRMError, match=r"no run directory .* refusing to restore into it; nothing was copied"):
+    with pytest.raises(
+        TRMError, match=r"no run directory .* refusing to restore into it; nothing was copied"
+    ):
         sync_down(store, mine, print)
     assert [p.name for p in mine.iterdir()] == ["metrics.csv"]
     assert (mine / "metrics.csv").read_text() == "a user's table\n"
