@@ -13,6 +13,10 @@ only when all of these hold; otherwise it stops with one line (exit 2) and delet
   dataset of the same kind being rebuilt;
 - it is not the source being read, nor inside it, nor around it.
 
+A single output file (infer's --out and --save-predictions) is replaced atomically, and only when the file
+there is one that command writes; a folder or a user's file at that path is refused
+(`check_file_replaceable`).
+
 The other deletions are narrow helpers named for what they remove: `remove_own_temp` (a temporary file or
 folder the caller itself just made) and `remove_retired_checkpoint` (a complete `step_N/` that checkpoint
 retention no longer keeps). `tests/test_safe_remove.py` lists every deleting call in trm/ and tools/, so a
@@ -157,6 +161,27 @@ def check_replaceable(
             f"{flag} {target}: refusing to replace it: {why}; nothing was changed. Choose a new or empty "
             "folder (or move what is there yourself)"
         )
+
+
+def check_file_replaceable(
+    target: str | os.PathLike[str], *, flag: str, ours: Callable[[Path], bool], what: str, example: str
+) -> None:
+    """Raise TRMError (one line, exit 2) when the output file `target` may not be (re)written: it is a
+    folder, its parent is a file, or it holds a file that `ours` does not recognise as `what` (what this
+    command writes there). Checked before the work starts, so a bad path never costs the work."""
+    target = Path(target)
+    if target.is_dir():
+        why = f"it is a folder; name the file to write, e.g. {target / example}"
+    elif target.parent.exists() and not target.parent.is_dir():
+        why = f"{target.parent} is a file, not a folder; choose another path"
+    elif target.is_file() and not ours(target):
+        why = (
+            f"it holds a file that is not {what}, so trm-stack did not write it; nothing was changed. Choose "
+            "another path (or move that file yourself)"
+        )
+    else:
+        return
+    raise TRMError(f"{flag} {target}: refusing to write it: {why}")
 
 
 def remove_owned(

@@ -146,3 +146,27 @@ def test_with_continue_on_failure_the_other_runs_go_on(tmp_path, fake, monkeypat
     assert [got[n]["status"] for n in ("smoke-a", "smoke-b", "smoke-c")] == ["failed", "finished", "finished"]
     order = [e[0] for e in events(tmp_path) if e[1] == "start"]
     assert order == [r.experiment.run_name for r in batch.runs]  # CPU: one at a time, in order
+
+
+def test_a_log_dir_holding_another_batchs_results_is_refused_and_kept(tmp_path, fake, monkeypatch):
+    from trm.errors import TRMError
+
+    monkeypatch.setenv("FAKE_SLEEP", "0")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    other = logs / "batch_results.json"
+    for text, why in (
+        (json.dumps({"batch": {"id": "batch-0123456789"}, "runs": []}), "it holds the results of batch-0123"),
+        ("my own notes", "that is no batch's results"),
+    ):
+        other.write_text(text)
+        batch = make_batch(tmp_path, fake, gpus=1, log_dir=logs)
+        with pytest.raises(
+            TRMError, match=rf"--log-dir .*logs: refusing to use it: .*{why}.*nothing was changed"
+        ):
+            batch.run()
+        assert other.read_text() == text and [p.name for p in logs.iterdir()] == ["batch_results.json"]
+    assert not events(tmp_path)  # nothing trained
+    # The batch's own folder is resumed: the same selection finds its own results there.
+    other.write_text(json.dumps({"batch": {"id": batch.id}, "runs": []}))
+    batch._check_log_dir()

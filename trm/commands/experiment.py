@@ -196,7 +196,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     batch.add_argument(
         "--log-dir",
         type=Path,
-        help="logs and batch_results.json (default <checkpoint dir>/batches/<batch id>)",
+        help="logs and batch_results.json (default <checkpoint dir>/batches/<batch id>); a folder holding "
+        "another selection's batch_results.json is refused",
     )
     batch.add_argument("--dry-run", action="store_true", help="print what would run, with the exact commands")
     batch.add_argument(

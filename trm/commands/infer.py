@@ -187,7 +187,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="bundle folder from `python -m trm package kaggle`, or hf://ORG/NAME[/DIR][@REVISION] (a bundle, "
         "or a checkpoint of ours or upstream's, packaged once into ~/.cache/trm-stack/hub-bundles/)",
     )
-    parser.add_argument("--out", default=None, help="submission.json to write (required unless --plan-only)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="submission.json to write (required unless --plan-only); an existing file there is replaced only "
+        "when it is a submission infer wrote",
+    )
     parser.add_argument("--num-aug", type=int, default=1000, help="variants per task incl. the original")
     parser.add_argument(
         "--batch-size",
@@ -206,7 +211,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--early-halt", action="store_true", help="stop a row once q_halt > 0 instead of all ACT steps"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of unseen tasks' augmentation plans")
-    parser.add_argument("--save-predictions", default=None, help="also write every row's prediction (.npz)")
+    parser.add_argument(
+        "--save-predictions",
+        default=None,
+        help="also write every row's prediction (.npz; an existing file there is replaced only when infer wrote it)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     from trm.kaggle.competition import COMPETITIONS, DEFAULT
 

@@ -53,7 +53,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run directory ($CHECKPOINT_DIR/$RUN_NAME)")
     parser.add_argument("remote", metavar="REMOTE", nargs="?", help="rclone remote:path for the run")
-    parser.add_argument("--from", dest="from_remote", metavar="REMOTE", help="restore RUN_DIR from REMOTE")
+    parser.add_argument(
+        "--from",
+        dest="from_remote",
+        metavar="REMOTE",
+        help="restore RUN_DIR from REMOTE: the run's records and its newest complete checkpoint; a file RUN_DIR "
+        "already holds is replaced only by a newer copy; a non-empty folder that is no run directory is refused",
+    )
     parser.add_argument(
         "--missing-ok",
         action="store_true",

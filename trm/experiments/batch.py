@@ -17,6 +17,7 @@ each run is copied to SYNC_TO while it trains and when it ends.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import shlex
@@ -352,6 +353,27 @@ class Batch:
             "runs": [r.record(self.log_dir) for r in self.runs],
         }
 
+    def _check_log_dir(self) -> None:
+        """Refuse a log folder holding another batch's results, or a results file that is no batch's: this
+        batch would overwrite them (and add its hours to that batch's ledger). The same selection resumes."""
+        path = self.log_dir / RESULTS
+        if not path.exists():
+            return
+        try:
+            found = json.loads(path.read_text(encoding="utf-8"))["batch"]["id"]
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            found = None
+        if found == self.id:
+            return
+        held = (
+            f"the results of {found}" if isinstance(found, str) else f"a {RESULTS} that is no batch's results"
+        )
+        raise TRMError(
+            f"--log-dir {self.log_dir}: refusing to use it: it holds {held}, not of this selection ({self.id}); "
+            f"nothing was changed. Choose another --log-dir (the default <checkpoint dir>/batches/{self.id} is "
+            "this selection's own)"
+        )
+
     def write_results(self) -> Path:
         path = self.log_dir / RESULTS
         atomic_write_json(path, self.document())
@@ -544,6 +566,7 @@ class Batch:
         for run in self.runs:
             if outcome.is_finished(run.run_dir):
                 run.status = "skipped"
+        self._check_log_dir()
         if self.options.dry_run:
             print("\n".join(self.plan_lines()), file=self.out)
             return exit_codes.OK

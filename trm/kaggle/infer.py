@@ -28,6 +28,7 @@ from trm.io import atomic_write_bytes, atomic_write_json
 from trm.kaggle.bundle import load_bundle
 from trm.kaggle.testset import TestSet, build_test_set, read_challenges, unseen_task_ids
 from trm.oom import is_out_of_memory
+from trm.safe_remove import check_file_replaceable
 
 log = logging.getLogger(__name__)
 # Rows per forward when --batch-size is not given: (CPU, CUDA). Attention over 916 positions is the
@@ -101,6 +102,34 @@ def _save_predictions(path: Path, names: list[str], inputs: list, preds: list, q
     atomic_write_bytes(path, buffer.getvalue())
 
 
+PREDICTION_ARRAYS = ("identifiers", "inputs", "preds", "q_halt_logits")  # what --save-predictions writes
+
+
+def is_submission(path: Path) -> bool:
+    """Whether `path` holds a submission in the format infer writes (`{task: [{"attempt_1": …}, …]}`)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and all(
+        isinstance(entries, list)
+        and all(isinstance(e, dict) and e and all(str(k).startswith("attempt_") for k in e) for e in entries)
+        for entries in data.values()
+    )
+
+
+def is_predictions_file(path: Path) -> bool:
+    """Whether `path` holds the arrays --save-predictions writes (an .npz of exactly PREDICTION_ARRAYS)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return names == {f"{name}.npy" for name in PREDICTION_ARRAYS}
+
+
 def run_inference(
     weights: str | Path,
     challenges: str | Path,
@@ -123,6 +152,14 @@ def run_inference(
     the file's demonstrations in `adapt_dir` (default: `adapt/` next to `out`) within its budget."""
     started = time.perf_counter()
     dev, batch_size = check_arguments(challenges, out, device, batch_size, max_minutes)
+    if save_predictions is not None:
+        check_file_replaceable(
+            save_predictions,
+            flag="--save-predictions",
+            ours=is_predictions_file,
+            what="an .npz of predictions written by infer",
+            example="predictions.npz",
+        )
     from trm.kaggle.package import local_bundle
 
     weights, source = local_bundle(weights, progress)  # hf://… → a bundle folder (see local_bundle)
@@ -163,6 +200,9 @@ def check_arguments(
         raise TRMError(f"--batch-size {batch_size}: must be at least 1")
     if Path(out).resolve() == Path(challenges).resolve():
         raise TRMError(f"--out {out} is the --challenges file: choose another --out (e.g. submission.json)")
+    check_file_replaceable(
+        out, flag="--out", ours=is_submission, what="a submission written by infer", example="submission.json"
+    )
     if max_minutes is not None and max_minutes <= 0:
         raise TRMError(f"--max-minutes {max_minutes}: must be positive (or omit it for no limit)")
     return dev, batch_size

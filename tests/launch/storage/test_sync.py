@@ -271,3 +271,50 @@ def test_the_sync_command_prunes_only_when_asked(tmp_path, store, capsys):
     assert main(["sync", str(run_dir), store, "--prune"]) == 0
     assert remote_complete_steps(store, print) == ["step_4", "step_6"]
     assert "pruned step_2" in capsys.readouterr().out
+
+
+@needs_rclone
+def test_a_restore_replaces_only_older_files_and_refuses_a_folder_that_is_no_run(tmp_path, store):
+    run_dir = make_run(tmp_path)
+    (run_dir / "launch" / "ledger.json").write_text('{"hours": 1.0}\n')
+    (run_dir / "run.json").write_text("{}\n")
+    sync_up(run_dir, store, print)
+    # The same disk after a restart: its own records went on past the last upload; a user's note beside.
+    kept = tmp_path / "kept" / "r1"
+    kept.mkdir(parents=True)
+    (kept / "launch").mkdir()
+    (kept / "launch" / "ledger.json").write_text('{"hours": 7.25, "sessions": 3}\n')
+    (kept / "metrics.csv").write_text("mine\n")
+    (kept / "notes.txt").write_text("my notes\n")
+    before = {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    lines: list[str] = []
+    assert sync_down(store, kept, lines.append) == "step_2"
+    assert {p: p.read_bytes() for p in before} == before  # newer than the remote's: every byte as it was
+    assert (kept / "run.json").is_file() and (kept / "launch" / "launch.log").is_file()  # what was missing
+    assert (kept / "step_2" / "model.pt").read_bytes() == (run_dir / "step_2" / "model.pt").read_bytes()
+    assert any("replaced only by a newer copy" in line for line in lines)
+    # A copy older than what another machine uploaded since is brought up to date.
+    stale = kept / "launch" / "ledger.json"
+    os.utime(stale, (1_000_000_000, 1_000_000_000))
+    assert sync_down(store, kept, print) == "step_2"
+    assert stale.read_text() == '{"hours": 1.0}\n'
+    # A checkpoint complete there already is left alone; a restore cut off before COMPLETE is finished.
+    (kept / "step_2" / "model.pt").write_bytes(b"local")
+    assert sync_down(store, kept, print) == "step_2"
+    assert (kept / "step_2" / "model.pt").read_bytes() == b"local"
+    (kept / "step_2" / "COMPLETE").unlink()
+    (kept / "step_2" / "model.pt").write_bytes(b"half")
+    assert sync_down(store, kept, print) == "step_2"
+    assert (kept / "step_2" / "model.pt").read_bytes() == (run_dir / "step_2" / "model.pt").read_bytes()
+    assert (kept / "step_2" / "COMPLETE").is_file()
+    # A folder of the user's named by mistake (no run.json, launch/ or step_N/): refused, nothing copied.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "metrics.csv").write_text("a user's table\n")
+    os.utime(mine / "metrics.csv", (1_000_000_000, 1_000_000_000))
+    with pytest.raises(
+        TRMError, match=r"no run directory .* refusing to restore into it; nothing was copied"
+    ):
+        sync_down(store, mine, print)
+    assert [p.name for p in mine.iterdir()] == ["metrics.csv"]
+    assert (mine / "metrics.csv").read_text() == "a user's table\n"

@@ -17,7 +17,13 @@ present locally) or a remote folder without COMPLETE. So the remote holds what t
 machine's checkpoints got there, instead of every checkpoint of the run.
 
 Restore (`sync_down`): everything but the checkpoints, plus the newest checkpoint that is complete on the
-remote, into the run directory; the same launch command then resumes from it.
+remote, into the run directory; the same launch command then resumes from it. A file the run directory
+already holds is replaced only by a newer one (`--update`): a restart on a machine that kept its disk keeps
+its own records, newer than the remote's (the launcher's ledger of hours spent among them), and a machine
+whose copy is older than what another machine uploaded since gets the newer one. A non-empty folder that
+is no run directory (neither run.json, launch/ nor a step_N/ in it: a path named by mistake) is refused
+before anything is copied. A checkpoint complete there already is not copied again; one without its
+COMPLETE marker (a restore cut off half way) is finished.
 
 `Syncer` runs the upload every SYNC_EVERY_MINUTES in a background thread (training never waits for it),
 retrying with backoff, and once more at the end (`final`).
@@ -180,6 +186,11 @@ def remote_complete_steps(remote: str, log: Log) -> list[str]:
     return [name for _, name in sorted(steps)]
 
 
+def is_run_directory(folder: Path) -> bool:
+    """Whether `folder` holds a run's own files: the trainer's run.json, the launcher's launch/ or a checkpoint."""
+    return (folder / "run.json").is_file() or (folder / "launch").is_dir() or any(folder.glob("step_*"))
+
+
 def sync_down(remote: str, run_dir: Path, log: Log, *, missing_ok: bool = False) -> str | None:
     """Bring a run back from `remote` into `run_dir`: its records and its newest complete checkpoint.
 
@@ -194,10 +205,20 @@ def sync_down(remote: str, run_dir: Path, log: Log, *, missing_ok: bool = False)
             return None
         raise
     newest = steps[-1] if steps else None
+    held = run_dir.is_dir() and any(run_dir.iterdir())
+    if held and not is_run_directory(run_dir):
+        raise TRMError(
+            f"{run_dir} holds files but is no run directory (no run.json, launch/ or step_N/ in it): refusing to "
+            "restore into it; nothing was copied. Name the run's own directory or an empty/new folder"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     others = ["--exclude", f"/{HANDOFF_SUBDIR}/**", "--exclude", "/step_*/**", "--exclude", "/.*/**"]
-    _run(["copy", remote, str(run_dir), *others], log)
-    if newest is not None:
+    _run(["copy", remote, str(run_dir), *others, "--update"], log)
+    if held:
+        log(f"{run_dir} already held the run: a file there was replaced only by a newer copy from {remote}")
+    if newest is not None and (run_dir / newest / "COMPLETE").is_file():
+        log(f"{newest} is complete in {run_dir} already: not copied again")
+    elif newest is not None:
         target = _join(remote, newest)
         _run(["copy", target, str(run_dir / newest), "--exclude", "/COMPLETE"], log)
         _run(["copy", target, str(run_dir / newest), "--include", "/COMPLETE"], log)
