@@ -169,11 +169,15 @@ class RunLock:
                 told = True
             time.sleep(poll_s)
 
-    def refusal(self, holder: Holder) -> str:
+    def refusal(self, holder: Holder, advice: str | None = None) -> str:
+        """The one-line refusal; `advice` replaces the default way out (wait, stop it, or another run)."""
+        advice = advice or (
+            "Wait for it to end or stop it (SIGTERM saves and exits), or give this one another RUN_NAME / "
+            "checkpoint_path"
+        )
         return (
             f"{self.run_dir} is in use by another process ({holder.describe()}){_gone_hint(holder)}: this "
-            f"{self.what} does not start, so that two never write one run. Wait for it to end or stop it "
-            "(SIGTERM saves and exits), or give this one another RUN_NAME / checkpoint_path"
+            f"{self.what} does not start, so that two never write one run. {advice}"
         )
 
     def inheritable_fd(self) -> int:

@@ -61,7 +61,13 @@ def _choose_owning(run_dir: Path, choose: Callable[[], Best]) -> Best:
     lock = RunLock(run_dir, "trm best")
     holder = lock.try_acquire(" ".join([sys.executable, *sys.argv]))
     if holder is not None:
-        raise RunLocked(lock.refusal(holder))
+        raise RunLocked(
+            lock.refusal(
+                holder,
+                "The run evaluates its best.top_k candidates itself when it ends; meanwhile `--top-k 0` prints "
+                "the best by subset score without evaluating anything",
+            )
+        )
     try:
         best = choose()
         if (run_dir / "run.json").is_file():

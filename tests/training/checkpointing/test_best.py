@@ -136,6 +136,7 @@ def test_trm_best_refuses_a_run_its_trainer_still_owns(
         trainer.release()
     err = capsys.readouterr().err
     assert "in use by another process" in err and "python -m trm.train run_name=r" in err
+    assert "`--top-k 0` prints the best by subset score" in err and "RUN_NAME" not in err
     assert full.calls == [] and not (run_dir / BEST_FILE).exists()  # nothing evaluated, nothing written
     assert main(["best", str(run_dir), "--top-k", "0"]) == 0  # reading the manifests needs no lock
 
