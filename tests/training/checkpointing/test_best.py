@@ -78,14 +78,21 @@ def test_top_k_zero_lets_the_subset_decide_and_says_so(run_dir: Path) -> None:
     assert (best.info.step, best.metric, best.evaluation) == (300, SUB, "subset")
 
 
-def test_trm_best_re_evaluates_the_runs_top_k(
-    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def cli_full_set(monkeypatch: pytest.MonkeyPatch) -> FullSet:
+    """The full evaluation `python -m trm best` runs, replaced by a FullSet that records its calls."""
     full = FullSet()
     monkeypatch.setattr(
         "trm.training.standalone_eval.full_metrics",
         lambda path, out: full(ckpt.CheckpointInfo(int(path.name.split("_")[1]), path, {})),
     )
+    return full
+
+
+def test_trm_best_re_evaluates_the_runs_top_k(
+    run_dir: Path, cli_full_set: FullSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = cli_full_set
     assert main(["best", str(run_dir), "--json"]) == 0  # the run's best.top_k: 2
     shown = json.loads(capsys.readouterr().out)
     assert sorted(full.calls) == [200, 300]
@@ -119,15 +126,11 @@ def test_a_candidate_without_a_full_score_is_not_chosen_and_says_so(run_dir: Pat
 
 
 def test_trm_best_refuses_a_run_its_trainer_still_owns(
-    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    run_dir: Path, cli_full_set: FullSet, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from trm.runlock import RunLock
 
-    full = FullSet()
-    monkeypatch.setattr(
-        "trm.training.standalone_eval.full_metrics",
-        lambda path, out: full(ckpt.CheckpointInfo(int(path.name.split("_")[1]), path, {})),
-    )
+    full = cli_full_set
     trainer = RunLock(run_dir, "trainer")
     assert trainer.try_acquire("python -m trm.train run_name=r") is None
     try:
@@ -141,14 +144,10 @@ def test_trm_best_refuses_a_run_its_trainer_still_owns(
     assert main(["best", str(run_dir), "--top-k", "0"]) == 0  # reading the manifests needs no lock
 
 
+@pytest.mark.usefixtures("cli_full_set")
 def test_trm_best_records_its_choice_in_run_json_too(
-    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    full = FullSet()
-    monkeypatch.setattr(
-        "trm.training.standalone_eval.full_metrics",
-        lambda path, out: full(ckpt.CheckpointInfo(int(path.name.split("_")[1]), path, {})),
-    )
     (run_dir / "run.json").write_text(json.dumps({"config": {"run_name": "r"}, "best": {"step": 300}}))
     assert main(["best", str(run_dir), "--top-k", "3", "--json"]) == 0
     record = json.loads((run_dir / "run.json").read_text())
