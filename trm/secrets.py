@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,12 @@ SECRET_KEY = re.compile(
 MIN_SECRET_LENGTH = 8
 # In a binary file (a pickled checkpoint) each string is a run of printable bytes.
 PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{16,}")
+# Credentials a URL carries: `scheme://USER:PASSWORD@host` and a `?token=…`-like query parameter.
+URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@'\"]+@")
+URL_SECRET_PARAM = re.compile(
+    r"(?i)([?&][^=&\s'\"]*(?:token|key|secret|passw|auth|signature)[^=&\s'\"]*=)[^&\s'\"]+"
+)
+REDACTED = "***"
 
 
 @dataclass(frozen=True, order=True)
@@ -62,6 +68,19 @@ def in_text(text: str) -> Iterator[str]:
             yield name
     if KEY_WORD.search(text) and HEX40.search(text):
         yield "W&B API Key"
+
+
+def redact(text: str, values: Iterable[str | None] = ()) -> str:
+    """`text` (an error message about to be shown) with every secret in it replaced by `***`: the
+    credentials of a URL, a vendor token (TOKEN_PATTERNS) and each of `values` (the token in use)."""
+    for value in values:
+        if value and len(value) >= MIN_SECRET_LENGTH:
+            text = text.replace(value, REDACTED)
+    text = URL_USERINFO.sub(rf"\1{REDACTED}@", text)
+    text = URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text)
+    for pattern in TOKEN_PATTERNS.values():
+        text = pattern.sub(lambda m: m.group(0).replace(m.group(1), REDACTED), text)
+    return text
 
 
 def in_value(key: str, value: str) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 import trm
 from trm.errors import TRMError
 from trm.extras import install_hint
+from trm.hub.redact import error_line, redact_library_logs
 from trm.hub.ref import CHECKPOINT_DIR, DATASET_DIR, PROVENANCE, SCHEME, parse
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from trm.safe_remove import MARKER
@@ -275,6 +276,7 @@ def upload(folder: Path, repo_id: str, *, private: bool, message: str) -> Any:
     except ImportError:
         raise TRMError(f"publishing needs huggingface_hub: {install_hint('hub')}") from None
     api = HfApi()  # the token: HF_TOKEN or the Hub library's stored login
+    redact_library_logs()
     try:
         api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
         return api.upload_folder(
@@ -286,6 +288,6 @@ def upload(folder: Path, repo_id: str, *, private: bool, message: str) -> Any:
         )
     except HfHubHTTPError as err:
         raise TRMError(
-            f"hf://{repo_id}: the Hub refused the upload ({str(err).splitlines()[0]}); log in with "
+            f"hf://{repo_id}: the Hub refused the upload ({error_line(err)}); log in with "
             "`hf auth login` (or set HF_TOKEN) with write access to ORG"
         ) from None

@@ -25,6 +25,7 @@ from typing import Any
 
 from trm.errors import TRMError
 from trm.extras import install_hint
+from trm.hub.redact import error_line, redact_library_logs
 
 SCHEME = "hf://"
 # Our published layout (python -m trm publish-checkpoint).
@@ -116,18 +117,19 @@ def download(ref: HubRef, cache_dir: str | Path | None = None) -> Path:
         raise TRMError(
             f"{ref}: reading from the Hugging Face Hub needs huggingface_hub: {install_hint('hub')}"
         ) from None
+    redact_library_logs()
     try:
         folder = snapshot_download(
             ref.repo_id, revision=ref.revision, allow_patterns=_patterns(ref), cache_dir=cache_dir
         )
     except LocalEntryNotFoundError as err:
         raise TRMError(
-            f"{ref}: not in the local Hub cache and the Hub cannot be reached ({str(err).splitlines()[0]}); "
+            f"{ref}: not in the local Hub cache and the Hub cannot be reached ({error_line(err)}); "
             "download it once online (unset HF_HUB_OFFLINE), or check the name and revision"
         ) from None
     except HfHubHTTPError as err:
         raise TRMError(
-            f"{ref}: the Hub refused ({str(err).splitlines()[0]}); check ORG/NAME and the revision, and for a "
+            f"{ref}: the Hub refused ({error_line(err)}); check ORG/NAME and the revision, and for a "
             "private repository log in (`hf auth login` or HF_TOKEN)"
         ) from None
     return Path(folder)

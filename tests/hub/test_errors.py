@@ -1,0 +1,93 @@
+"""A Hub that refuses: the error is one line that never shows the token in use or the credentials of the
+endpoint's URL (huggingface_hub echoes the request's URL, userinfo included, in its errors). The Hub is a
+local HTTP server on 127.0.0.1 that answers every request with the status under test."""
+
+from __future__ import annotations
+
+import http.server
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.hub.test_publish import PLANTED
+from trm import eval as trm_eval
+from trm.errors import TRMError
+from trm.hub.publish import upload
+from trm.secrets import redact
+
+# The endpoint's password: token-shaped, and built at run time like PLANTED (the repository's secret scan).
+PASSWORD = "hf_" + "".join(chr(ord("A") + (3 * i) % 26) for i in range(34))
+
+
+class Refusing(http.server.BaseHTTPRequestHandler):
+    status = 401
+
+    def _answer(self) -> None:
+        body = b'{"error": "Invalid credentials in Authorization header"}'
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_HEAD = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=[401, 404])
+def refusing_hub(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[None]:
+    from huggingface_hub import constants
+
+    handler = type("Handler", (Refusing,), {"status": request.param})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://mirror-user:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_TOKEN", PLANTED)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_refused_download_or_upload_names_the_url_without_its_credentials(
+    refusing_hub: None, tmp_path: Path, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert trm_eval.main(["hf://me/private-model", "--output-dir", str(tmp_path / "e")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "hf://me/private-model" in err
+    assert "http://***@127.0.0.1:" in err  # where it went is still said
+    (tmp_path / "staged").mkdir()
+    with pytest.raises(TRMError, match="the Hub refused the upload") as refused:
+        upload(tmp_path / "staged", "me/private-model", private=True, message="m")
+    assert "http://***@127.0.0.1:" in str(refused.value)
+    assert "HTTP Request" in caplog.text and "***@127.0.0.1:" in caplog.text  # the client's own log lines
+    shown = err + str(refused.value) + capsys.readouterr().err + caplog.text
+    assert PASSWORD not in shown and PLANTED not in shown and "mirror-user" not in shown
+    assert not (tmp_path / "e").exists()
+
+
+def test_redact_hides_url_credentials_token_parameters_tokens_and_given_values() -> None:
+    text = (
+        f"for url 'https://u:{PASSWORD}@hub.example/api?access_token=abc123456789&x=1' "
+        f"Bearer {'b' * 30} with {PLANTED} and s3cret-value-in-use"
+    )
+    shown = redact(text, ("s3cret-value-in-use", None, "short"))
+    assert shown == ("for url 'https://***@hub.example/api?access_token=***&x=1' Bearer *** with *** and ***")
+    assert redact("404 Not Found for url 'https://huggingface.co/api/models/a/b'") == (
+        "404 Not Found for url 'https://huggingface.co/api/models/a/b'"
+    )
