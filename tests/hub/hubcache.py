@@ -14,13 +14,20 @@ from pathlib import Path
 import pytest
 
 
-def add_commit(cache: Path, repo_id: str, files: dict[str, Path], branch: str = "main") -> str:
-    """Put `files` (path in repo -> local file) in the cache as one commit on `branch`; its commit id."""
+def add_commit(
+    cache: Path, repo_id: str, files: dict[str, Path], branch: str = "main", git_files: tuple[str, ...] = ()
+) -> str:
+    """Put `files` (path in repo -> local file) in the cache as one commit on `branch`; its commit id.
+    A blob is named by the sha256 of its bytes (a Git LFS file), or by its Git blob id for the paths in
+    `git_files` (a plain Git file, as the Hub names a small config)."""
     storage = cache / f"models--{repo_id.replace('/', '--')}"
     digests = {}
     for rel, source in sorted(files.items()):
         data = source.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
+        if rel in git_files:
+            digest = hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+        else:
+            digest = hashlib.sha256(data).hexdigest()
         blob = storage / "blobs" / digest
         blob.parent.mkdir(parents=True, exist_ok=True)
         blob.write_bytes(data)

@@ -254,3 +254,47 @@ def test_a_named_upstream_file_and_a_folder_without_a_checkpoint(
         resolve(f"hf://{UPSTREAM_REPO}")
     with pytest.raises(TRMError, match="has no 'arc_v9'"):
         resolve(f"hf://{UPSTREAM_REPO}/arc_v9")
+
+
+def _flip_a_byte(cached: Path) -> bytes:
+    """Change one byte in the middle of the blob a snapshot file links to (the bytes still load); the
+    original bytes."""
+    blob = cached.resolve()
+    original = blob.read_bytes()
+    data = bytearray(original)
+    data[len(data) // 2] ^= 0x01
+    blob.write_bytes(bytes(data))
+    return original
+
+
+def test_a_changed_blob_in_the_hub_cache_is_refused_before_it_is_read(
+    upstream_repo: Path, published: Path, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Upstream's step_N (sha256-named blob) and all_config.yaml (Git-blob-named), and a file of our
+    layout that no manifest of ours covers (the dataset's identifiers, shipped into bundles)."""
+    config = "arc_v1_public/all_config.yaml"
+    files = folder_files(upstream_repo, prefix="arc_v1_public/")
+    commit = add_commit(cache, UPSTREAM_REPO, files, git_files=(config,))
+    snapshot = cache / f"models--{UPSTREAM_REPO.replace('/', '--')}" / "snapshots" / commit
+    reference = f"hf://{UPSTREAM_REPO}/arc_v1_public"
+    assert resolve(reference).layout == "upstream"  # the intact cache loads
+    original = _flip_a_byte(snapshot / "arc_v1_public/step_3")
+    with pytest.raises(
+        TRMError, match=r"step_3 in the Hub cache does not match its sha256 .*nothing was loaded"
+    ):
+        resolve(reference)
+    assert main(["package", "kaggle", reference, str(tmp_path / "b"), "--no-wheels", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "step_3 in the Hub cache does not match its sha256" in err
+    assert not (tmp_path / "b").exists()
+    (snapshot / "arc_v1_public/step_3").resolve().write_bytes(original)  # intact again
+    assert resolve(reference).layout == "upstream"
+    _flip_a_byte(snapshot / config)
+    with pytest.raises(TRMError, match=r"all_config\.yaml in the Hub cache does not match its Git blob id"):
+        resolve(reference)
+    ours = add_commit(cache, REPO, folder_files(published))
+    _flip_a_byte(
+        cache / f"models--{REPO.replace('/', '--')}" / "snapshots" / ours / "dataset/identifiers.json"
+    )
+    with pytest.raises(TRMError, match=r"identifiers\.json in the Hub cache does not match its sha256"):
+        resolve(f"hf://{REPO}")

@@ -26,6 +26,7 @@ from typing import Any
 from trm.errors import TRMError
 from trm.extras import install_hint
 from trm.hub.redact import error_line, redact_library_logs
+from trm.hub.verify import verify_cached
 
 SCHEME = "hf://"
 # Our published layout (python -m trm publish-checkpoint).
@@ -191,6 +192,14 @@ def upstream_overrides(config_file: Path) -> list[str]:
     return out
 
 
+def _read_files(layout: str, path: Path, folder: Path) -> list[Path]:
+    """The files of a resolved snapshot that its readers use: upstream's step file and its config, or
+    every file of the folder of our layout or of a bundle."""
+    if layout == UPSTREAM:
+        return [path, *([folder / UPSTREAM_CONFIG] if (folder / UPSTREAM_CONFIG).exists() else [])]
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
 def resolve(target: str | Path, cache_dir: str | Path | None = None) -> Resolved:
     """A local path as is; an `hf://` reference downloaded and resolved (see the module docstring)."""
     if not is_hub_ref(target):
@@ -205,6 +214,7 @@ def resolve(target: str | Path, cache_dir: str | Path | None = None) -> Resolved
         layout, path = detect_layout(folder, str(ref))
     else:
         raise TRMError(f"{ref}: the repository has no {ref.subdir!r} at this revision")
+    verify_cached(_read_files(layout, path, folder), str(ref))
     overrides: list[str] = []
     if layout == UPSTREAM and (folder / UPSTREAM_CONFIG).is_file():
         overrides = upstream_overrides(folder / UPSTREAM_CONFIG)
