@@ -191,6 +191,20 @@ def test_infer_packages_a_hub_checkpoint_once_and_writes_a_submission(
     [bundle] = (tmp_path / "xdg" / "trm-stack" / "hub-bundles").iterdir()
     assert bundle.name.endswith(f"@{commit}")
     assert json.loads((bundle / B.MANIFEST).read_text())["hub_source"]["commit"] == commit
+    # A cached bundle damaged since is packaged again (the cache is trm-stack's own), not reported as a
+    # damaged copy to repackage by hand; one holding a file trm-stack did not write is left as it is.
+    weights = (bundle / B.WEIGHTS).read_bytes()
+    (bundle / B.WEIGHTS).write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
+    run_inference(f"hf://{REPO}", path, tmp_path / "again.json", num_aug=2, progress=False)
+    assert (bundle / B.WEIGHTS).read_bytes() == weights and B.read_config(bundle)["source"]["hub"]
+    assert json.loads((tmp_path / "again.json").read_text()) == json.loads(
+        (tmp_path / "submission.json").read_text()
+    )
+    (bundle / B.WEIGHTS).write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
+    (bundle / "notes.txt").write_text("mine\n")
+    with pytest.raises(TRMError, match=r"refusing to replace it: it holds notes\.txt"):
+        run_inference(f"hf://{REPO}", path, tmp_path / "third.json", num_aug=2, progress=False)
+    assert (bundle / "notes.txt").read_text() == "mine\n"
 
 
 def test_offline_cache_miss_and_bad_references_are_clear_errors(

@@ -308,7 +308,12 @@ def local_bundle(weights: str | Path, progress: bool = True) -> tuple[Path, dict
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trm-stack" / "hub-bundles"
     key = f"{src['hub_repo'].replace('/', '--')}--{src['path_in_repo'].replace('/', '--')}@{src['commit']}"
     out = cache / key
-    if not (out / B.MANIFEST).is_file():
-        log.info("packaging %s into %s (no wheelhouse)", src["reference"], out)
-        package_kaggle(weights, out, wheels=False, overwrite=True, progress=progress)
+    if (out / B.MANIFEST).is_file():
+        try:
+            B.read_config(out)  # verified against its manifest; the caller's load checks it again
+            return out, src
+        except TRMError as err:  # damaged since: packaged again (replaced only if trm-stack wrote it all)
+            log.warning("the cached bundle is damaged (%s): packaging it again", err)
+    log.info("packaging %s into %s (no wheelhouse)", src["reference"], out)
+    package_kaggle(weights, out, wheels=False, overwrite=True, progress=progress)
     return out, src
