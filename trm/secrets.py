@@ -41,7 +41,7 @@ SECRET_KEY = re.compile(
 MIN_SECRET_LENGTH = 8
 # In a binary file (a pickled checkpoint) each string is a run of printable bytes.
 PRINTABLE_RUN = re.compile(rb"[\x20-\x7e]{16,}")
-# Credentials a URL carries: `scheme://USER:PASSWORD@host` and a `?token=…`-like query parameter.
+# Credentials a URL carries: a user and password before the host and a `?token=…`-like query parameter.
 URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s@'\"]+@")
 URL_SECRET_PARAM = re.compile(
     r"(?i)([?&][^=&\s'\"]*(?:token|key|secret|passw|auth|signature)[^=&\s'\"]*=)[^&\s'\"]+"

@@ -18,8 +18,8 @@ from trm.errors import TRMError
 from trm.hub.publish import upload
 from trm.secrets import redact
 
-# The endpoint's password: token-shaped, and built at run time like PLANTED (the repository's secret scan).
-PASSWORD = "hf_" + "".join(chr(ord("A") + (3 * i) % 26) for i in range(34))
+# The password in the endpoint's URL: token-shaped, and built at run time like PLANTED (the repository's secret scan).
+IN_URL = "hf_" + "".join(chr(ord("A") + (3 * i) % 26) for i in range(34))
 
 
 class Refusing(http.server.BaseHTTPRequestHandler):
@@ -49,7 +49,7 @@ def refusing_hub(
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    endpoint = f"http://mirror-user:{PASSWORD}@127.0.0.1:{server.server_address[1]}"
+    endpoint = f"http://mirror-user:{IN_URL}@127.0.0.1:{server.server_address[1]}"
     monkeypatch.setenv("HF_TOKEN", PLANTED)
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
@@ -77,13 +77,13 @@ def test_a_refused_download_or_upload_names_the_url_without_its_credentials(
     assert "http://***@127.0.0.1:" in str(refused.value)
     assert "HTTP Request" in caplog.text and "***@127.0.0.1:" in caplog.text  # the client's own log lines
     shown = err + str(refused.value) + capsys.readouterr().err + caplog.text
-    assert PASSWORD not in shown and PLANTED not in shown and "mirror-user" not in shown
+    assert IN_URL not in shown and PLANTED not in shown and "mirror-user" not in shown
     assert not (tmp_path / "e").exists()
 
 
 def test_redact_hides_url_credentials_token_parameters_tokens_and_given_values() -> None:
     text = (
-        f"for url 'https://u:{PASSWORD}@hub.example/api?access_token=abc123456789&x=1' "
+        f"for url 'https://u:{IN_URL}@hub.example/api?access_token=abc123456789&x=1' "
         f"Bearer {'b' * 30} with {PLANTED} and s3cret-value-in-use"
     )
     shown = redact(text, ("s3cret-value-in-use", None, "short"))

@@ -1,5 +1,5 @@
 """What the Hub library says, shown without secrets: the token in use (HF_TOKEN or the stored login) and
-the credentials of an endpoint URL (an HF_ENDPOINT of the form https://USER:PASSWORD@host is echoed, as the
+the credentials of an endpoint URL (an HF_ENDPOINT with a user and password before its host is echoed, as the
 request's URL, in the library's errors and in its HTTP client's INFO log lines)."""
 
 from __future__ import annotations
