@@ -43,6 +43,23 @@ def test_finished_means_the_newest_complete_checkpoint_says_so(tmp_path):
     assert outcome.is_finished(run)
 
 
+def test_a_damaged_final_checkpoint_does_not_mark_the_run_finished(tmp_path, caplog):
+    """A resume skips a checkpoint whose files fail their sha256; so does the batch's skip check: the run
+    resumes from the older one instead of being skipped as done."""
+    run = tmp_path / "run"
+    fake_checkpoint(run, 2, finished=False)
+    final = fake_checkpoint(run, 4, finished=True)
+    state = final / "state.pt"
+    data = bytearray(state.read_bytes())
+    data[-1] ^= 0xFF  # same size, still a loadable file: only the sha256 tells
+    state.write_bytes(bytes(data))
+    with caplog.at_level("WARNING"):
+        assert not outcome.is_finished(run)
+    assert f"skipping checkpoint {final}" in caplog.text and "sha256" in caplog.text
+    fake_checkpoint(run, 6, finished=True)  # a newer intact final save counts again
+    assert outcome.is_finished(run)
+
+
 def test_the_best_checkpoint_is_the_best_kept_one_not_the_last(tmp_path):
     run = tmp_path / "run"
     write_metrics(

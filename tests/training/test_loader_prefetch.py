@@ -54,6 +54,33 @@ def test_prefetched_training_stopped_and_resumed_equals_training_without_it(data
     assert metric_rows(tmp_path / "plain") == metric_rows(tmp_path / "ahead")
 
 
+@pytest.mark.e2e
+def test_prefetch_with_the_depth_curriculum_stopped_in_the_shallow_stage_resumes_bit_exactly(
+    dataset: Path, tmp_path: Path
+):
+    """The depth curriculum changes the model between steps while the thread builds batches ahead: a stop in
+    the shallow stage with batches built past it resumes, crosses into full depth, and ends as a run with
+    neither the stop nor the prefetch."""
+    from trm.training import curriculum
+
+    # Steps 1-3 at H 1, steps 4-6 at H 2 (L stays 1: the cheapest model with a shallower stage).
+    deep = ("arch.H_cycles=2", "depth_curriculum.ramp=0.5", "depth_curriculum.stages=2")
+    code, plain = run(dataset, tmp_path / "plain", *deep)
+    assert code == exit_codes.OK
+    steps = plain.progress.step
+    schedule = curriculum.run_schedule(plain.cfg, steps)
+    assert len(schedule) == 2 and schedule[0].last >= 2  # step 2 is shallow, a later one is full depth
+
+    code, stopped = run(dataset, tmp_path / "ahead", *deep, "loader_prefetch=3", stop_at=2)
+    assert code == exit_codes.SAVED_RETRY and stopped.components.train_loader.prefetch == 3
+    code, resumed = run(dataset, tmp_path / "ahead", *deep, "loader_prefetch=3")
+    assert code == exit_codes.OK and resumed.progress.step == steps
+    assert resumed.resumed_from == tmp_path / "ahead" / "step_2"
+
+    assert_same_state(plain, resumed)
+    assert metric_rows(tmp_path / "plain") == metric_rows(tmp_path / "ahead")
+
+
 def test_a_negative_prefetch_is_one_clear_error(dataset: Path, tmp_path: Path):
     with pytest.raises(TRMError, match=r"loader_prefetch=-1 must be ≥ 0"):
         compose([*RUN, f"data_paths=[{dataset}]", "loader_prefetch=-1"])

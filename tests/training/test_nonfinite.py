@@ -190,3 +190,30 @@ def test_exit_code_78_from_the_command(tmp_path, monkeypatch, capsys):
     code = train.main([*inproc.TINY, f"checkpoint_path={tmp_path / 'run'}"])
     assert code == exit_codes.NONFINITE
     assert "error: rank 0: the loss of step 3" in capsys.readouterr().err
+
+
+def test_a_nonfinite_stop_under_accumulation_resumes_to_the_uninterrupted_run(tmp_path):
+    """micro_batch_size=2 (two micro-batches a step) and max_steps=6: a NaN in the last step stops the run
+    with nothing saved, and the same command (the bad batch now finite) resumes from step 4 to the very
+    state, metrics and carries of a run that never met it."""
+    accumulate = ("micro_batch_size=2", "max_steps=6")
+    code, straight = inproc.run(tmp_path / "straight", *accumulate)
+    assert code == exit_codes.OK and straight.components.plan.accum_steps == 2
+
+    run_dir = tmp_path / "split"
+    trainer = inproc.make_trainer(run_dir, *accumulate)
+    _arm_nan(trainer, at_step=6)
+    try:
+        with pytest.raises(NonFiniteError):
+            trainer.train()
+    finally:
+        trainer.close()
+    _assert_only_step_4_intact(run_dir)
+
+    code, resumed = inproc.run(run_dir, *accumulate)
+    assert code == exit_codes.OK and resumed.resumed_from == run_dir / "step_4"
+    assert resumed.progress.step == straight.progress.step == 6
+    inproc.assert_same_state(straight, resumed)
+    for a, b in zip(straight.carries, resumed.carries, strict=True):
+        assert torch.equal(a.steps, b.steps) and torch.equal(a.halted, b.halted)
+    assert inproc.metric_rows(tmp_path / "straight") == inproc.metric_rows(run_dir)

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.training.test_trainer_inprocess import assert_same_state, metric_rows, run
 from trm import exit_codes
 from trm.training.checkpointing import layout as ckpt
 from trm.training.checkpointing.best import BEST_FILE
+from trm.training.loop import Trainer
 
 SUBSET = ("eval_subset.fraction=0.5", "eval_subset.seed=3", "eval_subset.full_every=2", "best.top_k=2")
 SCORE = "subset/eval/all/exact_accuracy"
@@ -65,6 +68,62 @@ def test_resume_keeps_the_subset_and_is_bit_exact(tmp_path: Path) -> None:
     runs = [json.loads((tmp_path / d / "run.json").read_text()) for d in ("straight", "split")]
     assert runs[0]["eval_subset"] == runs[1]["eval_subset"]
     assert runs[0]["best"]["step"] == runs[1]["best"]["step"]
+
+
+def run_stopped_at_test_batch(run_dir: Path, count: int) -> tuple[int, list[int]]:
+    """A SUBSET run; SIGTERM just before the `count`-th test batch handed out (all evaluations counted):
+    (exit code, the step of every test batch handed out)."""
+    import os
+    import signal
+
+    from tests.training.test_trainer_inprocess import make_trainer, train
+
+    trainer = make_trainer(run_dir, *SUBSET)
+    steps: list[int] = []
+
+    def before_test_batch(_index: int) -> None:
+        steps.append(trainer.progress.step)
+        if len(steps) == count:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    trainer.components.test_loader.before_test_batch = before_test_batch
+    return train(trainer)[0], steps
+
+
+@pytest.fixture(scope="module")
+def straight_subset_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Trainer]:
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    code, trainer = run(run_dir, *SUBSET)
+    assert code == exit_codes.OK
+    return run_dir, trainer
+
+
+@pytest.mark.parametrize(
+    ("count", "stopped_at"),
+    [
+        (1, 4),  # the subset-only evaluation after step 4 (its one batch)
+        (2, 8),  # the subset part of step 8's evaluation (full_every=2: subset, then the full set)
+        (4, 8),  # the full part of step 8's evaluation, its subset part done, after its first batch
+    ],
+)
+def test_a_stop_inside_a_subset_or_full_every_evaluation_resumes_bit_exactly(
+    tmp_path: Path, straight_subset_run: tuple[Path, Trainer], count: int, stopped_at: int
+) -> None:
+    straight_dir, straight = straight_subset_run
+    split = tmp_path / "split"
+    code, steps = run_stopped_at_test_batch(split, count)
+    assert code == exit_codes.SAVED_RETRY and steps[-1] == stopped_at
+    newest = ckpt.find_complete(split)[-1]
+    assert newest.step == stopped_at and not ckpt.load_torch(newest.path / ckpt.STATE)["progress"]["finished"]
+    assert stopped_at not in eval_rows(split)  # the interrupted evaluation recorded nothing, not half of it
+
+    code, resumed = run(split, *SUBSET)
+    assert code == exit_codes.OK and resumed.resumed_from == newest.path and resumed.progress.finished
+    assert_same_state(straight, resumed)
+    assert metric_rows(straight_dir) == metric_rows(split)
+    assert best_records(split) == best_records(straight_dir)  # the same choice, re-evaluations and all
+    runs = [json.loads((d / "run.json").read_text()) for d in (straight_dir, split)]
+    assert runs[0]["eval_subset"] == runs[1]["eval_subset"]
 
 
 def test_a_candidates_full_evaluation_pets_the_watchdog_and_restores_the_weights(tmp_path: Path) -> None:

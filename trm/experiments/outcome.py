@@ -7,6 +7,7 @@ skipped), `run.json` (the step limit) and the complete `step_N/` folders (trm.tr
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 from trm.training.checkpointing import layout as ckpt
 from trm.training.config import headline_metric
 from trm.training.metrics_log import JSONL
+
+log = logging.getLogger(__name__)
 
 # The metric that picks the best checkpoint, by preference: ARC's pass@2 (the Kaggle score), else the
 # exact accuracy of the evaluation (Sudoku, Maze: `eval/<set>/exact_accuracy`, set `all` first).
@@ -115,16 +118,22 @@ def best(run_dir: Path, metric: str | None = None) -> Best | None:
 
 
 def is_finished(run_dir: Path) -> bool:
-    """Whether the run's newest complete checkpoint records the run as finished (the trainer's final save)."""
-    found = ckpt.find_complete(Path(run_dir), warn=False)
-    if not found:
-        return False
+    """Whether the checkpoint a resume would start from records the run as finished (the trainer's final
+    save): the newest complete one whose files pass their sha256, as `trm.training.checkpointing.resume`
+    picks it. A damaged newer one (skipped with a warning) cannot mark an unfinished run as done."""
     from trm.training.checkpointing.state import read_main_state
 
-    try:
-        return bool(read_main_state(found[-1].path)["progress"]["finished"])
-    except (OSError, RuntimeError, KeyError, EOFError):
-        return False
+    for info in reversed(ckpt.find_complete(Path(run_dir), warn=False)):
+        try:
+            ckpt.check_folder(info.path, verify_hashes=True)
+        except ValueError as why:
+            log.warning("skipping checkpoint %s: %s (the run resumes from an older one)", info.path, why)
+            continue
+        try:
+            return bool(read_main_state(info.path)["progress"]["finished"])
+        except (OSError, RuntimeError, KeyError, EOFError):
+            return False
+    return False
 
 
 def has_checkpoint(run_dir: Path) -> bool:
