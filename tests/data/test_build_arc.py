@@ -11,6 +11,7 @@ from tests.helpers import SMOKE_BUILD, tiny_task, write_subset
 from trm.data.arc_source import DEFAULT_PREFIX
 from trm.data.build_arc import build_arc_dataset
 from trm.data.encoding import crop, invert_augmentation, parse_identifier
+from trm.data.loader import PuzzleLoader
 from trm.data.manifest import read_verified_manifest
 from trm.errors import TRMError
 
@@ -99,6 +100,23 @@ def test_rebuild_is_a_no_op_and_different_args_need_overwrite(tmp_path):
         replaced["args"]["num_aug"] == 3
         and read_verified_manifest(tmp_path / "d")["fingerprint"] == replaced["fingerprint"]
     )
+
+
+def test_a_damaged_dataset_is_rebuilt_by_the_command_its_error_names(tmp_path):
+    """The loader's error says: rebuild with the same flags and --overwrite; that command must repair it."""
+    args = {**SMOKE_BUILD, "max_puzzles": 3, "num_aug": 2}
+    first = build_arc_dataset(tmp_path / "d", **args)
+    damaged = tmp_path / "d" / "train" / "all__puzzle_indices.npy"
+    damaged.write_bytes(damaged.read_bytes()[:-8])
+    with pytest.raises(TRMError, match="--overwrite") as loader_error:
+        PuzzleLoader([tmp_path / "d"], "train", global_batch_size=4)
+    assert "truncated" in str(loader_error.value)
+    with pytest.raises(TRMError, match=r"all__puzzle_indices\.npy: \d+ bytes.*pass --overwrite to rebuild it"):
+        build_arc_dataset(tmp_path / "d", **args)
+    assert damaged.stat().st_size == first["files"]["train/all__puzzle_indices.npy"]["bytes"] - 8  # untouched
+    rebuilt = build_arc_dataset(tmp_path / "d", overwrite=True, **args)
+    assert rebuilt["fingerprint"] == first["fingerprint"]
+    assert read_verified_manifest(tmp_path / "d")["fingerprint"] == first["fingerprint"]
 
 
 def test_overwrite_replaces_only_a_dataset_it_built_holding_nothing_else(tmp_path):

@@ -15,19 +15,12 @@ import numpy as np
 import trm
 from trm.errors import TRMError
 from trm.io import atomic_directory, atomic_write_bytes, atomic_write_text
-from trm.safe_remove import check_replaceable
 
 from . import formats
 from .arc_source import DEFAULT_PREFIX, ArcTask, input_checksums, load_subsets
 from .layout import SplitLayout, grid_store, identifiers_json, num_identifiers, split_layouts, split_metadata
-from .manifest import (
-    MANIFEST,
-    identifiers_provenance,
-    listed_files,
-    read_manifest,
-    read_verified_manifest,
-    write_manifest,
-)
+from .grid_dataset import existing_dataset
+from .manifest import MANIFEST, identifiers_provenance, listed_files, write_manifest
 from .materialize import write_examples
 from .variants import TaskVariants, draw_all_variants
 
@@ -81,7 +74,7 @@ def build_arc_dataset(
             )
         args["subsample_size"] = subsample_size
     inputs = input_checksums(prefix, subsets)
-    existing = _reusable(output_dir, args, inputs, overwrite)
+    existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite)
     if existing is not None:
         return existing
     test_names = {test_set_name, test_set_name2}
@@ -155,23 +148,6 @@ def _checked_args(
         "form": form,
         "draws": DRAWS,
     }
-
-
-def _reusable(output_dir: Path, args: dict[str, Any], inputs: dict[str, str], overwrite: bool) -> dict | None:
-    """The manifest of an identical complete build already at `output_dir`, else None (error if in the way)."""
-    if not output_dir.exists():
-        return None
-    existing = _existing_manifest(output_dir)
-    if existing is not None and existing["args"] == args and existing.get("inputs") == inputs:
-        read_verified_manifest(output_dir)
-        return existing
-    check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag="--output-dir")  # not ours
-    if not overwrite:
-        raise TRMError(
-            f"{output_dir}: already exists and holds a different, older or incomplete dataset; "
-            "pass --overwrite to replace it, or choose another --output-dir"
-        )
-    return None
 
 
 def subsample_tasks(tasks: list[ArcTask], subset: str, size: int, seed: int) -> list[ArcTask]:
@@ -274,12 +250,3 @@ def _make_readable(root: Path) -> None:
     root.chmod(0o755)
     for path in root.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
-
-
-def _existing_manifest(output_dir: Path) -> dict[str, Any] | None:
-    if not (output_dir / MANIFEST).is_file():
-        return None
-    try:
-        return read_manifest(output_dir)
-    except TRMError:
-        return None

@@ -24,7 +24,7 @@ from trm.safe_remove import check_replaceable
 
 from . import formats
 from .grid_recipes import FORM as GRID_COMPACT
-from .manifest import MANIFEST, listed_files, read_manifest, read_verified_manifest, write_manifest
+from .manifest import MANIFEST, check_files, listed_files, read_manifest, write_manifest
 from .metadata import DatasetMetadata
 
 IDENTIFIERS = ["<blank>"]
@@ -92,7 +92,8 @@ def existing_dataset(
 ) -> dict[str, Any] | None:
     """The manifest of a complete dataset already at `output_dir` built from the same args and inputs, else None.
 
-    Raises when `output_dir` holds something else and `overwrite` is not set.
+    Raises when `output_dir` holds something else, or the same dataset with damaged files (truncated,
+    edited, missing), and `overwrite` is not set; with `overwrite` such a dataset is rebuilt.
     """
     if not output_dir.exists():
         return None
@@ -103,7 +104,15 @@ def existing_dataset(
         except TRMError:
             manifest = None
     if manifest is not None and manifest["args"] == args and manifest.get("inputs") == inputs:
-        return read_verified_manifest(output_dir)
+        problems = check_files(output_dir, manifest, full=False)
+        if not problems:
+            return manifest
+        if not overwrite:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise TRMError(
+                f"{output_dir}: holds this dataset but its files do not match its manifest: {problems[0]}{more}; "
+                "pass --overwrite to rebuild it, or choose another --output-dir"
+            )
     check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag="--output-dir")  # not ours
     if not overwrite:
         raise TRMError(

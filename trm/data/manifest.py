@@ -21,7 +21,8 @@ QUICK_HASH_LIMIT = 256 << 20
 def rebuild_hint(dataset_dir: str | Path) -> str:
     """The commands that fix a missing or broken manifest."""
     return (
-        f"rebuild it with the command that built it, `python -m trm data build-arc --output-dir {dataset_dir} …` "
+        "rebuild it with the command that built it, "
+        f"`python -m trm data build-arc --output-dir {dataset_dir} --overwrite …` "
         "(or build-sudoku / build-maze) with the same flags as before, "
         f"or, for a directory built by upstream TinyRecursiveModels, run `python -m trm data import-upstream {dataset_dir}`"
     )
