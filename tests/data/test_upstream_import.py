@@ -121,3 +121,23 @@ def test_unreadable_dataset_json_names_the_file(tmp_path):
     (root / "train" / "dataset.json").write_text("[1, 2]")
     with pytest.raises(TRMError, match=r"train/dataset.json: expected a JSON object"):
         import_upstream(root)
+
+
+@pytest.mark.parametrize("cut", ["missing", "truncated", "empty"])
+def test_an_arc_build_killed_before_its_last_file_is_not_imported(tmp_path, cut):
+    """Upstream's ARC builder writes test_puzzles.json last: without it (or torn) the build did not finish."""
+    root = tmp_path / "urm"
+    write_urm_dir(root, {"train": [2, 2], "test": [1]})
+    puzzles = root / "test_puzzles.json"
+    if cut == "missing":
+        puzzles.unlink()
+    else:
+        puzzles.write_text('{"t0": {"train": [' if cut == "truncated" else "")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    with pytest.raises(TRMError, match=r"test_puzzles\.json: (missing|unreadable).*rebuild"):
+        import_upstream(root)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing written
+    proc = subprocess.run(
+        [sys.executable, "-m", "trm", "data", "import-upstream", str(root)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "test_puzzles.json" in proc.stderr and "Traceback" not in proc.stderr

@@ -95,6 +95,28 @@ def check_split(root: Path, split: str, num_identifiers: int | None) -> dict[str
     return {"groups": meta.total_groups, "puzzles": meta.total_puzzles, "examples": len(inputs)}
 
 
+def check_test_puzzles(root: Path, identifiers: list[Any]) -> None:
+    """`test_puzzles.json`, the last file upstream's (and URM's) ARC builder writes: a JSON object. A build
+    killed while or before writing it leaves it truncated or absent, so an ARC dir (more identifiers than the
+    blank one; Sudoku and Maze builders write only `["<blank>"]` and no such file) without it is incomplete."""
+    path = root / "test_puzzles.json"
+    if not path.exists():
+        if len(identifiers) > 1:
+            raise TRMError(
+                f"{path}: missing; upstream's ARC builder writes it last, so the build did not finish: rebuild "
+                "the dataset, then import it again"
+            )
+        return
+    try:
+        puzzles = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TRMError(
+            f"{path}: unreadable ({err}); the upstream build did not finish, rebuild it, then import it again"
+        ) from None
+    if not isinstance(puzzles, dict):
+        raise TRMError(f"{path}: expected a JSON object of test tasks; rebuild the dataset")
+
+
 def add_total_puzzles(root: Path, split: str, puzzles: int) -> None:
     """Write the derived `total_puzzles` into a URM-built split's `dataset.json` (keys otherwise unchanged)."""
     raw, _ = read_split_metadata(root, split)
@@ -119,6 +141,7 @@ def import_upstream(dataset_dir: str | Path, *, progress: bool = False) -> dict[
         ) from None
     if not isinstance(identifiers, list):
         raise TRMError(f"{ids_path}: expected a JSON list of identifier strings; rebuild the dataset")
+    check_test_puzzles(root, identifiers)
     splits = ("train", "test")
     counts = {split: check_split(root, split, len(identifiers)) for split in splits}
     derived = [split for split in splits if read_split_metadata(root, split)[1]]
