@@ -111,7 +111,9 @@ def test_a_damaged_dataset_is_rebuilt_by_the_command_its_error_names(tmp_path):
     with pytest.raises(TRMError, match="--overwrite") as loader_error:
         PuzzleLoader([tmp_path / "d"], "train", global_batch_size=4)
     assert "truncated" in str(loader_error.value)
-    with pytest.raises(TRMError, match=r"all__puzzle_indices\.npy: \d+ bytes.*pass --overwrite to rebuild it"):
+    with pytest.raises(
+        TRMError, match=r"all__puzzle_indices\.npy: \d+ bytes.*pass --overwrite to rebuild it"
+    ):
         build_arc_dataset(tmp_path / "d", **args)
     assert damaged.stat().st_size == first["files"]["train/all__puzzle_indices.npy"]["bytes"] - 8  # untouched
     rebuilt = build_arc_dataset(tmp_path / "d", overwrite=True, **args)

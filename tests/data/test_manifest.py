@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers import SMOKE_BUILD
+from trm.data.build_arc import build_arc_dataset
 from trm.data.loader import PuzzleLoader
-from trm.data.manifest import MANIFEST, read_verified_manifest
+from trm.data.manifest import MANIFEST, read_verified_manifest, write_manifest
 from trm.data.upstream_import import import_upstream
 from trm.errors import TRMError
 
@@ -97,3 +100,32 @@ def test_import_upstream_rejects_inconsistent_arrays(copies):
     with pytest.raises(TRMError, match=r"test: not a complete upstream dataset: puzzle_indices ends at"):
         import_upstream(upstream)
     assert not (upstream / MANIFEST).exists()
+
+
+def test_counts_that_do_not_match_the_arrays_are_refused_and_rebuilt(copies):
+    """`counts` is outside the fingerprint: the loader checks it against the arrays, and the rebuild it
+    names (same flags + --overwrite) does not reuse such a dataset."""
+    root = copies["compact"]
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["counts"]["train"]["examples"] += 5
+    (root / MANIFEST).write_text(json.dumps(manifest))
+    read_verified_manifest(root)  # files and fingerprint still match
+    with pytest.raises(TRMError, match=r"counts train\.examples=\d+ but the arrays hold \d+.*--overwrite"):
+        PuzzleLoader([root], "train", global_batch_size=8)
+    with pytest.raises(TRMError, match=r"counts train\.examples.*pass --overwrite to rebuild it"):
+        build_arc_dataset(root, form="compact", **SMOKE_BUILD)
+    build_arc_dataset(root, form="compact", overwrite=True, **SMOKE_BUILD)
+    PuzzleLoader([root], "train", global_batch_size=8)
+
+
+def test_materialized_rows_that_do_not_match_the_index_arrays_are_refused(copies):
+    """A manifest written over a short all__inputs.npy (same name, fewer rows) still fails to load."""
+    root = copies["materialized"]
+    manifest = json.loads((root / MANIFEST).read_text())
+    for name in ("inputs", "labels"):
+        path = root / "test" / f"all__{name}.npy"
+        np.save(path, np.load(path)[:-3])
+    (root / MANIFEST).unlink()
+    write_manifest(root, form="materialized", builder="x", args=manifest["args"], inputs={}, counts={})
+    with pytest.raises(TRMError, match=r"test: all__inputs\.npy is \[\d+, 900\], but puzzle_indices"):
+        PuzzleLoader([root], "test", global_batch_size=8)

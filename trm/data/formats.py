@@ -151,6 +151,8 @@ class RowReader:
 class SplitData:
     """One split of one dataset dir: index arrays in RAM and `examples(idx)` -> (inputs, labels) uint8."""
 
+    readers: tuple[RowReader, ...] = ()  # the materialized form's example files
+
     def __init__(self, root: Path, split: str, form: str) -> None:
         self.root, self.split, self.form = Path(root), split, form
         self.metadata = DatasetMetadata.read(self.root / split / "dataset.json")
@@ -161,6 +163,7 @@ class SplitData:
         if form == MATERIALIZED:
             self._inputs = RowReader(array_path(self.root, split, "inputs"))
             self._labels = RowReader(array_path(self.root, split, "labels"))
+            self.readers = (self._inputs, self._labels)
         elif form == GRID_COMPACT:  # Sudoku / Maze: originals + per-puzzle recipes (trm/data/grid_recipes.py)
             self._grid = GridRecipes(self.root, split)
         elif form == COMPACT:

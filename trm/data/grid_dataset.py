@@ -24,7 +24,7 @@ from trm.safe_remove import check_replaceable
 
 from . import formats
 from .grid_recipes import FORM as GRID_COMPACT
-from .manifest import MANIFEST, check_files, listed_files, read_manifest, write_manifest
+from .manifest import MANIFEST, check_files, count_problems, listed_files, read_manifest, write_manifest
 from .metadata import DatasetMetadata
 
 IDENTIFIERS = ["<blank>"]
@@ -106,6 +106,12 @@ def existing_dataset(
     if manifest is not None and manifest["args"] == args and manifest.get("inputs") == inputs:
         problems = check_files(output_dir, manifest, full=False)
         if not problems:
+            problems = [
+                p
+                for split in ("train", "test")
+                for p in count_problems(manifest, split, _counts(output_dir, split))
+            ]
+        if not problems:
             return manifest
         if not overwrite:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -120,6 +126,13 @@ def existing_dataset(
             "pass --overwrite to replace it, or choose another --output-dir"
         )
     return None
+
+
+def _counts(root: Path, split: str) -> dict[str, int]:
+    """What a split's (verified) index arrays hold, as the manifest counts it."""
+    examples = np.load(formats.array_path(root, split, "puzzle_indices"), allow_pickle=False)
+    groups = np.load(formats.array_path(root, split, "group_indices"), allow_pickle=False)
+    return {"examples": int(examples[-1]), "groups": len(groups) - 1}
 
 
 def write_dataset(

@@ -26,7 +26,7 @@ import torch
 from trm.errors import TRMError
 
 from .formats import SplitData
-from .manifest import combined_fingerprint, read_verified_manifest
+from .manifest import combined_fingerprint, count_problems, read_verified_manifest, rebuild_hint
 from .metadata import DatasetMetadata, merge_metadata
 from .prefetch import prefetched
 
@@ -99,6 +99,8 @@ class PuzzleLoader:
         self._sets = [
             SplitData(p, split, m["form"]) for p, m in zip(self.data_paths, self._manifests, strict=True)
         ]
+        for path, manifest, data in zip(self.data_paths, self._manifests, self._sets, strict=True):
+            _check_counts(path, manifest, data)
         self.metadata: DatasetMetadata = merge_metadata(
             [(str(p), s.metadata) for p, s in zip(self.data_paths, self._sets, strict=True)]
         )
@@ -299,6 +301,22 @@ class PuzzleLoader:
             "labels": torch.from_numpy(labels),
             "puzzle_identifiers": torch.from_numpy(identifiers),
         }
+
+
+def _check_counts(path: Path, manifest: dict[str, Any], data: SplitData) -> None:
+    """The manifest's counts of the split (not covered by its fingerprint) against the arrays read, and a
+    materialized split's example rows against its index arrays and `dataset.json`; one line naming both."""
+    problems = count_problems(
+        manifest, data.split, {"examples": data.num_examples, "groups": data.num_groups}
+    )
+    for reader in data.readers:
+        if reader.shape != (data.num_examples, data.metadata.seq_len):
+            problems.append(
+                f"{reader.path.name} is {list(reader.shape)}, but puzzle_indices and dataset.json need "
+                f"[{data.num_examples}, {data.metadata.seq_len}]"
+            )
+    if problems:
+        raise TRMError(f"{path}/{data.split}: {'; '.join(problems)}; {rebuild_hint(path)}")
 
 
 def _read_json(path: Path) -> Any:

@@ -233,6 +233,19 @@ def check_files(dataset_dir: str | Path, manifest: dict[str, Any], *, full: bool
     return problems
 
 
+def count_problems(manifest: dict[str, Any], split: str, found: dict[str, int]) -> list[str]:
+    """The manifest's counts of `split` (which its fingerprint does not cover) that differ from `found`,
+    what the split's arrays hold ({"examples": …, "groups": …})."""
+    counts = manifest.get("counts", {}).get(split)
+    if not isinstance(counts, dict):
+        return []
+    return [
+        f"manifest.json counts {split}.{key}={counts[key]!r} but the arrays hold {value}"
+        for key, value in found.items()
+        if key in counts and counts[key] != value
+    ]
+
+
 def read_verified_manifest(dataset_dir: str | Path, *, full: bool = False) -> dict[str, Any]:
     """The dataset's manifest after checking every listed file (sizes; sha256 of files ≤256 MB, all if `full`).
 
