@@ -18,8 +18,8 @@ from trm.io import atomic_directory, atomic_write_bytes, atomic_write_text
 
 from . import formats
 from .arc_source import DEFAULT_PREFIX, ArcTask, input_checksums, load_subsets
-from .layout import SplitLayout, grid_store, identifiers_json, num_identifiers, split_layouts, split_metadata
 from .grid_dataset import existing_dataset
+from .layout import SplitLayout, grid_store, identifiers_json, num_identifiers, split_layouts, split_metadata
 from .manifest import MANIFEST, identifiers_provenance, listed_files, write_manifest
 from .materialize import write_examples
 from .variants import TaskVariants, draw_all_variants
