@@ -384,3 +384,24 @@ def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
         for line in runbook.read_text().splitlines():
             if "pip install" in line and "vastai" in line:
                 assert VASTAI_CLI in line, f"{runbook.name}: {line}"
+
+
+def test_the_resume_command_never_names_this_pod_and_a_release_without_a_pod_id_stops_the_launch():
+    """The resume command may run on a new pod (Prime Intellect pods cannot be stopped): carrying the old
+    PRIME_POD_ID would terminate the old pod at the new one's end and leave the new one billing. Without
+    it, a launch that would have to release says so at its start, before any training."""
+    from trm.launch.provider.release import readiness_problem
+
+    env = {"ON_END": "destroy", "RELEASE_VIA": "primeintellect", "PRIME_POD_ID": "pod-old",
+           "PRIME_API_KEY": TOKEN, "SYNC_TO": "store:bucket", "TASK": "debug-tiny", "NUM_GPUS": "0"}  # fmt: skip
+    plan = build_plan(LaunchSettings.from_env(env), [], env)
+    resume = plan.resume_command(env)
+    assert "pod-old" not in resume and "ON_END=destroy" in resume and "RELEASE_VIA=primeintellect" in resume
+    assert TOKEN not in resume
+    on_new_pod = {k: v for k, v in env.items() if k != "PRIME_POD_ID"}
+    problem = readiness_problem(policy_from_env(on_new_pod, sync_to="store:bucket"), on_new_pod)
+    assert problem is not None and "PRIME_POD_ID" in problem
+    auto = {k: v for k, v in on_new_pod.items() if k != "RELEASE_VIA"}
+    with pytest.raises(TRMError, match="PRIME_POD_ID"):
+        policy_from_env(auto, sync_to="store:bucket")
+    assert readiness_problem(policy_from_env(env, sync_to="store:bucket"), env) is None

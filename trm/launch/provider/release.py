@@ -135,6 +135,11 @@ def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | No
             )
         if not env.get("CONTAINER_ID", "").strip().isdigit():
             return "CONTAINER_ID (the Vast.ai instance id, set by Vast.ai) is missing from the launch's environment"
+    if provider == "primeintellect" and not env.get("PRIME_POD_ID", "").strip():
+        return (
+            "PRIME_POD_ID (this pod's id, from `prime pods list`) is unset, so the pod could not be terminated "
+            "at the end: set it, or set ON_END=keep ON_BUDGET=keep"
+        )
     if provider == "primeintellect" and not env.get("PRIME_API_KEY"):
         path = env.get("PRIME_API_KEY_FILE", "").strip()
         if not path or not Path(path).is_file():
