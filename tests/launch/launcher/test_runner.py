@@ -432,6 +432,37 @@ def test_a_trainer_disk_full_is_the_launchers_exit_code(tmp_path):
     assert _train(launch) == 1
 
 
+@pytest.mark.parametrize("smoke_steps", ["0", "2"])
+@pytest.mark.parametrize("code", [exit_codes.CONFIG_ERROR, exit_codes.NONFINITE])
+def test_a_trainers_terminal_code_ends_the_launch_and_a_restart_does_not_train(
+    tmp_path, restore_signals, smoke_steps, code
+):
+    """torchrun exits 1 for a trainer's 2 or 78, in training or in the smoke gate; the launcher must exit
+    with the trainer's code (a Job's podFailurePolicy fails on it at once) and keep it in the ledger, so that
+    a restart policy's next launch with the same configuration exits 0 without training."""
+    calls: list[str] = []
+
+    def failing_trainer(launch: Launch) -> None:
+        def torchrun(cmd: object, log: Path, label: str, stream: object = None) -> AttemptResult:
+            launch.trainer_ran = True
+            calls.append(label)
+            return AttemptResult(1, {0: code, 1: -15})
+
+        launch.torchrun = torchrun  # type: ignore[method-assign]
+
+    env = {"PREFLIGHT": "0", "SMOKE_STEPS": smoke_steps}
+    launch, out = make_launch(tmp_path, "finish", **env)
+    failing_trainer(launch)
+    assert launch.run() == code, out.getvalue()
+    assert calls == ["smoke gate" if smoke_steps != "0" else "train attempt 1"]
+    ledger = json.loads((launch.settings.launch_dir / "ledger.json").read_text())
+    assert ledger["end"]["exit_code"] == code, ledger
+    again, out = make_launch(tmp_path, "finish", **env)
+    failing_trainer(again)
+    assert again.run() == exit_codes.OK, out.getvalue()
+    assert len(calls) == 1 and "does not train again" in out.getvalue()
+
+
 def _compiling(launch: Launch) -> Launch:
     """The hardware tier turns compile on (as every GPU tier does); the CPU test plan does not."""
     import dataclasses

@@ -52,13 +52,16 @@ def vast_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 class PrimeApi:
     """A Prime Intellect API double on 127.0.0.1 that records each request."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, *then: int) -> None:
+        """Answers `status`, then each of `then` in turn (the last one repeats)."""
         self.requests: list[tuple[str, str, str | None]] = []
         api = self
+        answers = [status, *then]
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 api.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                status = answers[min(len(api.requests), len(answers)) - 1]
                 body = b'{"status": "TERMINATED"}' if status == 200 else b'{"detail": "not authorized"}'
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -148,9 +151,12 @@ def test_a_failing_vastai_keeps_the_machine_and_says_so(tmp_path):
     env = vast_env(tmp_path, ON_END="stop")
     (tmp_path / "bin" / "vastai").write_text(f"#!/bin/sh\necho 'invalid key {VAST_KEY}' >&2\nexit 1\n")
     lines: list[str] = []
-    assert release(policy_from_env(env, sync_to=""), exit_codes.OK, env, lines.append) == "keep"
+    waits: list[float] = []
+    policy = policy_from_env(env, sync_to="")
+    assert release(policy, exit_codes.OK, env, lines.append, sleep=waits.append) == "keep"
     text = "\n".join(lines)
     assert "release FAILED" in text and "release it by hand" in text and VAST_KEY not in text
+    assert waits == [15.0, 60.0]  # the CLI's failure may be the network's: tried three times
 
 
 def test_prime_intellect_pod_is_deleted_with_the_bearer_token(tmp_path):
@@ -384,3 +390,53 @@ def test_the_runbooks_install_the_pinned_vastai_cli_outside_the_training_venv():
         for line in runbook.read_text().splitlines():
             if "pip install" in line and "vastai" in line:
                 assert VASTAI_CLI in line, f"{runbook.name}: {line}"
+
+
+def test_the_resume_command_never_names_this_pod_and_a_release_without_a_pod_id_stops_the_launch():
+    """The resume command may run on a new pod (Prime Intellect pods cannot be stopped): carrying the old
+    PRIME_POD_ID would terminate the old pod at the new one's end and leave the new one billing. Without
+    it, a launch that would have to release says so at its start, before any training."""
+    from trm.launch.provider.release import readiness_problem
+
+    env = {"ON_END": "destroy", "RELEASE_VIA": "primeintellect", "PRIME_POD_ID": "pod-old",
+           "PRIME_API_KEY": TOKEN, "SYNC_TO": "store:bucket", "TASK": "debug-tiny", "NUM_GPUS": "0"}  # fmt: skip
+    plan = build_plan(LaunchSettings.from_env(env), [], env)
+    resume = plan.resume_command(env)
+    assert "pod-old" not in resume and "ON_END=destroy" in resume and "RELEASE_VIA=primeintellect" in resume
+    assert TOKEN not in resume
+    on_new_pod = {k: v for k, v in env.items() if k != "PRIME_POD_ID"}
+    problem = readiness_problem(policy_from_env(on_new_pod, sync_to="store:bucket"), on_new_pod)
+    assert problem is not None and "PRIME_POD_ID" in problem
+    auto = {k: v for k, v in on_new_pod.items() if k != "RELEASE_VIA"}
+    with pytest.raises(TRMError, match="PRIME_POD_ID"):
+        policy_from_env(auto, sync_to="store:bucket")
+    assert readiness_problem(policy_from_env(env, sync_to="store:bucket"), env) is None
+
+
+def test_a_release_that_may_pass_on_retry_is_tried_again_and_a_refusal_is_not(tmp_path):
+    """A Vast.ai CLI that fails once (the API was unreachable) and a Prime Intellect API that answers 503
+    once: each is tried again after the first wait and the machine is released; a 401 is final at once."""
+    env = vast_env(tmp_path, ON_END="destroy")
+    calls, marker = tmp_path / "vastai.calls", tmp_path / "failed-once"
+    (tmp_path / "bin" / "vastai").write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        f'if [ ! -e {marker} ]; then touch {marker}; echo "connection reset" >&2; exit 1; fi\n'
+    )
+    waits: list[float] = []
+    lines: list[str] = []
+    policy = policy_from_env(env, sync_to="r:b")
+    assert release(policy, exit_codes.OK, env, lines.append, sleep=waits.append) == "destroy", lines
+    assert calls.read_text().splitlines() == [f"destroy instance 4242 --api-key {VAST_KEY}"] * 2
+    assert waits == [15.0] and "trying again in 15 s" in "\n".join(lines)
+    assert VAST_KEY not in "\n".join(lines)
+    for statuses, result, tries in (((503, 200), "destroy", 2), ((401,), "keep", 1), ((502,), "keep", 3)):
+        with PrimeApi(*statuses) as api:
+            prime = {"PRIME_POD_ID": "pod-abc", "PRIME_API_KEY": TOKEN, "PRIME_API_URL": api.url,
+                     "ON_END": "destroy"}  # fmt: skip
+            waits.clear()
+            lines.clear()
+            got = release(policy_from_env(prime, sync_to="r:b"), exit_codes.OK, prime, lines.append,
+                          sleep=waits.append)  # fmt: skip
+        assert (got, len(api.requests)) == (result, tries), lines
+        assert waits == [15.0, 60.0][: tries - 1] and TOKEN not in "\n".join(lines)
+    assert "release FAILED" in lines[-1] and "HTTP 502" in lines[-1]

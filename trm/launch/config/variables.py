@@ -140,6 +140,9 @@ class EnvVar:
     """The default as --help and docs/launch.md show it, where the value alone does not say it."""
     field: str | None = ""
     """The LaunchSettings field it sets ("": its name in lower case; None: read where it is used)."""
+    this_machine: bool = False
+    """It names the machine the launch runs on (a pod id): left out of the resume command, which may run on
+    another machine, where it would name the wrong one (the release would terminate the old pod)."""
 
     @property
     def default(self) -> str:
@@ -381,9 +384,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar(
         "PRIME_POD_ID",
-        "Prime Intellect pod to terminate (`prime pods list`)",
+        "Prime Intellect pod to terminate: this pod's own id (`prime pods list`); never carried into the "
+        "resume command, which may run on another pod",
         "release",
         field=None,
+        this_machine=True,
     ),
     EnvVar(
         "PRIME_API_KEY_FILE",

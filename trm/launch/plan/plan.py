@@ -341,8 +341,10 @@ class LaunchPlan:
     def resume_command(self, environ: dict[str, str]) -> str:
         """The exact command that continues this run where it ran: the launch variables that were set, then
         the entry point that started it (`bash scripts/train_prod.sh` in a checkout, which exports
-        `TRM_LAUNCHER`; `python -m trm launch` otherwise, e.g. inside a trm image, which has no scripts/)."""
-        names = [v.name for v in ENV_VARS if v.name in environ and environ[v.name] != ""]
+        `TRM_LAUNCHER`; `python -m trm launch` otherwise, e.g. inside a trm image, which has no scripts/).
+        A variable naming this machine (PRIME_POD_ID) is left out: on another machine the launch then asks
+        for that machine's id at its start instead of releasing this one."""
+        names = [v.name for v in ENV_VARS if environ.get(v.name, "") != "" and not v.this_machine]
         assigns = [f"{n}={shlex.quote(environ[n])}" for n in names]
         entry = ["bash", SCRIPT] if environ.get(LAUNCHER_ENV) == SCRIPT else ["python", "-m", "trm", "launch"]
         return " ".join([*assigns, *entry, *(shlex.quote(o) for o in self.settings.cli_overrides)])

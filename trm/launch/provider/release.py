@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -33,6 +34,9 @@ ACTIONS = ("keep", "stop", "destroy")
 PROVIDERS = ("auto", "vast", "primeintellect", "kubernetes", "host")
 PRIME_API_URL = "https://api.primeintellect.ai"
 REDACTED = "***"
+# The waits before the 2nd and 3rd try of a release that failed in a way a retry may cure (a network error, an
+# HTTP 429/5xx, the vastai CLI failing or not answering): a machine left running bills until a person notices.
+RETRY_WAITS_S = (15.0, 60.0)
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,11 @@ def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | No
             )
         if not env.get("CONTAINER_ID", "").strip().isdigit():
             return "CONTAINER_ID (the Vast.ai instance id, set by Vast.ai) is missing from the launch's environment"
+    if provider == "primeintellect" and not env.get("PRIME_POD_ID", "").strip():
+        return (
+            "PRIME_POD_ID (this pod's id, from `prime pods list`) is unset, so the pod could not be terminated "
+            "at the end: set it, or set ON_END=keep ON_BUDGET=keep"
+        )
     if provider == "primeintellect" and not env.get("PRIME_API_KEY"):
         path = env.get("PRIME_API_KEY_FILE", "").strip()
         if not path or not Path(path).is_file():
@@ -145,7 +154,11 @@ def readiness_problem(policy: ReleasePolicy, env: Mapping[str, str]) -> str | No
 
 
 class ReleaseError(Exception):
-    """The release request failed (the message holds no secret)."""
+    """The release request failed (the message holds no secret); `retry`: trying again may succeed."""
+
+    def __init__(self, message: str, *, retry: bool = False) -> None:
+        super().__init__(message)
+        self.retry = retry
 
 
 Log = Callable[[str], None]
@@ -198,10 +211,10 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
             f"`{shown}` by hand"
         ) from None
     except subprocess.TimeoutExpired:
-        raise ReleaseError(f"`{shown}` did not answer within 120 s") from None
+        raise ReleaseError(f"`{shown}` did not answer within 120 s", retry=True) from None
     output = _redact((result.stdout + result.stderr).strip(), [key])
     if result.returncode != 0:
-        raise ReleaseError(f"`{shown}` failed (exit {result.returncode}): {output[-500:]}")
+        raise ReleaseError(f"`{shown}` failed (exit {result.returncode}): {output[-500:]}", retry=True)
     if output:
         log(f"release: vastai: {output[-500:]}")
 
@@ -221,9 +234,10 @@ def release_prime(env: Mapping[str, str], log: Log) -> None:
     except urllib.error.HTTPError as err:
         detail = _redact(err.read(500).decode("utf-8", "replace"), [token])
         hint = " (the API key needs Instances read+write)" if err.code in (401, 403) else ""
-        raise ReleaseError(f"DELETE {url} answered HTTP {err.code}{hint}: {detail}") from None
+        retry = err.code == 429 or err.code >= 500
+        raise ReleaseError(f"DELETE {url} answered HTTP {err.code}{hint}: {detail}", retry=retry) from None
     except (urllib.error.URLError, OSError) as err:
-        raise ReleaseError(f"DELETE {url} failed: {_redact(str(err), [token])}") from None
+        raise ReleaseError(f"DELETE {url} failed: {_redact(str(err), [token])}", retry=True) from None
     log(f"release: Prime Intellect answered {_redact(body, [token])[:300]}")
 
 
@@ -245,11 +259,13 @@ def release(
     log: Log,
     *,
     synced: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> str:
     """Apply the policy for `exit_code`; returns what was done (keep, stop, destroy or exit).
 
     `synced` is False when the final copy to SYNC_TO failed: then nothing is destroyed (a Vast.ai instance
-    is stopped instead, which keeps its disk), since the machine holds the only complete copy."""
+    is stopped instead, which keeps its disk), since the machine holds the only complete copy. A request
+    that failed in a way a retry may cure is tried again after each of RETRY_WAITS_S."""
     action = policy.action_for(exit_code)
     if action == "keep":
         if policy.releases:
@@ -273,19 +289,30 @@ def release(
         else:
             log("release: the final sync failed, so the machine is kept (its disk holds the only copy)")
             return "keep"
-    try:
-        if provider == "vast":
-            release_vast(action, env, log)
-        elif provider == "primeintellect":
-            release_prime(env, log)
-        elif provider == "host":
-            release_host(log, env)
-        else:  # pragma: no cover - PROVIDERS is checked when the settings are read
-            raise ReleaseError(f"unknown RELEASE_VIA {provider!r}")
-    except ReleaseError as err:
-        log(f"release FAILED: {err}; the machine is still running (and billing): release it by hand")
-        return "keep"
-    return action
+    for wait in (*RETRY_WAITS_S, None):
+        try:
+            _request(provider, action, env, log)
+        except ReleaseError as err:
+            if err.retry and wait is not None:
+                log(f"release attempt failed: {err}; trying again in {wait:g} s")
+                sleep(wait)
+                continue
+            log(f"release FAILED: {err}; the machine is still running (and billing): release it by hand")
+            return "keep"
+        return action
+    raise AssertionError("unreachable: the last wait is None")  # pragma: no cover
+
+
+def _request(provider: str, action: str, env: Mapping[str, str], log: Log) -> None:
+    """One release request to `provider`; raises ReleaseError."""
+    if provider == "vast":
+        release_vast(action, env, log)
+    elif provider == "primeintellect":
+        release_prime(env, log)
+    elif provider == "host":
+        release_host(log, env)
+    else:  # pragma: no cover - PROVIDERS is checked when the settings are read
+        raise ReleaseError(f"unknown RELEASE_VIA {provider!r}")
 
 
 def describe(policy: ReleasePolicy, env: Mapping[str, str]) -> str:

@@ -58,7 +58,7 @@ def _stopped(session: Session) -> None:
 
 def _failed(result: AttemptResult, log: Path) -> NoReturn:
     raise LaunchFailed(
-        result.returncode if result.returncode > 0 else 1,
+        result.failure_code,
         f"smoke gate failed (exit {result.returncode}, ranks {result.rank_codes}): the long run would "
         f"fail the same way; see {log}",
     )

@@ -126,6 +126,18 @@ class AttemptResult:
             return "hung"
         return "failed"
 
+    @property
+    def failure_code(self) -> int:
+        """The launcher's exit code for a failed attempt. torchrun exits 1 whatever its child's code, so a
+        rank's own code that tells an orchestrator what to do wins: 2 (fix the configuration), 74 (free
+        disk space), 78 (change the math); each of 2 and 78 is a terminal end the run's ledger keeps. Else
+        torchrun's code (1 when it died of a signal)."""
+        code = self.returncode if self.returncode > 0 else 1
+        for own in (exit_codes.DISK_FULL, exit_codes.CONFIG_ERROR, exit_codes.NONFINITE):
+            if own in self.rank_codes.values():
+                code = own
+        return code
+
 
 def child_pids(pid: int) -> list[int]:
     """The processes whose parent is `pid` (Linux /proc; empty where it cannot be read)."""

@@ -41,16 +41,11 @@ def train(session: Session, step: Step) -> None:
             session.console.log("stopped before the trainer started; the same command resumes")
             session.exit_code = session.stop_code()
             return
-        code = result.returncode if result.returncode > 0 else 1
-        for own in (exit_codes.DISK_FULL, exit_codes.NONFINITE):
-            if own in result.rank_codes.values():
-                # torchrun reports 1 for any failed child; the trainer's own code says what to do.
-                code = own
         session.console.log(
             f"training failed (torchrun exit {result.returncode}, rank exit codes {result.rank_codes}); "
             f"see {s.launch_dir / 'train.log'}. Fix the cause and rerun the same command to resume."
         )
-        session.exit_code = code
+        session.exit_code = result.failure_code
         return
 
 
