@@ -151,7 +151,7 @@ def test_train_prod_syncs_releases_and_a_new_machine_resumes_from_the_copy(tmp_p
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "vastai.calls"
-    (bin_dir / "vastai").write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    (bin_dir / "vastai").write_text(f'#!/bin/sh\necho "$* key=$VAST_API_KEY" >> {calls}\n')
     (bin_dir / "vastai").chmod(0o755)
     scoped = "vast-e2e-key-91c2"  # CONTAINER_API_KEY as Vast.ai sets it
     settings = dict(
@@ -164,7 +164,9 @@ def test_train_prod_syncs_releases_and_a_new_machine_resumes_from_the_copy(tmp_p
     env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
     first = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=500)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    assert calls.read_text().splitlines() == [f"stop instance 4242 --api-key {scoped}"]
+    assert calls.read_text().splitlines() == [
+        f"stop instance 4242 key={scoped}"
+    ]  # the key never on its command line
     remote = tmp_path / "bucket" / "trm-debug-tiny"
     saved = sorted(int(p.name[5:]) for p in remote.glob("step_*") if (p / "COMPLETE").exists())
     assert saved and (remote / "handoff" / "handoff.json").is_file() and (remote / "metrics.csv").is_file()

@@ -34,7 +34,8 @@ def fake_vastai(tmp_path: Path) -> tuple[Path, Path]:
     bin_dir.mkdir(exist_ok=True)
     record = tmp_path / "vastai.calls"
     script = bin_dir / "vastai"
-    script.write_text(f'#!/bin/sh\necho "$*" >> {record}\necho "stopping instance"\n')
+    # records its command line and the key it got from its environment (vastai's --api-key default)
+    script.write_text(f'#!/bin/sh\necho "$* key=$VAST_API_KEY" >> {record}\necho "stopping instance"\n')
     script.chmod(0o755)
     return bin_dir, record
 
@@ -134,10 +135,8 @@ def test_vast_instance_is_released_through_the_cli(tmp_path, code, action):
     policy = policy_from_env(env, sync_to="remote:bucket")
     lines: list[str] = []
     assert release(policy, code, env, lines.append) == action
-    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
-        f"{action} instance 4242 --api-key {VAST_KEY}"
-    ]
-    assert VAST_KEY not in "\n".join(lines) and "--api-key ***" in "\n".join(lines)
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"{action} instance 4242 key={VAST_KEY}"]
+    assert VAST_KEY not in "\n".join(lines) and "(API key from the environment)" in "\n".join(lines)
 
 
 def test_vast_destroy_becomes_stop_when_the_final_sync_failed(tmp_path):
@@ -262,10 +261,10 @@ def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_pat
         for sig, handler in saved.items():
             signal.signal(sig, handler)
     log = (settings.launch_dir / "launch.log").read_text()
-    assert log.index("handoff bundle:") < log.index("release: vastai stop instance 4242 --api-key ***"), log
-    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
-        f"stop instance 4242 --api-key {VAST_KEY}"
-    ]
+    assert log.index("handoff bundle:") < log.index(
+        "release: vastai stop instance 4242 (API key from the environment)"
+    ), log
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"stop instance 4242 key={VAST_KEY}"]
     bundle = settings.artifacts_run_dir
     (bundle / "handoff.json").unlink()
     proc = subprocess.run(
@@ -335,9 +334,7 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
     log = (settings.launch_dir / "launch.log").read_text()
     order = [log.index(s) for s in ("handoff bundle:", "final sync to store:", "release: vastai destroy")]
     assert order == sorted(order), log
-    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
-        f"destroy instance 4242 --api-key {VAST_KEY}"
-    ]
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"destroy instance 4242 key={VAST_KEY}"]
     remote = bucket / "trm-debug-tiny"
     assert (remote / "step_5" / "COMPLETE").is_file() and not (remote / ".step_6.partial").exists()
     assert (remote / "handoff" / "handoff.json").is_file() and (remote / "launch" / "launch.log").is_file()
@@ -419,14 +416,14 @@ def test_a_release_that_may_pass_on_retry_is_tried_again_and_a_refusal_is_not(tm
     env = vast_env(tmp_path, ON_END="destroy")
     calls, marker = tmp_path / "vastai.calls", tmp_path / "failed-once"
     (tmp_path / "bin" / "vastai").write_text(
-        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        f'#!/bin/sh\necho "$* key=$VAST_API_KEY" >> {calls}\n'
         f'if [ ! -e {marker} ]; then touch {marker}; echo "connection reset" >&2; exit 1; fi\n'
     )
     waits: list[float] = []
     lines: list[str] = []
     policy = policy_from_env(env, sync_to="r:b")
     assert release(policy, exit_codes.OK, env, lines.append, sleep=waits.append) == "destroy", lines
-    assert calls.read_text().splitlines() == [f"destroy instance 4242 --api-key {VAST_KEY}"] * 2
+    assert calls.read_text().splitlines() == [f"destroy instance 4242 key={VAST_KEY}"] * 2
     assert waits == [15.0] and "trying again in 15 s" in "\n".join(lines)
     assert VAST_KEY not in "\n".join(lines)
     for statuses, result, tries in (((503, 200), "destroy", 2), ((401,), "keep", 1), ((502,), "keep", 3)):

@@ -11,7 +11,7 @@ final sync (SYNC_TO). Where it happens decides how:
                   Job's podFailurePolicy does not restart)
   host            `shutdown -h now`, only when RELEASE_VIA=host is set explicitly
 
-Tokens are read when the release runs, sent only in the request header (or the CLI's --api-key), and
+Tokens are read when the release runs, sent only in the request header (or the vastai CLI's environment, never its command line), and
 never logged or written anywhere.
 """
 
@@ -199,12 +199,13 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
         )
     key = env.get("VAST_API_KEY", "").strip() or env.get("CONTAINER_API_KEY", "").strip()
     cmd = ["vastai", action, "instance", instance]
-    if key:
-        cmd += ["--api-key", key]
-    shown = _redact(" ".join(cmd), [key])
-    log(f"release: {shown}")
+    # The key goes in the CLI's environment (vastai reads VAST_API_KEY as --api-key's default), never on its
+    # command line, where every process on the machine could read it (`ps`).
+    child_env = {**env, "VAST_API_KEY": key} if key else dict(env)
+    shown = " ".join(cmd)
+    log(f"release: {shown}" + (" (API key from the environment)" if key else ""))
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False, env=dict(env))
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False, env=child_env)
     except FileNotFoundError:
         raise ReleaseError(
             f"{cmd[0]} is not installed: `{VASTAI_INSTALL}` (the official Vast.ai CLI), then "
