@@ -85,19 +85,20 @@ def trm_report(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "trm", "report", *args], capture_output=True, text=True)
 
 
-def test_command_line(tmp_path):
+def test_command_line(tmp_path, capsys):
+    from trm.commands import main
+
     batch = size_batch(tmp_path)
-    proc = trm_report("--batch", str(batch), "--out", str(tmp_path / "out"))
+    proc = trm_report("--batch", str(batch), "--out", str(tmp_path / "out"))  # the real entry point, once
     assert proc.returncode == 0, proc.stderr
     assert f"report: {tmp_path / 'out' / 'report.md'} (3 runs, 4 plots)" in proc.stdout
-    proc = trm_report(str(tmp_path / "h16"), "--batch", str(batch), "--out", str(tmp_path / "out"))
-    assert proc.returncode == 2
-    assert (
-        "error: pass run directories (RUN_DIR …) or --batch batch_results.json, one of the two" in proc.stderr
-    )
-    proc = trm_report(str(tmp_path / "gone"), "--out", str(tmp_path / "out2"))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert f"error: run directory {tmp_path / 'gone'} does not exist" in proc.stderr
+    # the refusals, in-process (the same code path after the entry point)
+    assert main(["report", str(tmp_path / "h16"), "--batch", str(batch), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "error: pass run directories (RUN_DIR …) or --batch batch_results.json, one of the two" in err
+    assert main(["report", str(tmp_path / "gone"), "--out", str(tmp_path / "out2")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"error: run directory {tmp_path / 'gone'} does not exist" in err
     assert not (tmp_path / "out2").exists()
 
 
