@@ -141,3 +141,24 @@ def test_an_arc_build_killed_before_its_last_file_is_not_imported(tmp_path, cut)
         [sys.executable, "-m", "trm", "data", "import-upstream", str(root)], capture_output=True, text=True
     )
     assert proc.returncode == 2 and "test_puzzles.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_damaged_imported_dataset_names_the_fix_that_works(tmp_path):
+    """An imported dataset cannot be rebuilt by our builders, and a second import refuses its manifest: the
+    error says to rebuild with its own builder into a new folder and import that."""
+    root = tmp_path / "urm"
+    write_urm_dir(root, {"train": [2, 1], "test": [1]})
+    import_upstream(root)
+    path = root / "train" / "all__inputs.npy"
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1  # same size, one byte changed
+    path.write_bytes(bytes(data))
+    with pytest.raises(TRMError) as err:
+        read_verified_manifest(root)
+    message = str(err.value)
+    assert "all__inputs.npy" in message and "import-upstream NEW_FOLDER" in message
+    assert "build-arc" not in message and URM_BUILDER in message
+    with pytest.raises(TRMError, match="already exists"):
+        import_upstream(root)  # why the hint names a new folder
+    with pytest.raises(TRMError, match="import-upstream NEW_FOLDER"):
+        PuzzleLoader([root], "train", global_batch_size=2, seed=0)

@@ -316,7 +316,7 @@ def _check_counts(path: Path, manifest: dict[str, Any], data: SplitData) -> None
                 f"[{data.num_examples}, {data.metadata.seq_len}]"
             )
     if problems:
-        raise TRMError(f"{path}/{data.split}: {'; '.join(problems)}; {rebuild_hint(path)}")
+        raise TRMError(f"{path}/{data.split}: {'; '.join(problems)}; {rebuild_hint(path, manifest)}")
 
 
 def _read_json(path: Path) -> Any:

@@ -18,8 +18,17 @@ FORMAT_VERSION = 1
 QUICK_HASH_LIMIT = 256 << 20
 
 
-def rebuild_hint(dataset_dir: str | Path) -> str:
-    """The commands that fix a missing or broken manifest."""
+def rebuild_hint(dataset_dir: str | Path, manifest: dict[str, Any] | None = None) -> str:
+    """The commands that fix a missing or broken dataset. A dataset `import-upstream` adopted (its manifest
+    says so) cannot be rebuilt in place by us, and a second import refuses its existing manifest: it is
+    rebuilt by its own builder into a new folder, which is then imported."""
+    args = manifest.get("args") if isinstance(manifest, dict) else None
+    if isinstance(args, dict) and args.get("imported") is True:
+        return (
+            f"it was imported from a build by {manifest.get('builder', 'upstream TinyRecursiveModels or URM')}: "
+            "rebuild it with that builder and the same flags into a new folder, run "
+            "`python -m trm data import-upstream NEW_FOLDER`, and point data_paths at NEW_FOLDER"
+        )
     return (
         "rebuild it with the command that built it, "
         f"`python -m trm data build-arc --output-dir {dataset_dir} --overwrite …` "
@@ -256,6 +265,6 @@ def read_verified_manifest(dataset_dir: str | Path, *, full: bool = False) -> di
     if problems:
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         raise TRMError(
-            f"{dataset_dir}: dataset does not match its manifest: {shown}; {rebuild_hint(dataset_dir)}"
+            f"{dataset_dir}: dataset does not match its manifest: {shown}; {rebuild_hint(dataset_dir, manifest)}"
         )
     return manifest
