@@ -216,10 +216,16 @@ def test_counts_of_the_wrong_type_only_lose_the_subset_names(planted: dict, tmp_
     assert _subset_of_group({"args": {"subsets": ["a"]}, "counts": {"tasks": {"a": 2}}}, 2) == ["a", "a"]
 
 
-def test_an_out_that_is_a_file_is_one_line(
-    planted: dict, tmp_path: Path, capsys: pytest.CaptureFixture
+def test_an_out_that_is_a_file_is_one_line_before_the_audit_runs(
+    planted: dict, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a_file = tmp_path / "report"
     a_file.write_text("mine")
-    assert main(["data", "audit", str(build(planted, "ds-out")), "--out", str(a_file), "--quiet"]) == 2
+    dataset = build(planted, "ds-out")
+
+    def not_reached(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the audit ran before its --out was checked")
+
+    monkeypatch.setattr("trm.data.audit.audit", not_reached)
+    assert main(["data", "audit", str(dataset), "--out", str(a_file), "--quiet"]) == 2
     assert "it is a file, not a folder" in capsys.readouterr().err and a_file.read_text() == "mine"

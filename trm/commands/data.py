@@ -167,10 +167,11 @@ def _summary(path: str, manifest: dict) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from trm.data.audit import audit, write_report
+    from trm.data.audit import audit, check_out, write_report
 
-    report = audit(args.dataset_dir, args.against, progress=not args.quiet)
     out = args.out or Path("audits") / Path(args.dataset_dir).resolve().name
+    check_out(out, args.dataset_dir, args.against)  # a bad --out never costs the audit's work
+    report = audit(args.dataset_dir, args.against, progress=not args.quiet)
     written, note = write_report(report, out, args.input_file_prefix)
     s = report["summary"]
     for name in ("pairs", "inputs", "outputs"):

@@ -485,19 +485,27 @@ def _clean_section(clean: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_out(out_dir: str | Path, dataset: str | Path, against: str | Path | None = None) -> None:
+    """TRMError (one line) when `out_dir` may not receive the report: checked before the audit's work and
+    again when it is written (an earlier audit folder may be replaced; anything else is refused)."""
+    from trm.safe_remove import check_replaceable
+
+    check_replaceable(
+        Path(out_dir), kind=KIND, sources=[dataset, *([against] if against else [])], flag="--out"
+    )
+
+
 def write_report(
     report: dict[str, Any], out_dir: str | Path, input_prefix: str | Path = DEFAULT_PREFIX
 ) -> tuple[list[Path], str | None]:
     """The report folder `out_dir`, published atomically: audit.json, audit.md and the clean split
     (trm.data.clean_split; its pair copied from the input files under `input_prefix`). An earlier audit
     folder is replaced; a folder holding anything else is refused. Returns the files and a note."""
-    from trm.safe_remove import check_replaceable
-
     from .manifest import read_manifest
 
     out = Path(out_dir)
     sources = [report["dataset"]["path"], *([report["against"]["path"]] if report["against"] else [])]
-    check_replaceable(out, kind=KIND, sources=sources, flag="--out")
+    check_out(out, *sources)
     manifest = read_manifest(report["dataset"]["path"])
     with atomic_directory(out, overwrite=True, kind=KIND, tool="trm data audit", sources=sources) as tmp:
         atomic_write_json(tmp / JSON_NAME, report)
