@@ -87,7 +87,9 @@ class FakeKubectl:
                 self.fail.remove(prefix)
                 return subprocess.CompletedProcess(cmd, 1, "", "error: the server is currently unable")
         out = ""
-        if cmd[1:3] == ["get", "pod"] and cmd[-1].startswith("jsonpath="):  # a phase query alone
+        if cmd[1] == "config":  # the current context and its namespace
+            out = "ctx-a" if cmd[2] == "current-context" else "ns-a"
+        elif cmd[1:3] == ["get", "pod"] and cmd[-1].startswith("jsonpath="):  # a phase query alone
             out = self.phase if cmd[3] not in self.pods_deleted else ""
         elif cmd[1:3] == ["get", "pod"]:
             if cmd[3] not in self.pods_deleted:
@@ -171,10 +173,12 @@ def test_a_failed_read_of_the_proof_is_named_not_taken_for_a_missing_pod(kustomi
     from tools.jobs import cli
 
     def subprocess_run(cmd, input=None, **kwargs):
-        if cmd[0] == "kubectl" and cmd[1] == "get":
-            return subprocess.CompletedProcess(cmd, 1, "", 'Error from server (Forbidden): pods "x" is forbidden\n')
-        assert cmd[0] != "kubectl", cmd  # nothing but the read of the proof
-        return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        if cmd[0] != "kubectl" or cmd[1] == "kustomize":
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        if cmd[1] == "config":
+            return subprocess.CompletedProcess(cmd, 0, "ctx-a", "")
+        assert cmd[1] == "get", cmd  # nothing but the read of the proof
+        return subprocess.CompletedProcess(cmd, 1, "", 'Error from server (Forbidden): pods "x" is forbidden\n')
 
     real_run = subprocess.run
     monkeypatch.chdir(ROOT)
@@ -315,7 +319,62 @@ def test_the_dry_run_walks_every_step_and_runs_no_delete(kustomize, monkeypatch,
         out.strip().splitlines()[-1]
         == "would run: kubectl delete pod trm-copy-out-prod-4xh100 --ignore-not-found"
     )
-    assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"get", "logs"}  # reads only
+    assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"config", "get", "logs"}  # reads only
+
+
+def test_every_kubectl_command_of_a_teardown_acts_in_the_context_it_started_in(kustomize, monkeypatch, capsys):
+    # Before: each command used whatever context/namespace was current when it ran; a `kubectl config
+    # use-context` meanwhile (the remover's wait lasts up to 30 min) sent the deletes to another cluster.
+    from tools.jobs import cli
+
+    cluster = FakeKubectl()
+    real_run = subprocess.run
+
+    def subprocess_run(cmd, input=None, **kwargs):
+        if cmd[0] != "kubectl" or cmd[1] == "kustomize":
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        return cluster(cmd, input)
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(subprocess, "run", subprocess_run)
+    assert cli.main(["teardown", "jobs/overlays/prod-4xh100"]) == 0
+    assert capsys.readouterr().out.startswith("teardown in --context=ctx-a --namespace=ns-a\n")
+    acting = [cmd for cmd in cluster.calls if cmd[1] != "config"]
+    assert len(acting) > 5 and all(cmd[-2:] == ["--context=ctx-a", "--namespace=ns-a"] for cmd in acting)
+    assert [c for c in cluster.calls if c[1] == "config"] == [
+        ["kubectl", "config", "current-context"],
+        ["kubectl", "config", "view", "--minify", "-o", "jsonpath={..namespace}"],
+    ]  # read once
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (FileNotFoundError("kubectl"), "`kubectl` is not on PATH; install kubectl"),
+        (subprocess.TimeoutExpired(["kubectl"], 2400), "did not answer in 2400 s; rerun teardown"),
+        (None, "kubectl has no current context (error: current-context is not set); choose the run's cluster"),
+    ],
+)
+def test_a_kubectl_that_is_missing_hangs_or_has_no_context_is_one_line(
+    kustomize, monkeypatch, capsys, error, expected
+):
+    # Before: a missing or hanging kubectl ended teardown in a traceback.
+    from tools.jobs import cli
+
+    real_run = subprocess.run
+
+    def subprocess_run(cmd, input=None, **kwargs):
+        if cmd[0] != "kubectl" or cmd[1] == "kustomize":
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        if error is not None:
+            raise error
+        return subprocess.CompletedProcess(cmd, 1, "", "error: current-context is not set\n")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(subprocess, "run", subprocess_run)
+    assert cli.main(["teardown", "jobs/overlays/prod-4xh100"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert expected in line
 
 
 def _with(job: dict, gpu: str, variant: str, products: list[str]) -> dict:
