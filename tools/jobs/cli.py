@@ -90,7 +90,9 @@ def _kubectl(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedPr
     try:
         return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False, timeout=2400)
     except FileNotFoundError as err:
-        raise TRMError(f"`{cmd[0]}` is not on PATH; install kubectl and point it at the run's cluster") from err
+        raise TRMError(
+            f"`{cmd[0]}` is not on PATH; install kubectl and point it at the run's cluster"
+        ) from err
     except subprocess.TimeoutExpired as err:
         raise TRMError(f"`{' '.join(cmd)}` did not answer in {err.timeout:.0f} s; rerun teardown") from err
 
@@ -213,7 +215,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     copy_out.set_defaults(func=_copy_out)
     teardown = sub.add_parser(
         "teardown",
-        help="after the verified copy-out of OVERLAY's run (that RUN_NAME, that claim): delete its finished Job, "
+        help="after the verified copy-out of OVERLAY's run (that RUN_NAME, that claim, started after the Job "
+        "ended), in kubectl's current context and namespace read once: delete its finished Job, "
         "its volume when the claim is the run's own (annotated trm-stack/run=RUN_NAME) or else only its "
         "directories on the shared volume, and the copy-out pod last; without the verified copy it deletes "
         "nothing (exit 2); after a failed step a rerun finishes the job",

@@ -4,8 +4,8 @@
 trains: the overlay's RUN_NAME and the volume its Job mounts (the single-node claim or the multi-node
 RWX one). The pod copies, then `rclone check --one-way` compares every copied file with the volume and
 prints VERIFIED_LINE only when they match. `python -m tools.jobs teardown OVERLAY` deletes only what belongs
-to that one run, and only after that pod (for this RUN_NAME and claim) succeeded and printed the line for
-this run: the finished Job, then the volume when the claim is the run's own (annotated RUN_ANNOTATION), else
+to that one run, and only after that pod (for this RUN_NAME and claim, started after the run's Job ended)
+succeeded and printed the line for this run: the finished Job, then the volume when the claim is the run's own (annotated RUN_ANNOTATION), else
 the run's directories on the shared volume, and the copy-out pod last.
 """
 

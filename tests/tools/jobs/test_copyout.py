@@ -178,7 +178,9 @@ def test_a_failed_read_of_the_proof_is_named_not_taken_for_a_missing_pod(kustomi
         if cmd[1] == "config":
             return subprocess.CompletedProcess(cmd, 0, "ctx-a", "")
         assert cmd[1] == "get", cmd  # nothing but the read of the proof
-        return subprocess.CompletedProcess(cmd, 1, "", 'Error from server (Forbidden): pods "x" is forbidden\n')
+        return subprocess.CompletedProcess(
+            cmd, 1, "", 'Error from server (Forbidden): pods "x" is forbidden\n'
+        )
 
     real_run = subprocess.run
     monkeypatch.chdir(ROOT)
@@ -199,10 +201,19 @@ def test_the_copy_out_fails_without_printing_verified_when_the_handoff_differs(t
     fake = tmp_path / "bin" / "rclone"  # `rclone check SRC DEST`: DEST=$3; FAIL names the one that differs
 
     def copy_out(fail: str) -> subprocess.CompletedProcess:
-        fake.write_text(f'#!/bin/sh\n[ "$1 $3" = "check {fail}" ] && {{ echo "1 differences found" >&2; exit 1; }}\nexit 0\n')
+        fake.write_text(
+            f'#!/bin/sh\n[ "$1 $3" = "check {fail}" ] && {{ echo "1 differences found" >&2; exit 1; }}\nexit 0\n'
+        )
         fake.chmod(0o755)
-        env = {"PATH": f"{fake.parent}:/usr/bin:/bin", "RUN_NAME": "r", "SYNC_TO": "store:b", "HOME": str(tmp_path)}
-        return subprocess.run(["/bin/sh", "-ec", script], env=env, capture_output=True, text=True, check=False)
+        env = {
+            "PATH": f"{fake.parent}:/usr/bin:/bin",
+            "RUN_NAME": "r",
+            "SYNC_TO": "store:b",
+            "HOME": str(tmp_path),
+        }
+        return subprocess.run(
+            ["/bin/sh", "-ec", script], env=env, capture_output=True, text=True, check=False
+        )
 
     assert copyout.VERIFIED_LINE in copy_out("nothing").stdout
     for fail in ("store:b/r", "store:b/r/handoff"):
@@ -322,7 +333,9 @@ def test_the_dry_run_walks_every_step_and_runs_no_delete(kustomize, monkeypatch,
     assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"config", "get", "logs"}  # reads only
 
 
-def test_every_kubectl_command_of_a_teardown_acts_in_the_context_it_started_in(kustomize, monkeypatch, capsys):
+def test_every_kubectl_command_of_a_teardown_acts_in_the_context_it_started_in(
+    kustomize, monkeypatch, capsys
+):
     # Before: each command used whatever context/namespace was current when it ran; a `kubectl config
     # use-context` meanwhile (the remover's wait lasts up to 30 min) sent the deletes to another cluster.
     from tools.jobs import cli
@@ -352,7 +365,10 @@ def test_every_kubectl_command_of_a_teardown_acts_in_the_context_it_started_in(k
     [
         (FileNotFoundError("kubectl"), "`kubectl` is not on PATH; install kubectl"),
         (subprocess.TimeoutExpired(["kubectl"], 2400), "did not answer in 2400 s; rerun teardown"),
-        (None, "kubectl has no current context (error: current-context is not set); choose the run's cluster"),
+        (
+            None,
+            "kubectl has no current context (error: current-context is not set); choose the run's cluster",
+        ),
     ],
 )
 def test_a_kubectl_that_is_missing_hangs_or_has_no_context_is_one_line(
