@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -82,12 +83,42 @@ def _copy_out(args: argparse.Namespace) -> int:
     return 0
 
 
-def _teardown(args: argparse.Namespace) -> int:
-    import subprocess
+def _kubectl(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
+    """Run one kubectl command line; a kubectl that is missing or hangs is a TRMError naming it."""
+    from trm.errors import TRMError
 
+    try:
+        return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False, timeout=2400)
+    except FileNotFoundError as err:
+        raise TRMError(
+            f"`{cmd[0]}` is not on PATH; install kubectl and point it at the run's cluster"
+        ) from err
+    except subprocess.TimeoutExpired as err:
+        raise TRMError(f"`{' '.join(cmd)}` did not answer in {err.timeout:.0f} s; rerun teardown") from err
+
+
+def _cluster() -> list[str]:
+    """`--context=C --namespace=N` of kubectl's current context, read once: every command of a teardown then
+    acts where the proof was read, even if the current context or namespace changes meanwhile."""
+    from trm.errors import TRMError
+
+    got = _kubectl(["kubectl", "config", "current-context"])
+    context = got.stdout.strip()
+    if got.returncode != 0 or not context:
+        raise TRMError(
+            f"kubectl has no current context ({got.stderr.strip()}); choose the run's cluster with "
+            "`kubectl config use-context NAME`"
+        )
+    got = _kubectl(["kubectl", "config", "view", "--minify", "-o", "jsonpath={..namespace}"])
+    return [f"--context={context}", f"--namespace={got.stdout.strip() or 'default'}"]
+
+
+def _teardown(args: argparse.Namespace) -> int:
     from tools.jobs.copyout import REMOVED_LINE, run_of, teardown
 
     run_name = run_of(args.overlay, args.claim).run_name
+    where = _cluster()
+    print(f"teardown in {' '.join(where)}")
 
     def run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
         acts = cmd[1] in ("delete", "apply", "wait") or (cmd[1] == "logs" and "trm-remove-run-" in cmd[-1])
@@ -96,7 +127,7 @@ def _teardown(args: argparse.Namespace) -> int:
             # the remover's log as it would read, so that the dry run walks every step
             log = f"{REMOVED_LINE}: /workspace/checkpoints/{run_name}" if cmd[1] == "logs" else ""
             return subprocess.CompletedProcess(cmd, 0, log, "")
-        return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False, timeout=2400)
+        return _kubectl([*cmd, *where], stdin)
 
     done = teardown(args.overlay, run, secrets=args.delete_secrets, claim=args.claim)
     if not args.dry_run:
@@ -184,7 +215,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     copy_out.set_defaults(func=_copy_out)
     teardown = sub.add_parser(
         "teardown",
-        help="after the verified copy-out of OVERLAY's run (that RUN_NAME, that claim): delete its finished Job, "
+        help="after the verified copy-out of OVERLAY's run (that RUN_NAME, that claim, started after the Job "
+        "ended), in kubectl's current context and namespace read once: delete its finished Job, "
         "its volume when the claim is the run's own (annotated trm-stack/run=RUN_NAME) or else only its "
         "directories on the shared volume, and the copy-out pod last; without the verified copy it deletes "
         "nothing (exit 2); after a failed step a rerun finishes the job",

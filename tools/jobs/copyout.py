@@ -4,8 +4,8 @@
 trains: the overlay's RUN_NAME and the volume its Job mounts (the single-node claim or the multi-node
 RWX one). The pod copies, then `rclone check --one-way` compares every copied file with the volume and
 prints VERIFIED_LINE only when they match. `python -m tools.jobs teardown OVERLAY` deletes only what belongs
-to that one run, and only after that pod (for this RUN_NAME and claim) succeeded and printed the line for
-this run: the finished Job, then the volume when the claim is the run's own (annotated RUN_ANNOTATION), else
+to that one run, and only after that pod (for this RUN_NAME and claim, started after the run's Job ended)
+succeeded and printed the line for this run: the finished Job, then the volume when the claim is the run's own (annotated RUN_ANNOTATION), else
 the run's directories on the shared volume, and the copy-out pod last.
 """
 
@@ -16,6 +16,7 @@ import json
 import re
 import subprocess
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -151,9 +152,12 @@ def _json(result: subprocess.CompletedProcess) -> dict:
 
 def verified_copy_problem(target: RunOnCluster, run: Kubectl) -> str | None:
     """Why the copy-out pod of `target` is no proof of a verified copy of THAT run (None: it is): it must
-    have succeeded, copied this RUN_NAME from this claim, and printed the verified line for this run."""
+    have succeeded, copied this RUN_NAME from this claim, printed the verified line for this run, and
+    started after the run's Job ended (`copy_after_the_job_problem`). A failed read is a problem too."""
     got = run(["kubectl", "get", "pod", target.pod, "--ignore-not-found", "-o", "json"])
-    pod = _json(got) if got.returncode == 0 else {}
+    if got.returncode != 0:
+        return f"`kubectl get pod {target.pod}` failed ({got.stderr.strip()})"
+    pod = _json(got)
     if not pod:
         return f"there is no copy-out pod {target.pod}"
     phase = pod.get("status", {}).get("phase", "unknown")
@@ -173,6 +177,44 @@ def verified_copy_problem(target: RunOnCluster, run: Kubectl) -> str | None:
     logs = run(["kubectl", "logs", f"pod/{target.pod}"])
     if f"{VERIFIED_LINE}: /workspace/checkpoints/{target.run_name} -> " not in logs.stdout:
         return f"the log of copy-out pod {target.pod} has no '{VERIFIED_LINE}' line for {target.run_name}"
+    return copy_after_the_job_problem(target, pod, run)
+
+
+def _time(stamp: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def copy_after_the_job_problem(target: RunOnCluster, pod: dict, run: Kubectl) -> str | None:
+    """Why the copy-out pod `pod` may miss checkpoints of `target` (None: it cannot): the run's Job must
+    have ended (condition Complete or Failed) before the pod started, else the trainer wrote on after the
+    copy (or still writes) and deleting the Job and the volume would lose that. A Job no longer on the
+    cluster (an earlier teardown deleted it) writes nothing."""
+    got = run(["kubectl", "get", "job", target.job, "--ignore-not-found", "-o", "json"])
+    if got.returncode != 0:
+        return f"`kubectl get job {target.job}` failed ({got.stderr.strip()})"
+    job = _json(got)
+    if not job:
+        return None
+    ended = [
+        _time(c.get("lastTransitionTime"))
+        for c in job.get("status", {}).get("conditions", [])
+        if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+    ]
+    if not ended or ended[0] is None:
+        return (
+            f"Job {target.job} has not ended (no Complete or Failed condition) and its trainer may still write "
+            f"the run; wait for it to end, `kubectl delete pod {target.pod}`, then copy out again"
+        )
+    started = _time(pod.get("status", {}).get("startTime"))
+    if started is None or started < ended[0]:
+        return (
+            f"copy-out pod {target.pod} started at {pod.get('status', {}).get('startTime')}, before Job "
+            f"{target.job} ended at {ended[0].isoformat()}: the copy may miss its last checkpoints; "
+            f"`kubectl delete pod {target.pod}`, then copy out again"
+        )
     return None
 
 

@@ -51,8 +51,9 @@ def test_the_smokes_scratch_runs_have_no_copy_out(kustomize):
 
 class FakeKubectl:
     """The cluster teardown talks to: the copy-out pod (its phase, RUN_NAME, claim and log), the claim (its
-    annotations; None: it does not exist), the remover pod; `fail` makes the first command starting with it
-    fail once (a partial failure)."""
+    annotations; None: it does not exist), the remover pod, the run's Job (`job_ended`: when it ended, "" while
+    it runs, None: not on the cluster) and when the copy-out pod started; `fail` makes the first command
+    starting with it fail once (a partial failure)."""
 
     def __init__(
         self,
@@ -64,6 +65,8 @@ class FakeKubectl:
         annotations: dict[str, str] | None = None,
         claim_exists: bool = True,
         fail: list[str] | None = None,
+        job_ended: str | None = "2026-01-01T10:00:00Z",
+        copy_started: str = "2026-01-01T11:00:00Z",
     ) -> None:
         self.phase, self.run_name, self.claim = phase, run_name, claim
         self.log = (
@@ -71,6 +74,7 @@ class FakeKubectl:
         )
         self.annotations, self.claim_exists = annotations or {}, claim_exists
         self.fail = list(fail or [])
+        self.job_ended, self.copy_started = job_ended, copy_started
         self.calls: list[list[str]] = []
         self.pods_deleted: set[str] = set()
         self.applied: list[str] = []
@@ -83,16 +87,23 @@ class FakeKubectl:
                 self.fail.remove(prefix)
                 return subprocess.CompletedProcess(cmd, 1, "", "error: the server is currently unable")
         out = ""
-        if cmd[1:3] == ["get", "pod"] and cmd[-1].startswith("jsonpath="):  # a phase query alone
+        if cmd[1] == "config":  # the current context and its namespace
+            out = "ctx-a" if cmd[2] == "current-context" else "ns-a"
+        elif cmd[1:3] == ["get", "pod"] and cmd[-1].startswith("jsonpath="):  # a phase query alone
             out = self.phase if cmd[3] not in self.pods_deleted else ""
         elif cmd[1:3] == ["get", "pod"]:
             if cmd[3] not in self.pods_deleted:
                 out = json.dumps({
-                    "status": {"phase": self.phase},
+                    "status": {"phase": self.phase, "startTime": self.copy_started},
                     "spec": {"containers": [{"env": [{"name": "RUN_NAME", "value": self.run_name}]}],
                              "volumes": [{"name": "workspace",
                                           "persistentVolumeClaim": {"claimName": self.claim}}]},
                 })  # fmt: skip
+        elif cmd[1:3] == ["get", "job"] and self.job_ended is not None:
+            ended = [{"type": "Complete", "status": "True", "lastTransitionTime": self.job_ended}]
+            out = json.dumps({"status": {"conditions": ended if self.job_ended else []}})
+        elif cmd[1:3] == ["delete", "job"]:
+            self.job_ended = None
         elif cmd[1:3] == ["get", "pvc"] and self.claim_exists:
             out = json.dumps({"metadata": {"name": cmd[3], "annotations": self.annotations}})
         elif cmd[1] == "logs":
@@ -138,6 +149,77 @@ def test_the_copy_out_of_another_run_is_no_proof(kustomize):
         with pytest.raises(TRMError, match=why):
             copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
         assert kubectl.deletes() == []
+
+
+def test_a_copy_made_before_the_job_ended_is_no_proof(kustomize):
+    # Before: a copy-out run while the trainer still trained passed; teardown then killed the Job and deleted
+    # the run with the checkpoints it wrote after the copy.
+    for kubectl, why in (
+        (FakeKubectl(job_ended=""), "Job trm-train-prod-4xh100 has not ended"),
+        (FakeKubectl(copy_started="2026-01-01T09:59:59Z"), "the copy may miss its last checkpoints"),
+        (FakeKubectl(fail=["kubectl get job"]), "`kubectl get job trm-train-prod-4xh100` failed"),
+    ):
+        with pytest.raises(TRMError, match=why):
+            copyout.teardown("jobs/overlays/prod-4xh100", kubectl, ROOT)
+        assert kubectl.deletes() == []
+    # A Job an earlier teardown deleted writes nothing: the rerun goes on.
+    gone = FakeKubectl(job_ended=None)
+    copyout.teardown("jobs/overlays/prod-4xh100", gone, ROOT)
+    assert gone.deletes()[-1] == ["pod", "trm-copy-out-prod-4xh100", "--ignore-not-found"]
+
+
+def test_a_failed_read_of_the_proof_is_named_not_taken_for_a_missing_pod(kustomize, monkeypatch, capsys):
+    # Before: a `kubectl get pod` refused (forbidden, another context) read "there is no copy-out pod".
+    from tools.jobs import cli
+
+    def subprocess_run(cmd, input=None, **kwargs):
+        if cmd[0] != "kubectl" or cmd[1] == "kustomize":
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        if cmd[1] == "config":
+            return subprocess.CompletedProcess(cmd, 0, "ctx-a", "")
+        assert cmd[1] == "get", cmd  # nothing but the read of the proof
+        return subprocess.CompletedProcess(
+            cmd, 1, "", 'Error from server (Forbidden): pods "x" is forbidden\n'
+        )
+
+    real_run = subprocess.run
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(subprocess, "run", subprocess_run)
+    assert cli.main(["teardown", "jobs/overlays/prod-4xh100"]) == TRMError("").exit_code
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "`kubectl get pod trm-copy-out-prod-4xh100` failed (Error from server (Forbidden)" in line
+    assert "nothing deleted" in line and "there is no copy-out pod" not in line
+
+
+def test_the_copy_out_fails_without_printing_verified_when_the_handoff_differs(tmp_path):
+    # Before: only the checkpoints were checked; the handoff bundle, deleted with the run, was not.
+    pod = yaml.safe_load((ROOT / copyout.COPY_OUT_DIR / "pod.yaml").read_text())
+    script = pod["spec"]["containers"][0]["args"][0].replace("/workspace", str(tmp_path / "ws"))
+    for sub in ("checkpoints/r", "artifacts/r"):
+        (tmp_path / "ws" / sub).mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    fake = tmp_path / "bin" / "rclone"  # `rclone check SRC DEST`: DEST=$3; FAIL names the one that differs
+
+    def copy_out(fail: str) -> subprocess.CompletedProcess:
+        fake.write_text(
+            f'#!/bin/sh\n[ "$1 $3" = "check {fail}" ] && {{ echo "1 differences found" >&2; exit 1; }}\nexit 0\n'
+        )
+        fake.chmod(0o755)
+        env = {
+            "PATH": f"{fake.parent}:/usr/bin:/bin",
+            "RUN_NAME": "r",
+            "SYNC_TO": "store:b",
+            "HOME": str(tmp_path),
+        }
+        return subprocess.run(
+            ["/bin/sh", "-ec", script], env=env, capture_output=True, text=True, check=False
+        )
+
+    assert copyout.VERIFIED_LINE in copy_out("nothing").stdout
+    for fail in ("store:b/r", "store:b/r/handoff"):
+        done = copy_out(fail)
+        assert done.returncode != 0 and copyout.VERIFIED_LINE not in done.stdout, fail
+        assert "1 differences found" in done.stderr
 
 
 def test_teardown_never_deletes_the_shared_claim_only_the_runs_directories(kustomize):
@@ -248,7 +330,67 @@ def test_the_dry_run_walks_every_step_and_runs_no_delete(kustomize, monkeypatch,
         out.strip().splitlines()[-1]
         == "would run: kubectl delete pod trm-copy-out-prod-4xh100 --ignore-not-found"
     )
-    assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"get", "logs"}  # reads only
+    assert {cmd[1] for cmd in ran if cmd[0] == "kubectl"} <= {"config", "get", "logs"}  # reads only
+
+
+def test_every_kubectl_command_of_a_teardown_acts_in_the_context_it_started_in(
+    kustomize, monkeypatch, capsys
+):
+    # Before: each command used whatever context/namespace was current when it ran; a `kubectl config
+    # use-context` meanwhile (the remover's wait lasts up to 30 min) sent the deletes to another cluster.
+    from tools.jobs import cli
+
+    cluster = FakeKubectl()
+    real_run = subprocess.run
+
+    def subprocess_run(cmd, input=None, **kwargs):
+        if cmd[0] != "kubectl" or cmd[1] == "kustomize":
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        return cluster(cmd, input)
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(subprocess, "run", subprocess_run)
+    assert cli.main(["teardown", "jobs/overlays/prod-4xh100"]) == 0
+    assert capsys.readouterr().out.startswith("teardown in --context=ctx-a --namespace=ns-a\n")
+    acting = [cmd for cmd in cluster.calls if cmd[1] != "config"]
+    assert len(acting) > 5 and all(cmd[-2:] == ["--context=ctx-a", "--namespace=ns-a"] for cmd in acting)
+    assert [c for c in cluster.calls if c[1] == "config"] == [
+        ["kubectl", "config", "current-context"],
+        ["kubectl", "config", "view", "--minify", "-o", "jsonpath={..namespace}"],
+    ]  # read once
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (FileNotFoundError("kubectl"), "`kubectl` is not on PATH; install kubectl"),
+        (subprocess.TimeoutExpired(["kubectl"], 2400), "did not answer in 2400 s; rerun teardown"),
+        (
+            None,
+            "kubectl has no current context (error: current-context is not set); choose the run's cluster",
+        ),
+    ],
+)
+def test_a_kubectl_that_is_missing_hangs_or_has_no_context_is_one_line(
+    kustomize, monkeypatch, capsys, error, expected
+):
+    # Before: a missing or hanging kubectl ended teardown in a traceback.
+    from tools.jobs import cli
+
+    real_run = subprocess.run
+
+    def subprocess_run(cmd, input=None, **kwargs):
+        if cmd[0] != "kubectl" or cmd[1] == "kustomize":
+            return real_run(cmd, input=input, **kwargs)  # rendering the overlay
+        if error is not None:
+            raise error
+        return subprocess.CompletedProcess(cmd, 1, "", "error: current-context is not set\n")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(subprocess, "run", subprocess_run)
+    assert cli.main(["teardown", "jobs/overlays/prod-4xh100"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert expected in line
 
 
 def _with(job: dict, gpu: str, variant: str, products: list[str]) -> dict:
