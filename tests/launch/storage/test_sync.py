@@ -75,6 +75,26 @@ def test_remotes_with_credentials_are_refused():
         check_remote(":s3,access_key_id=AKIA,secret_access_key=x:bucket")
 
 
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "s3remote,secret_access_key=wJalrXUtnFEMIK7MDENG:bucket/runs",  # a named remote's parameters
+        "b2remote,account=acct,key=K000abcdefgh:bucket",
+        ":webdav,url='https://user:hunter22@dav.example.org':runs",  # a URL with a password
+        ":azureblob,sas_url='https://a.blob.core.windows.net/c?sv=2022&sig=abcdef123456':runs",
+        "remote:bucket/hf_abcdefghijklmnopqrstuvwxyz0123456789",  # a vendor token
+    ],
+)
+def test_credentials_anywhere_in_the_remote_are_refused_without_showing_them(remote):
+    with pytest.raises(TRMError, match="SYNC_TO holds credentials") as err:
+        check_remote(remote)
+    for secret in ("wJalrXUtnFEMIK7MDENG", "K000abcdefgh", "hunter22", "abcdef123456", "hf_abcdefghij"):
+        assert secret not in str(err.value)
+    # a remote named after a key word, or with harmless parameters, is not a credential
+    assert check_remote("mykeys:bucket/runs") == "mykeys:bucket/runs"
+    assert check_remote("s3remote,provider=AWS:bucket") == "s3remote,provider=AWS:bucket"
+
 @needs_rclone
 def test_upload_skips_partial_and_torn_checkpoints_and_is_incremental(tmp_path, store):
     run_dir = make_run(tmp_path)

@@ -402,7 +402,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "SYNC_TO",
         "rclone remote:path; the run (complete checkpoints, metrics, logs, handoff bundle) is copied to "
         "$SYNC_TO/$RUN_NAME during the run and at the end; credentials belong in rclone's config or "
-        "RCLONE_CONFIG_* variables",
+        "RCLONE_CONFIG_* variables (a SYNC_TO holding a key, password, token or URL credentials is refused)",
         "sync",
         parse=remote,
         shown="(empty: off)",

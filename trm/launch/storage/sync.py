@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.secrets import redact
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 HANDOFF_SUBDIR = "handoff"
@@ -52,7 +53,7 @@ EXCLUDES = (
 )  # fmt: skip
 # rclone's own retries stay low: Syncer retries the whole pass with backoff.
 RCLONE_FLAGS = ("--retries", "2", "--low-level-retries", "5", "--stats", "0")
-SECRET_HINTS = ("key", "secret", "password", "token", "pass=")
+SECRET_HINTS = ("key", "secret", "password", "token", "pass=", "sas_url")
 
 Log = Callable[[str], None]
 
@@ -68,23 +69,31 @@ class SyncError(Exception):
         self.returncode = returncode
 
 
+def _connection_params(remote: str) -> str:
+    """The `param=value,...` part of an rclone connection string (`:backend,params:path`) or of a named
+    remote with parameters (`name,params:path`); "" when there is none."""
+    head = remote.split(":", 2)[1] if remote.startswith(":") else remote.split(":", 1)[0]
+    return head.split(",", 1)[1] if "," in head else ""
+
+
 def check_remote(remote: str, name: str = "SYNC_TO") -> str:
     """A `remote:path` rclone understands, without credentials in it (they would land in the resume
-    command and handoff.json)."""
+    command and handoff.json): no secret-named parameter (`:s3,secret_access_key=...:`,
+    `name,secret_access_key=...:`), no URL with a user and password or a token, no vendor token."""
     remote = remote.strip()
     if not remote:
         return ""
+    params = _connection_params(remote).lower()
+    if any(h in params for h in SECRET_HINTS) or redact(remote) != remote:
+        raise TRMError(
+            f"{name} holds credentials (value not shown); they would be written to the resume command, "
+            "plan.json and handoff.json: configure the remote with RCLONE_CONFIG_<NAME>_* environment "
+            "variables or `rclone config` and set " + name + "=<name>:bucket/path"
+        )
     if ":" not in remote and not remote.startswith("/"):
         raise TRMError(
             f"{name}={remote!r} is not an rclone remote: use remote:bucket/path (a remote from `rclone config` "
             "or RCLONE_CONFIG_<NAME>_* variables) or an absolute path"
-        )
-    head = remote.split(":", 2)[:2]
-    if remote.startswith(":") and any(h in ":".join(head).lower() for h in SECRET_HINTS):
-        raise TRMError(
-            f"{name} holds credentials in an rclone connection string; they would be written to the resume "
-            "command and handoff.json: configure the remote with RCLONE_CONFIG_<NAME>_* environment variables "
-            "or `rclone config` and set " + name + "=<name>:bucket/path"
         )
     return remote
 
