@@ -364,3 +364,18 @@ def test_evaluation_work_counts_subset_full_and_top_k_evaluations() -> None:
     every = compose(["eval_subset.fraction=0.1", "eval_subset.full_every=25", "best.top_k=3"])
     assert evaluation_work(every, 125) == pytest.approx(12.5 + 5 + 3)
     assert evaluation_work(cheap, 2) == pytest.approx(0.2 + 2)  # no more candidates than evaluations
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+wandb_key=0123456789abcdef0123456789abcdef01234567",  # unknown key: its error echoed the value
+        "+api_token=s3cr3t-value-123",
+        "project_name=hf_abcdefghijklmnopqrstuvwxyz0123456789",  # known key: recorded everywhere
+    ],
+)
+def test_a_secret_in_an_override_is_refused_without_showing_it(override: str) -> None:
+    key, value = override.lstrip("+").split("=", 1)
+    with pytest.raises(TRMError, match=f"override of '{key}' holds a secret-like value") as err:
+        compose([override])
+    assert value not in str(err.value) and "WANDB_API_KEY" in str(err.value)

@@ -310,7 +310,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "TRAIN_OVERRIDES",
         "extra trainer overrides, e.g. 'lr=2e-4 eval_interval=400' (arguments "
-        "after the options are appended too)",
+        "after the options are appended too); one holding a secret-like value is refused: keys go in the "
+        "environment (WANDB_API_KEY, HF_TOKEN)",
         parse=words,
         unset=(),
     ),
