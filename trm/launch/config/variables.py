@@ -20,6 +20,7 @@ from trm.compile_setting import parse_compile
 from trm.errors import TRMError
 from trm.launch.provider.release import ACTIONS, PRIME_API_URL, PROVIDERS
 from trm.launch.storage.sync import check_remote
+from trm.secrets import redact
 from trm.training.recipes import RECIPES
 
 Parser = Callable[[str, str], Any]
@@ -167,6 +168,13 @@ class EnvVar:
         """The value in `env`, parsed, else the default (`values`: what was read before, for a Derived)."""
         raw = env.get(self.name, "").strip()
         if raw:
+            if redact(raw) != raw:
+                raise TRMError(
+                    f"{self.name} holds credentials (a token, or a URL's password or token; value not shown): "
+                    "launch variables are recorded in the resume command, plan.json and handoff.json. Keep keys "
+                    "in their own variables (WANDB_API_KEY, HF_TOKEN, RCLONE_CONFIG_*) or files, rotate this one "
+                    "if it is real, and rerun"
+                )
             return self.parse(self.name, raw)
         return self.unset.compute(values) if isinstance(self.unset, Derived) else self.unset
 
