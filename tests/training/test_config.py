@@ -379,3 +379,8 @@ def test_a_secret_in_an_override_is_refused_without_showing_it(override: str) ->
     with pytest.raises(TRMError, match=f"override of '{key}' holds a secret-like value") as err:
         compose([override])
     assert value not in str(err.value) and "WANDB_API_KEY" in str(err.value)
+
+
+def test_a_list_indexed_by_a_name_is_a_config_error_not_a_traceback() -> None:
+    with pytest.raises(TRMError, match=r"bad configuration: .*'foo'.*indexed by number"):
+        compose(["evaluators.foo=bar"])

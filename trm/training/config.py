@@ -363,6 +363,11 @@ def compose(overrides: list[str]) -> TrainConfig:
         raise TRMError(
             f"bad configuration: {': '.join(parts)}. Check the key's type with `--help`."
         ) from None
+    except ValueError as err:  # OmegaConf indexing a list by a name (`evaluators.foo=x`)
+        raise TRMError(
+            f"bad configuration: {err} (a list is indexed by number: evaluators.0.name=...). Check the key's "
+            "type with `--help`."
+        ) from None
     finally:
         GlobalHydra.instance().clear()
     assert isinstance(obj, TrainConfig)
