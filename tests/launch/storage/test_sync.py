@@ -14,6 +14,7 @@ import pytest
 
 from trm.errors import TRMError
 from trm.launch.storage.sync import (
+    SyncError,
     Syncer,
     check_remote,
     prunable,
@@ -94,6 +95,22 @@ def test_credentials_anywhere_in_the_remote_are_refused_without_showing_them(rem
     # a remote named after a key word, or with harmless parameters, is not a credential
     assert check_remote("mykeys:bucket/runs") == "mykeys:bucket/runs"
     assert check_remote("s3remote,provider=AWS:bucket") == "s3remote,provider=AWS:bucket"
+
+
+def test_rclone_errors_reach_the_log_without_the_remotes_credentials(tmp_path, monkeypatch):
+    """rclone's last stderr lines go into the SyncError (launch.log, synced and bundled): the values of
+    the RCLONE_CONFIG_*_ credential variables and vendor tokens in them are masked."""
+    secret, session = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "FwoGZXIvYXdzEBYaDHqa0AP1session"
+    fake = tmp_path / "bin" / "rclone"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho 'auth failed: secret {secret} token {session}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_SESSION_TOKEN", session)
+    with pytest.raises(SyncError, match=r"rclone \w+ failed \(exit 1\): auth failed: secret \*\*\*") as err:
+        sync_up(make_run(tmp_path), "store:bucket", print)
+    assert secret not in str(err.value) and session not in str(err.value)
 
 @needs_rclone
 def test_upload_skips_partial_and_torn_checkpoints_and_is_incremental(tmp_path, store):

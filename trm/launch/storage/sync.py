@@ -31,12 +31,13 @@ retrying with backoff, and once more at the end (`final`).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,7 @@ EXCLUDES = (
 )  # fmt: skip
 # rclone's own retries stay low: Syncer retries the whole pass with backoff.
 RCLONE_FLAGS = ("--retries", "2", "--low-level-retries", "5", "--stats", "0")
+RCLONE_SECRET_OPTION = re.compile(r"KEY|SECRET|PASS|TOKEN|SAS_URL|CREDENTIAL|AUTH", re.I)
 SECRET_HINTS = ("key", "secret", "password", "token", "pass=", "sas_url")
 
 Log = Callable[[str], None]
@@ -98,6 +100,12 @@ def check_remote(remote: str, name: str = "SYNC_TO") -> str:
     return remote
 
 
+def rclone_secrets(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The values of the RCLONE_CONFIG_<REMOTE>_<OPTION> variables whose option is a credential (a key,
+    secret, password, token or SAS URL): taken out of rclone's messages before they reach launch.log."""
+    return [v for k, v in environ.items() if k.startswith("RCLONE_CONFIG_") and RCLONE_SECRET_OPTION.search(k)]
+
+
 def rclone_binary() -> str:
     binary = shutil.which("rclone")
     if binary is None:
@@ -118,10 +126,8 @@ def _run(args: list[str], log: Log, *, timeout: float | None = None) -> str:
     except subprocess.TimeoutExpired:
         raise SyncError(f"rclone {args[0]} timed out after {timeout:g} s") from None
     if result.returncode != 0:
-        tail = result.stderr.strip().splitlines()[-3:]
-        raise SyncError(
-            f"rclone {args[0]} failed (exit {result.returncode}): {' | '.join(tail)}", result.returncode
-        )
+        tail = redact(" | ".join(result.stderr.strip().splitlines()[-3:]), rclone_secrets())
+        raise SyncError(f"rclone {args[0]} failed (exit {result.returncode}): {tail}", result.returncode)
     return result.stdout
 
 
