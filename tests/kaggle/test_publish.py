@@ -349,7 +349,7 @@ def test_a_token_in_the_wheelhouse_requirements_is_refused_naming_the_file(tmp_p
     manifest = {"format": B.FORMAT, "format_version": B.FORMAT_VERSION, "files": B.file_entries(bundle)}
     (bundle / B.MANIFEST).write_text(json.dumps(manifest))
     out = tmp_path / "out"
-    with pytest.raises(TRMError, match="wheels/requirements.txt: line 1") as err:
+    with pytest.raises(TRMError, match=r"wheels/requirements\.txt: line 1") as err:
         stage(bundle, out, OPTS)
     assert token not in str(err.value) and not out.exists()
 
@@ -379,6 +379,6 @@ def test_package_scans_the_wheelhouse_files_it_writes_but_not_the_wheels(
     package._write_bundle(tmp_path / "clean", weights, config, None, opts, overwrite=False)
     assert (tmp_path / "clean" / B.WHEELS / OWN_WHEEL).is_file()
     requirements["text"] = f"--extra-index-url https://__token__:{token}@pypi.example.org/simple\n"
-    with pytest.raises(TRMError, match="wheels/requirements.txt: line 1") as err:
+    with pytest.raises(TRMError, match=r"wheels/requirements\.txt: line 1") as err:
         package._write_bundle(tmp_path / "leaky", weights, config, None, opts, overwrite=False)
     assert token not in str(err.value) and not (tmp_path / "leaky").exists()

@@ -232,9 +232,7 @@ def _write_bundle(
         }
         atomic_write_json(tmp / B.MANIFEST, manifest)
         hint = f" from the run's config ({config['source']['checkpoint']})"
-        require_no_secrets(
-            tmp, f"package kaggle {out_dir}", skip=B.wheel_files(tmp, B.WHEELS), hint=hint
-        )
+        require_no_secrets(tmp, f"package kaggle {out_dir}", skip=B.wheel_files(tmp, B.WHEELS), hint=hint)
         for path in tmp.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.chmod(0o755)

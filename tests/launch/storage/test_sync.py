@@ -14,8 +14,8 @@ import pytest
 
 from trm.errors import TRMError
 from trm.launch.storage.sync import (
-    SyncError,
     Syncer,
+    SyncError,
     check_remote,
     prunable,
     remote_complete_steps,
@@ -76,7 +76,6 @@ def test_remotes_with_credentials_are_refused():
         check_remote(":s3,access_key_id=AKIA,secret_access_key=x:bucket")
 
 
-
 @pytest.mark.parametrize(
     "remote",
     [
@@ -111,6 +110,7 @@ def test_rclone_errors_reach_the_log_without_the_remotes_credentials(tmp_path, m
     with pytest.raises(SyncError, match=r"rclone \w+ failed \(exit 1\): auth failed: secret \*\*\*") as err:
         sync_up(make_run(tmp_path), "store:bucket", print)
     assert secret not in str(err.value) and session not in str(err.value)
+
 
 @needs_rclone
 def test_upload_skips_partial_and_torn_checkpoints_and_is_incremental(tmp_path, store):

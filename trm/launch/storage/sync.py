@@ -103,7 +103,9 @@ def check_remote(remote: str, name: str = "SYNC_TO") -> str:
 def rclone_secrets(environ: Mapping[str, str] = os.environ) -> list[str]:
     """The values of the RCLONE_CONFIG_<REMOTE>_<OPTION> variables whose option is a credential (a key,
     secret, password, token or SAS URL): taken out of rclone's messages before they reach launch.log."""
-    return [v for k, v in environ.items() if k.startswith("RCLONE_CONFIG_") and RCLONE_SECRET_OPTION.search(k)]
+    return [
+        v for k, v in environ.items() if k.startswith("RCLONE_CONFIG_") and RCLONE_SECRET_OPTION.search(k)
+    ]
 
 
 def rclone_binary() -> str:
