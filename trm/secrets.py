@@ -132,7 +132,7 @@ def in_file(file: Path, rel: str) -> list[Finding]:
 
 
 def scan_folder(root: Path, *, skip: tuple[str, ...] = ()) -> list[Finding]:
-    """Every finding in the files below `root` (paths relative to it); `skip`: relative folder prefixes
+    """Every finding in the files below `root` (paths relative to it); `skip`: relative files or folders
     not read (third-party wheels)."""
     findings: list[Finding] = []
     for file in sorted(p for p in root.rglob("*") if p.is_file()):

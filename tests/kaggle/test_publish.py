@@ -18,6 +18,7 @@ from trm.commands import main
 from trm.errors import TRMError
 from trm.exit_codes import CONFIG_ERROR, PUBLISH_FAILED
 from trm.io import sha256_file
+from trm.kaggle import bundle as B
 from trm.kaggle import metadata as M
 from trm.kaggle.notebook import KernelSettings, code_cells
 from trm.kaggle.publish import (
@@ -335,3 +336,49 @@ def test_a_bundle_without_wheels_a_damaged_one_and_a_foreign_out_are_refused(tmp
         stage(fake_bundle(tmp_path / "ok"), foreign, OPTS, overwrite=True)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_token_in_the_wheelhouse_requirements_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """The scan skips the .whl files only: a private index's token pasted into the wheelhouse's
+    requirements.txt (listed in the manifest, so the bundle verifies) stops the publish."""
+    token = "hf_" + "Q7x" * 12
+    bundle = fake_bundle(tmp_path / "bundle")
+    (bundle / B.WHEELS / "requirements.txt").write_text(
+        f"--extra-index-url https://__token__:{token}@pypi.example.org/simple\nnumpy==2.4.6\n"
+    )
+    manifest = {"format": B.FORMAT, "format_version": B.FORMAT_VERSION, "files": B.file_entries(bundle)}
+    (bundle / B.MANIFEST).write_text(json.dumps(manifest))
+    out = tmp_path / "out"
+    with pytest.raises(TRMError, match=r"wheels/requirements\.txt: line 1") as err:
+        stage(bundle, out, OPTS)
+    assert token not in str(err.value) and not out.exists()
+
+
+def test_package_scans_the_wheelhouse_files_it_writes_but_not_the_wheels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`package kaggle`: a token in the wheelhouse's requirements.txt stops the bundle (nothing is
+    published); a wheel's bytes are not read."""
+    import torch
+
+    from trm.kaggle import package, wheelhouse
+
+    token = "hf_" + "Z9k" * 12
+    requirements = {"text": "numpy==2.4.6\n"}
+
+    def fake_wheelhouse(dest: Path, **_: object) -> dict[str, str]:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / OWN_WHEEL).write_bytes(b"PK" + f"ghp_{'a' * 36}".encode())  # third-party code: not read
+        (dest / "requirements.txt").write_text(requirements["text"])
+        return {"numpy": "2.4.6"}
+
+    monkeypatch.setattr(wheelhouse, "build_wheelhouse", fake_wheelhouse)
+    config = json.loads((fake_bundle(tmp_path / "src") / B.CONFIG).read_text())
+    weights = {"w": torch.zeros(2)}
+    opts = package.WheelOptions(progress=False)
+    package._write_bundle(tmp_path / "clean", weights, config, None, opts, overwrite=False)
+    assert (tmp_path / "clean" / B.WHEELS / OWN_WHEEL).is_file()
+    requirements["text"] = f"--extra-index-url https://__token__:{token}@pypi.example.org/simple\n"
+    with pytest.raises(TRMError, match=r"wheels/requirements\.txt: line 1") as err:
+        package._write_bundle(tmp_path / "leaky", weights, config, None, opts, overwrite=False)
+    assert token not in str(err.value) and not (tmp_path / "leaky").exists()

@@ -364,3 +364,28 @@ def test_evaluation_work_counts_subset_full_and_top_k_evaluations() -> None:
     every = compose(["eval_subset.fraction=0.1", "eval_subset.full_every=25", "best.top_k=3"])
     assert evaluation_work(every, 125) == pytest.approx(12.5 + 5 + 3)
     assert evaluation_work(cheap, 2) == pytest.approx(0.2 + 2)  # no more candidates than evaluations
+
+
+# Token-shaped values built at run time (literal ones would trip the repository's secret scan).
+WANDB_LIKE = "".join("0123456789abcdef"[(7 * i) % 16] for i in range(40))
+LETTERS = "".join(chr(ord("a") + (7 * i) % 26) for i in range(34))
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        f"+wandb_key={WANDB_LIKE}",  # unknown key: its error echoed the value
+        "+api_token=s3cr3t-value-123",
+        f"project_name=hf_{LETTERS}",  # known key: recorded everywhere
+    ],
+)
+def test_a_secret_in_an_override_is_refused_without_showing_it(override: str) -> None:
+    key, value = override.lstrip("+").split("=", 1)
+    with pytest.raises(TRMError, match=f"override of '{key}' holds a secret-like value") as err:
+        compose([override])
+    assert value not in str(err.value) and "WANDB_API_KEY" in str(err.value)
+
+
+def test_a_list_indexed_by_a_name_is_a_config_error_not_a_traceback() -> None:
+    with pytest.raises(TRMError, match=r"bad configuration: .*'foo'.*indexed by number"):
+        compose(["evaluators.foo=bar"])

@@ -37,6 +37,12 @@ README = "README.md"
 WHEELS = "wheels"
 
 
+def wheel_files(root: Path, folder: str) -> tuple[str, ...]:
+    """The `.whl` files of `root/folder`, relative to `root`: what the secret scan leaves unread (third-party
+    code, gigabytes with torch). Every other file there (requirements.txt, dataset-metadata.json) is scanned."""
+    return tuple(f"{folder}/{p.name}" for p in sorted((root / folder).glob("*.whl")))
+
+
 @dataclass
 class Bundle:
     """A verified bundle loaded for inference."""

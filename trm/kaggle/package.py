@@ -198,7 +198,7 @@ def _write_bundle(
     sources: tuple[Path, ...] = (),
 ) -> dict[str, Any]:
     """Weights, config, identifiers, wheelhouse, README and manifest, published atomically after the
-    secret scan found nothing in them (the third-party wheels aside)."""
+    secret scan found nothing in them (the wheel files aside; the wheelhouse's requirements.txt is read)."""
     from trm.secrets import require_no_secrets
 
     opts = wheel_options
@@ -232,7 +232,7 @@ def _write_bundle(
         }
         atomic_write_json(tmp / B.MANIFEST, manifest)
         hint = f" from the run's config ({config['source']['checkpoint']})"
-        require_no_secrets(tmp, f"package kaggle {out_dir}", skip=(B.WHEELS,), hint=hint)
+        require_no_secrets(tmp, f"package kaggle {out_dir}", skip=B.wheel_files(tmp, B.WHEELS), hint=hint)
         for path in tmp.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.chmod(0o755)

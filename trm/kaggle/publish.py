@@ -220,7 +220,7 @@ def stage(
             M.kernel_problems(kernel_meta, tmp / KERNEL_DIR), tmp / KERNEL_DIR / M.KERNEL_METADATA
         )
         atomic_write_json(tmp / KERNEL_DIR / M.KERNEL_METADATA, kernel_meta)
-        require_no_secrets(tmp, f"kaggle publish {out}", skip=(WHEELS_DIR,))
+        require_no_secrets(tmp, f"kaggle publish {out}", skip=B.wheel_files(tmp, WHEELS_DIR))
     return Plan(out, weights_ref, wheels_ref, kernel_ref, notes, opts.public)
 
 

@@ -301,6 +301,7 @@ def normalize_overrides(argv: list[str], arch: str | None = None) -> list[str]:
         key = override.key_or_group
         if key.startswith("hydra.") or key == "hydra":
             raise TRMError(f"{arg!r}: hydra.* settings are not used by trm.train; drop it.")
+        _refuse_secret(key, text)
         if key == "arch":
             continue
         if key in ALIASES:
@@ -312,6 +313,21 @@ def normalize_overrides(argv: list[str], arch: str | None = None) -> list[str]:
             raise TRMError(_unknown_key_message(key, arg, arch, known))
         out.append(text.lstrip("+") if text.startswith("++") else text)
     return out
+
+
+def _refuse_secret(key: str, text: str) -> None:
+    """Stop (value not shown) at an override holding a secret-like value: a key known or not (`+wandb_key=`),
+    it would be echoed by the errors and, for a known one, recorded in plan.json, run.json, the W&B config,
+    handoff.json and the logs."""
+    from trm.secrets import in_value
+
+    kinds = in_value(key.rsplit(".", 1)[-1], text.split("=", 1)[1] if "=" in text else "")
+    if kinds:
+        raise TRMError(
+            f"the override of '{key}' holds a secret-like value ({kinds[0]}; not shown): overrides are recorded "
+            "in plan.json, run.json, handoff.json, the W&B config and the logs. Pass keys in the environment "
+            "(WANDB_API_KEY or WANDB_API_KEY_FILE, HF_TOKEN), rotate this one if it is real, and rerun"
+        )
 
 
 def _unknown_key_message(key: str, arg: str, arch: str, known: dict[str, str]) -> str:
@@ -346,6 +362,11 @@ def compose(overrides: list[str]) -> TrainConfig:
         parts = [str(e).splitlines()[0] for e in (err, err.__cause__) if e is not None and str(e)]
         raise TRMError(
             f"bad configuration: {': '.join(parts)}. Check the key's type with `--help`."
+        ) from None
+    except ValueError as err:  # OmegaConf indexing a list by a name (`evaluators.foo=x`)
+        raise TRMError(
+            f"bad configuration: {err} (a list is indexed by number: evaluators.0.name=...). Check the key's "
+            "type with `--help`."
         ) from None
     finally:
         GlobalHydra.instance().clear()

@@ -15,6 +15,7 @@ import pytest
 from trm.errors import TRMError
 from trm.launch.storage.sync import (
     Syncer,
+    SyncError,
     check_remote,
     prunable,
     remote_complete_steps,
@@ -73,6 +74,45 @@ def test_remotes_with_credentials_are_refused():
         check_remote("bucket/runs")
     with pytest.raises(TRMError, match="RCLONE_CONFIG_"):
         check_remote(":s3,access_key_id=AKIA,secret_access_key=x:bucket")
+
+
+# Credential-shaped values built at run time (literal ones would trip the repository's secret scan).
+FAKE = "".join(chr(ord("a") + (7 * i) % 26) for i in range(34))
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        f"s3remote,secret_access_key={FAKE[:20]}:bucket/runs",  # a named remote's parameters
+        f"b2remote,account=acct,key={FAKE[:12]}:bucket",
+        f":webdav,url='https://user:{FAKE[:12]}@dav.example.org':runs",  # a URL with a password
+        f":azureblob,sas_url='https://a.blob.core.windows.net/c?sv=2022&sig={FAKE[:12]}':runs",
+        f"remote:bucket/hf_{FAKE}",  # a vendor token
+    ],
+)
+def test_credentials_anywhere_in_the_remote_are_refused_without_showing_them(remote):
+    with pytest.raises(TRMError, match="SYNC_TO holds credentials") as err:
+        check_remote(remote)
+    assert FAKE[:10] not in str(err.value)
+    # a remote named after a key word, or with harmless parameters, is not a credential
+    assert check_remote("mykeys:bucket/runs") == "mykeys:bucket/runs"
+    assert check_remote("s3remote,provider=AWS:bucket") == "s3remote,provider=AWS:bucket"
+
+
+def test_rclone_errors_reach_the_log_without_the_remotes_credentials(tmp_path, monkeypatch):
+    """rclone's last stderr lines go into the SyncError (launch.log, synced and bundled): the values of
+    the RCLONE_CONFIG_*_ credential variables and vendor tokens in them are masked."""
+    secret, session = f"{FAKE[:20].upper()}/{FAKE[20:]}", f"Fwo{FAKE[::-1]}"
+    fake = tmp_path / "bin" / "rclone"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho 'auth failed: secret {secret} token {session}' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_SESSION_TOKEN", session)
+    with pytest.raises(SyncError, match=r"rclone \w+ failed \(exit 1\): auth failed: secret \*\*\*") as err:
+        sync_up(make_run(tmp_path), "store:bucket", print)
+    assert secret not in str(err.value) and session not in str(err.value)
 
 
 @needs_rclone

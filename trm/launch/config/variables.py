@@ -20,6 +20,7 @@ from trm.compile_setting import parse_compile
 from trm.errors import TRMError
 from trm.launch.provider.release import ACTIONS, PRIME_API_URL, PROVIDERS
 from trm.launch.storage.sync import check_remote
+from trm.secrets import redact
 from trm.training.recipes import RECIPES
 
 Parser = Callable[[str, str], Any]
@@ -167,6 +168,13 @@ class EnvVar:
         """The value in `env`, parsed, else the default (`values`: what was read before, for a Derived)."""
         raw = env.get(self.name, "").strip()
         if raw:
+            if redact(raw) != raw:
+                raise TRMError(
+                    f"{self.name} holds credentials (a token, or a URL's password or token; value not shown): "
+                    "launch variables are recorded in the resume command, plan.json and handoff.json. Keep keys "
+                    "in their own variables (WANDB_API_KEY, HF_TOKEN, RCLONE_CONFIG_*) or files, rotate this one "
+                    "if it is real, and rerun"
+                )
             return self.parse(self.name, raw)
         return self.unset.compute(values) if isinstance(self.unset, Derived) else self.unset
 
@@ -310,7 +318,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "TRAIN_OVERRIDES",
         "extra trainer overrides, e.g. 'lr=2e-4 eval_interval=400' (arguments "
-        "after the options are appended too)",
+        "after the options are appended too); one holding a secret-like value is refused: keys go in the "
+        "environment (WANDB_API_KEY, HF_TOKEN)",
         parse=words,
         unset=(),
     ),
@@ -402,7 +411,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "SYNC_TO",
         "rclone remote:path; the run (complete checkpoints, metrics, logs, handoff bundle) is copied to "
         "$SYNC_TO/$RUN_NAME during the run and at the end; credentials belong in rclone's config or "
-        "RCLONE_CONFIG_* variables",
+        "RCLONE_CONFIG_* variables (a SYNC_TO holding a key, password, token or URL credentials is refused)",
         "sync",
         parse=remote,
         shown="(empty: off)",

@@ -31,16 +31,18 @@ retrying with backoff, and once more at the end (`final`).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.secrets import redact
 
 STEP_RE = re.compile(r"^step_(\d+)$")
 HANDOFF_SUBDIR = "handoff"
@@ -52,7 +54,8 @@ EXCLUDES = (
 )  # fmt: skip
 # rclone's own retries stay low: Syncer retries the whole pass with backoff.
 RCLONE_FLAGS = ("--retries", "2", "--low-level-retries", "5", "--stats", "0")
-SECRET_HINTS = ("key", "secret", "password", "token", "pass=")
+RCLONE_SECRET_OPTION = re.compile(r"KEY|SECRET|PASS|TOKEN|SAS_URL|CREDENTIAL|AUTH", re.I)
+SECRET_HINTS = ("key", "secret", "password", "token", "pass=", "sas_url")
 
 Log = Callable[[str], None]
 
@@ -68,25 +71,41 @@ class SyncError(Exception):
         self.returncode = returncode
 
 
+def _connection_params(remote: str) -> str:
+    """The `param=value,...` part of an rclone connection string (`:backend,params:path`) or of a named
+    remote with parameters (`name,params:path`); "" when there is none."""
+    head = remote.split(":", 2)[1] if remote.startswith(":") else remote.split(":", 1)[0]
+    return head.split(",", 1)[1] if "," in head else ""
+
+
 def check_remote(remote: str, name: str = "SYNC_TO") -> str:
     """A `remote:path` rclone understands, without credentials in it (they would land in the resume
-    command and handoff.json)."""
+    command and handoff.json): no secret-named parameter (`:s3,secret_access_key=...:`,
+    `name,secret_access_key=...:`), no URL with a user and password or a token, no vendor token."""
     remote = remote.strip()
     if not remote:
         return ""
+    params = _connection_params(remote).lower()
+    if any(h in params for h in SECRET_HINTS) or redact(remote) != remote:
+        raise TRMError(
+            f"{name} holds credentials (value not shown); they would be written to the resume command, "
+            "plan.json and handoff.json: configure the remote with RCLONE_CONFIG_<NAME>_* environment "
+            "variables or `rclone config` and set " + name + "=<name>:bucket/path"
+        )
     if ":" not in remote and not remote.startswith("/"):
         raise TRMError(
             f"{name}={remote!r} is not an rclone remote: use remote:bucket/path (a remote from `rclone config` "
             "or RCLONE_CONFIG_<NAME>_* variables) or an absolute path"
         )
-    head = remote.split(":", 2)[:2]
-    if remote.startswith(":") and any(h in ":".join(head).lower() for h in SECRET_HINTS):
-        raise TRMError(
-            f"{name} holds credentials in an rclone connection string; they would be written to the resume "
-            "command and handoff.json: configure the remote with RCLONE_CONFIG_<NAME>_* environment variables "
-            "or `rclone config` and set " + name + "=<name>:bucket/path"
-        )
     return remote
+
+
+def rclone_secrets(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The values of the RCLONE_CONFIG_<REMOTE>_<OPTION> variables whose option is a credential (a key,
+    secret, password, token or SAS URL): taken out of rclone's messages before they reach launch.log."""
+    return [
+        v for k, v in environ.items() if k.startswith("RCLONE_CONFIG_") and RCLONE_SECRET_OPTION.search(k)
+    ]
 
 
 def rclone_binary() -> str:
@@ -109,10 +128,8 @@ def _run(args: list[str], log: Log, *, timeout: float | None = None) -> str:
     except subprocess.TimeoutExpired:
         raise SyncError(f"rclone {args[0]} timed out after {timeout:g} s") from None
     if result.returncode != 0:
-        tail = result.stderr.strip().splitlines()[-3:]
-        raise SyncError(
-            f"rclone {args[0]} failed (exit {result.returncode}): {' | '.join(tail)}", result.returncode
-        )
+        tail = redact(" | ".join(result.stderr.strip().splitlines()[-3:]), rclone_secrets())
+        raise SyncError(f"rclone {args[0]} failed (exit {result.returncode}): {tail}", result.returncode)
     return result.stdout
 
 
