@@ -61,12 +61,14 @@ class Finding:
         return f"{self.path}: {self.where} ({self.type})"
 
 
-def in_text(text: str) -> Iterator[str]:
-    """The types of the secrets in one line or string."""
+def in_text(text: str, *, loose: bool = True) -> Iterator[str]:
+    """The types of the secrets in one line or string. `loose`: also a 40-hex run anywhere in a text that
+    names a key word (a W&B key in a log line); off for a setting a person typed, where a Hub reference
+    pinned to a commit (`hf://org/tokenizer-run@<40 hex>`) has both."""
     for name, pattern in TOKEN_PATTERNS.items():
         if pattern.search(text):
             yield name
-    if KEY_WORD.search(text) and HEX40.search(text):
+    if loose and KEY_WORD.search(text) and HEX40.search(text):
         yield "W&B API Key"
 
 
@@ -83,9 +85,9 @@ def redact(text: str, values: Iterable[str | None] = ()) -> str:
     return text
 
 
-def in_value(key: str, value: str) -> list[str]:
-    """The types of the secrets in a string `value` stored under the key `key`."""
-    found = list(in_text(value))
+def in_value(key: str, value: str, *, loose: bool = True) -> list[str]:
+    """The types of the secrets in a string `value` stored under the key `key` (`loose`: see in_text)."""
+    found = list(in_text(value, loose=loose))
     if not found and HEX40.fullmatch(value.strip()) and KEY_WORD.search(key):
         found.append("W&B API Key")
     if (

@@ -18,6 +18,7 @@ from trm.training.config import (
     fill_run_defaults,
     from_dict,
     help_text,
+    normalize_overrides,
 )
 
 # The published training commands (ARC-AGI-2/1 runs, smokes, a resume), with the entry point swapped: only the
@@ -384,6 +385,13 @@ def test_a_secret_in_an_override_is_refused_without_showing_it(override: str) ->
     with pytest.raises(TRMError, match=f"override of '{key}' holds a secret-like value") as err:
         compose([override])
     assert value not in str(err.value) and "WANDB_API_KEY" in str(err.value)
+
+
+def test_a_hub_reference_pinned_to_a_commit_is_no_secret() -> None:
+    """A key word in a repository's name and a 40-hex commit: a reference, not a W&B key."""
+    ref = f"hf://an-org/trm-tokenizer-run@{WANDB_LIKE}"
+    overrides = [f"load_checkpoint={ref}", f"+run_name=auth-sweep-{WANDB_LIKE}"]
+    assert [o.lstrip("+") for o in normalize_overrides(overrides)] == [o.lstrip("+") for o in overrides]
 
 
 def test_a_list_indexed_by_a_name_is_a_config_error_not_a_traceback() -> None:

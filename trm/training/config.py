@@ -321,7 +321,7 @@ def _refuse_secret(key: str, text: str) -> None:
     handoff.json and the logs."""
     from trm.secrets import in_value
 
-    kinds = in_value(key.rsplit(".", 1)[-1], text.split("=", 1)[1] if "=" in text else "")
+    kinds = in_value(key.rsplit(".", 1)[-1], text.split("=", 1)[1] if "=" in text else "", loose=False)
     if kinds:
         raise TRMError(
             f"the override of '{key}' holds a secret-like value ({kinds[0]}; not shown): overrides are recorded "
