@@ -22,10 +22,11 @@ def rebuild_hint(dataset_dir: str | Path, manifest: dict[str, Any] | None = None
     """The commands that fix a missing or broken dataset. A dataset `import-upstream` adopted (its manifest
     says so) cannot be rebuilt in place by us, and a second import refuses its existing manifest: it is
     rebuilt by its own builder into a new folder, which is then imported."""
-    args = manifest.get("args") if isinstance(manifest, dict) else None
+    record = manifest if isinstance(manifest, dict) else {}
+    args = record.get("args")
     if isinstance(args, dict) and args.get("imported") is True:
         return (
-            f"it was imported from a build by {manifest.get('builder', 'upstream TinyRecursiveModels or URM')}: "
+            f"it was imported from a build by {record.get('builder', 'upstream TinyRecursiveModels or URM')}: "
             "rebuild it with that builder and the same flags into a new folder, run "
             "`python -m trm data import-upstream NEW_FOLDER`, and point data_paths at NEW_FOLDER"
         )
