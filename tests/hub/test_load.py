@@ -281,6 +281,28 @@ def _flip_a_byte(cached: Path) -> bytes:
     return original
 
 
+def test_the_cache_check_leaves_files_our_manifests_hash_to_their_readers(
+    published: Path, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A checkpoint file our manifest lists is hashed by the manifest check that loads it, not a second time
+    by the cache's; the manifest itself and files no manifest lists still get the cache's check, and a
+    damaged listed file is still refused before it loads."""
+    from trm.hub.ref import _read_files
+
+    ours = add_commit(cache, REPO, folder_files(published))
+    folder = cache / f"models--{REPO.replace('/', '--')}" / "snapshots" / ours
+    checked = {p.relative_to(folder).as_posix() for p in _read_files("trm", folder / "checkpoint", folder)}
+    listed = json.loads((folder / "checkpoint" / "manifest.json").read_text())["files"]
+    assert listed and not checked & {f"checkpoint/{rel}" for rel in listed}
+    assert {"checkpoint/manifest.json", "dataset/identifiers.json"} <= checked
+    biggest = max(listed, key=lambda rel: listed[rel]["bytes"])
+    _flip_a_byte(folder / "checkpoint" / biggest)
+    assert main(["package", "kaggle", f"hf://{REPO}", str(tmp_path / "b"), "--no-wheels", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and biggest in err and "Traceback" not in err
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_changed_blob_in_the_hub_cache_is_refused_before_it_is_read(
     upstream_repo: Path, published: Path, cache: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

@@ -193,11 +193,26 @@ def upstream_overrides(config_file: Path) -> list[str]:
 
 
 def _read_files(layout: str, path: Path, folder: Path) -> list[Path]:
-    """The files of a resolved snapshot that its readers use: upstream's step file and its config, or
-    every file of the folder of our layout or of a bundle."""
+    """The files of a resolved snapshot that need the cache's check before they are read: upstream's step
+    file and its config; of a bundle, every file; of our layout, every file but those its checkpoint's
+    manifest lists by sha256, which the load checks against that manifest (`verified_manifest`), so a
+    multi-GB checkpoint is hashed once, not twice (the manifest itself is checked here)."""
     if layout == UPSTREAM:
         return [path, *([folder / UPSTREAM_CONFIG] if (folder / UPSTREAM_CONFIG).exists() else [])]
-    return sorted(p for p in folder.rglob("*") if p.is_file())
+    covered = _listed_by_checkpoint_manifest(path) if layout == OURS else set()
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p not in covered)
+
+
+def _listed_by_checkpoint_manifest(checkpoint: Path) -> set[Path]:
+    """The files of our checkpoint folder its `manifest.json` lists with a sha256 (none when unreadable:
+    then every file gets the cache's check)."""
+    try:
+        files = json.loads((checkpoint / "manifest.json").read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    if not isinstance(files, dict):
+        return set()
+    return {checkpoint / rel for rel, meta in files.items() if isinstance(meta, dict) and "sha256" in meta}
 
 
 def resolve(target: str | Path, cache_dir: str | Path | None = None) -> Resolved:
