@@ -16,7 +16,7 @@ from tests.e2e.test_train import assert_states_equal
 from tests.helpers import SmokeCheckpoint, make_smoke
 from trm import exit_codes
 from trm.adapt.rows import initial_rows, mean_trained_row
-from trm.adapt.run import AdaptationStopped, AdaptSettings, AdaptSource, adapt
+from trm.adapt.run import ADAPT_KIND, AdaptationStopped, AdaptSettings, AdaptSource, adapt
 from trm.adapt.source import source_from_checkpoint
 from trm.adapt.tasks import stage_tasks
 from trm.commands import main
@@ -24,6 +24,7 @@ from trm.data.encoding import BLANK_IDENTIFIER
 from trm.errors import TRMError
 from trm.model.registry import ARCHS
 from trm.model.upstream import PUZZLE_EMB_KEY
+from trm.safe_remove import write_marker
 from trm.training.checkpointing import layout as ckpt
 from trm.training.loop import Trainer
 
@@ -247,6 +248,25 @@ def test_out_that_holds_foreign_files_or_is_a_file_is_refused(
     assert "it is a file, not a folder" in capsys.readouterr().err and a_file.read_text() == "mine"
     run = smoke.checkpoint.parent  # the run that holds the checkpoint is a source, never the output
     assert main([*argv, "--out", str(run), "--quiet"]) == 2
+
+
+def test_out_that_is_a_symbolic_link_is_refused_without_following_it(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    empty, marked = tmp_path / "empty", tmp_path / "marked"
+    empty.mkdir()
+    marked.mkdir()
+    write_marker(marked, tool="trm adapt", kind=ADAPT_KIND)  # an earlier adaptation's folder
+    before = {folder: _tree(folder) for folder in (empty, marked)}
+    argv = ["adapt", str(smoke.checkpoint), "--challenges", str(hidden), "--steps", "0", "--num-aug", "1"]
+    for target in (empty, marked, tmp_path / "not_there"):
+        link = tmp_path / f"link_to_{target.name}"
+        link.symlink_to(target)
+        assert main([*argv, "--out", str(link), "--quiet"]) == exit_codes.CONFIG_ERROR
+        err = capsys.readouterr().err.strip()
+        assert f"--out {link}: it is a symbolic link (to {target})" in err and len(err.splitlines()) == 1
+    assert {folder: _tree(folder) for folder in (empty, marked)} == before
+    assert not (tmp_path / "not_there").exists()
 
 
 def test_a_refused_dataset_leaves_the_staged_inputs_as_they_were(

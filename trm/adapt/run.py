@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,6 +287,11 @@ def claim_out(out: Path, sources: list[Path]) -> None:
     one an earlier adaptation marked (resumed). Anything else is refused before a file is written."""
     from trm.safe_remove import MARKER, read_marker, write_marker
 
+    if out.is_symlink():  # checked first: every later check would follow it
+        raise TRMError(
+            f"--out {out}: it is a symbolic link (to {os.readlink(out)}); refusing to follow it, nothing was "
+            "changed. Pass the folder's real path or a new folder"
+        )
     for source in sources:
         if out.resolve() == source.resolve() or out.resolve() in source.resolve().parents:
             raise TRMError(f"--out {out}: it holds {source}, which this command reads; choose a new folder")
@@ -307,7 +313,6 @@ def claim_out(out: Path, sources: list[Path]) -> None:
 def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings) -> StagedTasks:
     """Stage the task file in a temporary folder inside `out`, build (or reuse) `out/dataset` from it, and
     only then put the staged files at `out/inputs/`: a refused dataset leaves the earlier inputs as they were."""
-    import os
     import tempfile
 
     from trm.safe_remove import remove_own_temp

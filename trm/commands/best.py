@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def run(args: argparse.Namespace) -> int:
     from trm.errors import TRMError
     from trm.evaluation.subset import SUBSET_PREFIX
-    from trm.training.checkpointing.best import best_checkpoint, run_ranking, select_best
+    from trm.training.checkpointing.best import best_checkpoint, candidates_of, run_ranking, select_best
     from trm.training.checkpointing.layout import CheckpointInfo
     from trm.training.full_eval import CANDIDATES_DIR
     from trm.training.standalone_eval import full_metrics
@@ -32,6 +32,14 @@ def run(args: argparse.Namespace) -> int:
             return full_metrics(info.path, run_dir / CANDIDATES_DIR / f"step_{info.step}")
 
         top_k = args.top_k if args.top_k is not None else (run_top_k or 0)
+        kept = len(candidates_of(run_dir, ranked_by, top_k)) if top_k > 0 else 0
+        if kept < top_k:
+            asked = "--top-k" if args.top_k is not None else "the run's best.top_k"
+            print(
+                f"warning: {asked} is {top_k}, but retention kept {kept} checkpoints with {ranked_by}: "
+                f"evaluating {kept}",
+                file=sys.stderr,
+            )
         if top_k > 0:  # evaluates and writes into the run directory: only while nobody else owns it
             best = _choose_owning(run_dir, lambda: select_best(run_dir, top_k, evaluate_full))
         else:

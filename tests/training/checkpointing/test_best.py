@@ -104,6 +104,19 @@ def test_trm_best_re_evaluates_the_runs_top_k(
     assert "--top-k -1 must be ≥ 0" in capsys.readouterr().err
 
 
+def test_trm_best_says_when_top_k_asks_for_more_than_retention_kept(
+    run_dir: Path, cli_full_set: FullSet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["best", str(run_dir), "--top-k", "6"]) == 0
+    out, err = capsys.readouterr()
+    warning = f"warning: --top-k is 6, but retention kept 4 checkpoints with {SUB}: evaluating 4"
+    assert warning in err.splitlines()
+    assert sorted(cli_full_set.calls) == [100, 200, 300, 400]  # all four still ranked: a warning, not an error
+    assert out.strip() == str(run_dir / "step_400")  # the full set's best
+    assert main(["best", str(run_dir), "--top-k", "4"]) == 0  # as many as kept: nothing to say
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_the_recorded_choice_is_what_packaging_and_trm_eval_get(run_dir: Path) -> None:
     from trm.training.checkpointing.best import best_checkpoint
 

@@ -119,6 +119,12 @@ def run_ranking(run_dir: Path) -> tuple[str | None, int | None]:
     return str(named[-1]["best_metric"]), int(top_k) if top_k is not None else None
 
 
+def candidates_of(run_dir: Path, ranked_by: str, top_k: int) -> list[CheckpointInfo]:
+    """The `top_k` complete checkpoints with the best `ranked_by` score, best first: fewer when retention
+    kept fewer that carry it."""
+    return best_of(_complete(run_dir), ranked_by, top_k)
+
+
 def select_best(
     run_dir: Path, top_k: int, evaluate_full: FullEvaluation | None, *, write: bool = True
 ) -> Best:
@@ -137,7 +143,7 @@ def select_best(
     cached = _recorded_full_scores(run_dir, full_metric)
     candidates: list[dict[str, Any]] = []
     scored: list[tuple[float, CheckpointInfo]] = []
-    for info in best_of(_complete(run_dir), ranked_by, top_k):
+    for info in candidates_of(run_dir, ranked_by, top_k):
         metrics = info.manifest.get("eval_metrics") or {}
         value, source = metric_value(info, full_metric), "in-run"
         count = metrics.get(count_name) if value is not None and count_name else None
