@@ -4,6 +4,7 @@ huggingface_hub lays it out, with HF_HUB_OFFLINE=1: our published layout and ups
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -202,7 +203,9 @@ def test_infer_packages_a_hub_checkpoint_once_and_writes_a_submission(
     )
     (bundle / B.WEIGHTS).write_bytes(weights[:-1] + bytes([weights[-1] ^ 1]))
     (bundle / "notes.txt").write_text("mine\n")
-    with pytest.raises(TRMError, match=r"refusing to replace it: it holds notes\.txt"):
+    # named as the user of `trm infer` knows it (--weights), not as `package kaggle`'s OUT_DIR
+    refusal = f"the packaged copy of --weights hf://{REPO}, cached at {bundle}: refusing to replace it: it holds notes.txt"
+    with pytest.raises(TRMError, match="^" + re.escape(refusal)):
         run_inference(f"hf://{REPO}", path, tmp_path / "third.json", num_aug=2, progress=False)
     assert (bundle / "notes.txt").read_text() == "mine\n"
 

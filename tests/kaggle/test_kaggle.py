@@ -788,8 +788,11 @@ def test_overwrite_never_replaces_the_run_being_packaged_or_a_file(
     for out in (run, run / "step_4"):
         assert main(["package", "kaggle", str(run), str(out), "--overwrite", "--no-wheels"]) == 2
         err = capsys.readouterr().err.strip()
-        assert "refusing to replace it" in err and len(err.splitlines()) == 1
+        assert f"OUT_DIR {out}: refusing to replace it" in err and len(err.splitlines()) == 1
         assert _tree(run) == before
+    with pytest.raises(SystemExit):  # the refusal's OUT_DIR is the argument the usage line names so
+        main(["package", "kaggle", "--help"])
+    assert "CHECKPOINT OUT_DIR [overrides ...]" in capsys.readouterr().out
     a_file = tmp_path / "bundle.zip"
     a_file.write_bytes(b"mine")
     assert main(["package", "kaggle", str(run), str(a_file), "--overwrite", "--no-wheels"]) == 2

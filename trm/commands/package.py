@@ -38,6 +38,7 @@ def _kaggle(args: argparse.Namespace) -> int:
         include_torch=args.include_torch,
         overwrite=args.overwrite,
         progress=not args.quiet,
+        out_name="OUT_DIR",  # the positional argument, so named in the usage line
     )
     files = manifest["files"]
     total = sum(f["bytes"] for f in files.values())
@@ -81,10 +82,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     kaggle.add_argument(
         "checkpoint",
+        metavar="CHECKPOINT",
         help="our step_N/ folder (or a run directory: its newest complete one), an upstream step_N file, or "
         "hf://ORG/NAME[/DIR][@REVISION] (our published layout or upstream's step_N layout)",
     )
-    kaggle.add_argument("out_dir", help="folder to create")
+    kaggle.add_argument("out_dir", metavar="OUT_DIR", help="folder to create")
     kaggle.add_argument(
         "overrides",
         nargs="*",

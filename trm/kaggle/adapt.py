@@ -61,6 +61,9 @@ def adapt_bundle(
     work_dir = Path(work_dir)
     result = adapt(source_from_bundle(bundle, device), challenges, work_dir, settings)
     adapted = work_dir / ADAPTED_BUNDLE
-    package_kaggle(result.checkpoint, adapted, wheels=False, overwrite=True, progress=False)
+    package_kaggle(
+        result.checkpoint, adapted, wheels=False, overwrite=True, progress=False,
+        out_name="the adapted bundle in --adapt-dir,",
+    )  # fmt: skip
     log.info("adapted bundle: %s (step %d)", adapted, result.step)
     return B.load_bundle(adapted, device, batch_size=batch_size, early_halt=early_halt), result

@@ -252,9 +252,11 @@ def package_kaggle(
     include_torch: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    out_name: str = "OUT_DIR",
 ) -> dict[str, Any]:
     """Write the bundle for `checkpoint` (our step_N/ folder, an upstream step_N file, or an
-    hf://ORG/NAME[/DIR][@REVISION] holding either; see trm.hub.ref) to `out_dir`."""
+    hf://ORG/NAME[/DIR][@REVISION] holding either; see trm.hub.ref) to `out_dir`. `out_name`: what the
+    caller's user calls `out_dir` (an argument, a flag), named by a refusal."""
     from trm.hub.ref import BUNDLE, DATASET_DIR, OURS, resolve
     from trm.model.registry import spec_of
     from trm.training.checkpointing.initial_weights import read_checkpoint_weights
@@ -269,9 +271,9 @@ def package_kaggle(
         data_path = published
     checkpoint, out_dir = newest_in_run_dir(found.path), Path(out_dir)
     sources = (found.path, checkpoint)
-    check_replaceable(out_dir, kind=KIND, sources=sources, flag="OUT_DIR")  # before any work
+    check_replaceable(out_dir, kind=KIND, sources=sources, flag=out_name)  # before any work
     if out_dir.exists() and not overwrite:
-        raise TRMError(f"{out_dir} already exists: choose another OUT_DIR or pass --overwrite")
+        raise TRMError(f"{out_name} {out_dir} already exists: choose another {out_name} or pass --overwrite")
     # The run's config and weights.
     cfg, step, ours = _resolve(checkpoint, list(overrides or []))
     arch_name = spec_of(cfg.arch).name
@@ -315,5 +317,8 @@ def local_bundle(weights: str | Path, progress: bool = True) -> tuple[Path, dict
         except TRMError as err:  # damaged since: packaged again (replaced only if trm-stack wrote it all)
             log.warning("the cached bundle is damaged (%s): packaging it again", err)
     log.info("packaging %s into %s (no wheelhouse)", src["reference"], out)
-    package_kaggle(weights, out, wheels=False, overwrite=True, progress=progress)
+    package_kaggle(
+        weights, out, wheels=False, overwrite=True, progress=progress,
+        out_name=f"the packaged copy of --weights {weights}, cached at",
+    )  # fmt: skip
     return out, src
