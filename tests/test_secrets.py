@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.secrets import TOKEN_PATTERNS, Finding, require_no_secrets, scan_folder
+from trm.secrets import TOKEN_PATTERNS, Finding, redact_found, redact_object, require_no_secrets, scan_folder
 
 # Token-shaped values built at run time (literal ones would trip the repository's own scan).
 HF = "hf_" + "".join(chr(ord("a") + (3 * i) % 26) for i in range(34))
@@ -76,3 +76,23 @@ def test_the_repository_scan_uses_the_same_token_formats() -> None:
         detectors.BearerTokenDetector,
     ):
         assert plugin.denylist[0] is TOKEN_PATTERNS[plugin.secret_type]  # one definition, not a copy
+
+
+def test_redact_object_replaces_secret_values_and_keeps_references_commit_ids_and_hub_pins() -> None:
+    pin = f"hf://org/tokenizer-run@{HEX}"
+    shown, count = redact_object(
+        {
+            "env": {"WANDB_API_KEY": HEX, "HF_TOKEN": "$HF_TOKEN", "hub_password": "abcdefgh12345678"},
+            "command": [f"wandb_key={HEX}", f"init_from={pin}", f"Bearer {HF}"],
+            "git_sha": HEX,
+            "steps": 3,
+        }
+    )
+    assert shown == {
+        "env": {"WANDB_API_KEY": "***", "HF_TOKEN": "$HF_TOKEN", "hub_password": "***"},
+        "command": ["wandb_key=***", f"init_from={pin}", "Bearer ***"],
+        "git_sha": HEX,
+        "steps": 3,
+    }
+    assert count == 4
+    assert redact_found(f"token for {pin} and key {HEX}") == f"token for {pin} and key ***"

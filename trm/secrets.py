@@ -85,6 +85,34 @@ def redact(text: str, values: Iterable[str | None] = ()) -> str:
     return text
 
 
+def redact_found(text: str) -> str:
+    """`text` (a log line, a recorded setting) with what `in_text` finds replaced by `***`: `redact`'s
+    credentials and tokens and, where the loose rule holds, each 40-hex run but a Hub revision
+    (`hf://org/tokenizer-run@<40 hex>` names a commit, not a key)."""
+    shown = redact(text)
+    if "W&B API Key" in in_text(shown):
+        shown = HEX40.sub(lambda m: m[0] if m.string[m.start() - 1 : m.start()] == "@" else REDACTED, shown)
+    return shown
+
+
+def redact_object(obj: Any, key: str = "") -> tuple[Any, int]:
+    """(a JSON-like object with every secret-like string value redacted, how many values were): a value
+    `redact_found` changes, else the whole value of a secret-named key (`in_value`, without the loose rule,
+    which `redact_found` applied)."""
+    if isinstance(obj, dict):
+        pairs = [(k, *redact_object(v, str(k))) for k, v in obj.items()]
+        return {k: v for k, v, _ in pairs}, sum(n for _, _, n in pairs)
+    if isinstance(obj, list | tuple):
+        items = [redact_object(v, key) for v in obj]
+        return [v for v, _ in items], sum(n for _, n in items)
+    if isinstance(obj, str):
+        shown = redact_found(obj)
+        if shown == obj and in_value(key, obj, loose=False):
+            shown = REDACTED
+        return shown, int(shown != obj)
+    return obj, 0
+
+
 def in_value(key: str, value: str, *, loose: bool = True) -> list[str]:
     """The types of the secrets in a string `value` stored under the key `key` (`loose`: see in_text)."""
     found = list(in_text(value, loose=loose))

@@ -11,8 +11,12 @@ import pytest
 
 from trm.errors import TRMError
 from trm.launch.handoff.handoff import build_bundle, last_good_checkpoint, session_summary
+from trm.secrets import Finding, scan_folder
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Token-shaped values built at run time (literal ones would trip the repository's own scan).
+HF = "hf_" + "".join(chr(ord("a") + (3 * i) % 26) for i in range(34))
+HEX = "".join("0123456789abcdef"[(5 * i + 3) % 16] for i in range(40))
 
 
 def write_checkpoint(run: Path, step: int, *, complete: bool = True, corrupt: bool = False) -> None:
@@ -135,6 +139,53 @@ def test_bundle_contents(tmp_path):
     info = (out / "run.info").read_text()
     assert "status:         finished" in info and "step 100" in info and "$12.00" in info
     assert "h100-80g: 4 x NVIDIA H100 80GB HBM3" in info
+
+
+def test_secrets_in_the_runs_files_are_redacted_in_the_bundle_only(tmp_path):
+    run = synthetic_run(tmp_path)
+    launch = run / "launch"
+    pin = f"hf://org/tokenizer-run@{'0' * 40}"  # a Hub revision: a commit id, not a key, and kept
+    (launch / "train.log").write_text(
+        f"step 1 loss 3.0\nuser code: logging in with {HF}\nwandb: WANDB_API_KEY={HEX}\n"
+        f"loading {pin} for the tokenizer\nstep 200 loss 0.015\n"
+    )
+    plan = json.loads((launch / "plan.json").read_text())  # as an older launcher recorded it
+    plan["trainer_env"] = {"WANDB_API_KEY": HEX, "WANDB_MODE": "online"}
+    plan["overrides"] = [f"hub_token={HF}", "lr=1e-4"]
+    plan["resume_command"] = f"WANDB_API_KEY={HEX} MAX_HOURS=70 bash scripts/train_prod.sh"
+    (launch / "plan.json").write_text(json.dumps(plan))
+    originals = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+    out = build_bundle(run, tmp_path / "bundle")
+    for file in out.iterdir():
+        text = file.read_bytes().decode("latin-1")
+        assert HF not in text and HEX not in text, file.name
+    # the publish-time scan's loose rule still names the Hub pin's line (a key word and 40 hex), nothing else
+    assert scan_folder(out) == [Finding("train.log", "line 4", "W&B API Key")]
+    data = json.loads((out / "handoff.json").read_text())
+    assert data["redacted"] == {"handoff.json": 3, "train.log": 2}  # lines and values, never the values
+    assert data["launch"]["trainer_env"] == {"WANDB_API_KEY": "***", "WANDB_MODE": "online"}
+    assert data["launch"]["overrides"] == ["hub_token=***", "lr=1e-4"]
+    assert data["resume_command"] == "WANDB_API_KEY=*** MAX_HOURS=70 bash scripts/train_prod.sh"
+    log = (out / "train.log").read_text()
+    assert "logging in with ***\n" in log and "WANDB_API_KEY=***" in log and f"loading {pin} " in log
+    assert "step 200 loss 0.015" in log
+    info = (out / "run.info").read_text()
+    assert "secrets:        replaced by *** in handoff.json (3), train.log (2); the run's own files" in info
+    assert HEX not in info and HF not in info
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == originals  # the run's own: as were
+    submission = run / "evaluator_ARC_step_100" / "submission.json"
+    assert (out / "submission.json").read_bytes() == submission.read_bytes()  # nothing in it: copied as is
+
+
+def test_a_bundle_without_secrets_says_so_and_copies_byte_for_byte(tmp_path):
+    run = synthetic_run(tmp_path)
+    (run / "launch" / "train.log").write_bytes(b"step 1 loss 3.0\r\nodd byte \xff\nno newline")
+    out = build_bundle(run, tmp_path / "bundle")
+    assert (out / "train.log").read_bytes() == (run / "launch" / "train.log").read_bytes()
+    assert (out / "metrics.csv").read_bytes() == (run / "metrics.csv").read_bytes()
+    assert json.loads((out / "handoff.json").read_text())["redacted"] == {}
+    assert "secrets:        none found in the copies" in (out / "run.info").read_text()
 
 
 def test_regeneration_is_idempotent(tmp_path):

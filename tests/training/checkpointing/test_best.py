@@ -111,7 +111,8 @@ def test_trm_best_says_when_top_k_asks_for_more_than_retention_kept(
     out, err = capsys.readouterr()
     warning = f"warning: --top-k is 6, but retention kept 4 checkpoints with {SUB}: evaluating 4"
     assert warning in err.splitlines()
-    assert sorted(cli_full_set.calls) == [100, 200, 300, 400]  # all four still ranked: a warning, not an error
+    # all four still ranked: a warning, not an error
+    assert sorted(cli_full_set.calls) == [100, 200, 300, 400]
     assert out.strip() == str(run_dir / "step_400")  # the full set's best
     assert main(["best", str(run_dir), "--top-k", "4"]) == 0  # as many as kept: nothing to say
     assert "warning" not in capsys.readouterr().err

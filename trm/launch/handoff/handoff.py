@@ -6,7 +6,9 @@ time and cost. metrics.png has the loss and accuracy curves, and below them thro
 
 Everything is derived from the run directory (checkpoints, metrics, the launcher's `launch/` records), so
 regenerating the bundle gives the same files. The bundle is built in a temp directory and published with
-one rename: readers never see half a bundle.
+one rename: readers never see half a bundle. Its copies have their secrets replaced by `***` before that
+rename (trm.launch.handoff.redaction; handoff.json's `redacted` names the files); the run's own files are
+left as they are.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import json
 import math
 import os
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,10 @@ from trm.errors import TRMError
 from trm.gitinfo import UNKNOWN, code_git_sha
 from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
 from trm.launch.cost.estimate import ESTIMATE_FILE
+from trm.launch.handoff.redaction import copy_redacted, redaction_line
 from trm.launch.supervision.stepdown import STEP_DOWN_FILE
 from trm.launch.supervision.supervisor import read_events
+from trm.secrets import redact_object
 from trm.training.throughput import summarize as summarize_throughput
 
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -390,6 +393,7 @@ def render_info(data: dict[str, Any]) -> str:
         else "checkpoint:     none complete",
         f"best:           {_best_line(data.get('best_checkpoint'))}",
         f"submission:     {data['submission'] or 'none yet'}",
+        f"secrets:        {redaction_line(data.get('redacted') or {})}",
         f"resume:         {data['resume_command'] or 'unknown'}",
         f"resume in:      {data['resume_where'] or 'unknown'}",
         *([f"restore from:   {data['restore_command']}  (on a new machine, before the resume command)"]
@@ -454,11 +458,6 @@ def _plan_line(p: dict[str, Any] | None) -> str:
     )
 
 
-def _copy(src: Path, dst: Path) -> None:
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-
-
 def build_bundle(run_dir: str | Path, out_dir: str | Path) -> Path:
     """Write the bundle of `run_dir` into `out_dir` (replaced as a whole); returns `out_dir`."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -468,24 +467,36 @@ def build_bundle(run_dir: str | Path, out_dir: str | Path) -> Path:
             "(CHECKPOINT_DIR/RUN_NAME) to `python -m trm handoff`"
         )
     data = collect(run_dir)
+    redacted: dict[str, int] = {}  # bundle file -> lines or values whose secrets were replaced
+
+    def copy(src: Path, dst: Path) -> None:
+        if count := copy_redacted(src, dst):
+            redacted[dst.name] = count
+
     with atomic_directory(out_dir, overwrite=True) as tmp:
         log = run_dir / "launch" / "train.log"
         if log.exists():
-            _copy(log, tmp / "train.log")
+            copy(log, tmp / "train.log")
         else:
             atomic_write_text(
                 tmp / "train.log", "no train.log: the run was not started by scripts/train_prod.sh\n"
             )
         for name in ("launch.log", "smoke.log", "probe.json"):
             if (run_dir / "launch" / name).exists():
-                _copy(run_dir / "launch" / name, tmp / name)
+                copy(run_dir / "launch" / name, tmp / name)
         if (run_dir / "metrics.csv").exists():
-            _copy(run_dir / "metrics.csv", tmp / "metrics.csv")
+            copy(run_dir / "metrics.csv", tmp / "metrics.csv")
         else:
             atomic_write_text(tmp / "metrics.csv", "step,wall_time,name,value\n")
+        # drawn here from numbers: metrics.png holds no text of the run's
         plot_metrics(read_metrics(run_dir / "metrics.csv"), tmp / "metrics.png", f"{data['run_name']}")
         if data["submission"]:
-            _copy(Path(data["submission"]), tmp / "submission.json")
+            copy(Path(data["submission"]), tmp / "submission.json")
+        # handoff.json and run.info carry plan.json's launch settings and run.json's config
+        data, count = redact_object(data)
+        if count:
+            redacted["handoff.json"] = count
+        data["redacted"] = dict(sorted(redacted.items()))
         data["files"] = sorted({*(p.name for p in tmp.iterdir()), "handoff.json", "run.info"})
         atomic_write_json(tmp / "handoff.json", data)
         atomic_write_text(tmp / "run.info", render_info(data))
