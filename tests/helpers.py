@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import collections
+import contextlib
+import email.message
+import http.server
 import json
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -400,3 +404,95 @@ def sign_sgd_reference(
     out = table.clone()
     out[unique_ids] = table[unique_ids] * (1 - lr * weight_decay) - lr * torch.sign(summed)
     return out
+
+
+# --- A local JSON HTTP API on 127.0.0.1 that answers canned replies and records each request -------------
+
+Reply = tuple[int, Any]  # (HTTP status, a JSON-serialisable body)
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """One request the double received, as sent: the path as on the request line (a full URL when the
+    client goes through the double as its proxy), the headers (looked up case-insensitively), the body."""
+
+    method: str
+    path: str
+    headers: email.message.Message
+    body: bytes
+
+    def json(self) -> Any:
+        """The body parsed as JSON ({} when there is none)."""
+        return json.loads(self.body or b"{}")
+
+
+Route = Callable[[HttpRequest], Reply] | Mapping[str, Reply | list[Reply]]
+
+
+@dataclass
+class JsonApi:
+    """The running double: where it listens and the requests it got, in order."""
+
+    port: int
+    requests: list[HttpRequest] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def _table_answer(table: Mapping[str, Reply | list[Reply]]) -> Callable[[HttpRequest], Reply]:
+    """Answers from `table`, keyed by "METHOD /path", else "*" (no key: 404). A list is answered one reply a
+    request to its key, the last one repeating (a server that fails, then recovers)."""
+    served: collections.Counter[str] = collections.Counter()
+
+    def answer(request: HttpRequest) -> Reply:
+        key = next((k for k in (f"{request.method} {request.path}", "*") if k in table), None)
+        if key is None:
+            return 404, {"detail": f"the test double has no reply for {request.method} {request.path}"}
+        replies = table[key]
+        served[key] += 1
+        return replies[min(served[key], len(replies)) - 1] if isinstance(replies, list) else replies
+
+    return answer
+
+
+@contextlib.contextmanager
+def json_api(route: Route) -> Iterator[JsonApi]:
+    """Serve on 127.0.0.1 (a free port) in a daemon thread until the `with` block ends. Each request is
+    recorded, then answered by `route`: a function of the request, or a table (see `_table_answer`).
+    Requests are handled one at a time, so a route may keep state without a lock."""
+    answer = route if callable(route) else _table_answer(route)
+    lock = threading.Lock()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            request = HttpRequest(self.command, self.path, self.headers, body)
+            with lock:
+                api.requests.append(request)
+                status, payload = answer(request)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    api = JsonApi(port=server.server_address[1])
+    # a short poll: shutdown() waits for the serving loop's next look, 0.5 s by default
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)

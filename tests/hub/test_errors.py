@@ -4,14 +4,13 @@ local HTTP server on 127.0.0.1 that answers every request with the status under 
 
 from __future__ import annotations
 
-import http.server
 import logging
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import json_api
 from tests.hub.test_publish import PLANTED
 from trm import eval as trm_eval
 from trm.errors import TRMError
@@ -22,45 +21,22 @@ from trm.secrets import redact
 IN_URL = "hf_" + "".join(chr(ord("A") + (3 * i) % 26) for i in range(34))
 
 
-class Refusing(http.server.BaseHTTPRequestHandler):
-    status = 401
-
-    def _answer(self) -> None:
-        body = b'{"error": "Invalid credentials in Authorization header"}'
-        self.send_response(self.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_HEAD = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture(params=[401, 404])
 def refusing_hub(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> Iterator[None]:
     from huggingface_hub import constants
 
-    handler = type("Handler", (Refusing,), {"status": request.param})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    endpoint = f"http://mirror-user:{IN_URL}@127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("HF_TOKEN", PLANTED)
-    monkeypatch.setenv("HF_ENDPOINT", endpoint)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    try:
+    refusal = (request.param, {"error": "Invalid credentials in Authorization header"})
+    with json_api({"*": refusal}) as hub:
+        endpoint = f"http://mirror-user:{IN_URL}@127.0.0.1:{hub.port}"
+        monkeypatch.setenv("HF_TOKEN", PLANTED)
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
         yield
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_refused_download_or_upload_names_the_url_without_its_credentials(

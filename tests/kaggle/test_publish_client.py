@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import json_api
 from tests.kaggle.bundles import fake_bundle
-from tests.kaggle.fake_kaggle_api import FakeKaggle, Server
+from tests.kaggle.fake_kaggle_api import FakeKaggle
 
 needs_client = pytest.mark.skipif(
     importlib.util.find_spec("kaggle") is None, reason="the kaggle extra: pip install -e '.[kaggle]'"
@@ -105,12 +106,12 @@ def test_the_real_client_creates_versions_and_pushes_without_leaking_the_key(
             "KAGGLE_KEY": PLANTED,
             "VERBOSE": "1",
         }
-    with Server(state) as server:
+    with json_api(state.answer) as server:
         env = _env(
             tmp_path,
             KAGGLE_API_ENVIRONMENT="LOCALHOST",
-            HTTP_PROXY=server.proxy,
-            http_proxy=server.proxy,
+            HTTP_PROXY=server.url,
+            http_proxy=server.url,
             **creds,
         )
         proc = _publish(bundle, out, env, "--wait-minutes", "1")

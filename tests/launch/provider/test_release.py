@@ -3,8 +3,8 @@ the token never reaches a log or a file of the run."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import http.server
 import io
 import json
 import os
@@ -12,11 +12,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import JsonApi, json_api
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.launch.config.settings import LaunchSettings, policy_from_env
@@ -50,42 +50,11 @@ def vast_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     }
 
 
-class PrimeApi:
-    """A Prime Intellect API double on 127.0.0.1 that records each request."""
-
-    def __init__(self, status: int = 200, *then: int) -> None:
-        """Answers `status`, then each of `then` in turn (the last one repeats)."""
-        self.requests: list[tuple[str, str, str | None]] = []
-        api = self
-        answers = [status, *then]
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                api.requests.append((self.command, self.path, self.headers.get("Authorization")))
-                status = answers[min(len(api.requests), len(answers)) - 1]
-                body = b'{"status": "TERMINATED"}' if status == 200 else b'{"detail": "not authorized"}'
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_DELETE = do_GET = do_POST = _answer
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> PrimeApi:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def prime_api(*statuses: int) -> contextlib.AbstractContextManager[JsonApi]:
+    """A Prime Intellect API double on 127.0.0.1 whose pod-abc is deleted with each of `statuses` in turn
+    (the last one repeats; none: 200): 200 with the pod terminated, any other with a refusal."""
+    replies = [(s, {"status": "TERMINATED"} if s == 200 else {"detail": "not authorized"}) for s in statuses]
+    return json_api({"DELETE /api/v1/pods/pod-abc": replies or [(200, {"status": "TERMINATED"})]})
 
 
 def test_actions_follow_the_exit_code():
@@ -159,7 +128,7 @@ def test_a_failing_vastai_keeps_the_machine_and_says_so(tmp_path):
 
 
 def test_prime_intellect_pod_is_deleted_with_the_bearer_token(tmp_path):
-    with PrimeApi() as api:
+    with prime_api() as api:
         env = {
             "PRIME_POD_ID": "pod-abc",
             "PRIME_API_KEY": TOKEN,
@@ -179,12 +148,13 @@ def test_prime_intellect_pod_is_deleted_with_the_bearer_token(tmp_path):
             release(policy_from_env(env_file, sync_to="r:b"), exit_codes.OK, env_file, lines.append)
             == "destroy"
         )
-    assert api.requests == [("DELETE", "/api/v1/pods/pod-abc", f"Bearer {TOKEN}")] * 2
+    sent = [(r.method, r.path, r.headers.get("Authorization")) for r in api.requests]
+    assert sent == [("DELETE", "/api/v1/pods/pod-abc", f"Bearer {TOKEN}")] * 2
     assert TOKEN not in "\n".join(lines)
 
 
 def test_prime_intellect_refusal_is_reported_without_the_token():
-    with PrimeApi(status=401) as api:
+    with prime_api(401) as api:
         env = {
             "PRIME_POD_ID": "pod-abc",
             "PRIME_API_KEY": TOKEN,
@@ -427,7 +397,7 @@ def test_a_release_that_may_pass_on_retry_is_tried_again_and_a_refusal_is_not(tm
     assert waits == [15.0] and "trying again in 15 s" in "\n".join(lines)
     assert VAST_KEY not in "\n".join(lines)
     for statuses, result, tries in (((503, 200), "destroy", 2), ((401,), "keep", 1), ((502,), "keep", 3)):
-        with PrimeApi(*statuses) as api:
+        with prime_api(*statuses) as api:
             prime = {"PRIME_POD_ID": "pod-abc", "PRIME_API_KEY": TOKEN, "PRIME_API_URL": api.url,
                      "ON_END": "destroy"}  # fmt: skip
             waits.clear()
