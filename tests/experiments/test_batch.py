@@ -22,10 +22,13 @@ from trm.launch.host.nvidia_smi import GpuInfo
 FAKE_PYTHON = """#!/usr/bin/env bash
 set -euo pipefail
 case " $* " in *" trm.train "*) ;; *) exit 0 ;; esac
-name=$(printf '%s\\n' "$@" | sed -n 's/^run_name=//p')
+# the trainer's SIGTERM handler before anything that starts a process: on a loaded machine a stop may come
+# within the first second (a budget of about a second), and a trainer that has its handler saves
+name=""
+for arg in "$@"; do case $arg in run_name=*) name=${arg#run_name=} ;; esac; done
+trap 'echo "$name term" >> "$FAKE_LOG"; exit 75' TERM
 echo "$name start ${CUDA_VISIBLE_DEVICES:-cpu} $(date +%s.%N)" >> "$FAKE_LOG"
 if [ "$name" = "${FAKE_FAIL:-}" ]; then echo "error: $name cannot train" >&2; exit 1; fi
-trap 'echo "$name term" >> "$FAKE_LOG"; exit 75' TERM
 sleep "$FAKE_SLEEP" & wait $!
 echo "$name end $(date +%s.%N)" >> "$FAKE_LOG"
 """
