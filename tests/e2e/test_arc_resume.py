@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.test_train import build_dataset, final_state, rows, train
+from tests.e2e.test_train import build_dataset, final_state, rows, train, train_here
 from trm.training.checkpointing import layout as ckpt
 
 # End to end: out of the default `make test`, run by `make test-e2e` (CI runs both).
@@ -26,8 +26,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_resume_keeps_the_pooled_votes_of_earlier_evaluations(dataset: Path, tmp_path: Path) -> None:
     # Three evaluations, a checkpoint after each; retention by recency only (no best-k).
     extra = ("epochs=3", "eval_interval=1", "checkpoint_keep_best=0")
-    straight = train(dataset, tmp_path / "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
+    assert train_here(dataset, tmp_path / "straight", *extra) == 0
     steps = [c.step for c in ckpt.find_complete(tmp_path / "straight")]
     assert len(steps) == 2  # checkpoint_keep: the second and third evaluations'
 

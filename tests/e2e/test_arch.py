@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,16 +13,13 @@ import pytest
 import torch
 
 from tests.e2e.test_train import (
-    ROOT,
     assert_states_equal,
     build_dataset,
-    env,
     final_state,
+    in_process,
     rows,
     sigterm_after_step_2,
 )
-from trm import eval as trm_eval
-from trm import train as trm_train
 from trm.evaluation.voting import validate_submission
 from trm.kaggle import bundle as B
 from trm.kaggle.infer import run_inference
@@ -115,16 +111,11 @@ def command(case: str, dataset: Path, run_dir: Path, *extra: str) -> list[str]:
     ]
 
 
-def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, env=env(), cwd=ROOT, capture_output=True, text=True)
-
-
-def train_and_resume(case: str, dataset: Path, tmp_path: Path) -> dict:
-    """Train `case` straight, and again stopped by SIGTERM and resumed: the same final state and metrics.
-    Returns the straight run's final state."""
+def train_and_resume(case: str, dataset: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> dict:
+    """Train `case` straight, and again stopped by SIGTERM (its own process) and resumed: the same final state
+    and metrics. Returns the straight run's final state."""
     arch, variant = CASES[case]
-    straight = run(command(case, dataset, tmp_path / "straight"))
-    assert straight.returncode == 0, straight.stderr
+    assert in_process(command(case, dataset, tmp_path / "straight")) == 0
     state = final_state(tmp_path / "straight")
     assert state["config"]["arch"]["name"] == ARCHS[arch].model_id
     assert set(state["optimizers"]) == {"puzzle_emb", "muon" if "use_muon=True" in variant else "adam_atan2"}
@@ -133,26 +124,21 @@ def train_and_resume(case: str, dataset: Path, tmp_path: Path) -> dict:
     sigterm_after_step_2(dataset, split, cmd=command(case, dataset, split))
     stopped_at = ckpt.find_complete(split)[-1].step
     assert stopped_at < state["progress"]["step"]
-    resumed = run(command(case, dataset, split))
-    assert resumed.returncode == 0, resumed.stderr
-    assert f"resumed from {split / f'step_{stopped_at}'}" in resumed.stderr
+    caplog.set_level(logging.INFO)
+    assert in_process(command(case, dataset, split)) == 0
+    assert f"resumed from {split / f'step_{stopped_at}'}" in caplog.text
     assert_states_equal(state, final_state(split))
     assert rows(tmp_path / "straight") == rows(split)
     return state
 
 
 @pytest.mark.parametrize("case", sorted(VARIANTS))
-def test_variant_trains_and_resumes_bit_exactly(case: str, dataset: Path, tmp_path: Path) -> None:
+def test_variant_trains_and_resumes_bit_exactly(
+    case: str, dataset: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # A variant changes training (here the optimizer), not the architecture's evaluation, packaging or
     # weight names, which its architecture's case below covers.
-    train_and_resume(case, dataset, tmp_path)
-
-
-def in_process(cmd: list[str]) -> int:
-    """`python -m trm.train|trm.eval ARGS` (a `command()` or its like) through the module's main() in this
-    process: the same entry point and exit code, without another interpreter's start (torch's import)."""
-    module = {"trm.train": trm_train, "trm.eval": trm_eval}[cmd[cmd.index("-m") + 1]]
-    return module.main(cmd[cmd.index("-m") + 2 :])
+    train_and_resume(case, dataset, tmp_path, caplog)
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHS))
@@ -163,7 +149,7 @@ def test_train_resume_evaluate_package(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    state = train_and_resume(arch, dataset, tmp_path)
+    state = train_and_resume(arch, dataset, tmp_path, caplog)
 
     # Standalone evaluation reproduces the in-training one (EMA weights).
     newest = ckpt.find_complete(tmp_path / "straight")[-1]

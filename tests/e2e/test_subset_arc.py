@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.e2e.test_train import build_dataset, final_state, rows, train
+from tests.e2e.test_train import build_dataset, final_state, rows, train, train_here
 from trm.training.checkpointing import layout as ckpt
 
 pytestmark = pytest.mark.e2e
@@ -33,8 +33,7 @@ def votes(state: dict) -> int:
 def test_arc_subset_votes_apart_and_resume_keeps_them(tmp_path: Path) -> None:
     dataset = tmp_path / "arc-tiny"
     build_dataset(dataset, max_puzzles=2)  # 1 augmentation: 2 puzzles per task, the subset keeps 1
-    straight = train(dataset, tmp_path / "straight", *SUBSET)
-    assert straight.returncode == 0, straight.stderr
+    assert train_here(dataset, tmp_path / "straight", *SUBSET) == 0
     state = final_state(tmp_path / "straight")
     (full,), (subset,) = state["evaluators"], state["subset_evaluators"]
     # 3 subset evaluations of 1 augmentation per test input vs 1 full evaluation (the 2nd) of 2.

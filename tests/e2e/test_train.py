@@ -73,6 +73,28 @@ def train(dataset: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProc
     )
 
 
+def in_process(cmd: list[str]) -> int:
+    """`python -m trm.train|trm.eval ARGS` through the module's main() in this process: the same entry point
+    and exit code without another interpreter's start (torch's import, about half of a tiny run's time), on
+    the subprocess's one CPU thread (the same kernels' sums, so its results equal a subprocess's bit for bit).
+    For the reference runs a test compares with; the run under test keeps a process of its own."""
+    from trm import eval as trm_eval
+    from trm import train as trm_train
+
+    module = {"trm.train": trm_train, "trm.eval": trm_eval}[cmd[cmd.index("-m") + 1]]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(env()["OMP_NUM_THREADS"]))
+    try:
+        return module.main(cmd[cmd.index("-m") + 2 :])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_here(dataset: Path, run_dir: Path, *extra: str) -> int:
+    """`train`'s run in this process (`in_process`): a reference run; its exit code."""
+    return in_process(train_cmd(dataset, run_dir, *extra))
+
+
 def final_state(run_dir: Path) -> dict:
     newest = ckpt.find_complete(run_dir)[-1]
     return ckpt.load_torch(newest.path / ckpt.STATE)
@@ -190,8 +212,7 @@ def test_sigterm_saves_exits_75_and_the_same_command_resumes_bit_exactly(
     dataset: Path, tmp_path: Path
 ) -> None:
     extra = ("epochs=6", "eval_interval=3")
-    straight = train(dataset, tmp_path / "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
+    assert train_here(dataset, tmp_path / "straight", *extra) == 0
 
     run_dir = tmp_path / "split"
     sigterm_after_step_2(dataset, run_dir, *extra)
@@ -231,8 +252,7 @@ def test_sigterm_during_an_evaluation_saves_without_it_and_the_resume_evaluates_
     dataset: Path, tmp_path: Path
 ) -> None:
     extra = ("epochs=3", "eval_interval=1")  # three evaluations; ARC votes pooled over them (the default)
-    straight = train(dataset, tmp_path / "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
+    assert train_here(dataset, tmp_path / "straight", *extra) == 0
     evaluated = sorted({row["step"] for row in rows(tmp_path / "straight") if "ARC/pass@2" in row})
     assert len(evaluated) == 3
 
@@ -268,8 +288,7 @@ def test_sigterm_to_one_rank_during_an_evaluation_stops_every_rank_at_the_same_b
     dataset: Path, tmp_path: Path
 ) -> None:
     extra = ("epochs=3", "eval_interval=1")  # batch 2: one row per rank, several test batches
-    straight = train(dataset, tmp_path / "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
+    assert train_here(dataset, tmp_path / "straight", *extra) == 0
     evaluated = sorted({row["step"] for row in rows(tmp_path / "straight") if "ARC/pass@2" in row})
 
     script = tmp_path / "train_sigterm_rank0.py"
@@ -308,8 +327,7 @@ def test_sigkill_while_saving_resumes_from_the_previous_complete_checkpoint(
     dataset: Path, tmp_path: Path
 ) -> None:
     extra = ("epochs=4", "eval_interval=1", "checkpoint_keep=0")
-    straight = train(dataset, tmp_path / "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
+    assert train_here(dataset, tmp_path / "straight", *extra) == 0
     steps = [c.step for c in ckpt.find_complete(tmp_path / "straight")]
 
     # Die by SIGKILL inside the second checkpoint's publication: its files are written, no COMPLETE yet.
@@ -357,8 +375,7 @@ def test_resume_refuses_another_dataset(dataset: Path, tmp_path: Path) -> None:
 @pytest.mark.dist
 def test_torchrun_two_gloo_ranks_match_one_process_with_accumulation(dataset: Path, tmp_path: Path) -> None:
     extra = ("epochs=3", "eval_interval=3", "global_batch_size=4")
-    single = train(dataset, tmp_path / "one", *extra, "micro_batch_size=2")
-    assert single.returncode == 0, single.stderr
+    assert train_here(dataset, tmp_path / "one", *extra, "micro_batch_size=2") == 0
     launcher = [
         sys.executable,
         "-m",
@@ -394,8 +411,7 @@ def test_resume_under_torchrun_with_two_ranks_continues_a_one_process_run(
     dataset: Path, tmp_path: Path
 ) -> None:
     extra = ("epochs=6", "eval_interval=3", "global_batch_size=4", "evaluators=[]")
-    straight = train(dataset, tmp_path / "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
+    assert train_here(dataset, tmp_path / "straight", *extra) == 0
     run_dir = tmp_path / "moved"
     sigterm_after_step_2(dataset, run_dir, *extra)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
