@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from trm.errors import TRMError
-from trm.secrets import TOKEN_PATTERNS, Finding, redact_found, redact_object, require_no_secrets, scan_folder
+from trm.secrets import (
+    TOKEN_PATTERNS,
+    Finding,
+    may_redact,
+    redact_found,
+    redact_object,
+    require_no_secrets,
+    scan_folder,
+)
 
 # Token-shaped values built at run time (literal ones would trip the repository's own scan).
 HF = "hf_" + "".join(chr(ord("a") + (3 * i) % 26) for i in range(34))
@@ -96,3 +104,33 @@ def test_redact_object_replaces_secret_values_and_keeps_references_commit_ids_an
     }
     assert count == 4
     assert redact_found(f"token for {pin} and key {HEX}") == f"token for {pin} and key ***"
+
+
+def test_may_redact_passes_every_line_redact_found_changes_and_skips_a_plain_log() -> None:
+    # One line per thing redact_found replaces, built at run time; each must reach the per-line redaction.
+    alnum = "".join(chr(ord("a") + (7 * i) % 26) for i in range(48))
+    lines = [
+        f"logged in with {HF}",
+        "key pit_" + alnum[:30],
+        "maps AIza" + alnum[:35],
+        "Authorization: Bearer " + alnum[:30],
+        "ghp_" + alnum[:40],
+        "github_pat_" + alnum,
+        "AKIA" + alnum[:16].upper(),
+        "sk-proj-" + alnum[:40],
+        "xoxb-" + alnum[:20],
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "remote s3://user:pass@bucket/runs",
+        "GET /runs?x_token=abcdef123456&page=2",
+        f"wandb: key {HEX}",
+        f"WANDB_API_KEY={HEX[:-1]}f",
+    ]
+    for line in lines:
+        assert redact_found(line) != line, line  # the sample is one redact_found changes
+        assert may_redact(line), line
+        assert may_redact("train: step 5, loss=2.1\n" * 50 + line + "\n" + "lr=0.001\n" * 50), line
+    plain = (
+        "train:  42%|████▏  | 200/475 [00:04<00:17, 15.56step/s, loss=2.476] eval ARC/pass@2 0.125\n" * 1000
+    )
+    assert not may_redact(plain) and redact_found(plain) == plain
+    assert not may_redact(f"sha256 {HEX[:39]}")  # a run shorter than 40: nothing to find

@@ -85,6 +85,23 @@ def redact(text: str, values: Iterable[str | None] = ()) -> str:
     return text
 
 
+# `may_redact`'s quick scans: each pattern `redact_found` replaces with, as a superset that Python's re finds
+# at the speed of a substring search (a leading \b dropped: the pattern then begins with its literal); the
+# URL credentials follow a scheme's "://", and a 40-hex run is found in the text's bytes mapped to two classes.
+_QUICK = tuple(
+    re.compile(p.pattern.removeprefix(r"\b"), p.flags) for p in (*TOKEN_PATTERNS.values(), URL_SECRET_PARAM)
+)
+_HEX_CLASS = bytes(ord("h") if chr(c) in "0123456789abcdef" else ord(".") for c in range(256))
+
+
+def may_redact(text: str) -> bool:
+    """False only when `redact_found` would leave every line of `text` as it is: a few fast scans over a
+    whole block of a log (tens of MB/s) instead of a dozen regular expressions per line (1-2 MB/s)."""
+    if "://" in text or any(pattern.search(text) for pattern in _QUICK):
+        return True
+    return b"h" * 40 in text.encode("utf-8", "surrogateescape").translate(_HEX_CLASS)
+
+
 def redact_found(text: str) -> str:
     """`text` (a log line, a recorded setting) with what `in_text` finds replaced by `***`: `redact`'s
     credentials and tokens and, where the loose rule holds, each 40-hex run but a Hub revision
