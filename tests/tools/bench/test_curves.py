@@ -22,6 +22,25 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def trainers_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The harness's runs of our trainer (`python -m trm.train`, not SIGTERM-stopped) in this process, with
+    the harness's trainer environment: the comparisons are what these tests check, and a trainer's start
+    (torch's import) is half of a tiny run. The resume test keeps real processes (and `curves._run`)."""
+    from tests.e2e.test_train import in_process
+
+    run = curves._run
+
+    def here(cmd: list[str], cwd: Path | None, what: str) -> None:
+        if cmd[1:3] != ["-m", "trm.train"]:
+            return run(cmd, cwd, what)
+        for name in ("WANDB_MODE", "DISABLE_COMPILE"):
+            monkeypatch.setenv(name, curves.trainer_env()[name])
+        if code := in_process(cmd):
+            raise TRMError(f"{what} failed (exit {code})")
+
+    monkeypatch.setattr(curves, "_run", here)
+
+
 def test_steps_without_a_halted_sequence_carry_no_accuracy(tmp_path):
     # upstream logs 0 for the per-halted metrics when nothing halted (count 0); ours logs nothing
     rows = [
@@ -91,8 +110,9 @@ def test_one_seed_is_refused(tmp_path, capsys):
     assert "--seeds 1" in capsys.readouterr().err
 
 
-@pytest.mark.e2e  # four trainer processes: 25 s of CPU, over a minute on a loaded 2-core machine
-def test_ours_against_ours_end_to_end(tmp_path):
+@pytest.mark.e2e  # four trainer runs (in this process)
+def test_ours_against_ours_end_to_end(tmp_path, monkeypatch):
+    trainers_in_process(monkeypatch)
     out = tmp_path / "out"
     argv = [
         "--setup",
@@ -200,8 +220,9 @@ def test_upstream_runner_records_what_upstream_logs(tmp_path, monkeypatch):
     ]
 
 
-@pytest.mark.e2e  # four trainer processes, each evaluating in-run
-def test_full_against_subset_evaluation_end_to_end(tmp_path):
+@pytest.mark.e2e  # four trainer runs (in this process), each evaluating in-run
+def test_full_against_subset_evaluation_end_to_end(tmp_path, monkeypatch):
+    trainers_in_process(monkeypatch)
     out = tmp_path / "out"
     argv = ["--setup", "sudoku", "--steps", "24", "--seeds", "2", "--evals", "2", "--subset-eval", "0.1",
             "--top-k", "2", "--out", str(out)]  # fmt: skip
