@@ -36,7 +36,7 @@ test-e2e: venv ## the end-to-end and multi-process CPU tests (marker e2e) that `
 test-oldest-torch: venv ## the core CPU tests under the CUDA 12.8 images' torch (2.10), in build/venv-torch-oldest
 	$(NOX) -s tests_oldest_torch
 
-lint: venv ## ruff + the type check's ratchet (mypy) + shellcheck + actionlint (.github/workflows)
+lint: venv ## ruff + the type check's ratchet (mypy) + the secret scan + shellcheck + actionlint (.github/workflows)
 	$(NOX) -s lint
 
 data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 1000 augmentations)
@@ -45,7 +45,7 @@ data: venv ## build the default datasets (ARC-AGI-1 and ARC-AGI-2 + ConceptARC, 
 	$(PY) -m trm data build-arc --output-dir $(DATA_DIR)/arc2concept-aug-1000 \
 		--subsets training2 evaluation2 concept --test-set-name evaluation2
 
-runbooks: venv ## runbook/jobs checks, secret scan, and every `bash cpu` runbook block (nox -s runbooks)
+runbooks: venv ## runbook/jobs checks and every `bash cpu` runbook block (nox -s runbooks)
 	$(NOX) -s runbooks
 
 # ---- container images (docker/images.toml; docker/README.md) ------------------------------------------

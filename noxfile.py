@@ -38,11 +38,12 @@ def shell_scripts() -> list[str]:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Static checks: ruff, the type check's ratchet (mypy), shellcheck on every shell script, actionlint."""
+    """Static checks: ruff, the type check's ratchet (mypy), the secret scan, shellcheck, actionlint."""
     bin_dir = Path(PYTHON).parent
     session.run(PYTHON, "-m", "ruff", "check", "trm", "tools", "tests", "noxfile.py")
     session.run(PYTHON, "-m", "ruff", "format", "--check", "trm", "tools", "tests", "noxfile.py")
     session.run(PYTHON, "-m", "tools.typecheck")
+    session.run(PYTHON, "-m", "tools.secrets")  # the whole repository, untracked files too (tools/secrets)
     session.run(str(bin_dir / "shellcheck"), *shell_scripts(), external=True)
     # actionlint also shellchecks each `run:` script with the shellcheck it finds on PATH (the venv's).
     workflows = sorted(str(p) for p in Path(".github/workflows").glob("*.yml"))
@@ -145,10 +146,9 @@ def gpu_acceptance(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def runbooks(session: nox.Session) -> None:
-    """Runbooks and jobs: static checks, secret scan, jobs tests (kustomize required), every `bash cpu` block."""
+    """Runbooks and jobs: static checks, jobs tests (kustomize required), every `bash cpu` block."""
     session.env["TRM_REQUIRE_KUSTOMIZE"] = "1"
     session.run(PYTHON, "-m", "tools.runbooks", "check")
-    session.run(PYTHON, "-m", "tools.secrets")
     # `tools.runbooks run` below runs every cpu block: the default suite's run of two of them is left out here
     fast_blocks = "tests/tools/runbooks/test_runbooks_repo.py::test_fast_cpu_blocks_run_against_the_project"
     session.run(
