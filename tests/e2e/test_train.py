@@ -75,19 +75,28 @@ def train(dataset: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProc
 
 def in_process(cmd: list[str]) -> int:
     """`python -m trm.train|trm.eval ARGS` through the module's main() in this process: the same entry point
-    and exit code without another interpreter's start (torch's import, about half of a tiny run's time), on
-    the subprocess's one CPU thread (the same kernels' sums, so its results equal a subprocess's bit for bit).
-    For the reference runs a test compares with; the run under test keeps a process of its own."""
+    and exit code without another interpreter's start (torch's import, about half of a tiny run's time), in
+    the subprocess's settings (`env()`'s variables: eager, no W&B; its one CPU thread, so the same kernels'
+    sums: its results equal a subprocess's bit for bit). For the reference runs a test compares with; the
+    run under test keeps a process of its own."""
     from trm import eval as trm_eval
     from trm import train as trm_train
 
     module = {"trm.train": trm_train, "trm.eval": trm_eval}[cmd[cmd.index("-m") + 1]]
+    settings = {k: env()[k] for k in ("DISABLE_COMPILE", "OMP_NUM_THREADS", "WANDB_MODE")}
+    saved_env = {k: os.environ.get(k) for k in settings}
     threads = torch.get_num_threads()
-    torch.set_num_threads(int(env()["OMP_NUM_THREADS"]))
+    os.environ.update(settings)
+    torch.set_num_threads(int(settings["OMP_NUM_THREADS"]))
     try:
         return module.main(cmd[cmd.index("-m") + 2 :])
     finally:
         torch.set_num_threads(threads)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def train_here(dataset: Path, run_dir: Path, *extra: str) -> int:

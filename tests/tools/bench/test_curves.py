@@ -33,9 +33,7 @@ def trainers_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
     def here(cmd: list[str], cwd: Path | None, what: str) -> None:
         if cmd[1:3] != ["-m", "trm.train"]:
             return run(cmd, cwd, what)
-        for name in ("WANDB_MODE", "DISABLE_COMPILE"):
-            monkeypatch.setenv(name, curves.trainer_env()[name])
-        if code := in_process(cmd):
+        if code := in_process(cmd):  # in the settings of trainer_env: eager, no W&B, one thread
             raise TRMError(f"{what} failed (exit {code})")
 
     monkeypatch.setattr(curves, "_run", here)
