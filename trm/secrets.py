@@ -68,8 +68,13 @@ def in_text(text: str, *, loose: bool = True) -> Iterator[str]:
     for name, pattern in TOKEN_PATTERNS.items():
         if pattern.search(text):
             yield name
-    if loose and KEY_WORD.search(text) and HEX40.search(text):
+    if loose and _loose_key(text):
         yield "W&B API Key"
+
+
+def _loose_key(text: str) -> bool:
+    """The loose rule: a key word and a 40-hex run in one text (a W&B key in a log line)."""
+    return bool(KEY_WORD.search(text) and HEX40.search(text))
 
 
 def redact(text: str, values: Iterable[str | None] = ()) -> str:
@@ -107,7 +112,7 @@ def redact_found(text: str) -> str:
     credentials and tokens and, where the loose rule holds, each 40-hex run but a Hub revision
     (`hf://org/tokenizer-run@<40 hex>` names a commit, not a key)."""
     shown = redact(text)
-    if "W&B API Key" in in_text(shown):
+    if _loose_key(shown):
         shown = HEX40.sub(lambda m: m[0] if m.string[m.start() - 1 : m.start()] == "@" else REDACTED, shown)
     return shown
 

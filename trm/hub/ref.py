@@ -206,8 +206,10 @@ def _read_files(layout: str, path: Path, folder: Path) -> list[Path]:
 def _listed_by_checkpoint_manifest(checkpoint: Path) -> set[Path]:
     """The files of our checkpoint folder its `manifest.json` lists with a sha256 (none when unreadable:
     then every file gets the cache's check)."""
+    from trm.training.checkpointing.layout import MANIFEST
+
     try:
-        files = json.loads((checkpoint / "manifest.json").read_text(encoding="utf-8")).get("files")
+        files = json.loads((checkpoint / MANIFEST).read_text(encoding="utf-8")).get("files")
     except (OSError, ValueError, AttributeError):
         return set()
     if not isinstance(files, dict):
