@@ -48,6 +48,17 @@ def test_atomic_directory_publishes_on_success_only(tmp_path):
     assert os.listdir(tmp_path) == ["out"]
 
 
+def test_a_folder_changed_while_staging_is_refused_by_the_callers_name_for_it(tmp_path):
+    target = tmp_path / "out"
+    with atomic_directory(target) as tmp:
+        (tmp / "a").write_text("x")
+    with pytest.raises(TRMError) as err, atomic_directory(target, overwrite=True, flag="--adapt-dir") as tmp:
+        (tmp / "b").write_text("y")
+        (target / "notes.txt").write_text("mine")  # someone else's file, while this staged
+    assert str(err.value).startswith(f"--adapt-dir {target}: refusing to replace it")
+    assert (target / "notes.txt").read_text() == "mine" and not (target / "b").exists()
+
+
 def test_sha256_file(tmp_path):
     p = tmp_path / "f"
     p.write_bytes(b"abc")

@@ -106,6 +106,40 @@ def test_redact_object_replaces_secret_values_and_keeps_references_commit_ids_an
     assert redact_found(f"token for {pin} and key {HEX}") == f"token for {pin} and key ***"
 
 
+def test_a_secret_used_as_a_key_is_redacted_and_no_two_keys_merge() -> None:
+    other = HF[:-1] + "z"  # a second token: both keys redact to the same text
+    shown, count = redact_object(
+        {
+            HF: 1,
+            "***": 0,  # a key the mapping already has: the redacted ones do not take it
+            other: 2,
+            "by_commit": {
+                HEX: "kept",
+                f"wandb_{HEX}": "v",
+            },  # a commit id as a key stays; a key word with it not
+            "nested": {f"Bearer {HF}": [HF]},
+        }
+    )
+    assert shown == {
+        "*** (2)": 1,
+        "***": 0,
+        "*** (3)": 2,
+        "by_commit": {HEX: "kept", "wandb_***": "v"},
+        "nested": {"Bearer ***": ["***"]},
+    }
+    assert count == 5  # four keys and one value
+    assert list(shown) == ["*** (2)", "***", "*** (3)", "by_commit", "nested"]  # the order is kept
+
+
+def test_the_scan_finds_a_secret_used_as_a_key_and_names_it_by_its_path(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"train": {HF: {"value": "ok"}}, "git": {HEX: "sha"}}))
+    assert scan_folder(tmp_path) == [Finding("config.json", "key name train.***", "Hugging Face Token")]
+    with pytest.raises(TRMError) as err:
+        require_no_secrets(tmp_path, "publish-checkpoint")
+    assert "config.json: key name train.*** (Hugging Face Token)" in str(err.value)
+    assert HF not in str(err.value)
+
+
 def test_may_redact_passes_every_line_redact_found_changes_and_skips_a_plain_log() -> None:
     # One line per thing redact_found replaces, built at run time; each must reach the per-line redaction.
     alnum = "".join(chr(ord("a") + (7 * i) % 26) for i in range(48))

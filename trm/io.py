@@ -115,6 +115,7 @@ def atomic_directory(
     tool: str = "trm-stack",
     sources: Iterable[str | os.PathLike[str]] = (),
     listed_by: safe_remove.ListedBy | None = None,
+    flag: str = "the output folder",
 ) -> Iterator[Path]:
     """Yield a fresh temp directory next to `target`; on success publish it at `target` by rename.
 
@@ -125,11 +126,11 @@ def atomic_directory(
     check runs before anything is staged and again right before the rename. The published folder carries
     the creation marker (`tool`, `kind`, its files), unless `listed_by` names the files from the folder's
     own manifest (a dataset, whose files must be upstream's exactly). Leftovers of earlier writers that were killed
-    (SIGKILL, OOM) are removed first.
+    (SIGKILL, OOM) are removed first. `flag`: what the caller's user calls `target`, named by a refusal.
     """
     target = Path(target)
     sources = list(sources)
-    safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by)
+    safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by, flag=flag)
     if target.exists() and not overwrite:
         raise TRMError(
             f"{target} already exists: choose another folder, or pass --overwrite to replace what "
@@ -147,7 +148,7 @@ def atomic_directory(
         old = None
         if target.exists() or target.is_symlink():
             # Changed while staging?
-            safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by)
+            safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by, flag=flag)
             old = target.with_name(f".{target.name}.old-{owner}")
             os.replace(target, old)
         os.replace(tmp, target)

@@ -118,12 +118,15 @@ def redact_found(text: str) -> str:
 
 
 def redact_object(obj: Any, key: str = "") -> tuple[Any, int]:
-    """(a JSON-like object with every secret-like string value redacted, how many values were): a value
+    """(a JSON-like object with every secret-like string redacted, how many keys and values were): a value
     `redact_found` changes, else the whole value of a secret-named key (`in_value`, without the loose rule,
-    which `redact_found` applied)."""
+    which `redact_found` applied); a key `redact_found` changes (a token used as a key), made unique
+    (`redacted_keys`)."""
     if isinstance(obj, dict):
-        pairs = [(k, *redact_object(v, str(k))) for k, v in obj.items()]
-        return {k: v for k, v, _ in pairs}, sum(n for _, _, n in pairs)
+        keys = redacted_keys(list(obj))
+        pairs = [(keys[i], *redact_object(v, str(k))) for i, (k, v) in enumerate(obj.items())]
+        changed = sum(shown != k for shown, k in zip(keys, obj, strict=True))
+        return {k: v for k, v, _ in pairs}, changed + sum(n for _, _, n in pairs)
     if isinstance(obj, list | tuple):
         items = [redact_object(v, key) for v in obj]
         return [v for v, _ in items], sum(n for _, n in items)
@@ -133,6 +136,24 @@ def redact_object(obj: Any, key: str = "") -> tuple[Any, int]:
             shown = REDACTED
         return shown, int(shown != obj)
     return obj, 0
+
+
+def redacted_keys(keys: list[Any]) -> list[Any]:
+    """A mapping's keys, in order, with the secrets in each string key replaced (`redact_found`). Two keys
+    that redact to the same text, or to a key the mapping already has, stay two entries: the later one
+    gets ` (2)`, ` (3)`, … (the first free number), so no value is dropped by a merge."""
+    shown = [redact_found(k) if isinstance(k, str) else k for k in keys]
+    taken = {k for k, s in zip(keys, shown, strict=True) if s == k}
+    out = []
+    for k, s in zip(keys, shown, strict=True):
+        if s != k:
+            unique, n = s, 2
+            while unique in taken:
+                unique, n = f"{s} ({n})", n + 1
+            taken.add(unique)
+            s = unique
+        out.append(s)
+    return out
 
 
 def in_value(key: str, value: str, *, loose: bool = True) -> list[str]:
@@ -150,17 +171,20 @@ def in_value(key: str, value: str, *, loose: bool = True) -> list[str]:
     return found
 
 
-def in_object(obj: Any, path: str, where: str = "") -> Iterator[Finding]:
-    """Findings in a JSON-like object, each naming its key path (`a.b[2].c`)."""
+def in_object(obj: Any, path: str, where: str = "", key: str = "") -> Iterator[Finding]:
+    """Findings in a JSON-like object, each naming its key path (`a.b[2].c`); a secret used as a key is a
+    finding too, named by the path with `***` in its place (a finding never shows a secret)."""
     if isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from in_object(value, path, f"{where}.{key}" if where else str(key))
+        for k, shown in zip(obj, redacted_keys(list(obj)), strict=True):
+            at = f"{where}.{shown}" if where else str(shown)
+            for kind in in_text(k) if isinstance(k, str) else ():
+                yield Finding(path, f"key name {at}", kind)
+            yield from in_object(obj[k], path, at, str(k))
     elif isinstance(obj, list | tuple):
         for i, value in enumerate(obj):
-            yield from in_object(value, path, f"{where}[{i}]")
+            yield from in_object(value, path, f"{where}[{i}]", key)
     elif isinstance(obj, str):
-        last = where.rsplit(".", 1)[-1]
-        for kind in in_value(last, obj):
+        for kind in in_value(key, obj):
             yield Finding(path, f"key {where or '(top level)'}", kind)
 
 

@@ -836,28 +836,79 @@ def test_a_damaged_checkpoint_is_refused_by_package_and_eval(
     assert not list(tmp_path.glob("evaluator_*"))
 
 
-def test_a_token_in_the_runs_config_stops_the_package(
-    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+# A W&B-key-shaped setting, built at run time (a literal one would trip the repository's own scan).
+WANDB_LIKE = "WANDB_API_KEY=" + "".join("0123456789abcdef"[(7 * i) % 16] for i in range(40))
+
+
+def _copy_with_token_in_config(checkpoint: Path, step: Path) -> None:
+    """`checkpoint` copied to `step` with WANDB_LIKE in its config's project_name (manifest updated)."""
     import shutil
 
     from trm.training.checkpointing.layout import MANIFEST, save_torch
 
-    step = tmp_path / "step_4"
-    shutil.copytree(smoke.checkpoint, step)
+    shutil.copytree(checkpoint, step)
     state = torch.load(step / STATE, map_location="cpu", weights_only=False)
-    wandb_like = "WANDB_API_KEY=" + "".join("0123456789abcdef"[(7 * i) % 16] for i in range(40))
-    state["config"]["project_name"] = wandb_like
+    state["config"]["project_name"] = WANDB_LIKE
     save_torch(state, step / STATE)
     manifest = json.loads((step / MANIFEST).read_text())
     manifest["files"][STATE] = {"bytes": (step / STATE).stat().st_size, "sha256": sha256_file(step / STATE)}
     (step / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_token_in_the_runs_config_stops_the_package(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    step = tmp_path / "step_4"
+    _copy_with_token_in_config(smoke.checkpoint, step)
     out = tmp_path / "bundle"
     assert main(["package", "kaggle", str(step), str(out), "--no-wheels"]) == 2
     captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: OUT_DIR {out}: stopped, a secret-like value would be published")
     assert "config.json: key train.project_name (W&B API Key)" in captured.err
-    assert wandb_like[-40:] not in captured.err + captured.out
+    assert WANDB_LIKE[-40:] not in captured.err + captured.out
     assert not out.exists() and not list(tmp_path.glob(".bundle.*"))
+
+
+@pytest.mark.parametrize("case", ["replace", "secret", "damaged"])
+def test_infers_adaptation_names_the_adapted_bundle_as_its_user_knows_it(
+    smoke: SmokeCheckpoint, bundle_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """`infer --adapt-dir` packages the adapted checkpoint: a refusal names --adapt-dir and `infer`, not
+    `package kaggle`'s OUT_DIR (adaptation itself stands in: it returns the checkpoint it would write)."""
+    import shutil
+
+    from trm.adapt.run import AdaptResult
+    from trm.kaggle import adapt as kaggle_adapt
+
+    work = tmp_path / "adapt"
+    step = work / "step_3"
+    if case == "secret":
+        _copy_with_token_in_config(smoke.checkpoint, step)
+    else:
+        shutil.copytree(smoke.checkpoint, step)
+    if case == "damaged":
+        data = bytearray((step / STATE).read_bytes())
+        data[len(data) // 2] ^= 0x01
+        (step / STATE).write_bytes(bytes(data))
+    if case == "replace":
+        (work / kaggle_adapt.ADAPTED_BUNDLE).mkdir()
+        (work / kaggle_adapt.ADAPTED_BUNDLE / "notes.txt").write_text("mine\n")
+    result = AdaptResult(work, step, work / "dataset", 3, None, 1, {}, 0, 1, 0.0)
+    monkeypatch.setattr(kaggle_adapt, "adapt", lambda *_, **__: result)
+    bundle = B.load_bundle(bundle_dir, torch.device("cpu"))
+    with pytest.raises(TRMError) as err:
+        kaggle_adapt.adapt_bundle(
+            bundle, "c.json", work, None, torch.device("cpu"), batch_size=1, early_halt=False
+        )  # type: ignore[arg-type]
+    adapted = work / kaggle_adapt.ADAPTED_BUNDLE
+    expected = {
+        "replace": f"the adapted bundle in --adapt-dir, {adapted}: refusing to replace it: it holds files trm-stack did not write",
+        "secret": f"the adapted bundle in --adapt-dir, {adapted}: stopped, a secret-like value would be published",
+        "damaged": f"infer: checkpoint {step} is damaged or incomplete (state.pt does not match its sha256",
+    }[case]
+    message = str(err.value)
+    assert message.startswith(expected) and "OUT_DIR" not in message and "package kaggle" not in message
+    assert WANDB_LIKE[-40:] not in message
 
 
 @pytest.mark.parametrize(

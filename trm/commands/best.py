@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trm.training.checkpointing.best import Best
+    from trm.training.checkpointing.best import Best, FullEvaluation
 
 
 def run(args: argparse.Namespace) -> int:
     from trm.errors import TRMError
     from trm.evaluation.subset import SUBSET_PREFIX
-    from trm.training.checkpointing.best import best_checkpoint, candidates_of, run_ranking, select_best
+    from trm.training.checkpointing.best import best_checkpoint, run_ranking, scan_run, select_best
     from trm.training.checkpointing.layout import CheckpointInfo
     from trm.training.full_eval import CANDIDATES_DIR
     from trm.training.standalone_eval import full_metrics
@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     if args.top_k is not None and args.top_k < 0:
         raise TRMError(f"--top-k {args.top_k} must be ≥ 0 (0: the subset score alone decides).")
-    ranked_by, run_top_k = (None, None) if args.metric else run_ranking(run_dir)
+    complete = scan_run(run_dir)  # read once: each torn checkpoint is warned about once
+    ranked_by, run_top_k = (None, None) if args.metric else run_ranking(complete)
     if ranked_by is not None and ranked_by.startswith(SUBSET_PREFIX):
 
         def evaluate_full(info: CheckpointInfo) -> dict[str, float]:
@@ -32,20 +33,15 @@ def run(args: argparse.Namespace) -> int:
             return full_metrics(info.path, run_dir / CANDIDATES_DIR / f"step_{info.step}")
 
         top_k = args.top_k if args.top_k is not None else (run_top_k or 0)
-        kept = len(candidates_of(run_dir, ranked_by, top_k)) if top_k > 0 else 0
-        if kept < top_k:
-            asked = "--top-k" if args.top_k is not None else "the run's best.top_k"
-            print(
-                f"warning: {asked} is {top_k}, but retention kept {kept} checkpoints with {ranked_by}: "
-                f"evaluating {kept}",
-                file=sys.stderr,
-            )
         if top_k > 0:  # evaluates and writes into the run directory: only while nobody else owns it
-            best = _choose_owning(run_dir, lambda: select_best(run_dir, top_k, evaluate_full))
+            asked = "--top-k" if args.top_k is not None else "the run's best.top_k"
+            best = _choose_owning(
+                run_dir, lambda: _select_top_k(run_dir, ranked_by, top_k, asked, evaluate_full)
+            )
         else:
-            best = select_best(run_dir, top_k, evaluate_full)
+            best = select_best(run_dir, top_k, evaluate_full, complete=complete)
     else:
-        best = best_checkpoint(run_dir, args.metric)
+        best = best_checkpoint(run_dir, args.metric, complete=complete)
     if args.json:
         print(json.dumps(best.as_dict(), indent=2))
     else:
@@ -57,6 +53,25 @@ def run(args: argparse.Namespace) -> int:
         if best.note:  # the run's recorded choice is gone: say what stands in for it
             print(f"note: {best.note}", file=sys.stderr)
     return 0
+
+
+def _select_top_k(
+    run_dir: Path, ranked_by: str, top_k: int, asked: str, evaluate_full: FullEvaluation
+) -> Best:
+    """Under the run's lock: its checkpoints as they are now (read again, quietly: the torn ones were
+    warned about before the lock), a warning when retention kept fewer than `top_k` candidates (`asked`
+    names where top_k came from), then `select_best` on that same list."""
+    from trm.training.checkpointing.best import candidates_of, scan_run, select_best
+
+    complete = scan_run(run_dir, warn=False)
+    kept = len(candidates_of(complete, ranked_by, top_k))
+    if kept < top_k:
+        print(
+            f"warning: {asked} is {top_k}, but retention kept {kept} checkpoints with {ranked_by}: "
+            f"evaluating {kept}",
+            file=sys.stderr,
+        )
+    return select_best(run_dir, top_k, evaluate_full, complete=complete)
 
 
 def _choose_owning(run_dir: Path, choose: Callable[[], Best]) -> Best:

@@ -63,7 +63,7 @@ def adapt_bundle(
     adapted = work_dir / ADAPTED_BUNDLE
     package_kaggle(
         result.checkpoint, adapted, wheels=False, overwrite=True, progress=False,
-        out_name="the adapted bundle in --adapt-dir,",
+        out_name="the adapted bundle in --adapt-dir,", use="infer",
     )  # fmt: skip
     log.info("adapted bundle: %s (step %d)", adapted, result.step)
     return B.load_bundle(adapted, device, batch_size=batch_size, early_halt=early_halt), result

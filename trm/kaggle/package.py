@@ -75,10 +75,10 @@ def newest_in_run_dir(path: Path) -> Path:
     return found[-1].path
 
 
-def _resolve(checkpoint: Path, overrides: list[str]) -> tuple[Any, int, bool]:
+def _resolve(checkpoint: Path, overrides: list[str], use: str) -> tuple[Any, int, bool]:
     from trm.training.standalone_eval import resolve_config
 
-    return resolve_config(checkpoint, overrides, use="package kaggle")
+    return resolve_config(checkpoint, overrides, use=use)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,14 +196,16 @@ def _write_bundle(
     overwrite: bool,
     hub_source: dict[str, Any] | None = None,
     sources: tuple[Path, ...] = (),
+    out_name: str = "OUT_DIR",
 ) -> dict[str, Any]:
     """Weights, config, identifiers, wheelhouse, README and manifest, published atomically after the
-    secret scan found nothing in them (the wheel files aside; the wheelhouse's requirements.txt is read)."""
+    secret scan found nothing in them (the wheel files aside; the wheelhouse's requirements.txt is read).
+    `out_name`: see package_kaggle."""
     from trm.secrets import require_no_secrets
 
     opts = wheel_options
     staging = {"kind": KIND, "tool": "trm package kaggle", "sources": sources}
-    with atomic_directory(out_dir, overwrite=overwrite, **staging) as tmp:
+    with atomic_directory(out_dir, overwrite=overwrite, flag=out_name, **staging) as tmp:
         with open(tmp / B.WEIGHTS, "wb") as f:
             torch.save({k: v.contiguous() for k, v in weights.items()}, f)
         atomic_write_json(tmp / B.CONFIG, config)
@@ -232,7 +234,7 @@ def _write_bundle(
         }
         atomic_write_json(tmp / B.MANIFEST, manifest)
         hint = f" from the run's config ({config['source']['checkpoint']})"
-        require_no_secrets(tmp, f"package kaggle {out_dir}", skip=B.wheel_files(tmp, B.WHEELS), hint=hint)
+        require_no_secrets(tmp, f"{out_name} {out_dir}", skip=B.wheel_files(tmp, B.WHEELS), hint=hint)
         for path in tmp.rglob("*"):
             path.chmod(0o755 if path.is_dir() else 0o644)
         tmp.chmod(0o755)
@@ -253,10 +255,12 @@ def package_kaggle(
     overwrite: bool = False,
     progress: bool = True,
     out_name: str = "OUT_DIR",
+    use: str = "package kaggle",
 ) -> dict[str, Any]:
     """Write the bundle for `checkpoint` (our step_N/ folder, an upstream step_N file, or an
     hf://ORG/NAME[/DIR][@REVISION] holding either; see trm.hub.ref) to `out_dir`. `out_name`: what the
-    caller's user calls `out_dir` (an argument, a flag), named by a refusal."""
+    caller's user calls `out_dir` (an argument, a flag), named by every refusal about it (replacing it,
+    a secret in it); `use`: the command the user ran, named by a damaged checkpoint's error."""
     from trm.hub.ref import BUNDLE, DATASET_DIR, OURS, resolve
     from trm.model.registry import spec_of
     from trm.training.checkpointing.initial_weights import read_checkpoint_weights
@@ -275,7 +279,7 @@ def package_kaggle(
     if out_dir.exists() and not overwrite:
         raise TRMError(f"{out_name} {out_dir} already exists: choose another {out_name} or pass --overwrite")
     # The run's config and weights.
-    cfg, step, ours = _resolve(checkpoint, list(overrides or []))
+    cfg, step, ours = _resolve(checkpoint, list(overrides or []), use)
     arch_name = spec_of(cfg.arch).name
     weights, kind = read_checkpoint_weights(str(checkpoint), arch_name)
     ids = _identifiers(checkpoint, kind, cfg, weights, data_path, identifiers)
@@ -292,7 +296,9 @@ def package_kaggle(
     }
     config = _bundle_config(checkpoint, cfg, arch_name, model_cfg, ids, unseen_id, source)
     wheel_options = WheelOptions(wheels, python_version, platforms, include_torch, progress)
-    return _write_bundle(out_dir, weights, config, ids.names, wheel_options, overwrite, found.source, sources)
+    return _write_bundle(
+        out_dir, weights, config, ids.names, wheel_options, overwrite, found.source, sources, out_name
+    )
 
 
 def local_bundle(weights: str | Path, progress: bool = True) -> tuple[Path, dict[str, Any] | None]:
@@ -319,6 +325,6 @@ def local_bundle(weights: str | Path, progress: bool = True) -> tuple[Path, dict
     log.info("packaging %s into %s (no wheelhouse)", src["reference"], out)
     package_kaggle(
         weights, out, wheels=False, overwrite=True, progress=progress,
-        out_name=f"the packaged copy of --weights {weights}, cached at",
+        out_name=f"the packaged copy of --weights {weights}, cached at", use="infer",
     )  # fmt: skip
     return out, src

@@ -178,6 +178,23 @@ def test_secrets_in_the_runs_files_are_redacted_in_the_bundle_only(tmp_path):
     assert (out / "submission.json").read_bytes() == submission.read_bytes()  # nothing in it: copied as is
 
 
+def test_a_secret_used_as_a_key_is_redacted_in_the_bundle(tmp_path):
+    run = synthetic_run(tmp_path)
+    launch = run / "launch"
+    plan = json.loads((launch / "plan.json").read_text())
+    plan["trainer_env"] = {HF: "set by user code", "WANDB_MODE": "online"}  # a token as a key
+    (launch / "plan.json").write_text(json.dumps(plan))
+    (launch / "probe.json").write_text(json.dumps({"tokens": {HF: 1, HF[:-1] + "z": 2}}))
+
+    out = build_bundle(run, tmp_path / "bundle")
+    for file in out.iterdir():
+        assert HF not in file.read_bytes().decode("latin-1"), file.name
+    data = json.loads((out / "handoff.json").read_text())
+    assert data["launch"]["trainer_env"] == {"***": "set by user code", "WANDB_MODE": "online"}
+    assert json.loads((out / "probe.json").read_text()) == {"tokens": {"***": 1, "*** (2)": 2}}  # none merged
+    assert data["redacted"] == {"handoff.json": 1, "probe.json": 2}
+
+
 def test_a_bundle_without_secrets_says_so_and_copies_byte_for_byte(tmp_path):
     run = synthetic_run(tmp_path)
     (run / "launch" / "train.log").write_bytes(b"step 1 loss 3.0\r\nodd byte \xff\nno newline")

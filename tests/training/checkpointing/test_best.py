@@ -194,3 +194,35 @@ def test_a_recorded_choice_whose_checkpoint_is_gone_falls_back_and_says_so(
         fallback.note or ""
     )
     assert fallback.as_dict()["note"] == fallback.note
+
+
+@pytest.mark.parametrize(
+    ("flags", "evaluated", "warnings"),
+    [
+        ([], [200, 300], 0),  # the run's best.top_k: 2
+        (["--top-k", "6"], [200, 300, 400], 1),  # retention kept 3 complete ones: said once
+        (["--top-k", "0"], [], 0),
+        (["--metric", SUB], [], 0),
+        (["--json"], [200, 300], 0),
+    ],
+)
+def test_trm_best_says_each_candidate_and_each_torn_checkpoint_once(
+    run_dir: Path,
+    cli_full_set: FullSet,
+    flags: list[str],
+    evaluated: list[int],
+    warnings: int,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    (run_dir / "step_100" / ckpt.COMPLETE).unlink()  # torn: skipped, with a warning
+    assert main(["best", str(run_dir), *flags]) == 0
+    err = capsys.readouterr().err.splitlines()
+    torn = [r.getMessage() for r in caplog.records if "skipping torn checkpoint" in r.getMessage()]
+    assert len(torn) == 1 and str(run_dir / "step_100") in torn[0]
+    assert sorted(cli_full_set.calls) == evaluated  # each candidate evaluated once
+    said = [line for line in err if line.startswith("evaluating ")]
+    assert sorted(said) == sorted(
+        f"evaluating {run_dir / f'step_{s}'} on the full test set" for s in evaluated
+    )
+    assert sum(line.startswith("warning:") for line in err) == warnings

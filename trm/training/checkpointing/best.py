@@ -68,10 +68,13 @@ class Best:
         return out
 
 
-def _complete(run_dir: Path) -> list[CheckpointInfo]:
+def scan_run(run_dir: Path, *, warn: bool = True) -> list[CheckpointInfo]:
+    """The run's complete checkpoints, oldest first (a TRMError when it holds none). A torn one is warned
+    about (`warn`) each time the directory is read: read it once per command and pass the list on
+    (`complete=` below)."""
     if (run_dir / COMPLETE).exists():
         raise TRMError(f"{run_dir} is one checkpoint, not a run directory: pass its parent {run_dir.parent}.")
-    complete = find_complete(run_dir)
+    complete = find_complete(run_dir, warn=warn)
     if not complete:
         raise TRMError(
             f"{run_dir} holds no complete checkpoint (step_N/ folders with COMPLETE): pass the run's "
@@ -80,10 +83,13 @@ def _complete(run_dir: Path) -> list[CheckpointInfo]:
     return complete
 
 
-def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
+def best_checkpoint(
+    run_dir: Path, metric: str | None = None, *, complete: list[CheckpointInfo] | None = None
+) -> Best:
     """The best complete checkpoint under `run_dir` by `metric` (default: the run's own best_metric; for a
-    subset run, the choice `select_best` recorded in best.json when it names a complete checkpoint)."""
-    complete = _complete(run_dir)
+    subset run, the choice `select_best` recorded in best.json when it names a complete checkpoint).
+    `complete`: the run's `scan_run`, when the caller has read it already."""
+    complete = scan_run(run_dir) if complete is None else complete
     chosen_by_run = metric is None
     if metric is None and (chosen := _recorded_choice(run_dir, complete)) is not None:
         return chosen
@@ -109,41 +115,48 @@ def best_checkpoint(run_dir: Path, metric: str | None = None) -> Best:
     return Best(best[0], metric, value, SUBSET if metric.startswith(SUBSET_PREFIX) else FULL, note=note)
 
 
-def run_ranking(run_dir: Path) -> tuple[str | None, int | None]:
+def run_ranking(complete: list[CheckpointInfo]) -> tuple[str | None, int | None]:
     """(the metric the run ranks checkpoints by, its best.top_k or None without a subset), read off the
-    newest complete checkpoint's manifest that names them."""
-    named = [i.manifest for i in _complete(run_dir) if i.manifest.get("best_metric")]
+    newest of the run's complete checkpoints (`scan_run`) whose manifest names them."""
+    named = [i.manifest for i in complete if i.manifest.get("best_metric")]
     if not named:
         return None, None
     top_k = named[-1].get("best_top_k")
     return str(named[-1]["best_metric"]), int(top_k) if top_k is not None else None
 
 
-def candidates_of(run_dir: Path, ranked_by: str, top_k: int) -> list[CheckpointInfo]:
-    """The `top_k` complete checkpoints with the best `ranked_by` score, best first: fewer when retention
-    kept fewer that carry it."""
-    return best_of(_complete(run_dir), ranked_by, top_k)
+def candidates_of(complete: list[CheckpointInfo], ranked_by: str, top_k: int) -> list[CheckpointInfo]:
+    """The `top_k` of the run's complete checkpoints (`scan_run`) with the best `ranked_by` score, best
+    first: fewer when retention kept fewer that carry it."""
+    return best_of(complete, ranked_by, top_k)
 
 
 def select_best(
-    run_dir: Path, top_k: int, evaluate_full: FullEvaluation | None, *, write: bool = True
+    run_dir: Path,
+    top_k: int,
+    evaluate_full: FullEvaluation | None,
+    *,
+    write: bool = True,
+    complete: list[CheckpointInfo] | None = None,
 ) -> Best:
     """The best checkpoint of a run ranked by a subset score: the `top_k` best by it, re-scored on the
     full test set (see the module docstring); `write` records the choice in `run_dir/best.json`.
+    `complete`: the run's `scan_run`, when the caller has read it already (the directory is read once).
 
     Every rank calls it with the same `top_k` (`evaluate_full` may be collective); only rank 0's
     `evaluate_full` returns metrics, so only its result is meaningful."""
-    ranked_by, _ = run_ranking(run_dir)
+    complete = scan_run(run_dir) if complete is None else complete
+    ranked_by, _ = run_ranking(complete)
     if ranked_by is None or not ranked_by.startswith(SUBSET_PREFIX):
-        return best_checkpoint(run_dir, ranked_by)
+        return best_checkpoint(run_dir, ranked_by, complete=complete)
     if top_k == 0 or evaluate_full is None:
-        return best_checkpoint(run_dir, ranked_by)
+        return best_checkpoint(run_dir, ranked_by, complete=complete)
     full_metric = ranked_by[len(SUBSET_PREFIX) :]
     count_name = count_metric(full_metric)
     cached = _recorded_full_scores(run_dir, full_metric)
     candidates: list[dict[str, Any]] = []
     scored: list[tuple[float, CheckpointInfo]] = []
-    for info in candidates_of(run_dir, ranked_by, top_k):
+    for info in candidates_of(complete, ranked_by, top_k):
         metrics = info.manifest.get("eval_metrics") or {}
         value, source = metric_value(info, full_metric), "in-run"
         count = metrics.get(count_name) if value is not None and count_name else None
@@ -173,7 +186,7 @@ def select_best(
         if value is not None:
             scored.append((value, info))
     if not scored:  # other ranks: evaluate_full gives no metrics
-        return best_checkpoint(run_dir, ranked_by)
+        return best_checkpoint(run_dir, ranked_by, complete=complete)
     scored.sort(key=lambda pair: (-pair[0], -pair[1].step))
     value, info = scored[0]
     best = Best(info, full_metric, value, FULL, candidates)
