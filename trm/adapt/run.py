@@ -8,12 +8,14 @@ bundle's inference take its checkpoints as they are; the same command again resu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,7 +211,7 @@ def adapt(
     out, challenges = Path(out), Path(challenges)
     solutions = Path(solutions) if solutions is not None else default_solutions(challenges)
     dataset = out / "dataset"
-    with initialize(source.config.device) as info:
+    with initialize(source.config.device) as info, contextlib.ExitStack() as owned:
         staged = None
         if info.is_main:
             selected = select_tasks(challenges, solutions)  # bad tasks stop before a file is written
@@ -218,6 +220,7 @@ def adapt(
                     selected, trained_tasks(list(selected.tasks), source.identifiers), challenges
                 )
             claim_out(out, [challenges, *([solutions] if solutions is not None else [])])
+            owned.enter_context(own_run(out))  # held until the summary is written
             staged = stage_and_build(selected, out, settings)
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
@@ -310,6 +313,32 @@ def claim_out(out: Path, sources: list[Path]) -> None:
     write_marker(out, tool="trm adapt", kind=ADAPT_KIND)
 
 
+@contextlib.contextmanager
+def own_run(out: Path) -> Iterator[None]:
+    """Hold `out`'s run lock (trm.runlock) while this adaptation stages, trains and writes its summary: a
+    second adaptation (or `trm best`, a trainer) on the same folder is refused (exit 2) before it writes
+    anything, instead of both training into one run directory. Taken after `claim_out`, so a folder that is
+    not an adaptation's never receives the lock file."""
+    import sys
+
+    from trm.runlock import RunLock, RunLocked
+
+    lock = RunLock(out, "adaptation")
+    holder = lock.try_acquire(" ".join([sys.executable, *sys.argv]))
+    if holder is not None:
+        raise RunLocked(
+            lock.refusal(
+                holder,
+                f"Wait for it to end or stop it (SIGTERM saves; the same command then resumes), or choose "
+                f"another --out than {out}",
+            )
+        )
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings) -> StagedTasks:
     """Stage the task file in a temporary folder inside `out`, build (or reuse) `out/dataset` from it, and
     only then put the staged files at `out/inputs/`: a refused dataset leaves the earlier inputs as they were."""
@@ -321,9 +350,20 @@ def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings)
     tmp = Path(tempfile.mkdtemp(prefix=".inputs.", suffix=".partial", dir=out))
     try:
         staged = write_tasks(selected, tmp)
-        build_demonstrations(
-            staged, out / "dataset", num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
-        )
+        dataset, reused = out / "dataset", (out / "dataset").exists()
+        try:
+            build_demonstrations(
+                staged, dataset, num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
+            )
+        except TRMError as err:
+            if not reused:
+                raise
+            # The builder's own fix (--overwrite, --output-dir) names flags adapt does not have.
+            raise TRMError(
+                f"--out {out}: refusing to resume it: {str(err).split(';')[0]} (an adaptation to another task "
+                "file, or with other --num-aug/--seed, or damaged since); nothing was changed. Pass the task "
+                "file and flags it was started with, or choose a new --out"
+            ) from None
         old = out / ".inputs.old"
         if inputs.exists():
             remove_own_temp(old)
