@@ -15,14 +15,13 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from trm import exit_codes
+from trm import exit_codes, runlock
 from trm.adapt.batch import batch_for, train_within_memory
 from trm.adapt.rows import initial_rows, trained_tasks, trained_warning
 from trm.adapt.tasks import (
@@ -211,7 +210,7 @@ def adapt(
     out, challenges = Path(out), Path(challenges)
     solutions = Path(solutions) if solutions is not None else default_solutions(challenges)
     dataset = out / "dataset"
-    with initialize(source.config.device) as info, contextlib.ExitStack() as owned:
+    with initialize(source.config.device) as info, contextlib.ExitStack() as held:
         staged = None
         if info.is_main:
             selected = select_tasks(challenges, solutions)  # bad tasks stop before a file is written
@@ -220,7 +219,10 @@ def adapt(
                     selected, trained_tasks(list(selected.tasks), source.identifiers), challenges
                 )
             claim_out(out, [challenges, *([solutions] if solutions is not None else [])])
-            owned.enter_context(own_run(out))  # held until the summary is written
+            # The run lock, taken once `out` is known to be an adaptation's and held until adapt.json is
+            # written: a second adaptation (or `trm best`) on the same folder is refused before it writes.
+            advice = "Wait for it to end or stop it (SIGTERM saves; the same command resumes), or choose another --out"
+            held.enter_context(runlock.owned(out, "adaptation", advice))
             staged = stage_and_build(selected, out, settings)
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
@@ -311,32 +313,6 @@ def claim_out(out: Path, sources: list[Path]) -> None:
         return
     out.mkdir(parents=True, exist_ok=True)
     write_marker(out, tool="trm adapt", kind=ADAPT_KIND)
-
-
-@contextlib.contextmanager
-def own_run(out: Path) -> Iterator[None]:
-    """Hold `out`'s run lock (trm.runlock) while this adaptation stages, trains and writes its summary: a
-    second adaptation (or `trm best`, a trainer) on the same folder is refused (exit 2) before it writes
-    anything, instead of both training into one run directory. Taken after `claim_out`, so a folder that is
-    not an adaptation's never receives the lock file."""
-    import sys
-
-    from trm.runlock import RunLock, RunLocked
-
-    lock = RunLock(out, "adaptation")
-    holder = lock.try_acquire(" ".join([sys.executable, *sys.argv]))
-    if holder is not None:
-        raise RunLocked(
-            lock.refusal(
-                holder,
-                f"Wait for it to end or stop it (SIGTERM saves; the same command then resumes), or choose "
-                f"another --out than {out}",
-            )
-        )
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings) -> StagedTasks:
