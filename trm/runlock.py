@@ -217,3 +217,18 @@ def trainer_lock(run_dir: str | os.PathLike[str], environ: dict[str, str] | None
         yield
     finally:
         lock.release()
+
+
+@contextlib.contextmanager
+def owned(run_dir: str | os.PathLike[str], what: str, advice: str) -> Iterator[RunLock]:
+    """Hold `run_dir`'s lock for the `with` block, for a command that writes into a run (`what` names it in
+    the refusal); raises RunLocked naming the holder and `advice` (the way out) when another process holds
+    it. No waiting: for a holder on another host see `RunLock.acquire`."""
+    lock = RunLock(run_dir, what)
+    holder = lock.try_acquire(" ".join([sys.executable, *sys.argv]))
+    if holder is not None:
+        raise RunLocked(lock.refusal(holder, advice))
+    try:
+        yield lock
+    finally:
+        lock.release()

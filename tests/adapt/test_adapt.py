@@ -24,6 +24,7 @@ from trm.data.encoding import BLANK_IDENTIFIER
 from trm.errors import TRMError
 from trm.model.registry import ARCHS
 from trm.model.upstream import PUZZLE_EMB_KEY
+from trm.runlock import LOCK_FILE
 from trm.safe_remove import write_marker
 from trm.training.checkpointing import layout as ckpt
 from trm.training.loop import Trainer
@@ -281,6 +282,65 @@ def test_a_refused_dataset_leaves_the_staged_inputs_as_they_were(
         adapt(source, other, out, AdaptSettings(steps=0, **FAST))
     assert _tree(out / "inputs") == before
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".inputs")) == []
+
+
+def test_an_adaptation_folder_another_process_owns_is_refused_before_anything_is_written(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from trm.runlock import RunLock
+
+    out = tmp_path / "run"
+    argv = ["adapt", str(smoke.checkpoint), "--challenges", str(hidden), "--num-aug", "2", "--quiet"]
+    assert main([*argv, "--steps", "0", "--out", str(out)]) == 0
+    before = _tree(out)
+    other = RunLock(out, "adaptation")  # a second `trm adapt --out` of this folder, training
+    assert other.try_acquire("python -m trm adapt ... --out run (the first)") is None
+    try:
+        assert main([*argv, "--steps", "2", "--out", str(out)]) == exit_codes.CONFIG_ERROR
+    finally:
+        other.release()
+    err = capsys.readouterr().err.strip()
+    assert f"{out} is in use by another process (pid {os.getpid()}" in err and "(the first)" in err
+    assert "choose another --out" in err and len(err.splitlines()) == 1
+    before.pop(LOCK_FILE)  # the lock file holds the holder's record: the only file that changed
+    after = _tree(out)
+    after.pop(LOCK_FILE)
+    assert after == before
+    assert [c.step for c in ckpt.find_complete(out)] == [0]
+
+
+def test_the_adaptation_holds_its_folder_while_it_trains(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trm.runlock import RunLock
+
+    out = tmp_path / "run"
+    seen = []
+    train = Trainer.train
+
+    def probing_train(self: Trainer) -> int:
+        seen.append(RunLock(out, "probe").try_acquire("probe"))
+        return train(self)
+
+    monkeypatch.setattr(Trainer, "train", probing_train)
+    adapt(source_from_checkpoint(smoke.checkpoint), hidden, out, AdaptSettings(steps=1, **FAST))
+    (holder,) = seen
+    assert holder is not None and holder.pid == os.getpid()  # held while the trainer ran
+    RunLock(out, "probe").acquire("after").release()  # and released at the end
+
+
+def test_resuming_with_another_task_file_names_adapts_own_fix(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "run"
+    argv = ["adapt", str(smoke.checkpoint), "--steps", "0", "--num-aug", "2", "--out", str(out), "--quiet"]
+    assert main([*argv, "--challenges", str(hidden)]) == 0
+    other = write_tasks(tmp_path / "other", "other", 2, seed=9, colours=3)
+    assert main([*argv, "--challenges", str(other)]) == exit_codes.CONFIG_ERROR
+    err = capsys.readouterr().err.strip()
+    assert f"--out {out}: refusing to resume it" in err and "choose a new --out" in err
+    assert "--overwrite" not in err and "--output-dir" not in err  # flags `trm adapt` does not have
+    assert len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(

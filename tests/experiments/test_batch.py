@@ -173,3 +173,21 @@ def test_a_log_dir_holding_another_batchs_results_is_refused_and_kept(tmp_path, 
     # The batch's own folder is resumed: the same selection finds its own results there.
     other.write_text(json.dumps({"batch": {"id": batch.id}, "runs": []}))
     batch._check_log_dir()
+
+
+def test_a_second_batch_on_the_same_log_dir_is_refused_while_the_first_runs(tmp_path, fake, monkeypatch):
+    from trm.runlock import LOCK_FILE, RunLock, RunLocked
+
+    monkeypatch.setenv("FAKE_SLEEP", "0")
+    batch = make_batch(tmp_path, fake, gpus=1)
+    running = RunLock(batch.log_dir, "experiment batch")  # the same selection, running in another shell
+    assert running.try_acquire("python -m trm experiment batch smoke (the first)") is None
+    try:
+        with pytest.raises(
+            RunLocked, match=r"in use by another process .*\(the first\).* run the same command"
+        ):
+            batch.run()
+    finally:
+        running.release()
+    assert [p.name for p in batch.log_dir.iterdir()] == [LOCK_FILE]  # no results, ledger or log written
+    assert not events(tmp_path)  # nothing trained

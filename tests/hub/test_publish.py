@@ -320,3 +320,23 @@ def test_a_token_in_the_runs_config_stops_the_publish_and_is_never_printed(
     assert token not in captured.err + captured.out and not out.exists()
     assert main(["publish-checkpoint", str(run), "--repo", "me/t"]) == 2
     assert hub.created == [] and hub.uploaded == {}
+
+
+def test_a_dataset_file_changed_since_its_build_is_never_published(
+    trained: TrainedRun, hub: Recorder, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import shutil
+
+    dataset = tmp_path / "ds"
+    shutil.copytree(trained.dataset, dataset)
+    names = json.loads((dataset / "identifiers.json").read_text())
+    names[1], names[2] = names[2], names[1]  # rows named in another order: same size, valid JSON
+    (dataset / "identifiers.json").write_text(json.dumps(names))
+    out = tmp_path / "staged"
+    argv = ["publish-checkpoint", str(trained.run_dir), "--repo", "me/t", "--data-path", str(dataset)]
+    for extra in ([], ["--dry-run", "--out", str(out)]):
+        assert main([*argv, *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"dataset {dataset}: {dataset / 'identifiers.json'}: sha256 differs from the manifest" in err
+        assert len(err.splitlines()) == 1
+    assert hub.created == [] and not out.exists()

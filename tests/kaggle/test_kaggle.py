@@ -956,3 +956,39 @@ def test_a_bundle_config_that_is_not_json_or_misses_a_key_is_one_line(
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_identifiers_of_a_changed_or_another_dataset_are_refused(
+    smoke: SmokeCheckpoint, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from trm.data.build_arc import build_arc_dataset
+
+    changed = tmp_path / "changed"
+    shutil.copytree(smoke.dataset, changed)
+    names = json.loads((changed / "identifiers.json").read_text())
+    names[1], names[2] = names[2], names[1]  # as many rows, named in another order
+    (changed / "identifiers.json").write_text(json.dumps(names))
+    # Another build with as many identifiers (other augmentations): only its fingerprint tells it apart.
+    other = tmp_path / "other"
+    subsets = {"subsets": ["training", "evaluation"], "test_set_name": "evaluation"}
+    build_arc_dataset(other, **subsets, num_aug=3, max_puzzles=SEEN_TASKS, seed=7)
+    assert len(json.loads((other / "identifiers.json").read_text())) == len(names)
+    argv = [
+        "package",
+        "kaggle",
+        str(smoke.checkpoint),
+        str(tmp_path / "bundle"),
+        "--no-wheels",
+        "--data-path",
+    ]
+    assert main([*argv, str(changed)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--data-path {changed}: {changed / 'identifiers.json'}: sha256 differs from the manifest" in err
+    assert len(err.splitlines()) == 1
+    assert main([*argv, str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--data-path {other}: dataset fingerprint" in err and "the checkpoint was trained on" in err
+    assert not (tmp_path / "bundle").exists()
+    assert main([*argv, str(smoke.dataset)]) == 0  # the dataset it trained on

@@ -8,6 +8,7 @@ bundle's inference take its checkpoints as they are; the same command again resu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -20,7 +21,7 @@ from typing import Any
 
 import torch
 
-from trm import exit_codes
+from trm import exit_codes, runlock
 from trm.adapt.batch import batch_for, train_within_memory
 from trm.adapt.rows import initial_rows, trained_tasks, trained_warning
 from trm.adapt.tasks import (
@@ -209,7 +210,7 @@ def adapt(
     out, challenges = Path(out), Path(challenges)
     solutions = Path(solutions) if solutions is not None else default_solutions(challenges)
     dataset = out / "dataset"
-    with initialize(source.config.device) as info:
+    with initialize(source.config.device) as info, contextlib.ExitStack() as held:
         staged = None
         if info.is_main:
             selected = select_tasks(challenges, solutions)  # bad tasks stop before a file is written
@@ -218,6 +219,10 @@ def adapt(
                     selected, trained_tasks(list(selected.tasks), source.identifiers), challenges
                 )
             claim_out(out, [challenges, *([solutions] if solutions is not None else [])])
+            # The run lock, taken once `out` is known to be an adaptation's and held until adapt.json is
+            # written: a second adaptation (or `trm best`) on the same folder is refused before it writes.
+            advice = "Wait for it to end or stop it (SIGTERM saves; the same command resumes), or choose another --out"
+            held.enter_context(runlock.owned(out, "adaptation", advice))
             staged = stage_and_build(selected, out, settings)
         staged = dist_utils.broadcast_object(staged, info)
         names = json.loads((dataset / "identifiers.json").read_text(encoding="utf-8"))
@@ -321,9 +326,20 @@ def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings)
     tmp = Path(tempfile.mkdtemp(prefix=".inputs.", suffix=".partial", dir=out))
     try:
         staged = write_tasks(selected, tmp)
-        build_demonstrations(
-            staged, out / "dataset", num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
-        )
+        dataset, reused = out / "dataset", (out / "dataset").exists()
+        try:
+            build_demonstrations(
+                staged, dataset, num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
+            )
+        except TRMError as err:
+            if not reused:
+                raise
+            # The builder's own fix (--overwrite, --output-dir) names flags adapt does not have.
+            raise TRMError(
+                f"--out {out}: refusing to resume it: {str(err).split(';')[0]} (an adaptation to another task "
+                "file, or with other --num-aug/--seed, or damaged since); nothing was changed. Pass the task "
+                "file and flags it was started with, or choose a new --out"
+            ) from None
         old = out / ".inputs.old"
         if inputs.exists():
             remove_own_temp(old)

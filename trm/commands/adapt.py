@@ -70,8 +70,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out",
         required=True,
-        help="run directory of the adaptation: created (new or empty folder) or resumed (an earlier adaptation's); "
-        "a folder holding anything else is refused",
+        help="run directory of the adaptation: created (new or empty folder) or resumed (an earlier adaptation's, "
+        "with the same task file, --num-aug and --seed); a folder holding anything else, or one another "
+        "adaptation is using (its run lock), is refused",
     )
     parser.add_argument(
         "--unseen-only",

@@ -78,26 +78,18 @@ def _choose_owning(run_dir: Path, choose: Callable[[], Best]) -> Best:
     """`choose()` under the run directory's lock (trm.runlock), then the choice also in run.json's `best`
     (so the report and the handoff agree). A running trainer or launcher holds the lock: refuse (exit 2)
     before anything is evaluated or written."""
-    from trm.runlock import RunLock, RunLocked
+    from trm.runlock import owned
     from trm.training.run_record import record_best
 
-    lock = RunLock(run_dir, "trm best")
-    holder = lock.try_acquire(" ".join([sys.executable, *sys.argv]))
-    if holder is not None:
-        raise RunLocked(
-            lock.refusal(
-                holder,
-                "The run evaluates its best.top_k candidates itself when it ends; meanwhile `--top-k 0` prints "
-                "the best by subset score without evaluating anything",
-            )
-        )
-    try:
+    advice = (
+        "The run evaluates its best.top_k candidates itself when it ends; meanwhile `--top-k 0` prints the "
+        "best by subset score without evaluating anything"
+    )
+    with owned(run_dir, "trm best", advice):
         best = choose()
         if (run_dir / "run.json").is_file():
             record_best(run_dir, best.as_dict())
         return best
-    finally:
-        lock.release()
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

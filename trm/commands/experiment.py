@@ -197,7 +197,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--log-dir",
         type=Path,
         help="logs and batch_results.json (default <checkpoint dir>/batches/<batch id>); a folder holding "
-        "another selection's batch_results.json is refused",
+        "another selection's batch_results.json, or one a running batch holds (its lock), is refused",
     )
     batch.add_argument("--dry-run", action="store_true", help="print what would run, with the exact commands")
     batch.add_argument(

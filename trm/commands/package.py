@@ -95,7 +95,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     kaggle.add_argument(
         "--data-path",
         default=None,
-        help="dataset folder the checkpoint was trained on (identifiers.json; default: its data_paths)",
+        help="dataset folder the checkpoint was trained on (identifiers.json; default: its data_paths); its "
+        "files read must match its manifest, and its fingerprint the checkpoint's",
     )
     kaggle.add_argument(
         "--no-identifiers",

@@ -58,7 +58,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         dest="from_remote",
         metavar="REMOTE",
         help="restore RUN_DIR from REMOTE: the run's records and its newest complete checkpoint; a file RUN_DIR "
-        "already holds is replaced only by a newer copy; a non-empty folder that is no run directory is refused",
+        "already holds is replaced only by a newer copy; a non-empty folder that is no run directory, or a run a "
+        "launcher or trainer is running (its run lock), is refused (exit 2) before anything is copied",
     )
     parser.add_argument(
         "--missing-ok",

@@ -243,6 +243,25 @@ def check_files(dataset_dir: str | Path, manifest: dict[str, Any], *, full: bool
     return problems
 
 
+def read_with_files(dataset_dir: str | Path, rels: tuple[str, ...], flag: str) -> dict[str, Any]:
+    """The manifest of `dataset_dir` after checking just the files `rels` that a command copies or reads out
+    of it (all hashed; a published `dataset/` folder holds only these and the manifest): TRMError naming
+    `flag`, the file and the fix when one is missing, unlisted, or differs from its listing."""
+    manifest = read_manifest(dataset_dir)
+    root = Path(dataset_dir)
+    unlisted = [rel for rel in rels if rel not in manifest["files"]]
+    problems = [f"{root / rel}: not listed in {root / MANIFEST}" for rel in unlisted]
+    problems += check_files(
+        root, {"files": {r: manifest["files"][r] for r in rels if r not in unlisted}}, full=True
+    )
+    if problems:
+        raise TRMError(
+            f"{flag} {dataset_dir}: {problems[0]}, so it is not the dataset its manifest describes; nothing was "
+            f"written. Pass the dataset the checkpoint was trained on, or {rebuild_hint(dataset_dir, manifest)}"
+        )
+    return manifest
+
+
 def count_problems(manifest: dict[str, Any], split: str, found: dict[str, int]) -> list[str]:
     """The manifest's counts of `split` (which its fingerprint does not cover) that differ from `found`,
     what the split's arrays hold ({"examples": …, "groups": …})."""

@@ -23,6 +23,7 @@ drop this round's partial votes and `EvaluationStopped` is raised: nothing is wr
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from trm.distributed import DistInfo, all_reduce_sum_
+from trm.io import atomic_write_bytes
 from trm.model.losses import IGNORE_LABEL_ID
 
 # What ACTLossHead reports (sums over the batch); q_continue_loss only with no_ACT_continue=False.
@@ -110,16 +112,21 @@ def evaluate(
         loss_head.train(was_training)
     result = _reduce_set_metrics(sums, test_loader, info)
     if save_dir is not None and save_outputs and saved:
-        save_dir.mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {k: torch.cat(v) for k, v in saved.items()}, save_dir / f"step_{step}_all_preds.{info.rank}"
-        )
+        save_predictions(save_dir / f"step_{step}_all_preds.{info.rank}", saved)
     for ev in evaluators:
         ev_dir = save_dir / f"evaluator_ARC_step_{step}" if save_dir is not None else None
         metrics = ev.result(ev_dir, info)
         if metrics:
             result.update(metrics)
     return result if info.is_main else {}
+
+
+def save_predictions(path: Path, saved: dict[str, list[torch.Tensor]]) -> None:
+    """The saved outputs of one evaluation (eval_save_outputs), concatenated, written atomically: a full disk
+    or a kill mid-save leaves the earlier file of this name, never a torn one."""
+    buffer = io.BytesIO()
+    torch.save({k: torch.cat(v) for k, v in saved.items()}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 def _real_rows(identifiers: torch.Tensor, labels: torch.Tensor, blank_id: int) -> int:

@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from tqdm import tqdm
 
-from trm import __version__, exit_codes
+from trm import __version__, exit_codes, runlock
 from trm.errors import TRMError
 from trm.experiments import outcome, placement
 from trm.experiments.guards import BatchBudget, BatchSync
@@ -571,6 +571,14 @@ class Batch:
             print("\n".join(self.plan_lines()), file=self.out)
             return exit_codes.OK
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        # One batch per log folder: a second one of the same selection would record its runs (refused by
+        # their trainers' run locks) as failed over this one's results and add its hours to the ledger.
+        advice = "Wait for it to end or stop it (SIGTERM: its trainers save), then run the same command again"
+        with runlock.owned(self.log_dir, "experiment batch", advice):
+            return self._run_owned()
+
+    def _run_owned(self) -> int:
+        """`run` once the batch holds its log folder's lock."""
         refusal = self._open_budget()
         if refusal is not None:
             print(f"batch {self.id}: {refusal}", file=self.out)

@@ -87,9 +87,12 @@ def select(run_dir: Path, *, best: bool, step: int | None, metric: str | None) -
 
 def _dataset_records(data_paths: list[str], fingerprint: str | None, staged: Path) -> list[dict[str, Any]]:
     """Copy each dataset's manifest, identifiers and test metadata; check the fingerprint it trained on."""
-    from trm.data.manifest import combined_fingerprint, read_manifest
+    from trm.data.manifest import MANIFEST as DATASET_MANIFEST
+    from trm.data.manifest import combined_fingerprint, read_with_files
 
-    manifests = [read_manifest(p) for p in data_paths]  # a TRMError names a missing or broken dataset
+    # A TRMError names a missing or broken dataset, or a copied file that differs from its manifest.
+    copied = tuple(rel for rel in DATASET_FILES if rel != DATASET_MANIFEST)
+    manifests = [read_with_files(p, copied, "dataset") for p in data_paths]
     combined = combined_fingerprint(manifests)
     if fingerprint is not None and combined != fingerprint:
         raise TRMError(

@@ -28,12 +28,25 @@ KIND = "kaggle-bundle"  # the kind of output in the bundle's creation marker (tr
 ARC_DATASET = {"pad_id": 0, "ignore_label_id": 0, "blank_identifier_id": 0, "vocab_size": 12, "seq_len": 900}
 
 
-def _dataset_facts(data_path: Path | None) -> tuple[dict[str, Any], list[str] | None]:
-    """(dataset metadata needed at inference, identifier strings) from a dataset folder, or ARC defaults."""
+def _dataset_facts(
+    data_path: Path | None, fingerprint: str | None
+) -> tuple[dict[str, Any], list[str] | None]:
+    """(dataset metadata needed at inference, identifier strings) from a dataset folder, or ARC defaults.
+    The two files read must match the folder's manifest, and the manifest the dataset the checkpoint was
+    trained on (`fingerprint`, from its manifest; None: not known)."""
+    from trm.data.manifest import combined_fingerprint, read_with_files
+
     if data_path is None:
         return dict(ARC_DATASET), None
     meta_path = data_path / "test" / "dataset.json"
     ids_path = data_path / B.IDENTIFIERS
+    manifest = read_with_files(data_path, ("test/dataset.json", B.IDENTIFIERS), "--data-path")
+    if fingerprint is not None and combined_fingerprint([manifest]) != fingerprint:
+        raise TRMError(
+            f"--data-path {data_path}: dataset fingerprint {manifest['fingerprint']}, but the checkpoint was "
+            f"trained on {fingerprint}; its identifiers would name the wrong rows. Pass the dataset the "
+            "checkpoint was trained on, or --no-identifiers"
+        )
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         identifiers = json.loads(ids_path.read_text(encoding="utf-8"))
@@ -108,8 +121,10 @@ def _identifiers(
     weights: dict[str, torch.Tensor],
     data_path: str | Path | None,
     wanted: bool,
+    fingerprint: str | None = None,
 ) -> _Identifiers:
-    """The identifier strings of the puzzle table's rows (from the run's dataset), checked against it."""
+    """The identifier strings of the puzzle table's rows (from the run's dataset), checked against it and
+    against `fingerprint`, the dataset the checkpoint's manifest says it trained on."""
     from trm.data.manifest import require_upstream_identifiers
     from trm.training.checkpointing.initial_weights import UPSTREAM_KIND
 
@@ -117,7 +132,7 @@ def _identifiers(
     wanted = wanted and table is not None  # without a puzzle table identifiers change nothing
     if data_path is None and wanted and len(cfg.data_paths) == 1 and Path(cfg.data_paths[0]).is_dir():
         data_path = cfg.data_paths[0]
-    facts, names = _dataset_facts(Path(data_path) if data_path is not None and wanted else None)
+    facts, names = _dataset_facts(Path(data_path) if data_path is not None and wanted else None, fingerprint)
     rows = int(table.shape[0]) if table is not None else 1
     if names is not None and len(names) != rows:
         raise TRMError(
@@ -282,11 +297,12 @@ def package_kaggle(
     cfg, step, ours = _resolve(checkpoint, list(overrides or []), use)
     arch_name = spec_of(cfg.arch).name
     weights, kind = read_checkpoint_weights(str(checkpoint), arch_name)
-    ids = _identifiers(checkpoint, kind, cfg, weights, data_path, identifiers)
+    ckpt_manifest = json.loads((checkpoint / CKPT_MANIFEST).read_text(encoding="utf-8")) if ours else {}
+    trained_on = ckpt_manifest.get("dataset_fingerprint")
+    ids = _identifiers(checkpoint, kind, cfg, weights, data_path, identifiers, trained_on)
     # The puzzle table gains the row unseen tasks use (and loses the trained rows without identifiers).
     weights, unseen_id = _with_unseen_row(weights, ids.names is not None, ids.facts["blank_identifier_id"])
     model_cfg = _fitted_model_config(checkpoint, cfg, arch_name, weights, ids.facts)
-    ckpt_manifest = json.loads((checkpoint / CKPT_MANIFEST).read_text(encoding="utf-8")) if ours else {}
     source = {
         "kind": kind,
         "step": step,

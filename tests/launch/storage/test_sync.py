@@ -358,3 +358,35 @@ def test_a_restore_replaces_only_older_files_and_refuses_a_folder_that_is_no_run
         sync_down(store, mine, print)
     assert [p.name for p in mine.iterdir()] == ["metrics.csv"]
     assert (mine / "metrics.csv").read_text() == "a user's table\n"
+
+
+@needs_rclone
+def test_the_run_lock_file_is_never_uploaded_nor_restored_and_a_running_run_is_not_restored_into(
+    tmp_path, store
+):
+    from trm.runlock import LOCK_FILE, RunLock, RunLocked
+
+    run_dir = make_run(tmp_path)
+    (run_dir / "run.json").write_text("{}\n")
+    lock = RunLock(run_dir, "launch")
+    assert lock.try_acquire("python -m trm launch (the run's launcher)") is None
+    sync_up(run_dir, store, print)  # the launcher's own periodic upload, while it holds the lock
+    assert not (remote_path(store) / LOCK_FILE).exists()
+    # While the launcher runs, a restore into its run directory is refused before anything is copied.
+    (remote_path(store) / "metrics.csv").write_text("another machine's newer table\n")
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    with pytest.raises(
+        RunLocked, match=r"is in use by another process .*\(the run's launcher\).* stop it first"
+    ):
+        sync_down(store, run_dir, print)
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    lock.release()
+    # A remote that holds a lock file (uploaded by an older version): an old holder's record stays there.
+    (remote_path(store) / LOCK_FILE).write_text('{"pid": 1, "host": "elsewhere", "command": "old"}\n')
+    os.utime(remote_path(store) / LOCK_FILE, (2_000_000_000, 2_000_000_000))
+    restored = tmp_path / "restored"
+    assert sync_down(store, restored, print) == "step_2"
+    assert "elsewhere" not in (restored / LOCK_FILE).read_text()  # this restore's own record
+    assert (restored / "metrics.csv").read_text() == "another machine's newer table\n"
+    assert sync_down(store, run_dir, print) == "step_2"  # nothing runs it now: restored
+    assert "elsewhere" not in (run_dir / LOCK_FILE).read_text()

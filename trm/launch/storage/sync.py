@@ -22,8 +22,10 @@ already holds is replaced only by a newer one (`--update`): a restart on a machi
 its own records, newer than the remote's (the launcher's ledger of hours spent among them), and a machine
 whose copy is older than what another machine uploaded since gets the newer one. A non-empty folder that
 is no run directory (neither run.json, launch/ nor a step_N/ in it: a path named by mistake) is refused
-before anything is copied. A checkpoint complete there already is not copied again; one without its
-COMPLETE marker (a restore cut off half way) is finished.
+before anything is copied, and so is a run directory whose lock (trm.runlock) a running launcher or trainer
+holds. The lock file itself is never uploaded nor restored: it belongs to the machine that holds it. A
+checkpoint complete there already is not copied again; one without its COMPLETE marker (a restore cut off
+half way) is finished.
 
 `Syncer` runs the upload every SYNC_EVERY_MINUTES in a background thread (training never waits for it),
 retrying with backoff, and once more at the end (`final`).
@@ -42,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trm.errors import TRMError
+from trm.runlock import LOCK_FILE, owned
 from trm.secrets import redact
 
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -50,7 +53,7 @@ HANDOFF_SUBDIR = "handoff"
 # launcher's scratch runs (smoke gate, probe: full-size checkpoints nobody resumes from) and its pid file.
 EXCLUDES = (
     "/.step_*.partial/**", "/.step_*.old/**", "/.*.partial/**", "/.*.old-*/**", ".*.tmp",
-    "/launch/smoke/**", "/launch/probe/**", "/launch/onstart.pid",
+    "/launch/smoke/**", "/launch/probe/**", "/launch/onstart.pid", f"/{LOCK_FILE}",
 )  # fmt: skip
 # rclone's own retries stay low: Syncer retries the whole pass with backoff.
 RCLONE_FLAGS = ("--retries", "2", "--low-level-retries", "5", "--stats", "0")
@@ -228,8 +231,19 @@ def sync_down(remote: str, run_dir: Path, log: Log, *, missing_ok: bool = False)
             f"{run_dir} holds files but is no run directory (no run.json, launch/ or step_N/ in it): refusing to "
             "restore into it; nothing was copied. Name the run's own directory or an empty/new folder"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    advice = (
+        "Restore only a run nothing is running: stop it first (SIGTERM saves and exits), or restore into "
+        "another folder"
+    )
+    # A launcher or trainer running this run holds its lock: refused before anything is copied.
+    with owned(run_dir, "restore", advice):
+        return _restore(remote, run_dir, newest, held, log)
+
+
+def _restore(remote: str, run_dir: Path, newest: str | None, held: bool, log: Log) -> str | None:
+    # The lock file is the local machine's (a remote copy is an old holder's record, never restored).
     others = ["--exclude", f"/{HANDOFF_SUBDIR}/**", "--exclude", "/step_*/**", "--exclude", "/.*/**"]
+    others += ["--exclude", f"/{LOCK_FILE}"]
     _run(["copy", remote, str(run_dir), *others, "--update"], log)
     if held:
         log(f"{run_dir} already held the run: a file there was replaced only by a newer copy from {remote}")
