@@ -8,8 +8,9 @@ import email.message
 import http.server
 import json
 import os
+import subprocess
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,30 @@ def install_fake_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shape: str
         else:
             monkeypatch.delenv(key, raising=False)
     return env
+
+
+def trm_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: Sequence[str],
+    env: Mapping[str, str],
+) -> subprocess.CompletedProcess[str]:
+    """`python -m trm ARGV` with the environment `env`, run in this process: the command line's main() with
+    os.environ replaced by `env` (restored after the test) and its output captured. The same exit code and
+    output as the subprocess, without starting an interpreter that imports torch again (about 2 s of CPU
+    each). An exception the command does not turn into an error line propagates and fails the test, where
+    the subprocess would print a traceback. Tests of the process boundary itself (a script, signals) start
+    the real process."""
+    from trm.commands import main
+
+    for key in set(os.environ) - set(env):
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["python", "-m", "trm", *argv], code, out, err)
 
 
 # --- A stand-in for PuzzleLoader with the same interface, for in-process trainer tests -------------------
