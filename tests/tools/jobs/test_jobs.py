@@ -423,13 +423,19 @@ def test_repository_overlays_are_pinned_to_the_lock_file():
     assert k8s.pin_images(ROOT, check=True) == [], "run `python -m tools.jobs pin`"
 
 
-def test_cli_check_and_pin(tree: Path, kustomize):
+def test_cli_check_and_pin(tree: Path, kustomize, capsys):
+    """`python -m tools.jobs check|pin` through its main() in this process (each interpreter imported torch
+    again: 2 s of CPU a call); test_experiments.py's render test starts `python -m tools.jobs` itself."""
     import subprocess
-    import sys
+
+    from tools.jobs.cli import main
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "tools.jobs", *args, "--root", str(tree)]
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        argv = [*args, "--root", str(tree)]
+        capsys.readouterr()
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(argv, code, out, err)
 
     shutil.copytree(ROOT / "scripts", tree / "scripts", dirs_exist_ok=True)
     ok = cli("check")
