@@ -423,19 +423,16 @@ def test_repository_overlays_are_pinned_to_the_lock_file():
     assert k8s.pin_images(ROOT, check=True) == [], "run `python -m tools.jobs pin`"
 
 
-def test_cli_check_and_pin(tree: Path, kustomize, capsys):
-    """`python -m tools.jobs check|pin` through its main() in this process (each interpreter imported torch
-    again: 2 s of CPU a call); test_experiments.py's render test starts `python -m tools.jobs` itself."""
+def test_cli_check_and_pin(tree: Path, kustomize, monkeypatch, capsys):
+    """`python -m tools.jobs check|pin` through its main() in this process (an interpreter a call imported
+    torch again: 2 s of CPU each); test_experiments.py's render test starts `python -m tools.jobs` itself."""
     import subprocess
 
+    from tests.helpers import main_in_process
     from tools.jobs.cli import main
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        argv = [*args, "--root", str(tree)]
-        capsys.readouterr()
-        code = main(argv)
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(argv, code, out, err)
+        return main_in_process(monkeypatch, capsys, main, [*args, "--root", str(tree)])
 
     shutil.copytree(ROOT / "scripts", tree / "scripts", dirs_exist_ok=True)
     ok = cli("check")
