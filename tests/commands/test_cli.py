@@ -7,13 +7,14 @@ from pathlib import Path
 
 import trm
 import trm.commands
+from tests.helpers import trm_in_process
 
 
-def test_version_command_prints_json():
-    out = subprocess.run(
-        [sys.executable, "-m", "trm", "version", "--json"], check=True, capture_output=True, text=True
-    ).stdout
-    versions = json.loads(out)
+def test_version_command_prints_json(monkeypatch, capsys):
+    # in this process: a `python -m trm` of its own imported torch again (2 s); the tests below start it
+    proc = trm_in_process(monkeypatch, capsys, ["version", "--json"])
+    assert proc.returncode == 0, proc.stderr
+    versions = json.loads(proc.stdout)
     assert versions["trm"] == trm.__version__
     assert versions["torch"].startswith("2.13.0")
 

@@ -56,16 +56,17 @@ def test_a_full_run_is_unchanged(tmp_path: Path) -> None:
     assert not any(k.startswith("subset/") for r in metric_rows(tmp_path / "plain") for k in r)
 
 
-def test_resume_keeps_the_subset_and_is_bit_exact(tmp_path: Path) -> None:
-    code, straight = run(tmp_path / "straight", *SUBSET)
-    assert code == exit_codes.OK
+def test_resume_keeps_the_subset_and_is_bit_exact(
+    tmp_path: Path, straight_subset_run: tuple[Path, Trainer]
+) -> None:
+    straight_dir, straight = straight_subset_run
     code, _ = run(tmp_path / "split", *SUBSET, stop_at=5)  # after the first (subset) evaluation
     assert code == exit_codes.SAVED_RETRY
     code, resumed = run(tmp_path / "split", *SUBSET)
     assert code == exit_codes.OK and resumed.resumed_from is not None
     assert_same_state(straight, resumed)
-    assert metric_rows(tmp_path / "straight") == metric_rows(tmp_path / "split")
-    runs = [json.loads((tmp_path / d / "run.json").read_text()) for d in ("straight", "split")]
+    assert metric_rows(straight_dir) == metric_rows(tmp_path / "split")
+    runs = [json.loads((d / "run.json").read_text()) for d in (straight_dir, tmp_path / "split")]
     assert runs[0]["eval_subset"] == runs[1]["eval_subset"]
     assert runs[0]["best"]["step"] == runs[1]["best"]["step"]
 
@@ -92,6 +93,7 @@ def run_stopped_at_test_batch(run_dir: Path, count: int) -> tuple[int, list[int]
 
 @pytest.fixture(scope="module")
 def straight_subset_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Trainer]:
+    """The uninterrupted SUBSET run the stopped ones are compared with; read only (one run per module)."""
     run_dir = tmp_path_factory.mktemp("straight") / "run"
     code, trainer = run(run_dir, *SUBSET)
     assert code == exit_codes.OK
@@ -190,13 +192,12 @@ def interrupt_candidates(monkeypatch, action) -> list[int]:
 
 
 def test_sigterm_during_the_candidates_evaluation_saves_and_the_resume_chooses_the_same_best(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, straight_subset_run: tuple[Path, Trainer]
 ) -> None:
     import os
     import signal
 
-    code, _ = run(tmp_path / "straight", *SUBSET)
-    assert code == exit_codes.OK
+    straight_dir, _ = straight_subset_run
     seen = interrupt_candidates(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))
     code, stopped = run(tmp_path / "split", *SUBSET)
     # The stop ends the evaluation at its next test batch, nothing is recorded, and the run says "retry".
@@ -207,19 +208,18 @@ def test_sigterm_during_the_candidates_evaluation_saves_and_the_resume_chooses_t
     monkeypatch.undo()
     code, resumed = run(tmp_path / "split", *SUBSET)
     assert code == exit_codes.OK and resumed.resumed_from is not None and resumed.progress.finished
-    assert best_records(tmp_path / "split") == best_records(tmp_path / "straight")
+    assert best_records(tmp_path / "split") == best_records(straight_dir)
     assert best_records(tmp_path / "split")[0]["candidates"][1]["full_from"] == "re-evaluated"
     code, _ = run(tmp_path / "split", *SUBSET)  # chosen: a further start has nothing to do
-    assert code == exit_codes.OK and best_records(tmp_path / "split") == best_records(tmp_path / "straight")
+    assert code == exit_codes.OK and best_records(tmp_path / "split") == best_records(straight_dir)
 
 
 def test_a_crash_during_the_candidates_evaluation_is_redone_by_the_resume(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, straight_subset_run: tuple[Path, Trainer]
 ) -> None:
     import pytest
 
-    code, _ = run(tmp_path / "straight", *SUBSET)
-    assert code == exit_codes.OK
+    straight_dir, _ = straight_subset_run
 
     def crash() -> None:
         raise RuntimeError("killed")
@@ -232,7 +232,7 @@ def test_a_crash_during_the_candidates_evaluation_is_redone_by_the_resume(
     seen = interrupt_candidates(monkeypatch, lambda: None)
     code, _ = run(tmp_path / "split", *SUBSET)
     assert code == exit_codes.OK and seen == [4]  # step 8's full score is its in-run evaluation's
-    assert best_records(tmp_path / "split") == best_records(tmp_path / "straight")
+    assert best_records(tmp_path / "split") == best_records(straight_dir)
 
 
 def test_a_damaged_candidate_is_not_scored(tmp_path: Path, caplog) -> None:

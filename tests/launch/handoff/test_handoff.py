@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import trm_in_process
 from trm.errors import TRMError
 from trm.launch.handoff.handoff import build_bundle, last_good_checkpoint, session_summary
 from trm.secrets import Finding, scan_folder
@@ -236,12 +237,12 @@ def test_missing_run_dir_is_a_clean_error(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
 
 
-def test_handoff_command_default_location(tmp_path):
+def test_handoff_command_default_location(tmp_path, monkeypatch, capsys):
     run = synthetic_run(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "trm", "handoff", str(run)], capture_output=True, text=True, cwd=tmp_path,
-        env={**os.environ, "ARTIFACTS_DIR": str(tmp_path / "arts"), "PYTHONPATH": str(Path(__file__).parents[3])},
-    )  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    # in this process (test_missing_run_dir_is_a_clean_error starts `python -m trm handoff` itself)
+    env = {**os.environ, "ARTIFACTS_DIR": str(tmp_path / "arts")}
+    proc = trm_in_process(monkeypatch, capsys, ["handoff", str(run)], env)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "arts" / "trm-arc2" / "handoff.json").exists()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import install_fake_smi
+from tests.helpers import install_fake_smi, trm_in_process
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.images import compat
@@ -320,7 +320,7 @@ def test_report_printing_shows_fix_under_failure(monkeypatch, tmp_path):
     assert "[FAIL] shm" in text and "fix: /dev/shm is what NCCL" in text and "preflight FAILED: shm" in text
 
 
-def test_preflight_command_cpu_mode_and_failure_exit(monkeypatch, tmp_path):
+def test_preflight_command_cpu_mode_and_failure_exit(monkeypatch, tmp_path, capsys):
     env = install_fake_smi(monkeypatch, tmp_path, None)
     out = subprocess.run(
         [
@@ -343,9 +343,8 @@ def test_preflight_command_cpu_mode_and_failure_exit(monkeypatch, tmp_path):
     assert out.returncode == 0, out.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["mode"] == "cpu" and report["torch"].startswith("2.13") and report["dev_shm_bytes"] > 0
-    failed = subprocess.run(
-        [sys.executable, "-m", "trm", "preflight", "--gpu"], env=env, capture_output=True, text=True
-    )
+    # the failure exit in this process (the entry point ran above): an interpreter importing torch is 2 s
+    failed = trm_in_process(monkeypatch, capsys, ["preflight", "--gpu"], env)
     assert failed.returncode == 2
     assert "[FAIL] nvidia-smi" in failed.stdout and "fix:" in failed.stdout
 

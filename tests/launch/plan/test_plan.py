@@ -4,16 +4,17 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import fake_smi_env
+from tests.helpers import fake_smi_env, trm_in_process
 from trm.errors import TRMError
 from trm.launch.config.settings import LaunchSettings
 from trm.launch.config.variables import ALL_VARS, ENV_VARS, Derived, help_text, markdown_table, read_all
-from trm.launch.plan.plan import build_plan, merge_overrides
+from trm.launch.plan.plan import LAUNCHER_ENV, build_plan, merge_overrides
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPT = ROOT / "scripts" / "train_prod.sh"
@@ -35,6 +36,20 @@ def dry_run(tmp_path: Path, shape: str | None, **extra: str) -> subprocess.Compl
         capture_output=True,
         text=True,
     )
+
+
+@pytest.fixture
+def dry_run_here(tmp_path, monkeypatch, capsys) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`dry_run` in this process: `python -m trm launch --dry-run` in the environment scripts/train_prod.sh
+    gives it (script_env and the script's TRM_LAUNCHER). The script itself runs in the tests that start it
+    (test_dry_run_prints_steps_tier_and_torchrun[h100x4], test_script_reports_a_bad_setting_once_and_exits_2,
+    test_a_launch_that_fails_before_its_plan_still_hands_off_the_run, test_a_python_without_torch_...)."""
+
+    def run(shape: str | None, **extra: str) -> subprocess.CompletedProcess[str]:
+        env = {**script_env(tmp_path, shape, **extra), LAUNCHER_ENV: SCRIPT.relative_to(ROOT).as_posix()}
+        return trm_in_process(monkeypatch, capsys, ["launch", "--dry-run"], env)
+
+    return run
 
 
 def test_defaults_from_an_empty_environment():
@@ -132,15 +147,18 @@ def test_user_overrides_replace_task_and_table_values():
 
 
 @pytest.mark.parametrize(
-    ("shape", "nproc", "tier", "micro", "accum"),
+    ("shape", "nproc", "tier", "micro", "accum", "through_the_script"),
     [
-        ("h100x4", 4, "h100-80g", 192, 1),
-        ("h200x8", 8, "h200-141g", 96, 1),
-        ("rtx4090x2", 2, "rtx4090-24g", 32, 12),
+        ("h100x4", 4, "h100-80g", 192, 1, True),  # bash scripts/train_prod.sh, a process of its own
+        ("h200x8", 8, "h200-141g", 96, 1, False),  # the other shapes: the same command in this process
+        ("rtx4090x2", 2, "rtx4090-24g", 32, 12, False),
     ],
 )
-def test_dry_run_prints_steps_tier_and_torchrun(tmp_path, shape, nproc, tier, micro, accum):
-    proc = dry_run(tmp_path, shape, MAX_HOURS="72", GPU_HOURLY_USD="2.49")
+def test_dry_run_prints_steps_tier_and_torchrun(
+    tmp_path, dry_run_here, shape, nproc, tier, micro, accum, through_the_script
+):
+    settings = {"MAX_HOURS": "72", "GPU_HOURLY_USD": "2.49"}
+    proc = dry_run(tmp_path, shape, **settings) if through_the_script else dry_run_here(shape, **settings)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     steps = [line for line in out.splitlines() if line.startswith("step ")]
@@ -177,8 +195,8 @@ def test_resume_where_names_the_image_digest_or_asks_for_it():
     )
 
 
-def test_dry_run_multi_node_uses_rendezvous_from_env(tmp_path):
-    proc = dry_run(tmp_path, "h100x8", NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.5", MASTER_PORT="29400")
+def test_dry_run_multi_node_uses_rendezvous_from_env(dry_run_here):
+    proc = dry_run_here("h100x8", NNODES="2", NODE_RANK="1", MASTER_ADDR="10.0.0.5", MASTER_PORT="29400")
     assert proc.returncode == 0, proc.stderr
     train = [line for line in proc.stdout.splitlines() if "torch.distributed.run" in line][-1]
     assert "--standalone" not in train
@@ -193,8 +211,8 @@ def test_dry_run_without_nvidia_smi_refuses_a_production_task(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_dry_run_debug_tiny_recipe(tmp_path):
-    proc = dry_run(tmp_path, None, TASK="debug-tiny", CPU_PROCS="2", SMOKE_STEPS="0")
+def test_dry_run_debug_tiny_recipe(dry_run_here):
+    proc = dry_run_here(None, TASK="debug-tiny", CPU_PROCS="2", SMOKE_STEPS="0")
     assert proc.returncode == 0, proc.stderr
     assert "tier              cpu" in proc.stdout and "smoke gate" not in proc.stdout
     assert "--cpu --checkpoint-dir" in proc.stdout
@@ -202,8 +220,8 @@ def test_dry_run_debug_tiny_recipe(tmp_path):
     assert "--nproc-per-node=2" in proc.stdout
 
 
-def test_dry_run_bad_micro_batch_is_a_clean_error(tmp_path):
-    proc = dry_run(tmp_path, "l40sx4", MICRO_BATCH_SIZE="100")
+def test_dry_run_bad_micro_batch_is_a_clean_error(dry_run_here):
+    proc = dry_run_here("l40sx4", MICRO_BATCH_SIZE="100")
     assert proc.returncode == 2 and "MICRO_BATCH_SIZE=100 must divide the per-rank batch 192" in proc.stderr
 
 
@@ -337,11 +355,11 @@ def test_use_tmux_reruns_this_launch_in_tmux_once(tmp_path, monkeypatch, inside_
         assert started == [[sys.executable, "-m", "trm", "launch", "lr=1"]]
 
 
-def test_unwritable_workspace_is_a_clean_error(tmp_path):
+def test_unwritable_workspace_is_a_clean_error(tmp_path, monkeypatch, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
     env = script_env(tmp_path, None, TASK="debug-tiny", NUM_GPUS="0", WORKSPACE=str(blocker / "ws"))
-    proc = subprocess.run([sys.executable, "-m", "trm", "launch"], env=env, capture_output=True, text=True)
+    proc = trm_in_process(monkeypatch, capsys, ["launch"], env)
     assert proc.returncode == 2 and "cannot write to" in proc.stderr and "set CHECKPOINT_DIR" in proc.stderr
 
 
@@ -354,9 +372,9 @@ def test_script_reports_a_bad_setting_once_and_exits_2(tmp_path):
     assert proc.stdout == ""  # no run these settings could name: nothing to hand off, nothing else said
 
 
-def test_dry_run_shows_sync_and_release_after_the_handoff(tmp_path):
-    proc = dry_run(
-        tmp_path, "h100x4", SYNC_TO="store:bucket/runs", ON_BUDGET="destroy", MAX_HOURS="10",
+def test_dry_run_shows_sync_and_release_after_the_handoff(dry_run_here):
+    proc = dry_run_here(
+        "h100x4", SYNC_TO="store:bucket/runs", ON_BUDGET="destroy", MAX_HOURS="10",
         CONTAINER_ID="4242", CONTAINER_API_KEY="scoped-key-never-printed",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

@@ -6,19 +6,16 @@ image covered the Blackwell cards."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES, fake_smi_env
+from tests.helpers import FIXTURES, fake_smi_env, trm_in_process
 from trm.launch.config.settings import LaunchSettings
 from trm.launch.host.nvidia_smi import parse_query_csv
 from trm.launch.plan.plan import build_plan
 
-ROOT = Path(__file__).resolve().parents[3]
 EXT = "optimizer adam-atan2 extension"
 TORCH = "optimizer trm AdamATan2 (torch)"
 
@@ -60,12 +57,12 @@ def test_the_plan_picks_variant_backend_tier_and_batch_layout(shape):
     assert "(estimate: FLOPs at MFU 0.30)" in out and "not in the peak FLOP/s table" not in out
 
 
-def test_a_recorded_b200_host_dry_run_plans_the_sm100_image_with_the_extension(tmp_path):
-    """`scripts/train_prod.sh --dry-run` on the recorded 8x B200 (R580) host, end to end."""
+def test_a_recorded_b200_host_dry_run_plans_the_sm100_image_with_the_extension(tmp_path, monkeypatch, capsys):
+    """`python -m trm launch --dry-run` on the recorded 8x B200 (R580) host, end to end from its nvidia-smi
+    (in this process; runbook 01's cpu block runs the same through scripts/train_prod.sh)."""
     env = fake_smi_env(tmp_path, "b200x8")
     env.update(PYTHON=sys.executable, WORKSPACE=str(tmp_path / "ws"), TASK="arc2")
-    proc = subprocess.run(["bash", "scripts/train_prod.sh", "--dry-run"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = trm_in_process(monkeypatch, capsys, ["launch", "--dry-run"], env)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert (

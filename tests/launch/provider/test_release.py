@@ -10,13 +10,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import JsonApi, json_api
+from tests.helpers import JsonApi, json_api, trm_in_process
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.launch.config.settings import LaunchSettings, policy_from_env
@@ -192,7 +191,7 @@ def _all_text(*roots: Path) -> str:
     return "\n".join(parts)
 
 
-def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_path):
+def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_path, monkeypatch, capsys):
     """A launch whose training ends 79 (MAX_HOURS) with ON_BUDGET=stop on a Vast.ai instance: the launcher
     itself writes the bundle, then stops the instance; `--handoff` by hand rebuilds the bundle and releases
     nothing; every file of the run directory and of the bundle is free of both secrets."""
@@ -237,13 +236,9 @@ def test_a_budget_stop_hands_off_then_releases_and_no_file_holds_a_token(tmp_pat
     assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"stop instance 4242 key={VAST_KEY}"]
     bundle = settings.artifacts_run_dir
     (bundle / "handoff.json").unlink()
-    proc = subprocess.run(
-        [sys.executable, "-m", "trm", "launch", "--handoff"],
-        env=environ,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )  # by hand: the bundle again, no second release
+    monkeypatch.chdir(ROOT)
+    # by hand: the bundle again, no second release (`python -m trm launch --handoff`, in this process)
+    proc = trm_in_process(monkeypatch, capsys, ["launch", "--handoff"], environ)
     assert proc.returncode == 0, proc.stderr
     assert (bundle / "handoff.json").is_file() and (bundle / "run.info").is_file()
     assert len((tmp_path / "vastai.calls").read_text().splitlines()) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from pathlib import Path
@@ -18,6 +19,28 @@ pytestmark = pytest.mark.kube
 
 ROOT = Path(__file__).resolve().parents[3]
 PRODUCTION = ["prod-4xh100", "prod-8xh200", "multinode-2x8xh200", "urm-8xh100"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _render_each_repository_kustomization_once():
+    """The repository's jobs/ is read-only here: each of its kustomizations is rendered once per module (a
+    kubectl call, 0.3 s), and every render returns its own copy of the objects; anything else renders as
+    it is."""
+    real_render = k8s.render
+    jobs = (ROOT / "jobs").resolve()
+    rendered: dict[Path, list[dict]] = {}
+
+    def render(directory: str | Path) -> list[dict]:
+        path = Path(directory).resolve()
+        if jobs not in path.parents:
+            return real_render(directory)
+        if path not in rendered:
+            rendered[path] = real_render(directory)
+        return copy.deepcopy(rendered[path])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(k8s, "render", render)
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from tests.helpers import trm_in_process
 from tests.tools.jobs.test_jobs import DIGEST, ROOT, kustomize, tree  # noqa: F401 - fixtures
 from tools.images.imagelock import LockedImage
 from tools.jobs import k8s
@@ -108,20 +109,17 @@ def test_the_completion_index_selects_the_experiment_and_its_launch_settings():
         indexed.parse_names("exp5a")
 
 
-def test_launch_dry_run_of_an_index_plans_the_experiments_run_and_dataset(tmp_path):
+def test_launch_dry_run_of_an_index_plans_the_experiments_run_and_dataset(tmp_path, monkeypatch, capsys):
     env = {
         **dict(__import__("os").environ),
         "JOB_COMPLETION_INDEX": "1",
         "NUM_GPUS": "0",
         "WORKSPACE": str(tmp_path),
-        "PYTHONPATH": str(ROOT),
     }
-    result = subprocess.run(
-        [sys.executable, "-m", "trm", "launch", "--dry-run", "--experiments", "exp08a,exp08b"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
+    monkeypatch.chdir(ROOT)
+    # `python -m trm launch` in this process (tests/launch/plan/test_plan.py starts the launcher's script)
+    result = trm_in_process(
+        monkeypatch, capsys, ["launch", "--dry-run", "--experiments", "exp08a,exp08b"], env
     )
     assert result.returncode == 0, result.stderr
     assert "run           exp08b-sudoku-mlp-no-ema (recipe sudoku-mlp)" in result.stdout

@@ -423,13 +423,16 @@ def test_repository_overlays_are_pinned_to_the_lock_file():
     assert k8s.pin_images(ROOT, check=True) == [], "run `python -m tools.jobs pin`"
 
 
-def test_cli_check_and_pin(tree: Path, kustomize):
+def test_cli_check_and_pin(tree: Path, kustomize, monkeypatch, capsys):
+    """`python -m tools.jobs check|pin` through its main() in this process (an interpreter a call imported
+    torch again: 2 s of CPU each); test_experiments.py's render test starts `python -m tools.jobs` itself."""
     import subprocess
-    import sys
+
+    from tests.helpers import main_in_process
+    from tools.jobs.cli import main
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "tools.jobs", *args, "--root", str(tree)]
-        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        return main_in_process(monkeypatch, capsys, main, [*args, "--root", str(tree)])
 
     shutil.copytree(ROOT / "scripts", tree / "scripts", dirs_exist_ok=True)
     ok = cli("check")
