@@ -9,13 +9,13 @@ import torch.nn.functional as F
 from tests.helpers import make_batch, small_config
 from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
+from trm.model.config import swiglu_intermediate
 from trm.model.layers import (
     _RopeQKV,
     apply_rope,
     rms_norm,
     rope_tables,
     silu_gate,
-    swiglu_intermediate,
     trunc_normal_,
 )
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from tests.helpers import make_batch
 from trm.errors import TRMError
 from trm.model import ACTLossHead, UniversalReasoningModel, URMConfig
-from trm.model.layers import swiglu_intermediate
+from trm.model.config import swiglu_intermediate
 from trm.model.registry import build_model, get_spec, model_config
 from trm.model.schema import URMArch
 from trm.model.upstream import convert_upstream_state_dict, detect_arch, to_upstream_state_dict

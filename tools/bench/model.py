@@ -37,7 +37,7 @@ from torch import nn
 from trm.compile_setting import MODES, torch_compile_mode
 from trm.errors import TRMError
 from trm.model import ACTLossHead, TinyRecursiveModel, TRMConfig
-from trm.model.layers import swiglu_intermediate
+from trm.model.config import swiglu_intermediate
 from trm.model.registry import ARCHS, get_spec
 from trm.optim import AdamATan2
 from trm.training.recipes import get_recipe

@@ -4,17 +4,45 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from trm.errors import TRMError
 from trm.model.schema import DatasetSizes, LossConfig, TRMArch, TRMFields
 
-__all__ = ["FORWARD_DTYPES", "POS_ENCODINGS", "LossConfig", "ModelShape", "TRMArch", "TRMConfig"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "FORWARD_DTYPES",
+    "POS_ENCODINGS",
+    "LossConfig",
+    "ModelShape",
+    "TRMArch",
+    "TRMConfig",
+    "torch_dtype",
+]
 
 POS_ENCODINGS = ("rope", "learned", "none")
-FORWARD_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+# The activation dtypes a config may name (torch's names); torch itself is imported only when a model is
+# built, so that reading and checking a config (the launcher's plan, a dry run) does not load it.
+FORWARD_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of one of FORWARD_DTYPES."""
+    import torch
+
+    return getattr(torch, name)
+
+
+def round_up(value: int, multiple: int) -> int:
+    """Smallest multiple of `multiple` that is >= value."""
+    return -(value // -multiple) * multiple
+
+
+def swiglu_intermediate(width: int, expansion: float) -> int:
+    """Upstream's SwiGLU intermediate size: round(expansion·width·2/3) rounded up to a multiple of 256."""
+    return round_up(round(expansion * width * 2 / 3), 256)
 
 
 class ModelShape:
@@ -39,7 +67,7 @@ class ModelShape:
     @property
     def dtype(self) -> torch.dtype:
         """The torch dtype of activations."""
-        return FORWARD_DTYPES[self.forward_dtype]
+        return torch_dtype(self.forward_dtype)
 
 
 @dataclass(kw_only=True)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trm.model.config import TRMConfig
+from trm.model.config import TRMConfig, swiglu_intermediate
 
 
 def trunc_normal_(tensor: torch.Tensor, std: float, bound: float = 2.0) -> torch.Tensor:
@@ -31,16 +31,6 @@ def trunc_normal_(tensor: torch.Tensor, std: float, bound: float = 2.0) -> torch
         tensor.erfinv_()
         tensor.mul_(math.sqrt(2.0) * scale)
         return tensor.clamp_(-bound * scale, bound * scale)
-
-
-def round_up(value: int, multiple: int) -> int:
-    """Smallest multiple of `multiple` that is >= value."""
-    return -(value // -multiple) * multiple
-
-
-def swiglu_intermediate(width: int, expansion: float) -> int:
-    """Upstream's SwiGLU intermediate size: round(expansion·width·2/3) rounded up to a multiple of 256."""
-    return round_up(round(expansion * width * 2 / 3), 256)
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:

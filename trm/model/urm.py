@@ -19,7 +19,7 @@ from torch import nn
 
 from trm.errors import TRMError
 from trm.model.act import TinyRecursiveModel
-from trm.model.config import FORWARD_DTYPES, ModelShape
+from trm.model.config import FORWARD_DTYPES, ModelShape, swiglu_intermediate, torch_dtype
 from trm.model.core import TRMCore
 from trm.model.layers import (
     Attention,
@@ -28,7 +28,6 @@ from trm.model.layers import (
     RotaryEmbedding,
     rms_norm,
     silu_gate,
-    swiglu_intermediate,
     trunc_normal_,
 )
 from trm.model.schema import DatasetSizes, URMArch, URMFields
@@ -122,7 +121,7 @@ class URMBlock(nn.Module):
         self.eps = config.rms_norm_eps
         self.attn = Attention(config.hidden_size, config.num_heads)
         self.mlp = ConvSwiGLU(
-            config.hidden_size, config.expansion, config.conv_kernel, FORWARD_DTYPES[config.conv_dtype]
+            config.hidden_size, config.expansion, config.conv_kernel, torch_dtype(config.conv_dtype)
         )
 
     def forward(self, x_BSD: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:

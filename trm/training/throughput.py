@@ -90,7 +90,7 @@ class ActStepFlops:
 
 
 def _block_flops_per_token(config: Any) -> float:
-    from trm.model.layers import swiglu_intermediate
+    from trm.model.config import swiglu_intermediate
 
     width = config.hidden_size
     inter = swiglu_intermediate(width, config.expansion)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -72,13 +73,24 @@ def probe_schedule(overrides: list[str], recipe_epochs: int, probe_steps: int) -
     return [f"epochs={longer}", f"eval_interval={longer}", "evaluate=false", *curriculum]
 
 
+# torchrun's --shutdown-timeout first shipped with torch 2.12.
+SHUTDOWN_TIMEOUT_SINCE = (2, 12)
+
+
 @cache
 def torchrun_has_shutdown_timeout() -> bool:
     """Whether this torch's torchrun takes --shutdown-timeout (torch 2.12 and later). Older ones (2.10, 2.11)
-    reject the flag and kill the ranks 30 s after a SIGTERM that reaches torchrun itself."""
-    from torch.distributed.run import get_args_parser
+    reject the flag and kill the ranks 30 s after a SIGTERM that reaches torchrun itself. Read off the
+    installed torch's version, not its parser: importing torch (~2 s) is all a dry run would otherwise spend
+    on it (tests/launch/plan/test_plan.py checks the two agree on each torch the tests run)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return any("--shutdown-timeout" in action.option_strings for action in get_args_parser()._actions)
+    try:
+        installed = version("torch")
+    except PackageNotFoundError:
+        return False
+    major, minor = (int(part) for part in re.findall(r"\d+", installed)[:2])
+    return (major, minor) >= SHUTDOWN_TIMEOUT_SINCE
 
 
 def shutdown_timeout_args(shutdown_timeout: int) -> list[str]:
