@@ -18,7 +18,10 @@ from trm.experiments.suite import Catalog
 from trm.launch.host.nvidia_smi import GpuInfo
 
 # Stands in for `python`: data steps succeed; a trainer records its run name, GPUs and times, exits 75 on
-# SIGTERM (as the trainer does after saving), 1 when its run is $FAKE_FAIL.
+# SIGTERM (as the trainer does after saving), 1 when its run is $FAKE_FAIL; with $FAKE_TOGETHER=N it trains
+# only once N trainers have started (at most 30 s): trainers run side by side however slowly the machine
+# starts them, and one run after another never passes for side by side (the first ends before the second starts);
+# a run whose name starts with $FAKE_SLOW trains a second longer.
 FAKE_PYTHON = """#!/usr/bin/env bash
 set -euo pipefail
 case " $* " in *" trm.train "*) ;; *) exit 0 ;; esac
@@ -29,7 +32,12 @@ for arg in "$@"; do case $arg in run_name=*) name=${arg#run_name=} ;; esac; done
 trap 'echo "$name term" >> "$FAKE_LOG"; exit 75' TERM
 echo "$name start ${CUDA_VISIBLE_DEVICES:-cpu} $(date +%s.%N)" >> "$FAKE_LOG"
 if [ "$name" = "${FAKE_FAIL:-}" ]; then echo "error: $name cannot train" >&2; exit 1; fi
+for _ in $(seq 600); do
+  [ "$(grep -c ' start ' "$FAKE_LOG")" -ge "${FAKE_TOGETHER:-0}" ] && break
+  sleep 0.05
+done
 sleep "$FAKE_SLEEP" & wait $!
+case $name in "${FAKE_SLOW:-/}"*) sleep 1 & wait $! ;; esac
 echo "$name end $(date +%s.%N)" >> "$FAKE_LOG"
 """
 
@@ -69,12 +77,14 @@ def results(batch: Batch) -> dict[str, dict]:
 def test_two_gpus_run_two_experiments_side_by_side_and_the_third_takes_the_freed_gpu(
     tmp_path, fake, monkeypatch
 ):
-    monkeypatch.setenv("FAKE_SLEEP", "1")
+    monkeypatch.setenv("FAKE_SLEEP", "0.5")
+    monkeypatch.setenv("FAKE_TOGETHER", "2")
+    monkeypatch.setenv("FAKE_SLOW", "smoke-a-")  # b frees its GPU first, well apart from a
     batch = make_batch(tmp_path, fake, gpus=2)
+    a, b, c = (r.experiment.run_name for r in batch.runs)
     assert batch.run() == exit_codes.OK
     starts = {e[0]: (e[2], float(e[3])) for e in events(tmp_path) if e[1] == "start"}
     ends = {e[0]: float(e[2]) for e in events(tmp_path) if e[1] == "end"}
-    a, b, c = (r.experiment.run_name for r in batch.runs)
     assert {starts[a][0], starts[b][0]} == {"0", "1"}  # one GPU each, at the same time
     assert starts[b][1] < ends[a] and starts[a][1] < ends[b]
     assert starts[c][1] >= min(ends[a], ends[b])  # waited for a free GPU
