@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,17 +33,20 @@ def test_atomic_write_failure_keeps_old_content(tmp_path):
 
 def test_atomic_directory_publishes_on_success_only(tmp_path):
     target = tmp_path / "out"
-    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+    with pytest.raises(RuntimeError), atomic_directory(target, flag="--out") as tmp:
         (tmp / "a").write_text("x")
         raise RuntimeError("boom")
     assert not target.exists()
     assert os.listdir(tmp_path) == []
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, flag="--out") as tmp:
         (tmp / "a").write_text("x")
     assert (target / "a").read_text() == "x"
-    with pytest.raises(TRMError, match="already exists"), atomic_directory(target):
+    with (
+        pytest.raises(TRMError, match=re.escape(f"--out {target}: already exists")),
+        atomic_directory(target, flag="--out"),
+    ):
         pass
-    with atomic_directory(target, overwrite=True) as tmp:
+    with atomic_directory(target, overwrite=True, flag="--out") as tmp:
         (tmp / "b").write_text("y")
     assert sorted(os.listdir(target)) == [".trm-created", "b"]
     assert os.listdir(tmp_path) == ["out"]
@@ -50,7 +54,7 @@ def test_atomic_directory_publishes_on_success_only(tmp_path):
 
 def test_a_folder_changed_while_staging_is_refused_by_the_callers_name_for_it(tmp_path):
     target = tmp_path / "out"
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, flag="--out") as tmp:
         (tmp / "a").write_text("x")
     with pytest.raises(TRMError) as err, atomic_directory(target, overwrite=True, flag="--adapt-dir") as tmp:
         (tmp / "b").write_text("y")
@@ -70,7 +74,7 @@ def test_killed_writers_leftovers_are_removed_by_the_next_writer(tmp_path):
     code = (
         "import os, signal, sys\n"
         "from trm.io import atomic_directory\n"
-        "with atomic_directory(sys.argv[1]) as tmp:\n"
+        "with atomic_directory(sys.argv[1], flag='--out') as tmp:\n"
         "    (tmp / 'half').write_text('x')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -82,6 +86,6 @@ def test_killed_writers_leftovers_are_removed_by_the_next_writer(tmp_path):
     other_host = tmp_path / ".data.otherhost-1.x.partial"  # another machine on a shared disk
     live.mkdir()
     other_host.mkdir()
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, flag="--out") as tmp:
         (tmp / "a").write_text("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["data", live.name, other_host.name])

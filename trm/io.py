@@ -115,7 +115,7 @@ def atomic_directory(
     tool: str = "trm-stack",
     sources: Iterable[str | os.PathLike[str]] = (),
     listed_by: safe_remove.ListedBy | None = None,
-    flag: str = "the output folder",
+    flag: str,
 ) -> Iterator[Path]:
     """Yield a fresh temp directory next to `target`; on success publish it at `target` by rename.
 
@@ -126,14 +126,15 @@ def atomic_directory(
     check runs before anything is staged and again right before the rename. The published folder carries
     the creation marker (`tool`, `kind`, its files), unless `listed_by` names the files from the folder's
     own manifest (a dataset, whose files must be upstream's exactly). Leftovers of earlier writers that were killed
-    (SIGKILL, OOM) are removed first. `flag`: what the caller's user calls `target`, named by a refusal.
+    (SIGKILL, OOM) are removed first. `flag`: what the caller's user calls `target` (its command-line flag, or
+    a name such as "the handoff folder"), named by every refusal; each caller must say it.
     """
     target = Path(target)
     sources = list(sources)
     safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by, flag=flag)
     if target.exists() and not overwrite:
         raise TRMError(
-            f"{target} already exists: choose another folder, or pass --overwrite to replace what "
+            f"{flag} {target}: already exists; choose another folder, or pass --overwrite to replace what "
             "trm-stack wrote there"
         )
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -343,6 +343,23 @@ def test_resuming_with_another_task_file_names_adapts_own_fix(
     assert len(err.splitlines()) == 1
 
 
+def test_a_dataset_folder_the_builder_did_not_write_is_refused_in_adapts_words(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "run"
+    argv = ["adapt", str(smoke.checkpoint), "--steps", "0", "--num-aug", "2", "--out", str(out), "--quiet"]
+    assert main([*argv, "--challenges", str(hidden)]) == 0
+    dataset = out / "dataset"
+    for path in sorted(dataset.rglob("*"), reverse=True):  # the user's own files in its place
+        path.rmdir() if path.is_dir() else path.unlink()
+    (dataset / "notes.txt").write_text("mine")
+    assert main([*argv, "--challenges", str(hidden)]) == exit_codes.CONFIG_ERROR
+    err = capsys.readouterr().err.strip()
+    assert f"the adaptation's dataset folder {dataset}: refusing to replace it" in err
+    assert "--output-dir" not in err and len(err.splitlines()) == 1
+    assert [p.name for p in dataset.iterdir()] == ["notes.txt"]  # nothing of the user's was touched
+
+
 @pytest.mark.parametrize(
     ("grid", "said"),
     [([[1] * 31] * 31, "grid is 31x31, larger than 30x30"), ([[10]], "colour 10 outside 0..9")],

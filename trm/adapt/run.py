@@ -33,6 +33,7 @@ from trm.adapt.tasks import (
     select_tasks,
     write_tasks,
 )
+from trm.data.grid_dataset import DatasetInTheWay
 from trm.errors import TRMError
 from trm.io import atomic_write_json
 from trm.model.upstream import PUZZLE_EMB_KEY
@@ -331,12 +332,12 @@ def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings)
             build_demonstrations(
                 staged, dataset, num_aug=settings.num_aug, seed=settings.seed, progress=settings.progress
             )
-        except TRMError as err:
+        except DatasetInTheWay as err:
             if not reused:
                 raise
-            # The builder's own fix (--overwrite, --output-dir) names flags adapt does not have.
+            # The builder's own fix (--overwrite, --output-dir) names flags adapt does not have: give adapt's.
             raise TRMError(
-                f"--out {out}: refusing to resume it: {str(err).split(';')[0]} (an adaptation to another task "
+                f"--out {out}: refusing to resume it: {err.problem} (an adaptation to another task "
                 "file, or with other --num-aug/--seed, or damaged since); nothing was changed. Pass the task "
                 "file and flags it was started with, or choose a new --out"
             ) from None

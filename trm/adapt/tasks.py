@@ -146,6 +146,7 @@ def build_demonstrations(
     """The builder's dataset of the staged tasks (reused when an identical one is there); its manifest."""
     return build_arc_dataset(
         dataset_dir,
+        flag="the adaptation's dataset folder",
         input_file_prefix=staged.prefix,
         subsets=[SUBSET],
         test_set_name=SUBSET,

@@ -507,7 +507,9 @@ def write_report(
     sources = [report["dataset"]["path"], *([report["against"]["path"]] if report["against"] else [])]
     check_out(out, *sources)
     manifest = read_manifest(report["dataset"]["path"])
-    with atomic_directory(out, overwrite=True, kind=KIND, tool="trm data audit", sources=sources) as tmp:
+    with atomic_directory(
+        out, overwrite=True, kind=KIND, tool="trm data audit", sources=sources, flag="--out"
+    ) as tmp:
         atomic_write_json(tmp / JSON_NAME, report)
         atomic_write_text(tmp / MARKDOWN_NAME, render_markdown(report))
         written, note = write_clean_split(tmp, report, manifest, input_prefix)

@@ -49,13 +49,16 @@ def build_arc_dataset(
     workers: int = 0,
     overwrite: bool = False,
     progress: bool = False,
+    flag: str = "--output-dir",
 ) -> dict[str, Any]:
     """Build an ARC dataset dir (the semantics of upstream's dataset/build_arc_dataset.py) and return its manifest.
 
     Byte-identical to upstream's builder for the same inputs and flags (every file upstream writes; the
     compact form holds the same index files and renders the same examples). Deterministic for any
     `workers` (0 = auto). Atomic: built in a temporary directory next to `output_dir`, renamed at the end,
-    `manifest.json` written last. An existing complete dataset with the same arguments and inputs is left as is.
+    `manifest.json` written last. An existing complete dataset with the same arguments and inputs is left as is;
+    another one raises DatasetInTheWay, a folder a builder did not write a TRMError naming `flag` (what the
+    caller's user calls `output_dir`).
 
     `subsample_size` keeps N tasks of each training subset (every subset but the test ones), drawn at random
     from a generator seeded by (`seed`, subset name) and kept in file order; the draws of upstream's
@@ -74,7 +77,7 @@ def build_arc_dataset(
             )
         args["subsample_size"] = subsample_size
     inputs = input_checksums(prefix, subsets)
-    existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite)
+    existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite, flag=flag)
     if existing is not None:
         return existing
     test_names = {test_set_name, test_set_name2}
@@ -90,7 +93,9 @@ def build_arc_dataset(
     if workers <= 0:  # auto: one render thread per core (up to 8) when there is enough work to share
         workers = min(os.cpu_count() or 1, 8) if len(tasks) * max(num_aug, 1) >= _AUTO_WORKERS_MIN_WORK else 1
     identifiers = num_identifiers(tasks, puzzle_identifiers_start)
-    with atomic_directory(output_dir, overwrite=True, kind="dataset", listed_by=listed_files) as tmp:
+    with atomic_directory(
+        output_dir, overwrite=True, kind="dataset", listed_by=listed_files, flag=flag
+    ) as tmp:
         counts: dict[str, dict[str, int]] = {}
         known_hashes: dict[str, str] = {}
         for split, layout in split_layouts(tasks, puzzle_identifiers_start).items():

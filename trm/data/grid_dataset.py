@@ -87,13 +87,28 @@ class LinkedSplit:
                 shutil.copyfile(self.root / rel, tmp / rel)
 
 
+class DatasetInTheWay(TRMError):
+    """`output_dir` holds another, an incomplete or a damaged dataset: `problem` says which, the message adds
+    the builder's fix (its own flags), so that a caller with other flags can give its own."""
+
+    def __init__(self, problem: str, fix: str) -> None:
+        super().__init__(f"{problem}; {fix}")
+        self.problem = problem
+
+
 def existing_dataset(
-    output_dir: Path, args: dict[str, Any], inputs: dict[str, str], *, overwrite: bool
+    output_dir: Path,
+    args: dict[str, Any],
+    inputs: dict[str, str],
+    *,
+    overwrite: bool,
+    flag: str = "--output-dir",
 ) -> dict[str, Any] | None:
     """The manifest of a complete dataset already at `output_dir` built from the same args and inputs, else None.
 
-    Raises when `output_dir` holds something else, or the same dataset with damaged files (truncated,
-    edited, missing), and `overwrite` is not set; with `overwrite` such a dataset is rebuilt.
+    Raises DatasetInTheWay when `output_dir` holds another dataset, or the same dataset with damaged files
+    (truncated, edited, missing), and `overwrite` is not set (with `overwrite` such a dataset is rebuilt), and
+    TRMError naming `flag` (what the caller's user calls `output_dir`) when it holds what a builder did not write.
     """
     if not output_dir.exists():
         return None
@@ -115,15 +130,15 @@ def existing_dataset(
             return manifest
         if not overwrite:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise TRMError(
-                f"{output_dir}: holds this dataset but its files do not match its manifest: {problems[0]}{more}; "
-                "pass --overwrite to rebuild it, or choose another --output-dir"
+            raise DatasetInTheWay(
+                f"{output_dir}: holds this dataset but its files do not match its manifest: {problems[0]}{more}",
+                "pass --overwrite to rebuild it, or choose another --output-dir",
             )
-    check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag="--output-dir")  # not ours
+    check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag=flag)  # not ours
     if not overwrite:
-        raise TRMError(
-            f"{output_dir}: already exists and holds a different or incomplete dataset; "
-            "pass --overwrite to replace it, or choose another --output-dir"
+        raise DatasetInTheWay(
+            f"{output_dir}: already exists and holds a different or incomplete dataset",
+            "pass --overwrite to replace it, or choose another --output-dir",
         )
     return None
 
@@ -148,7 +163,9 @@ def write_dataset(
     """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
     counts: dict[str, dict[str, int]] = {}
     known: dict[str, str] = {}
-    with atomic_directory(output_dir, overwrite=True, kind="dataset", listed_by=listed_files) as tmp:
+    with atomic_directory(
+        output_dir, overwrite=True, kind="dataset", listed_by=listed_files, flag="--output-dir"
+    ) as tmp:
         for split, data in splits.items():
             (tmp / split).mkdir()
             if isinstance(data, LinkedSplit):

@@ -246,7 +246,7 @@ def stage(
         "tool": "trm publish-checkpoint",
         "sources": [run_dir, info.path, *paths],
     }
-    with atomic_directory(out_dir, overwrite=overwrite, **staging) as tmp:
+    with atomic_directory(out_dir, overwrite=overwrite, flag="--out", **staging) as tmp:
         _slim_checkpoint(info, state, tmp / CHECKPOINT_DIR)
         atomic_write_json(tmp / CONFIG, config)
         datasets = _dataset_records(paths, info.manifest.get("dataset_fingerprint"), tmp)

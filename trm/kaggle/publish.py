@@ -176,7 +176,7 @@ def stage(
     )
     weights_text, wheels_text = _descriptions(config, bundle, (weights_ref, wheels_ref, kernel_ref))
     staging = {"kind": KIND, "tool": "trm kaggle publish", "sources": [bundle]}
-    with atomic_directory(out, overwrite=overwrite, **staging) as tmp:
+    with atomic_directory(out, overwrite=overwrite, flag="--out", **staging) as tmp:
         for sub in (WEIGHTS_DIR, WHEELS_DIR, KERNEL_DIR):
             (tmp / sub).mkdir()
         for name in [*manifest["files"], B.MANIFEST]:

@@ -78,7 +78,7 @@ def write_report(
     records = sorted(records, key=lambda r: (r.suite, r.name))
     report = Report(out=out, records=records)
     made = figures(records)
-    with atomic_directory(out, overwrite=True, kind="report", tool="trm report") as tmp:
+    with atomic_directory(out, overwrite=True, kind="report", tool="trm report", flag="--out") as tmp:
         for _title, name, fig in tqdm(made, desc="plotting", unit="plot", disable=None, leave=False):
             atomic_write_bytes(tmp / name, plots.png_bytes(fig))
             report.figures[name] = fig

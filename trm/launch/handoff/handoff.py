@@ -473,7 +473,7 @@ def build_bundle(run_dir: str | Path, out_dir: str | Path) -> Path:
         if count := copy_redacted(src, dst):
             redacted[dst.name] = count
 
-    with atomic_directory(out_dir, overwrite=True) as tmp:
+    with atomic_directory(out_dir, overwrite=True, flag="the handoff folder") as tmp:
         log = run_dir / "launch" / "train.log"
         if log.exists():
             copy(log, tmp / "train.log")
