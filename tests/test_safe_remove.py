@@ -73,7 +73,7 @@ def test_every_deleting_call_goes_through_the_owner_module() -> None:
 SHELL_DELETE = re.compile(r"(?:^|[;&|(`\s])(?:rm|rmdir|shred|unlink)\s|\s-delete\b")
 # The host's shell (scripts/, the CI entry point, the Makefile's recipes): {file: (deleting lines, why)}.
 ALLOWED_SHELL: dict[str, tuple[int, str]] = {
-    "scripts/image_test.sh": (1, "`rm -rf \"$work\"` at exit: the folder its own `mktemp -d` made"),
+    "scripts/image_test.sh": (1, '`rm -rf "$work"` at exit: the folder its own `mktemp -d` made'),
 }
 
 
