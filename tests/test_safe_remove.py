@@ -1,9 +1,11 @@
-"""trm.safe_remove: what a replace or removal refuses, and the list of every deleting call in trm/ and tools/."""
+"""trm.safe_remove: what a replace or removal refuses, and the list of every deleting call in trm/, tools/
+and noxfile.py, and of every deleting command of the host's shell (scripts/, .ci/run, the Makefile)."""
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -54,7 +56,8 @@ def deleting_calls(path: Path) -> list[int]:
 
 def test_every_deleting_call_goes_through_the_owner_module() -> None:
     found: Counter[str] = Counter()
-    for path in sorted(p for package in ("trm", "tools") for p in (ROOT / package).rglob("*.py")):
+    python_files = [p for package in ("trm", "tools") for p in (ROOT / package).rglob("*.py")]
+    for path in sorted([*python_files, ROOT / "noxfile.py"]):
         rel = path.relative_to(ROOT).as_posix()
         if rel != OWNER:
             found[rel] += len(deleting_calls(path))
@@ -64,6 +67,42 @@ def test_every_deleting_call_goes_through_the_owner_module() -> None:
         "a deleting call outside trm/safe_remove.py: use remove_owned / remove_own_temp / "
         f"remove_retired_checkpoint, or justify it in ALLOWED. Found {dict(found)}"
     )
+
+
+# Shell that deletes: rm, rmdir, find … -delete, shred, unlink (a command, not a word inside a longer one).
+SHELL_DELETE = re.compile(r"(?:^|[;&|(`\s])(?:rm|rmdir|shred|unlink)\s|\s-delete\b")
+# The host's shell (scripts/, the CI entry point, the Makefile's recipes): {file: (deleting lines, why)}.
+ALLOWED_SHELL: dict[str, tuple[int, str]] = {
+    "scripts/image_test.sh": (1, '`rm -rf "$work"` at exit: the folder its own `mktemp -d` made'),
+}
+
+
+def shell_deletions(path: Path) -> list[int]:
+    """Line numbers of the deleting commands in a shell script or Makefile (comments left out)."""
+    return [
+        n
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if not line.lstrip().startswith("#") and SHELL_DELETE.search(line.split(" #", 1)[0])
+    ]
+
+
+def test_no_host_shell_deletes_what_it_did_not_make() -> None:
+    files = [*sorted((ROOT / "scripts").glob("*.sh")), ROOT / ".ci" / "run", ROOT / "Makefile"]
+    found = {f.relative_to(ROOT).as_posix(): len(shell_deletions(f)) for f in files}
+    found = {rel: count for rel, count in found.items() if count}
+    assert found == {rel: count for rel, (count, _why) in ALLOWED_SHELL.items()}, (
+        "a deleting shell command in scripts/, .ci/run or the Makefile: do the deletion in Python through "
+        f"trm/safe_remove.py, or justify it in ALLOWED_SHELL. Found {found}"
+    )
+
+
+def test_the_shell_scan_sees_each_kind_of_deleting_command(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.sh"
+    sample.write_text(
+        'rm -rf "$dir"\nfind . -name x -delete\ntrue && rmdir d\n# rm -rf /\necho "form rm"\n'
+        "shred -u f\nls --remove-me\n(unlink f)\necho ok # rm x\n"
+    )
+    assert shell_deletions(sample) == [1, 2, 3, 6, 8]
 
 
 def test_the_scan_sees_each_kind_of_deleting_call(tmp_path: Path) -> None:

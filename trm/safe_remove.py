@@ -19,8 +19,9 @@ there is one that command writes; a folder or a user's file at that path is refu
 
 The other deletions are narrow helpers named for what they remove: `remove_own_temp` (a temporary file or
 folder the caller itself just made) and `remove_retired_checkpoint` (a complete `step_N/` that checkpoint
-retention no longer keeps). `tests/test_safe_remove.py` lists every deleting call in trm/ and tools/, so a
-new one cannot bypass this module.
+retention no longer keeps). `tests/test_safe_remove.py` lists every deleting call in trm/, tools/ and
+noxfile.py, and every deleting command of the host's shell (scripts/, .ci/run, the Makefile), so a new one
+cannot bypass this module.
 """
 
 from __future__ import annotations

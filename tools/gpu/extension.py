@@ -9,7 +9,9 @@ detached in its own folder:
     <dir>/site/         the installed extension, for PYTHONPATH
 
 so that a check call ending while it still compiles leaves it running (`keep`), and the next call
-picks it up from these files instead of starting again. Run as a module, this is that wrapper:
+picks it up from these files instead of starting again. A new build replaces an earlier build's files there,
+and nothing else: a folder holding anything more (a user's `site/`, their notes) is refused untouched
+(`refusal`). Run as a module, this is that wrapper:
 
     python -m tools.gpu.extension DIR -- COMMAND ...
 """
@@ -28,11 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trm.errors import TRMError
 from trm.images.compat import arch_cuda_floor, cuda_major_minor
 from trm.io import atomic_write_json
 from trm.safe_remove import remove_own_temp
 
 BUILD, LOG, RESULT, SITE = "build.json", "build.log", "result.json", "site"
+OWN_NAMES = frozenset({BUILD, LOG, RESULT, SITE})  # all that a build writes in its folder
 _NVCC_RELEASE = re.compile(r"release (\d+)\.(\d+)")
 
 
@@ -84,6 +88,31 @@ def prerequisite_problem(env: dict[str, str], torch_cuda: str | None, archs: str
     return None
 
 
+def refusal(folder: Path) -> str | None:
+    """Why a build may not start in `folder` (None: it is absent, empty, or holds only an earlier build's
+    files): a new build deletes the earlier one's `site/` and rewrites its records, never a user's files."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        return "it is a file or a symbolic link, not a folder"
+    if not folder.exists():
+        return None
+    names = sorted(p.name for p in folder.iterdir())
+    if not names:
+        return None
+    foreign = [n for n in names if n not in OWN_NAMES]
+    if foreign:
+        return f"it holds {foreign[0]}, which no extension build wrote ({len(foreign)} such name(s))"
+    if ExtensionBuild.find(folder) is None:
+        return f"it holds {', '.join(names)} but no {BUILD} of an earlier extension build"
+    return None
+
+
+def refusal_message(folder: Path, why: str) -> str:
+    return (
+        f"--extension-dir {folder}: refusing to build the extension there: {why}; nothing was changed. Choose "
+        "a new or empty folder (or move what is there yourself)"
+    )
+
+
 def _alive(pid: int) -> bool:
     """Whether `pid` is still this module's wrapper (a reused pid of another program is not)."""
     try:
@@ -111,7 +140,11 @@ class ExtensionBuild:
 
     @classmethod
     def start(cls, folder: Path, cmd: list[str], env: dict[str, str], cwd: Path) -> ExtensionBuild:
-        """Start `cmd` detached (its own session) through the wrapper; a previous build's files are replaced."""
+        """Start `cmd` detached (its own session) through the wrapper; a previous build's files are replaced,
+        a folder holding anything else is refused (TRMError, nothing changed)."""
+        why = refusal(folder)
+        if why is not None:
+            raise TRMError(refusal_message(folder, why))
         folder.mkdir(parents=True, exist_ok=True)
         for name in (RESULT, BUILD, SITE):  # what an earlier build of this check wrote there
             remove_own_temp(folder / name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import tarfile
@@ -17,6 +18,11 @@ from trm.gitinfo import UNKNOWN, checkout_sha
 DOCKERFILE = Path("docker/Dockerfile")
 SOURCE_FILES = (Path("pyproject.toml"), Path("README.md"))
 SOURCE_TREES = (Path("trm"),)
+# Names of credential files (environment files, keys, registry and cloud logins): one in a source tree would be
+# baked into the image and pushed with it, so the build refuses it (the context is never the repository root).
+SECRET_NAMES = (".env", ".env.*", "*.env", ".netrc", ".git-credentials", ".pypirc", ".npmrc", ".dockercfg",
+                "*.pem", "*.key", "*.p12", "*.pfx", "id_rsa*", "id_ed25519*", "id_ecdsa*", "credentials*",
+                "kubeconfig", "*.kubeconfig", "service-account*.json")  # fmt: skip
 # Arguments that label the image but do not change what is in it.
 LABEL_ONLY_ARGS = frozenset({"GIT_SHA", "CONTENT_HASH"})
 
@@ -77,6 +83,12 @@ def hashed_files(variant: Variant, root: Path) -> list[Path]:
             for p in (root / tree).rglob("*")
             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
         )
+    for path in files:
+        if any(fnmatch.fnmatch(path.name.lower(), pattern) for pattern in SECRET_NAMES):
+            raise TRMError(
+                f"build input {root / path} is named like a credential file: the image would carry it to every "
+                "registry it is pushed to; move it out of the checkout's source tree, then build again"
+            )
     for path in files:
         if not (root / path).is_file():
             raise TRMError(f"build input {root / path} is missing (run `make lock` for lock files)")

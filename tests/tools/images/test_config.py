@@ -302,6 +302,25 @@ def test_context_holds_only_the_variants_inputs(tmp_path):
     assert not any("cu130" in n or "__pycache__" in n for n in names)
 
 
+@pytest.mark.parametrize("name", ["trm/.env", "trm/deploy/.env.prod", "trm/keys/server.PEM", "trm/.netrc",
+                                  "trm/hub/credentials.json", "trm/.git-credentials"])  # fmt: skip
+def test_a_credential_file_in_the_source_tree_stops_the_build(tmp_path, name):
+    """The context is an explicit list (never the repository root: no runs/, data/ or .env there), but every
+    file under trm/ goes in: one named like a credential is refused before anything is built or pushed."""
+    root = _fake_checkout(tmp_path)
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    (root / name).write_text("HF_TOKEN=x\n")
+    variant = load_config(CONFIG).variants["cpu"]
+    with pytest.raises(TRMError, match=r"named like a credential file") as err:
+        context.write_context(variant, root, io.BytesIO())
+    assert str(root / name) in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(TRMError, match=r"named like a credential file"):
+        context.content_hash(variant, root, {})
+    (root / name).unlink()
+    (root / "trm/keys.py").write_text("KEYS = ()\n")  # a module about keys is source, not a credential
+    assert "trm/keys.py" in {p.as_posix() for p in context.hashed_files(variant, root)}
+
+
 def test_content_hash_follows_inputs_not_labels(tmp_path):
     root = _fake_checkout(tmp_path)
     variant = load_config(CONFIG).variants["sm90"]

@@ -26,8 +26,12 @@ from tools.gpu.check.core import (
 )
 from tools.gpu.check.driver import EXIT_CODES, planned_total, run_parts
 from tools.gpu.check.optimizer import compare_optimizer
+from tools.gpu.check.outdir import check_out, fresh_work
 from tools.gpu.check.plan import CALLS, PARTS
 from tools.gpu.check.report import write_report
+from tools.gpu.extension import refusal as extension_dir_refusal
+from tools.gpu.extension import refusal_message
+from trm.errors import TRMError
 
 
 def cuda_available() -> bool:
@@ -65,7 +69,8 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the plan; run nothing")
     parser.add_argument(
         "--out", type=Path, default=None,
-        help=f"report folder (default {DEFAULT_OUT}, with --call N {DEFAULT_OUT}/call-N)",
+        help=f"report folder (default {DEFAULT_OUT}, with --call N {DEFAULT_OUT}/call-N); a report there is "
+        "replaced only when the check wrote it, an earlier run's work/ is kept as work.earlier-N",
     )  # fmt: skip
     parser.add_argument("--call", type=int, choices=sorted(CALLS), default=None,
                         help="one of the prepared calls of a short GPU loan (1: the gpu tests, the extension, "
@@ -124,12 +129,21 @@ def main(argv: list[str] | None = None, parts: Sequence[Part] = PARTS) -> int:
             f"  call {args.call}: the extension is required; its build in {extension_dir} ({left})",
             flush=True,
         )
+    try:  # before any part runs: a user's files in --out or --extension-dir are never written over
+        check_out(args.out)
+        why = extension_dir_refusal(extension_dir) if "extension-build" in {p.name for p in chosen} else None
+        if why is not None:
+            raise TRMError(refusal_message(extension_dir, why))
+    except TRMError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
     if args.dry_run:
         return 0
     start = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
-    work = args.out / "work"
-    work.mkdir(exist_ok=True)
+    work, earlier = fresh_work(args.out)
+    if earlier is not None:
+        print(f"  the earlier run's work/ is kept as {earlier}", flush=True)
     ctx = Context(
         out=args.out, work=work, python=sys.executable, env=env, profile=args.profile,
         deadline=start + args.budget_s, require_extension=args.require_extension or args.call is not None,
