@@ -329,12 +329,18 @@ def test_the_adaptation_holds_its_folder_while_it_trains(
     RunLock(out, "probe").acquire("after").release()  # and released at the end
 
 
-def test_resuming_with_another_task_file_names_adapts_own_fix(
-    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
+def _adapted(smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path) -> tuple[Path, list[str]]:
+    """An adaptation folder (no training steps) and the command line that made it, less its --challenges."""
     out = tmp_path / "run"
     argv = ["adapt", str(smoke.checkpoint), "--steps", "0", "--num-aug", "2", "--out", str(out), "--quiet"]
     assert main([*argv, "--challenges", str(hidden)]) == 0
+    return out, argv
+
+
+def test_resuming_with_another_task_file_names_adapts_own_fix(
+    smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out, argv = _adapted(smoke, hidden, tmp_path)
     other = write_tasks(tmp_path / "other", "other", 2, seed=9, colours=3)
     assert main([*argv, "--challenges", str(other)]) == exit_codes.CONFIG_ERROR
     err = capsys.readouterr().err.strip()
@@ -346,9 +352,7 @@ def test_resuming_with_another_task_file_names_adapts_own_fix(
 def test_a_dataset_folder_the_builder_did_not_write_is_refused_in_adapts_words(
     smoke: SmokeCheckpoint, hidden: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    out = tmp_path / "run"
-    argv = ["adapt", str(smoke.checkpoint), "--steps", "0", "--num-aug", "2", "--out", str(out), "--quiet"]
-    assert main([*argv, "--challenges", str(hidden)]) == 0
+    out, argv = _adapted(smoke, hidden, tmp_path)
     dataset = out / "dataset"
     for path in sorted(dataset.rglob("*"), reverse=True):  # the user's own files in its place
         path.rmdir() if path.is_dir() else path.unlink()
