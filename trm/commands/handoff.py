@@ -20,7 +20,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = "Build the handoff bundle of RUN_DIR (the trainer's checkpoint_path). Idempotent."
+    parser.description = (
+        "Build the handoff bundle of RUN_DIR (the trainer's checkpoint_path). Idempotent; the bundle of another "
+        "run at --out (a run of the same name elsewhere) is never replaced: exit 2, naming it."
+    )
     parser.add_argument("run_dir", help="the run directory (CHECKPOINT_DIR/RUN_NAME)")
     parser.add_argument(
         "--out",

@@ -247,6 +247,26 @@ def test_handoff_command_default_location(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "arts" / "trm-arc2" / "handoff.json").exists()
 
 
+def test_another_runs_bundle_of_the_same_name_is_never_replaced(tmp_path, monkeypatch, capsys):
+    """Two runs named alike under different checkpoint folders share ARTIFACTS_DIR/RUN_NAME: the second used
+    to replace the first's bundle, which may be all that is left of it once its machine is gone."""
+    first, second = synthetic_run(tmp_path / "a"), synthetic_run(tmp_path / "b")
+    env = {**os.environ, "ARTIFACTS_DIR": str(tmp_path / "arts")}
+    assert trm_in_process(monkeypatch, capsys, ["handoff", str(first)], env).returncode == 0
+    bundle = tmp_path / "arts" / first.name
+    before = {p.name: p.read_bytes() for p in bundle.iterdir()}
+    proc = trm_in_process(monkeypatch, capsys, ["handoff", str(second)], env)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert (
+        f"the handoff folder {bundle}: refusing to replace it: it holds the bundle of another run ({first})"
+        in (proc.stderr)
+    )
+    assert {p.name: p.read_bytes() for p in bundle.iterdir()} == before
+    monkeypatch.chdir(first.parent)  # the same run, named by a relative path: rebuilt in place
+    assert trm_in_process(monkeypatch, capsys, ["handoff", first.name], env).returncode == 0
+    assert json.loads((bundle / "handoff.json").read_text())["run_dir"] == str(first)
+
+
 def test_session_summary_without_price():
     events = [
         {"event": "session_start", "time": 0.0, "gpus": 8},

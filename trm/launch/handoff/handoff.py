@@ -332,7 +332,7 @@ def collect(run_dir: Path) -> dict[str, Any]:
     )
     return {
         "run_name": plan.get("run_name") or run_json.get("config", {}).get("run_name") or run_dir.name,
-        "run_dir": str(run_dir),
+        "run_dir": os.path.abspath(run_dir),
         "status": status_of(timing["last_exit_code"]),
         "image_digest": plan.get("image_digest") or run_json.get("image_digest") or manifest.get("image_digest")
         or os.environ.get("TRM_IMAGE_DIGEST") or None,
@@ -458,6 +458,19 @@ def _plan_line(p: dict[str, Any] | None) -> str:
     )
 
 
+def check_same_run(run_dir: Path, out_dir: Path) -> None:
+    """Refuse (TRMError) to replace the bundle in `out_dir` when it is another run's: two runs of one RUN_NAME
+    under different checkpoint folders share the default ARTIFACTS_DIR/RUN_NAME, and the first one's bundle
+    may be all that is left of it once its machine is gone."""
+    recorded = _read_json(out_dir / "handoff.json").get("run_dir")
+    if isinstance(recorded, str) and os.path.abspath(recorded) != os.path.abspath(run_dir):
+        raise TRMError(
+            f"the handoff folder {out_dir}: refusing to replace it: it holds the bundle of another run "
+            f"({os.path.abspath(recorded)}); nothing was changed. Pass another --out (the launcher: another "
+            "ARTIFACTS_DIR or RUN_NAME), or move that bundle away yourself if it is this run's from another path"
+        )
+
+
 def build_bundle(run_dir: str | Path, out_dir: str | Path) -> Path:
     """Write the bundle of `run_dir` into `out_dir` (replaced as a whole); returns `out_dir`."""
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -466,6 +479,7 @@ def build_bundle(run_dir: str | Path, out_dir: str | Path) -> Path:
             f"run directory {run_dir} does not exist; pass the trainer's checkpoint_path "
             "(CHECKPOINT_DIR/RUN_NAME) to `python -m trm handoff`"
         )
+    check_same_run(run_dir, out_dir)
     data = collect(run_dir)
     redacted: dict[str, int] = {}  # bundle file -> lines or values whose secrets were replaced
 
