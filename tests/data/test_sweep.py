@@ -100,9 +100,14 @@ def test_bad_grids_and_foreign_dirs_are_refused_before_building(tmp_path):
     with pytest.raises(TRMError, match="--num-aug -1: must be at least 0"):
         build_sweep(tmp_path / "g", subsample_sizes=[3], num_augs=[-1], source_dir=src, progress=False)
     (tmp_path / "g" / sweep_dir_name(3, 2)).mkdir(parents=True)
-    with pytest.raises(TRMError, match="sudoku-extreme-3-aug-2: already exists"):
+    with pytest.raises(TRMError, match="sudoku-extreme-3-aug-2: already exists") as err:
         build_sweep(tmp_path / "g", subsample_sizes=[3], num_augs=[1, 2], source_dir=src, progress=False)
+    assert str(err.value).endswith("choose another --output-root")  # the sweep's flag, not build-sudoku's
+    (tmp_path / "g" / sweep_dir_name(3, 2) / "notes.txt").write_text("mine")
+    with pytest.raises(TRMError, match=r"^--output-root .*sudoku-extreme-3-aug-2: refusing to replace it"):
+        build_sweep(tmp_path / "g", subsample_sizes=[3], num_augs=[2], source_dir=src, progress=False)
     assert sorted(p.name for p in (tmp_path / "g").iterdir()) == ["sudoku-extreme-3-aug-2"]
+    assert [p.name for p in (tmp_path / "g" / sweep_dir_name(3, 2)).iterdir()] == ["notes.txt"]
 
 
 def test_command_line(tmp_path):

@@ -132,13 +132,13 @@ def existing_dataset(
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise DatasetInTheWay(
                 f"{output_dir}: holds this dataset but its files do not match its manifest: {problems[0]}{more}",
-                "pass --overwrite to rebuild it, or choose another --output-dir",
+                f"pass --overwrite to rebuild it, or choose another {flag}",
             )
     check_replaceable(output_dir, kind="dataset", listed_by=listed_files, flag=flag)  # not ours
     if not overwrite:
         raise DatasetInTheWay(
             f"{output_dir}: already exists and holds a different or incomplete dataset",
-            "pass --overwrite to replace it, or choose another --output-dir",
+            f"pass --overwrite to replace it, or choose another {flag}",
         )
     return None
 
@@ -159,12 +159,14 @@ def write_dataset(
     args: dict[str, Any],
     inputs: dict[str, str],
     form: str,
+    flag: str = "--output-dir",
 ) -> dict[str, Any]:
-    """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename."""
+    """Write the splits into a temp dir next to `output_dir`, manifest last, then publish it by rename; `flag`:
+    what the caller's user calls `output_dir`, named by a refusal."""
     counts: dict[str, dict[str, int]] = {}
     known: dict[str, str] = {}
     with atomic_directory(
-        output_dir, overwrite=True, kind="dataset", listed_by=listed_files, flag="--output-dir"
+        output_dir, overwrite=True, kind="dataset", listed_by=listed_files, flag=flag
     ) as tmp:
         for split, data in splits.items():
             (tmp / split).mkdir()

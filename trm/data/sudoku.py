@@ -268,6 +268,7 @@ def build_sudoku_dataset(
     form: str = COMPACT,
     overwrite: bool = False,
     source: SudokuSource | None = None,
+    flag: str = "--output-dir",
 ) -> dict[str, Any]:
     """Build a Sudoku dataset dir (compact: originals + recipes; materialized: upstream's layout) and return
     its manifest. Both forms give the loader the same rows. `source` (already scanned CSVs, shared by several
@@ -275,7 +276,8 @@ def build_sudoku_dataset(
 
     Deterministic in (CSV bytes, arguments, seed). An existing complete dataset with the same arguments and
     inputs is left as is; anything else at `output_dir` needs `overwrite`. Every CSV row's shape is checked;
-    the rows that go into the dataset are checked in full (characters, answer solves the question).
+    the rows that go into the dataset are checked in full (characters, answer solves the question). `flag`:
+    what the caller's user calls `output_dir` (a sweep's `--output-root`), named by a refusal.
     """
     output_dir = Path(output_dir)
     check_sizes(subsample_size)
@@ -286,7 +288,7 @@ def build_sudoku_dataset(
         source = SudokuSource(sudoku_files(source_repo, source_dir, revision))
     args = manifest_args(subsample_size, min_difficulty, num_aug, seed, form)
     inputs = source.inputs()
-    existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite)
+    existing = existing_dataset(output_dir, args, inputs, overwrite=overwrite, flag=flag)
     if existing is not None:
         return existing
     splits = {}
@@ -327,6 +329,7 @@ def build_sudoku_dataset(
         args=args,
         inputs=inputs,
         form=grid_form(form),
+        flag=flag,
     )
     source.written.setdefault((min_difficulty, form), LinkedSplit(output_dir, manifest))
     return manifest

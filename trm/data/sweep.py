@@ -73,7 +73,9 @@ def build_sweep(
     done: dict[tuple[int, int], dict] = {}
     for size, aug in names:
         args = manifest_args(size, min_difficulty, aug, seed, form)
-        manifest = existing_dataset(root / sweep_dir_name(size, aug), args, inputs, overwrite=overwrite)
+        manifest = existing_dataset(
+            root / sweep_dir_name(size, aug), args, inputs, overwrite=overwrite, flag="--output-root"
+        )
         if manifest is not None:
             done[(size, aug)] = manifest
     # The largest build first: its augmentation draw is the one the smaller builds take prefixes of.
@@ -102,6 +104,7 @@ def build_sweep(
                 form=form,
                 overwrite=overwrite,
                 source=source,
+                flag="--output-root",
             )
             results[(size, aug)] = SweepResult(size, aug, path, True, manifest)
             bar.update()
