@@ -207,7 +207,9 @@ def test_a_launched_run_takes_status_and_wall_time_from_the_launcher_sessions(tm
     assert record.wall_seconds == 20 * 0.5 + 2 * 3.0
     # Ended by early stopping at step 20 of 1000: finished, not incomplete.
     run_json = json.loads((run_dir / "run.json").read_text())
-    (run_dir / "run.json").write_text(json.dumps({**run_json, "early_stop": {"step": 20, "step_limit": 1000}}))
+    (run_dir / "run.json").write_text(
+        json.dumps({**run_json, "early_stop": {"step": 20, "step_limit": 1000}})
+    )
     (record,) = read_run_dirs([run_dir])
     assert record.status == "finished"
 
