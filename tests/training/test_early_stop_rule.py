@@ -7,6 +7,7 @@ import math
 import pytest
 
 from trm.errors import TRMError
+from trm.training.checkpointing.state import Progress
 from trm.training.config import EarlyStopConfig, compose, config_hash, is_run_only, math_dict
 from trm.training.early_stop import EarlyStopState, stop_index
 
@@ -54,6 +55,9 @@ def test_the_state_round_trips_and_an_old_checkpoint_starts_empty() -> None:
     assert EarlyStopState.from_dict(state.as_dict()) == state
     assert EarlyStopState.from_dict({}) == EarlyStopState() == EarlyStopState.from_dict(None)
     assert EarlyStopState.from_dict({**state.as_dict(), "from_a_newer_version": 1}) == state
+    # A checkpoint's progress from before early stopping: it loads, with an empty state.
+    old = Progress(**{"step": 3, "iteration": 1, "pass_done": True, "finished": False})
+    assert old.early_stop == {} and EarlyStopState.from_dict(old.early_stop) == EarlyStopState()
 
 
 def test_the_record_says_where_and_why() -> None:
