@@ -435,3 +435,33 @@ def test_resume_under_torchrun_with_two_ranks_continues_a_one_process_run(
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stderr
     assert_states_equal(final_state(tmp_path / "straight"), final_state(run_dir), exact=False)
+
+
+@pytest.mark.dist
+def test_early_stopping_under_torchrun_stops_every_rank_where_one_process_stops(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """min_delta 1: no evaluation after the first is a new best, so patience 1 ends the run after its second
+    evaluation; rank 0 alone sees the metrics, and both ranks must end there together (exit 0)."""
+    extra = (
+        "epochs=4",
+        "eval_interval=1",
+        "global_batch_size=4",
+        "early_stop.patience=1",
+        "early_stop.min_delta=1",
+    )
+    assert train_here(dataset, tmp_path / "one", *extra) == 0
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+                "trm.train"]  # fmt: skip
+    two = subprocess.run(
+        train_cmd(dataset, tmp_path / "two", *extra, launcher=launcher),
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert two.returncode == 0, two.stderr
+    records = [json.loads((tmp_path / d / "run.json").read_text())["early_stop"] for d in ("one", "two")]
+    assert records[0]["step"] == records[1]["step"] < records[0]["step_limit"]
+    assert records[1]["evaluations"] == 2 and "early stop at step" in two.stderr
+    assert final_state(tmp_path / "two")["progress"]["finished"]

@@ -205,6 +205,13 @@ def test_a_launched_run_takes_status_and_wall_time_from_the_launcher_sessions(tm
     (record,) = read_run_dirs([run_dir])  # no launcher: step 20 of 1000, the metrics' own span
     assert (record.status, record.exit_code, record.wall_source) == ("incomplete", None, "metrics.jsonl span")
     assert record.wall_seconds == 20 * 0.5 + 2 * 3.0
+    # Ended by early stopping at step 20 of 1000: finished, not incomplete.
+    run_json = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(
+        json.dumps({**run_json, "early_stop": {"step": 20, "step_limit": 1000}})
+    )
+    (record,) = read_run_dirs([run_dir])
+    assert record.status == "finished"
 
 
 def test_a_torn_last_metrics_line_is_skipped(tmp_path):

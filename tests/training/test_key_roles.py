@@ -37,7 +37,7 @@ OLD_RUN_ONLY_KEYS = frozenset(
         "log_interval", "device", "max_steps", "eval_save_outputs", "wandb", "tensorboard", "min_eval_interval",
         "evaluators", "evaluate", "data_paths_test", "checkpoint", "watchdog", "eval_subset", "best",
         *OLD_RENAMED_KEYS, *OLD_RENAMED_KEYS.values(),
-        "compile_mode", "loader_prefetch",  # added with their role on the field
+        "compile_mode", "loader_prefetch", "early_stop",  # added with their role on the field
     }
 )  # fmt: skip
 OLD_LATER_KEYS = {"use_muon": False, "grad_clip_norm": None}

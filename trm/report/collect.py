@@ -22,6 +22,7 @@ from trm import exit_codes
 from trm.errors import TRMError
 from trm.training.checkpointing.best import FULL, FULL_COUNT
 from trm.training.config import RUN_ONLY_KEYS, headline_metric, is_run_only
+from trm.training.early_stop import EARLY_STOP
 from trm.training.recipes import flatten
 
 BATCH_SCHEMA_VERSION = 1
@@ -258,7 +259,8 @@ def read_run_dir(run_dir: Path, record: RunRecord | None = None) -> RunRecord:
         else:
             done = max(_newest_checkpoint_step(run_dir) or 0, record.last_step or 0)
             limit = run_json.get("step_limit")
-            record.status = "finished" if isinstance(limit, int) and done >= limit else "incomplete"
+            ended = run_json.get(EARLY_STOP) or (isinstance(limit, int) and done >= limit)
+            record.status = "finished" if ended else "incomplete"  # early stopping ends a run as finished
     if record.wall_seconds is None:
         if launcher_wall:
             record.wall_seconds, record.wall_source = launcher_wall, "launcher sessions"

@@ -88,6 +88,18 @@ class BestConfig:
 
 
 @dataclass
+class EarlyStopConfig:
+    """`early_stop.*`: opt-in, end the run when its in-run evaluations stop improving (run-only: not hashed)."""
+
+    patience: int = 0
+    """End the run as finished after this many in-run evaluations in a row without a new best of its ranking metric; 0: off."""
+    min_delta: float = 0.0
+    """A new best must exceed the best so far by more than this (>= 0, in the metric's units)."""
+    min_evaluations: int = 0
+    """Never stop before this many in-run evaluations (a curve flat at 0 early on is not a plateau)."""
+
+
+@dataclass
 class DepthCurriculumConfig:
     """`depth_curriculum.*`: opt-in, fewer recursion cycles in early training steps (trm.training.curriculum)."""
 
@@ -103,6 +115,7 @@ SECTIONS: dict[str, type] = {
     "watchdog": WatchdogConfig,
     "eval_subset": EvalSubsetConfig,
     "best": BestConfig,
+    "early_stop": EarlyStopConfig,
     "depth_curriculum": DepthCurriculumConfig,
 }
 
@@ -181,6 +194,8 @@ class TrainConfig:
     """In-run evaluations on a seeded subset of the test set (`eval_subset.fraction=0.1`…)."""
     best: BestConfig = keyed(RUN_ONLY, default_factory=BestConfig)
     """How the best checkpoint is chosen from subset scores (`best.top_k=3`)."""
+    early_stop: EarlyStopConfig = keyed(RUN_ONLY, default_factory=EarlyStopConfig)
+    """Opt-in: end the run once in-run evaluations stop improving (`early_stop.patience=5`)."""
     grad_clip_norm: float | None = keyed(LATER, None)
     """Clip the all-reduced dense gradients to this global L2 norm (null: off, as upstream)."""
     depth_curriculum: DepthCurriculumConfig = field(default_factory=DepthCurriculumConfig)
@@ -492,6 +507,7 @@ def validate(cfg: TrainConfig) -> None:
                 "(watchdog.timeout_minutes=0 turns the watchdog off)."
             )
     _validate_subset(cfg.eval_subset, cfg.best)
+    _validate_early_stop(cfg.early_stop)
     curriculum.validate(cfg)
     if cfg.grad_clip_norm is not None and not cfg.grad_clip_norm > 0:
         raise TRMError(f"grad_clip_norm={cfg.grad_clip_norm} must be > 0 (or null for no clipping).")
@@ -523,6 +539,18 @@ def _validate_subset(sub: EvalSubsetConfig, best: BestConfig) -> None:
     for key, value in (("eval_subset.full_every", sub.full_every), ("best.top_k", best.top_k)):
         if value < 0:
             raise TRMError(f"{key}={value} must be ≥ 0 (0 turns it off).")
+
+
+def _validate_early_stop(stop: EarlyStopConfig) -> None:
+    for key in ("patience", "min_evaluations"):
+        value = getattr(stop, key)
+        if value < 0:
+            raise TRMError(f"early_stop.{key}={value} must be ≥ 0 (early_stop.patience=0 turns it off).")
+    if stop.min_delta < 0:
+        raise TRMError(
+            f"early_stop.min_delta={stop.min_delta} must be ≥ 0 (a new best must exceed the best so far by "
+            "more than it; 0: any improvement counts)."
+        )
 
 
 def subset_on(cfg: TrainConfig) -> bool:

@@ -9,11 +9,13 @@ out-of-memory error raises `trm.oom.OutOfMemory` (exit OUT_OF_MEMORY, 80) withou
 votes are dropped and the checkpoint does not count it, so the resumed run evaluates again. Starting again
 with the same checkpoint_path resumes from the newest complete checkpoint, bit-exactly. A subset run's end
 (the choice of the best checkpoint, `_choose_best`) stops the same way; a finished run whose choice is not
-in run.json makes it when started again.
+in run.json makes it when started again. With `early_stop.patience` > 0 a run whose in-run evaluations
+stop improving its ranking metric ends there as a finished run (trm.training.early_stop).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -33,12 +35,26 @@ from trm.training import watchdog as hang_watchdog
 from trm.training.accumulation import exploration_draw, slice_rows
 from trm.training.builder import Components, arch_identity, build
 from trm.training.checkpointing import Checkpointer, InitialWeights, Progress, rank_shard
-from trm.training.config import TrainConfig, as_dict, config_hash, is_full_evaluation, math_dict
+from trm.training.config import (
+    TrainConfig,
+    as_dict,
+    config_hash,
+    is_full_evaluation,
+    math_dict,
+    ranking_metric,
+)
+from trm.training.early_stop import EARLY_STOP, EarlyStopState
 from trm.training.eval_run import evaluate_or_undo
 from trm.training.eval_share import EvalShare
 from trm.training.metrics_log import MetricsLog
 from trm.training.nonfinite import NonFiniteGuard
-from trm.training.run_record import open_metrics, read_json_or_empty, record_best, write_run_json
+from trm.training.run_record import (
+    open_metrics,
+    read_json_or_empty,
+    record_best,
+    record_in_run_json,
+    write_run_json,
+)
 from trm.training.signals import StopRequests, handle_signals
 from trm.training.step_flags import StepFlags
 from trm.training.throughput import StepTimer, total_steps
@@ -128,6 +144,7 @@ class Trainer:
             total_steps=self.total_steps,
             step_limit=self.step_limit,
             resumed_from=self.resumed_from,
+            early_stop=EarlyStopState.from_dict(self.progress.early_stop).stopped,
         )
         if not resumed:
             n = sum(p.numel() for p in self.components.model.parameters())
@@ -205,7 +222,7 @@ class Trainer:
                 return self._stopped_in_evaluation(requests)
             p.iteration += 1
             p.pass_done = False
-            if p.iteration >= self.total_iters:
+            if p.iteration >= self.total_iters or self._stops_early():
                 break
             self.save_checkpoint(pass_end=True)
             if dist_utils.any_rank([requests.stop], self.info)[0]:
@@ -217,6 +234,44 @@ class Trainer:
         self.save_checkpoint(replace=True)
         self.checkpointer.wait()
         return self._choose_best(requests)
+
+    def _stops_early(self) -> bool:
+        """Whether early stopping ends the run after this evaluation (early_stop.patience > 0): rank 0's
+        state, which saw the metrics, goes to every rank, so all decide alike. When it does, the state
+        records why (saved with the final checkpoint) and run.json gets it."""
+        stop = self.cfg.early_stop
+        if stop.patience == 0:
+            return False
+        self.progress.early_stop = dist_utils.broadcast_object(self.progress.early_stop, self.info)
+        state = EarlyStopState.from_dict(self.progress.early_stop)
+        if not state.due(stop):
+            return False
+        state.stopped = state.record(stop, self.progress.step, self.step_limit)
+        self.progress.early_stop = state.as_dict()
+        if self.info.is_main:
+            record_in_run_json(self.run_dir, EARLY_STOP, state.stopped)
+            log.warning(
+                "early stop at step %d of %d: no new best of %s in %d evaluations (early_stop.patience=%d, "
+                "min_delta=%g); best %.4g at step %d. The run ends as finished",
+                self.progress.step, self.step_limit, state.metric, state.since, stop.patience,
+                stop.min_delta, state.value, state.step,
+            )  # fmt: skip
+        return True
+
+    def _track_ranking(self, metrics: dict[str, float]) -> None:
+        """Count one in-run evaluation's value of the ranking metric in the early-stop state (rank 0)."""
+        metric = ranking_metric(self.cfg)
+        value = metrics.get(metric)
+        if value is None:
+            if self.cfg.early_stop.patience > 0:
+                log.warning(
+                    "early stopping: the evaluation at step %d logged no %s (the ranking metric: "
+                    "checkpoint.best_metric); it does not count", self.progress.step, metric,
+                )  # fmt: skip
+            return
+        state = EarlyStopState.from_dict(self.progress.early_stop)
+        state.observe(metric, float(value), self.progress.step, self.cfg.early_stop.min_delta)
+        self.progress.early_stop = state.as_dict()
 
     def _chooses_best(self) -> bool:
         return self.components.subset is not None and self.cfg.evaluate
@@ -379,6 +434,8 @@ class Trainer:
             return False
         self._evaluated_step = self.progress.step
         self._eval_metrics = metrics
+        if self.info.is_main:
+            self._track_ranking(metrics)
         if self.info.is_main and self.metrics is not None:
             metrics.update(self.eval_share.record(time.perf_counter() - start))
             self.metrics.log(self.progress.step, metrics)
@@ -412,7 +469,7 @@ class Trainer:
     def main_payload(self) -> dict[str, Any]:
         c = self.components
         return {
-            "progress": vars(self.progress).copy(),
+            "progress": dataclasses.asdict(self.progress),  # a copy: the writer may run after it changes
             "model": c.model.state_dict(),
             "ema": c.ema.state_dict() if c.ema is not None else None,
             "optimizers": {o.name: o.optimizer.state_dict() for o in c.optimizers},

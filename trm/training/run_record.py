@@ -16,6 +16,7 @@ from trm.training import curriculum
 from trm.training.builder import Components
 from trm.training.checkpointing.layout import git_sha
 from trm.training.config import TrainConfig, as_dict, config_hash
+from trm.training.early_stop import EARLY_STOP
 from trm.training.metrics_log import MetricsLog, TensorBoardSink, WandbSink, wandb_wanted
 from trm.versions import collect_versions
 
@@ -39,9 +40,10 @@ def write_run_json(
     total_steps: int,
     step_limit: int,
     resumed_from: Path | None,
+    early_stop: dict[str, Any] | None = None,
 ) -> None:
     """`run_dir/run.json`, written atomically at every start of the run (a `best` recorded by an earlier
-    start is kept)."""
+    start is kept); `early_stop`: the record of a run that early stopping ended (from its progress)."""
     previous = read_json_or_empty(run_dir / "run.json")
     atomic_write_json(
         run_dir / "run.json",
@@ -75,15 +77,21 @@ def write_run_json(
                 else None
             ),
             **({"best": previous["best"]} if "best" in previous else {}),
+            **({EARLY_STOP: early_stop} if early_stop else {}),
         },
     )
 
 
 def record_best(run_dir: Path, best: dict[str, object]) -> None:
     """Add the chosen best checkpoint (trm.training.checkpointing.best.select_best) to run.json as `best`."""
+    record_in_run_json(run_dir, "best", best)
+
+
+def record_in_run_json(run_dir: Path, key: str, value: dict[str, Any]) -> None:
+    """Set run.json's `key` (the rest kept; the file replaced atomically)."""
     path = run_dir / "run.json"
     record = read_json_or_empty(path)
-    record["best"] = best
+    record[key] = value
     atomic_write_json(path, record)
 
 

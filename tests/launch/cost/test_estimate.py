@@ -348,3 +348,21 @@ def test_the_depth_curriculum_counts_its_cheaper_steps_and_says_so(tmp_path: Pat
     assert cgar.eval_seconds == plain.eval_seconds  # evaluation runs at full depth
     train = next(line for line in cgar.describe().splitlines() if line.startswith("  train "))
     assert f"x {expected:.3g} (depth curriculum" in train and "as if step time scaled with FLOPs" in train
+
+
+def test_with_early_stopping_the_estimate_is_the_whole_schedule_stated_as_an_upper_bound(
+    tmp_path: Path,
+) -> None:
+    data = write_dataset(tmp_path / "d", ARC1_TRAIN, ARC1_TEST)
+    layout = select_layout(gpus_of("h100x4"))
+    plain = estimate_run(paper_config(), data, layout, hourly_usd=2.5)
+    stopping = estimate_run(paper_config("early_stop.patience=5"), data, layout, hourly_usd=2.5)
+    assert isinstance(plain, RunEstimate) and isinstance(stopping, RunEstimate)
+    # No saving is claimed: the same steps, evaluations, hours and cost; only the wording says "at most".
+    assert (stopping.wall_seconds, stopping.cost_usd, stopping.evaluations) == (
+        plain.wall_seconds, plain.cost_usd, plain.evaluations,
+    )  # fmt: skip
+    assert "early stop" not in plain.describe() and plain.to_dict()["early_stop_patience"] == 0
+    line = next(x for x in stopping.describe().splitlines() if x.startswith("  early stop"))
+    assert "early_stop.patience=5" in line and "upper bound" in line and "may end sooner" in line
+    assert stopping.to_dict()["early_stop_patience"] == 5

@@ -447,3 +447,21 @@ def test_a_subset_run_whose_chosen_checkpoint_is_damaged_says_so(tmp_path):
         (build_bundle(_chosen_subset_run(tmp_path / "b"), tmp_path / "o2") / "handoff.json").read_text()
     )
     assert "damaged" not in intact["best_checkpoint"] and "note" not in intact["best_checkpoint"]
+
+
+def test_a_run_that_early_stopping_ended_hands_off_as_finished_with_where_and_why(tmp_path):
+    run = synthetic_run(tmp_path)
+    plain = json.loads((build_bundle(run, tmp_path / "plain") / "handoff.json").read_text())
+    assert plain["early_stop"] is None
+    assert "early stop" not in (tmp_path / "plain" / "run.info").read_text()
+    record = {"step": 200, "step_limit": 1000, "evaluations": 5, "metric": "ARC/pass@2", "best_step": 100,
+              "best_value": 0.05, "reason": "no new best of ARC/pass@2 (by more than 0) in the last 3 in-run "
+              "evaluations (early_stop.patience=3)"}  # fmt: skip
+    run_json = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**run_json, "early_stop": record}))
+    out = build_bundle(run, tmp_path / "stopped")
+    data = json.loads((out / "handoff.json").read_text())
+    assert data["status"] == "finished" and data["early_stop"] == record  # exit 0: a finished run
+    info = (out / "run.info").read_text()
+    assert "early stop:     step 200 of 1000 (5 evaluations): no new best of ARC/pass@2" in info
+    assert "best 0.05 at step 100" in info

@@ -29,6 +29,9 @@
   subset evaluation (`eval_subset.fraction` < 1) every `eval_subset.full_every`-th is full (0: none in-run)
   and the others score that fraction of the rows, and `best.top_k` candidates get a full evaluation at the
   end (`eval_schedule`).
+- early stopping (`early_stop.patience` > 0, trm.training.early_stop) may end the run at any evaluation;
+  where is not known before it runs, so the figures stay those of the whole schedule and are stated as an
+  upper bound (no saving is claimed).
 
 ASSUMED_MFU is a calibration, not a measurement: 0.30 is the rate at which the paper's ARC-1 run (518,250
 steps at batch 768 plus 125 evaluations of 385,815 test examples; TRM_SPEC §6, §8) takes the ~3 days
@@ -134,6 +137,8 @@ class RunEstimate:
     """"built", or the recorded sizes that stood in for a dataset not built yet."""
     train_flops_ratio: float = 1.0
     """The run's mean training FLOPs per step over a full-depth step's (< 1 with a depth curriculum)."""
+    early_stop_patience: int = 0
+    """`early_stop.patience`: > 0, the run may end sooner, so the figures are an upper bound."""
 
     @property
     def train_seconds(self) -> float:
@@ -224,6 +229,12 @@ class RunEstimate:
         ]
         if self.dataset_source != "built":
             lines.append(f"  dataset         {self.dataset_source}")
+        if self.early_stop_patience:
+            lines.append(
+                f"  early stop      early_stop.patience={self.early_stop_patience}: the time and cost above "
+                "are an upper bound (the whole schedule); the run may end sooner, at an evaluation not "
+                "known before it runs"
+            )
         return "\n".join(lines)
 
 
@@ -455,4 +466,5 @@ def estimate_run(
         schedule=eval_schedule(cfg),
         dataset_source=dataset_source,
         train_flops_ratio=flops_ratio,
+        early_stop_patience=cfg.early_stop.patience,
     )

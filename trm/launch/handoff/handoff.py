@@ -33,6 +33,7 @@ from trm.launch.handoff.redaction import copy_redacted, redaction_line
 from trm.launch.supervision.stepdown import STEP_DOWN_FILE
 from trm.launch.supervision.supervisor import read_events
 from trm.secrets import redact_object
+from trm.training.early_stop import EARLY_STOP
 from trm.training.throughput import summarize as summarize_throughput
 
 STEP_RE = re.compile(r"^step_(\d+)$")
@@ -350,6 +351,8 @@ def collect(run_dir: Path) -> dict[str, Any]:
         "throughput": throughput,
         "plan_vs_actual": plan_vs_actual(_read_json(launch / ESTIMATE_FILE), timing, throughput),
         "best_checkpoint": best,
+        # set when early stopping ended the run (early_stop.patience): where, why, the best so far then
+        "early_stop": run_json.get(EARLY_STOP) or None,
         "submission": str(submission) if submission else None,
         "resume_command": resume,
         "resume_where": plan.get("resume_where") or (
@@ -392,6 +395,7 @@ def render_info(data: dict[str, Any]) -> str:
         f"checkpoint:     step {ckpt['step']} {ckpt['path']} sha256 {ckpt['sha256']}" if ckpt
         else "checkpoint:     none complete",
         f"best:           {_best_line(data.get('best_checkpoint'))}",
+        *([f"early stop:     {_early_stop_line(data['early_stop'])}"] if data.get("early_stop") else []),
         f"submission:     {data['submission'] or 'none yet'}",
         f"secrets:        {redaction_line(data.get('redacted') or {})}",
         f"resume:         {data['resume_command'] or 'unknown'}",
@@ -418,6 +422,17 @@ def _best_line(best: dict[str, Any] | None) -> str:
     )
     line = f"step {best['step']}: {best['metric']} = {best['value']:.4g} ({how}) {best['path']}"
     return "; ".join([line, *(f"{key.upper()}: {best[key]}" for key in ("note", "damaged") if best.get(key))])
+
+
+def _early_stop_line(record: dict[str, Any]) -> str:
+    """`step 4000 of 10000 (12 evaluations): no new best of … ; best 0.31 at step 2400`."""
+    best = record.get("best_value")
+    return (
+        f"step {record.get('step', '?')} of {record.get('step_limit', '?')} ({record.get('evaluations', '?')} "
+        f"evaluations): {record.get('reason', '?')}; best "
+        + (f"{best:.4g}" if isinstance(best, int | float) else "?")
+        + f" at step {record.get('best_step', '?')}"
+    )
 
 
 def _step_down_line(record: dict[str, Any]) -> str:

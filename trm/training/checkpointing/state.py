@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,9 @@ class Progress:
     iteration: int = 0
     pass_done: bool = False
     finished: bool = False
+    # The best ranking metric so far and the evaluations since (trm.training.early_stop.EarlyStopState, as a
+    # plain dict); empty in checkpoints written before early stopping existed.
+    early_stop: dict[str, Any] = field(default_factory=dict)
 
 
 def rng_state() -> dict[str, Any]:
