@@ -148,7 +148,10 @@ def test_what_is_not_ours_is_never_replaced(tmp_path: Path, setup, reason: str) 
     target = tmp_path / "out"
     setup(target)
     before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
-    with pytest.raises(TRMError, match=reason) as err, atomic_directory(target, overwrite=True, flag="--out") as tmp:
+    with (
+        pytest.raises(TRMError, match=reason) as err,
+        atomic_directory(target, overwrite=True, flag="--out") as tmp,
+    ):
         (tmp / "new").write_text("x")
     assert "nothing was changed" in str(err.value) and "\n" not in str(err.value)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == before
@@ -199,7 +202,9 @@ def test_a_dataset_is_listed_by_its_own_manifest_and_carries_no_marker(tmp_path:
     target = tmp_path / "ds"
 
     def build(extra: str) -> None:
-        with atomic_directory(target, overwrite=True, kind="dataset", listed_by=listed_files, flag="--out") as tmp:
+        with atomic_directory(
+            target, overwrite=True, kind="dataset", listed_by=listed_files, flag="--out"
+        ) as tmp:
             (tmp / "train").mkdir()
             (tmp / "train" / "a.npy").write_text(extra)
             files = {"train/a.npy": {"bytes": len(extra), "sha256": "0" * 64}}

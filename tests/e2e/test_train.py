@@ -442,11 +442,13 @@ def test_early_stopping_under_torchrun_stops_every_rank_where_one_process_stops(
     dataset: Path, tmp_path: Path
 ) -> None:
     """min_delta 1: no evaluation after the first is a new best, so patience 1 ends the run after its second
-    evaluation; rank 0 alone sees the metrics, and both ranks must end there together (exit 0)."""
+    evaluation; rank 0 alone sees the metrics, and both ranks must end there together (exit 0). Ranked by
+    token accuracy, above 0 from the first evaluation (a run whose best is 0 is never stopped)."""
     extra = (
         "epochs=4",
         "eval_interval=1",
         "global_batch_size=4",
+        "checkpoint.best_metric=eval/all/accuracy",
         "early_stop.patience=1",
         "early_stop.min_delta=1",
     )

@@ -22,9 +22,10 @@ BASE = ["data_paths=[unused]", "evaluators=[]"]
         ([0.1, 0.3, 0.2, 0.3, 0.5], 3, 0.0, 0, None),
         ([0.1, 0.15, 0.19, 0.3], 2, 0.1, 0, 2),  # improvements of 0.1 or less do not count
         ([0.1, 0.15, 0.21, 0.25], 2, 0.1, 0, None),  # 0.21 > 0.1 + 0.1 is a new best
-        ([0.0, 0.0, 0.0, 0.0, 0.5, 0.6], 2, 0.0, 0, 2),  # a flat start stops a short patience
-        ([0.0, 0.0, 0.0, 0.0, 0.5, 0.6], 2, 0.0, 5, None),  # ... unless min_evaluations waits
-        ([0.0, 0.0, 0.0, 0.0, 0.0], 2, 0.0, 4, 3),  # min_evaluations counts, then patience decides
+        ([0.0, 0.0, 0.0, 0.0, 0.5, 0.6], 1, 0.0, 0, None),  # a flat start at 0 never stops the run
+        ([0.0, 0.0, 0.0, 0.0, 0.0], 2, 0.0, 4, None),  # nor does a run that never scores
+        ([0.0, 0.0, 0.2, 0.1, 0.1], 2, 0.0, 0, 4),  # patience counts from the first score above 0
+        ([0.2, 0.1, 0.1, 0.1, 0.1], 2, 0.0, 4, 3),  # min_evaluations counts, then patience decides
         ([0.5, math.nan, math.nan], 2, 0.0, 0, 2),  # a non-finite value is never a new best
         ([0.5, 0.4, 0.3, 0.2], 0, 0.0, 0, None),  # patience 0: off
     ],

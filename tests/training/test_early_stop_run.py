@@ -19,6 +19,8 @@ SIX_EVALUATIONS = ("epochs=6", "eval_interval=1")
 METRIC = "eval/all/exact_accuracy"  # the ranking metric without an ARC evaluator or a subset
 # The scripted evaluation values by step: best 0.3 at step 4, then 0.2 and a tie at step 8.
 SERIES = {2: 0.1, 4: 0.3, 6: 0.2, 8: 0.3, 10: 0.4, 12: 0.5}
+# Rank by token accuracy (above 0 from the first evaluation, even for a tiny model that solves no puzzle).
+TOKEN_ACCURACY = ("checkpoint.best_metric=eval/all/accuracy",)
 
 
 @pytest.fixture
@@ -123,16 +125,19 @@ def test_off_by_default_and_an_untriggered_patience_leave_the_run_unchanged(
 def test_a_subset_run_stops_on_its_subset_score_and_still_chooses_the_best(tmp_path: Path) -> None:
     """Real evaluations: min_delta 1 means no evaluation after the first is a new best, whatever the
     values, so patience 1 ends the run after its second evaluation; the end then evaluates the best.top_k
-    candidates fully as any subset run's does."""
+    candidates fully as any subset run's does. Ranked by token accuracy: a run whose best is still 0 is
+    never stopped, and this tiny model's exact accuracy may well be."""
     code, trainer = run(
-        tmp_path / "r", *SUBSET, "early_stop.patience=1", "early_stop.min_delta=1", "eval_interval=1"
+        tmp_path / "r",
+        *SUBSET,
+        *TOKEN_ACCURACY,
+        "early_stop.patience=1",
+        "early_stop.min_delta=1",
+        "eval_interval=1",
     )
     assert code == exit_codes.OK and trainer.progress.finished and trainer.progress.step == 4
     record = run_json(tmp_path / "r")
-    assert (
-        record["early_stop"]["metric"] == "subset/eval/all/exact_accuracy"
-        and record["early_stop"]["step"] == 4
-    )
+    assert record["early_stop"]["metric"] == "subset/eval/all/accuracy" and record["early_stop"]["step"] == 4
     assert record["early_stop"]["best_step"] == 2 and record["early_stop"]["step_limit"] == 8
     best = json.loads((tmp_path / "r" / BEST_FILE).read_text())
     assert best["evaluation"] == "full" and {c["step"] for c in best["candidates"]} == {2, 4}

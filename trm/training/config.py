@@ -92,11 +92,11 @@ class EarlyStopConfig:
     """`early_stop.*`: opt-in, end the run when its in-run evaluations stop improving (run-only: not hashed)."""
 
     patience: int = 0
-    """End the run as finished after this many in-run evaluations in a row without a new best of its ranking metric; 0: off."""
+    """End the run as finished after this many in-run evaluations in a row without a new best of its ranking metric (never while the best is 0); 0: off."""
     min_delta: float = 0.0
     """A new best must exceed the best so far by more than this (>= 0, in the metric's units)."""
     min_evaluations: int = 0
-    """Never stop before this many in-run evaluations (a curve flat at 0 early on is not a plateau)."""
+    """Never stop before this many in-run evaluations (past a noisy start)."""
 
 
 @dataclass

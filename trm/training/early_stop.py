@@ -5,7 +5,9 @@ per-evaluation subset score, else `checkpoint.best_metric` or its default). An e
 best so far when its value exceeds that best by more than `early_stop.min_delta`; the first one always
 does. After `early_stop.patience` evaluations in a row without an improvement (and at least
 `early_stop.min_evaluations` evaluations in all) the run ends as a finished one: final checkpoint, the
-choice of the best checkpoint (`best.top_k`), run.json's `early_stop` record.
+choice of the best checkpoint (`best.top_k`), run.json's `early_stop` record. A run whose best is still 0
+(an accuracy that has not left the floor: ARC's pass@2 stays there for many evaluations) is never ended:
+it has no peak to be past.
 
 The state (`EarlyStopState`) lives in the checkpointed progress as a plain dict, so a stopped run resumes
 the count where it was; a checkpoint written before it existed starts from an empty state. It is kept for
@@ -66,11 +68,13 @@ class EarlyStopState:
         return improved
 
     def due(self, cfg: EarlyStopConfig) -> bool:
-        """Whether the rule ends the run now: on (patience > 0), `patience` evaluations without a new best,
-        and at least `min_evaluations` evaluations."""
+        """Whether the rule ends the run now: on (patience > 0), a best above 0 (the metrics are accuracies,
+        higher is better: a run that has not scored yet has no peak to be past), `patience` evaluations
+        without a new best, and at least `min_evaluations` evaluations."""
         return (
             cfg.patience > 0
             and self.value is not None
+            and self.value > 0
             and self.since >= cfg.patience
             and self.evaluations >= cfg.min_evaluations
         )
