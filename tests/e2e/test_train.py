@@ -104,6 +104,20 @@ def train_here(dataset: Path, run_dir: Path, *extra: str) -> int:
     return in_process(train_cmd(dataset, run_dir, *extra))
 
 
+TORCHRUN_TWO_RANKS = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def train_two_ranks(dataset: Path, run_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`train`'s run under torchrun with two gloo ranks on this host (its own processes); its result."""
+    return subprocess.run(
+        train_cmd(dataset, run_dir, *extra, launcher=[*TORCHRUN_TWO_RANKS, "-m", "trm.train"]),
+        env=env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+
 def final_state(run_dir: Path) -> dict:
     newest = ckpt.find_complete(run_dir)[-1]
     return ckpt.load_torch(newest.path / ckpt.STATE)
@@ -302,10 +316,9 @@ def test_sigterm_to_one_rank_during_an_evaluation_stops_every_rank_at_the_same_b
 
     script = tmp_path / "train_sigterm_rank0.py"
     script.write_text(SIGTERM_IN_SECOND_EVALUATION)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     run_dir = tmp_path / "split"
     stopped = subprocess.run(
-        train_cmd(dataset, run_dir, *extra, launcher=[*torchrun, str(script)]),
+        train_cmd(dataset, run_dir, *extra, launcher=[*TORCHRUN_TWO_RANKS, str(script)]),
         env=env(),
         cwd=ROOT,
         capture_output=True,
@@ -317,13 +330,7 @@ def test_sigterm_to_one_rank_during_an_evaluation_stops_every_rank_at_the_same_b
     assert ckpt.find_complete(run_dir)[-1].step == evaluated[1] and saved["progress"]["iteration"] == 1
     assert [row["step"] for row in rows(run_dir) if "ARC/pass@2" in row] == evaluated[:1]
 
-    resumed = subprocess.run(
-        train_cmd(dataset, run_dir, *extra, launcher=[*torchrun, "-m", "trm.train"]),
-        env=env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    resumed = train_two_ranks(dataset, run_dir, *extra)
     assert resumed.returncode == 0, resumed.stderr
     assert_states_equal(final_state(tmp_path / "straight"), final_state(run_dir), exact=False)
     assert (
@@ -385,23 +392,7 @@ def test_resume_refuses_another_dataset(dataset: Path, tmp_path: Path) -> None:
 def test_torchrun_two_gloo_ranks_match_one_process_with_accumulation(dataset: Path, tmp_path: Path) -> None:
     extra = ("epochs=3", "eval_interval=3", "global_batch_size=4")
     assert train_here(dataset, tmp_path / "one", *extra, "micro_batch_size=2") == 0
-    launcher = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "trm.train",
-    ]
-    two = subprocess.run(
-        train_cmd(dataset, tmp_path / "two", *extra, launcher=launcher),
-        env=env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    two = train_two_ranks(dataset, tmp_path / "two", *extra)
     assert two.returncode == 0, two.stderr
     a, b = final_state(tmp_path / "one"), final_state(tmp_path / "two")
     assert_states_equal(a, b, exact=False)
@@ -423,15 +414,7 @@ def test_resume_under_torchrun_with_two_ranks_continues_a_one_process_run(
     assert train_here(dataset, tmp_path / "straight", *extra) == 0
     run_dir = tmp_path / "moved"
     sigterm_after_step_2(dataset, run_dir, *extra)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-                "trm.train"]  # fmt: skip
-    resumed = subprocess.run(
-        train_cmd(dataset, run_dir, *extra, launcher=launcher),
-        env=env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    resumed = train_two_ranks(dataset, run_dir, *extra)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from" in resumed.stderr
     assert_states_equal(final_state(tmp_path / "straight"), final_state(run_dir), exact=False)
@@ -453,15 +436,7 @@ def test_early_stopping_under_torchrun_stops_every_rank_where_one_process_stops(
         "early_stop.min_delta=1",
     )
     assert train_here(dataset, tmp_path / "one", *extra) == 0
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-                "trm.train"]  # fmt: skip
-    two = subprocess.run(
-        train_cmd(dataset, tmp_path / "two", *extra, launcher=launcher),
-        env=env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    two = train_two_ranks(dataset, tmp_path / "two", *extra)
     assert two.returncode == 0, two.stderr
     records = [json.loads((tmp_path / d / "run.json").read_text())["early_stop"] for d in ("one", "two")]
     assert records[0]["step"] == records[1]["step"] < records[0]["step_limit"]
