@@ -267,6 +267,17 @@ def test_another_runs_bundle_of_the_same_name_is_never_replaced(tmp_path, monkey
     assert json.loads((bundle / "handoff.json").read_text())["run_dir"] == str(first)
 
 
+def test_the_command_refuses_a_folder_that_is_no_run_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """A path named by mistake (a home folder, a dataset) used to get an empty bundle and exit 0."""
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "todo.txt").write_text("mine")
+    proc = trm_in_process(monkeypatch, capsys, ["handoff", str(mine), "--out", str(tmp_path / "out")])
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert f"error: {mine} is no run directory (no run.json, launch/ or step_N/ in it)" in proc.stderr
+    assert not (tmp_path / "out").exists() and [p.name for p in mine.iterdir()] == ["todo.txt"]
+
+
 def test_session_summary_without_price():
     events = [
         {"event": "session_start", "time": 0.0, "gpus": 8},
