@@ -67,6 +67,37 @@ def test_the_run_ends_as_finished_after_patience_evaluations_without_a_new_best(
     assert run_json(tmp_path / "r")["early_stop"] == record
 
 
+def test_run_json_says_it_stopped_early_only_once_the_final_checkpoint_is_saved(
+    tmp_path: Path, scripted: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kill between the decision and the final save must not leave run.json claiming a finished run."""
+    from trm.training import loop
+
+    recorded = loop.record_in_run_json
+    seen = []
+
+    def checking(run_dir: Path, key: str, value: dict) -> None:
+        if key == "early_stop":
+            final = ckpt.find_complete(run_dir)[-1]
+            seen.append((final.step, ckpt.load_torch(final.path / ckpt.STATE)["progress"]["finished"]))
+        recorded(run_dir, key, value)
+
+    monkeypatch.setattr(loop, "record_in_run_json", checking)
+    code, _ = run(tmp_path / "r", *SIX_EVALUATIONS, "early_stop.patience=2")
+    assert code == exit_codes.OK and seen == [(8, True)]
+
+
+def test_a_patience_in_a_run_that_evaluates_nothing_says_it_does_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING"):
+        code, trainer = run(tmp_path / "r", *SIX_EVALUATIONS, "evaluate=false", "early_stop.patience=2")
+    assert code == exit_codes.OK and trainer.progress.step == 12
+    assert "early_stop.patience=2 does nothing in this run: it evaluates nothing in-run (evaluate=false)" in (
+        caplog.text
+    )
+
+
 def test_min_delta_and_min_evaluations_move_the_stop(tmp_path: Path, scripted: list[int]) -> None:
     # 0.3 over 0.1 is more than 0.15, 0.4 over 0.3 is not: best at step 4, stop after steps 6 and 8.
     code, trainer = run(

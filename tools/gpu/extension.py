@@ -95,8 +95,8 @@ def refusal(folder: Path) -> str | None:
         return "it is a file or a symbolic link, not a folder"
     if not folder.exists():
         return None
-    names = sorted(p.name for p in folder.iterdir())
-    if not names:
+    names = sorted(p.name for p in folder.iterdir() if not _own_leftover(p.name))
+    if not names or names == [LOG]:  # empty, or a build killed before it recorded itself
         return None
     foreign = [n for n in names if n not in OWN_NAMES]
     if foreign:
@@ -104,6 +104,11 @@ def refusal(folder: Path) -> str | None:
     if ExtensionBuild.find(folder) is None:
         return f"it holds {', '.join(names)} but no {BUILD} of an earlier extension build"
     return None
+
+
+def _own_leftover(name: str) -> bool:
+    """A temp file of an atomic write of a build's record, left by a writer that was killed (trm.io)."""
+    return any(name.startswith(f".{own}.") and name.endswith(".tmp") for own in (BUILD, RESULT))
 
 
 def refusal_message(folder: Path, why: str) -> str:
@@ -146,8 +151,9 @@ class ExtensionBuild:
         if why is not None:
             raise TRMError(refusal_message(folder, why))
         folder.mkdir(parents=True, exist_ok=True)
-        for name in (RESULT, BUILD, SITE):  # what an earlier build of this check wrote there
-            remove_own_temp(folder / name)
+        for path in folder.iterdir():  # what an earlier build of this check wrote there (refusal checked it)
+            if path.name in (RESULT, BUILD, SITE) or _own_leftover(path.name):
+                remove_own_temp(path)
         wrapper = [sys.executable, "-m", "tools.gpu.extension", str(folder), "--", *cmd]
         with open(folder / LOG, "w", encoding="utf-8") as f:
             f.write("$ " + " ".join(cmd) + "\n")

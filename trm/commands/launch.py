@@ -103,6 +103,15 @@ def run(args: argparse.Namespace) -> int:
             finish_unplanned(settings, err.exit_code)
             return err.exit_code
         raise
+    # Before any GPU time: the handoff at exit would refuse another run's bundle (node 0; the others share it).
+    if settings.node_rank == 0:
+        from trm.launch.handoff.handoff import check_same_run
+
+        try:
+            check_same_run(settings.run_dir, settings.artifacts_run_dir)
+        except TRMError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return err.exit_code
     if args.dry_run:
         print(plan.render(environ))
         return 0

@@ -149,6 +149,12 @@ class Trainer:
         if not resumed:
             n = sum(p.numel() for p in self.components.model.parameters())
             self.metrics.log(0, {"num_params": float(n)})
+        if self.cfg.early_stop.patience and (not self.cfg.evaluate or self.components.test_loader is None):
+            log.warning(
+                "early_stop.patience=%d does nothing in this run: it evaluates nothing in-run (%s)",
+                self.cfg.early_stop.patience,
+                "evaluate=false" if not self.cfg.evaluate else "no test split",
+            )
 
     # ---------------------------------------------------------------- the run
     def train(self) -> int:
@@ -233,12 +239,15 @@ class Trainer:
         p.finished = True
         self.save_checkpoint(replace=True)
         self.checkpointer.wait()
+        stopped_early = EarlyStopState.from_dict(p.early_stop).stopped
+        if stopped_early and self.info.is_main:  # only once the run is saved as finished
+            record_in_run_json(self.run_dir, EARLY_STOP, stopped_early)
         return self._choose_best(requests)
 
     def _stops_early(self) -> bool:
         """Whether early stopping ends the run after this evaluation (early_stop.patience > 0): rank 0's
         state, which saw the metrics, goes to every rank, so all decide alike. When it does, the state
-        records why (saved with the final checkpoint) and run.json gets it."""
+        records why (saved with the final checkpoint; run.json gets it after that save)."""
         stop = self.cfg.early_stop
         if stop.patience == 0:
             return False
@@ -247,9 +256,8 @@ class Trainer:
         if not state.due(stop):
             return False
         state.stopped = state.record(stop, self.progress.step, self.step_limit)
-        self.progress.early_stop = state.as_dict()
+        self.progress.early_stop = state.as_dict()  # run.json gets it once the final save is complete
         if self.info.is_main:
-            record_in_run_json(self.run_dir, EARLY_STOP, state.stopped)
             log.warning(
                 "early stop at step %d of %d: no new best of %s in %d evaluations (early_stop.patience=%d, "
                 "min_delta=%g); best %.4g at step %d. The run ends as finished",

@@ -265,6 +265,9 @@ def test_another_runs_bundle_of_the_same_name_is_never_replaced(tmp_path, monkey
     monkeypatch.chdir(first.parent)  # the same run, named by a relative path: rebuilt in place
     assert trm_in_process(monkeypatch, capsys, ["handoff", first.name], env).returncode == 0
     assert json.loads((bundle / "handoff.json").read_text())["run_dir"] == str(first)
+    link = tmp_path / "mount"  # and through a symbolic link to its folder (a /workspace link and its mount)
+    link.symlink_to(first.parent)
+    assert trm_in_process(monkeypatch, capsys, ["handoff", str(link / first.name)], env).returncode == 0
 
 
 def test_the_command_refuses_a_folder_that_is_no_run_and_writes_nothing(tmp_path, monkeypatch, capsys):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -353,6 +354,28 @@ def test_use_tmux_reruns_this_launch_in_tmux_once(tmp_path, monkeypatch, inside_
     else:
         assert main(argv) == 0
         assert started == [[sys.executable, "-m", "trm", "launch", "lr=1"]]
+
+
+def test_a_launch_whose_handoff_would_replace_another_runs_bundle_is_refused_before_anything_runs(
+    tmp_path, dry_run_here
+):
+    """Another run of the same RUN_NAME (another CHECKPOINT_DIR) left its bundle in ARTIFACTS_DIR/RUN_NAME: the
+    handoff at exit would be refused after the whole run, so the launch (and its dry run) refuse at the start."""
+    artifacts = tmp_path / "ws" / "artifacts" / "r1"
+    artifacts.mkdir(parents=True)
+    (artifacts / "handoff.json").write_text(json.dumps({"run_dir": str(tmp_path / "elsewhere" / "r1")}))
+    proc = dry_run_here(None, TASK="debug-tiny", NUM_GPUS="0", RUN_NAME="r1")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert (
+        f"the handoff folder {artifacts}: refusing to replace it: it holds the bundle of another run"
+        in proc.stderr
+    )
+    assert not (tmp_path / "ws" / "checkpoints" / "r1").exists()  # nothing of the run was started
+    # Its own earlier bundle (the same run) is no obstacle.
+    (artifacts / "handoff.json").write_text(
+        json.dumps({"run_dir": str(tmp_path / "ws" / "checkpoints" / "r1")})
+    )
+    assert dry_run_here(None, TASK="debug-tiny", NUM_GPUS="0", RUN_NAME="r1").returncode == 0
 
 
 def test_unwritable_workspace_is_a_clean_error(tmp_path, monkeypatch, capsys):

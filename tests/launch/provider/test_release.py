@@ -313,6 +313,48 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
     )
 
 
+def test_another_runs_bundle_written_during_the_run_is_neither_replaced_nor_uploaded(tmp_path, monkeypatch):
+    """Another run of this RUN_NAME (another CHECKPOINT_DIR, the same ARTIFACTS_DIR) hands off while this one
+    trains: the handoff at exit refuses to replace that bundle, and the final sync does not upload it as
+    this run's."""
+    from trm.launch.launcher.runner import Launch
+    from trm.launch.supervision.supervisor import AttemptResult, Console
+
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
+    ws, bucket = tmp_path / "ws", tmp_path / "bucket"
+    environ = {
+        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS", "ON_END")},
+        "SYNC_TO": f"store:{bucket}", "SYNC_EVERY_MINUTES": "60", "TASK": "debug-tiny", "NUM_GPUS": "0",
+        "WORKSPACE": str(ws), "PYTHON": sys.executable, "SMOKE_STEPS": "0", "PREFLIGHT": "0",
+    }  # fmt: skip
+    settings = LaunchSettings.from_env(environ)
+    plan = build_plan(settings, [], environ)
+    plan.dataset_dir.mkdir(parents=True)
+    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
+    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", io.StringIO()))
+    theirs = json.dumps({"run_dir": str(tmp_path / "other" / "trm-debug-tiny"), "status": "finished"})
+
+    def trained(*args: object, **kwargs: object) -> AttemptResult:
+        (settings.run_dir / "step_5").mkdir()
+        (settings.run_dir / "step_5" / "COMPLETE").write_text("5\n")
+        settings.artifacts_run_dir.mkdir(parents=True)
+        (settings.artifacts_run_dir / "handoff.json").write_text(theirs)
+        return AttemptResult(0)
+
+    launch.torchrun = trained  # type: ignore[method-assign]
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        assert launch.run() == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    log = (settings.launch_dir / "launch.log").read_text()
+    assert "it holds the bundle of another run" in log and f"python -m trm handoff {settings.run_dir}" in log
+    assert (settings.artifacts_run_dir / "handoff.json").read_text() == theirs
+    remote = bucket / "trm-debug-tiny"
+    assert (remote / "step_5" / "COMPLETE").is_file() and not (remote / "handoff").exists()
+
+
 def test_a_release_that_could_not_work_stops_the_launch_before_training(tmp_path):
     from trm.launch.provider.release import readiness_problem
 

@@ -473,13 +473,18 @@ def _plan_line(p: dict[str, Any] | None) -> str:
     )
 
 
+class OtherRunsBundle(TRMError):
+    """The handoff folder holds the bundle of another run (check_same_run)."""
+
+
 def check_same_run(run_dir: Path, out_dir: Path) -> None:
     """Refuse (TRMError) to replace the bundle in `out_dir` when it is another run's: two runs of one RUN_NAME
     under different checkpoint folders share the default ARTIFACTS_DIR/RUN_NAME, and the first one's bundle
-    may be all that is left of it once its machine is gone."""
+    may be all that is left of it once its machine is gone. The launch checks it before anything runs too. Paths
+    compare after symbolic links are followed (a /workspace link and its mount name one run)."""
     recorded = _read_json(out_dir / "handoff.json").get("run_dir")
-    if isinstance(recorded, str) and os.path.abspath(recorded) != os.path.abspath(run_dir):
-        raise TRMError(
+    if isinstance(recorded, str) and os.path.realpath(recorded) != os.path.realpath(run_dir):
+        raise OtherRunsBundle(
             f"the handoff folder {out_dir}: refusing to replace it: it holds the bundle of another run "
             f"({os.path.abspath(recorded)}); nothing was changed. Pass another --out (the launcher: another "
             "ARTIFACTS_DIR or RUN_NAME), or move that bundle away yourself if it is this run's from another path"

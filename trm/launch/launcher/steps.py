@@ -132,8 +132,18 @@ def sync_step(session: Session, step: Step) -> None:
 
 def handoff_step(session: Session, step: Step) -> None:
     """Write the handoff bundle (at exit, whatever the outcome)."""
+    from trm.launch.handoff.handoff import OtherRunsBundle
+
     try:
         bundle = hand_off(session.settings)
+    except OtherRunsBundle as err:  # another run of this name wrote it while this one ran: never upload it
+        session.handoff_foreign = True
+        if session.syncer is not None:
+            session.syncer.handoff_dir = None
+        session.console.log(
+            f"handoff failed ({err}); this run's bundle: python -m trm handoff {session.settings.run_dir} --out DIR"
+        )
+        return
     except (OSError, TRMError) as err:
         session.console.log(f"handoff failed ({err}); rerun: {' '.join(session.plan.handoff_command())}")
         return
@@ -145,6 +155,8 @@ def final_sync_step(session: Session, step: Step) -> None:
     if session.settings.node_rank != 0:
         return
     syncer = session.syncer or session.settings.syncer(session.console.log)
+    if session.handoff_foreign:
+        syncer.handoff_dir = None
     session.synced = syncer.final()
 
 

@@ -35,6 +35,7 @@ class Session:
         self.guard: CostGuard | None = None
         self.syncer: Syncer | None = None
         self.synced = True
+        self.handoff_foreign = False  # ARTIFACTS_DIR/RUN_NAME holds another run's bundle: not uploaded
         self.exit_code = 1
         self.ledger: RunLedger | None = None
         self.trainer_ran = False  # a smoke gate, probe or training torchrun started this session

@@ -135,3 +135,22 @@ def test_an_earlier_builds_folder_is_rebuilt_in_place(tmp_path: Path) -> None:
     assert second.wait(30)[0] and not (folder / "site").exists()
     assert "two" in (folder / "build.log").read_text()
     assert ext.refusal(tmp_path / "new") is None and ext.refusal(folder / "build.log") is not None
+
+
+def test_leftovers_of_a_killed_build_do_not_block_the_next_one(tmp_path: Path) -> None:
+    """A wrapper killed while writing result.json leaves `.result.json.*.tmp`; a build killed before it
+    recorded itself leaves build.log alone. Neither is a user's: the next build starts and clears them."""
+    folder = tmp_path / "extension"
+    folder.mkdir()
+    (folder / "build.log").write_text("$ pip install ...\n")
+    assert ext.refusal(folder) is None
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = ext.ExtensionBuild.start(folder, [sys.executable, "-c", "print('one')"], env, ROOT)
+    assert first.wait(30)[0]
+    (folder / ".result.json.abc123.tmp").write_text('{"ok": tr')
+    (folder / ".build.json.def456.tmp").write_text("")
+    assert ext.refusal(folder) is None
+    second = ext.ExtensionBuild.start(folder, [sys.executable, "-c", "print('two')"], env, ROOT)
+    assert second.wait(30)[0] and not list(folder.glob(".*.tmp"))
+    (folder / ".notes.tmp").write_text("mine")  # a hidden file that is not a record's temp file is a user's
+    assert "it holds .notes.tmp" in (ext.refusal(folder) or "")
