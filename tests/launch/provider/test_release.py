@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -262,40 +263,54 @@ def test_settings_carry_the_policy_and_the_resume_command_no_secret():
 @pytest.mark.skipif(
     shutil.which("rclone") is None, reason="rclone is not installed (apt-get install -y rclone)"
 )
-def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monkeypatch):
-    """A whole launch (trainer stubbed) with SYNC_TO and ON_END=destroy on a Vast.ai instance: the at-exit
-    order is handoff -> final sync -> release, the remote holds the run and the bundle, no file holds a secret."""
+def run_stubbed_launch(
+    tmp_path: Path, extra: dict[str, str], trained: Callable[[LaunchSettings], object]
+) -> tuple[LaunchSettings, int]:
+    """A whole debug-tiny CPU launch (no preflight, no smoke) under this environment plus `extra`, with the
+    trainer replaced by `trained(settings)`; its settings and exit code."""
     from trm.launch.launcher.runner import Launch
-    from trm.launch.supervision.supervisor import AttemptResult, Console
+    from trm.launch.supervision.supervisor import Console
 
-    monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
-    ws, bucket = tmp_path / "ws", tmp_path / "bucket"
     environ = {
-        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS")},
-        **vast_env(tmp_path, ON_END="destroy", SYNC_TO=f"store:{bucket}", SYNC_EVERY_MINUTES="60"),
-        "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(ws), "PYTHON": sys.executable,
-        "SMOKE_STEPS": "0", "PREFLIGHT": "0", "PRIME_API_KEY": TOKEN,
+        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS", "ON_END")},
+        "TASK": "debug-tiny", "NUM_GPUS": "0", "WORKSPACE": str(tmp_path / "ws"), "PYTHON": sys.executable,
+        "SMOKE_STEPS": "0", "PREFLIGHT": "0", **extra,
     }  # fmt: skip
     settings = LaunchSettings.from_env(environ)
     plan = build_plan(settings, [], environ)
     plan.dataset_dir.mkdir(parents=True)
     plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
     launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", io.StringIO()))
+    launch.torchrun = lambda *args, **kwargs: trained(settings)  # type: ignore[method-assign,assignment]
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        return settings, launch.run()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
-    def trained(*args: object, **kwargs: object) -> AttemptResult:
+
+def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monkeypatch):
+    """A whole launch (trainer stubbed) with SYNC_TO and ON_END=destroy on a Vast.ai instance: the at-exit
+    order is handoff -> final sync -> release, the remote holds the run and the bundle, no file holds a secret."""
+    from trm.launch.supervision.supervisor import AttemptResult
+
+    monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
+    bucket = tmp_path / "bucket"
+    environ = {
+        **vast_env(tmp_path, ON_END="destroy", SYNC_TO=f"store:{bucket}", SYNC_EVERY_MINUTES="60"),
+        "PRIME_API_KEY": TOKEN,
+    }
+
+    def trained(settings: LaunchSettings) -> AttemptResult:
         (settings.run_dir / "step_5").mkdir()
         (settings.run_dir / "step_5" / "model.pt").write_bytes(b"weights")
         (settings.run_dir / "step_5" / "COMPLETE").write_text("5\n")
         (settings.run_dir / ".step_6.partial").mkdir()
         return AttemptResult(0)
 
-    launch.torchrun = trained  # type: ignore[method-assign]
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    try:
-        assert launch.run() == 0
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+    settings, code = run_stubbed_launch(tmp_path, environ, trained)
+    assert code == 0
     log = (settings.launch_dir / "launch.log").read_text()
     order = [log.index(s) for s in ("handoff bundle:", "final sync to store:", "release: vastai destroy")]
     assert order == sorted(order), log
@@ -317,37 +332,22 @@ def test_another_runs_bundle_written_during_the_run_is_neither_replaced_nor_uplo
     """Another run of this RUN_NAME (another CHECKPOINT_DIR, the same ARTIFACTS_DIR) hands off while this one
     trains: the handoff at exit refuses to replace that bundle, and the final sync does not upload it as
     this run's."""
-    from trm.launch.launcher.runner import Launch
-    from trm.launch.supervision.supervisor import AttemptResult, Console
+    from trm.launch.supervision.supervisor import AttemptResult
 
     monkeypatch.setenv("RCLONE_CONFIG_STORE_TYPE", "local")
-    ws, bucket = tmp_path / "ws", tmp_path / "bucket"
-    environ = {
-        **{k: v for k, v in os.environ.items() if k not in ("TASK", "RUN_NAME", "MAX_HOURS", "ON_END")},
-        "SYNC_TO": f"store:{bucket}", "SYNC_EVERY_MINUTES": "60", "TASK": "debug-tiny", "NUM_GPUS": "0",
-        "WORKSPACE": str(ws), "PYTHON": sys.executable, "SMOKE_STEPS": "0", "PREFLIGHT": "0",
-    }  # fmt: skip
-    settings = LaunchSettings.from_env(environ)
-    plan = build_plan(settings, [], environ)
-    plan.dataset_dir.mkdir(parents=True)
-    plan.verify_command = lambda: [sys.executable, "-c", "print('verified')"]  # type: ignore[method-assign]
-    launch = Launch(plan, environ, Console(settings.launch_dir / "launch.log", io.StringIO()))
+    bucket = tmp_path / "bucket"
     theirs = json.dumps({"run_dir": str(tmp_path / "other" / "trm-debug-tiny"), "status": "finished"})
 
-    def trained(*args: object, **kwargs: object) -> AttemptResult:
+    def trained(settings: LaunchSettings) -> AttemptResult:
         (settings.run_dir / "step_5").mkdir()
         (settings.run_dir / "step_5" / "COMPLETE").write_text("5\n")
         settings.artifacts_run_dir.mkdir(parents=True)
         (settings.artifacts_run_dir / "handoff.json").write_text(theirs)
         return AttemptResult(0)
 
-    launch.torchrun = trained  # type: ignore[method-assign]
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-    try:
-        assert launch.run() == 0
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+    environ = {"SYNC_TO": f"store:{bucket}", "SYNC_EVERY_MINUTES": "60"}
+    settings, code = run_stubbed_launch(tmp_path, environ, trained)
+    assert code == 0
     log = (settings.launch_dir / "launch.log").read_text()
     assert "it holds the bundle of another run" in log and f"python -m trm handoff {settings.run_dir}" in log
     assert (settings.artifacts_run_dir / "handoff.json").read_text() == theirs
