@@ -28,6 +28,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from tools.bench.subset_stats import best_index, best_of, top_k
 from trm.io import atomic_write_json
 from trm.training.early_stop import stop_index
 
@@ -42,19 +45,12 @@ FRACTION = "0.1"
 TOP_K = 3
 
 
-def best_index(values: Sequence[float], among: Sequence[int]) -> int:
-    """The index among `among` with the highest value; a tie goes to the later one (as `trm best`)."""
-    return max(among, key=lambda i: (values[i], i))
-
-
-def kept(full: Sequence[float], ranked_by: Sequence[float] | None, last: int, top_k: int) -> int:
+def kept(full: Sequence[float], ranked_by: Sequence[float] | None, last: int, k: int) -> int:
     """The checkpoint a run keeps when it ends after evaluation `last`: by full score, or (`ranked_by`: the
-    subset scores) the best full score among the `top_k` best by subset score."""
-    seen = range(last + 1)
+    subset scores) the best full score among the `k` best by subset score (subset_stats' choice)."""
     if ranked_by is None:
-        return best_index(full, seen)
-    candidates = sorted(seen, key=lambda i: (ranked_by[i], i), reverse=True)[:top_k]
-    return best_index(full, candidates)
+        return best_index(np.asarray(full[: last + 1]))
+    return best_of(np.asarray(full), top_k(np.asarray(ranked_by[: last + 1]), k))
 
 
 def replay(
@@ -72,7 +68,7 @@ def replay(
         stop = None
     last = len(full) - 1 if stop is None else stop
     keep = kept(full, ranked_by, last, top_k)
-    best = best_index(full, range(len(full)))
+    best = best_index(np.asarray(full))
     return {
         "patience": patience,
         "min_evaluations": min_evaluations,

@@ -52,6 +52,11 @@ def top_k(scores: np.ndarray, k: int) -> list[int]:
     return order[:k]
 
 
+def best_of(full: np.ndarray, candidates: Sequence[int]) -> int:
+    """The candidate with the highest full score, ties to the later one: the choice `best.top_k` makes."""
+    return max(candidates, key=lambda i: (full[i], i))
+
+
 def near_best(full: np.ndarray) -> np.ndarray:
     """Indices of the checkpoints whose full score is at least NEAR_BEST x the best."""
     return np.nonzero(full >= NEAR_BEST * full.max())[0]
@@ -82,7 +87,7 @@ def compare(
             for k in TOP_KS:
                 candidates = top_k(sub, k)
                 within[k].append(best in candidates)
-                chosen = max(candidates, key=lambda i: (full[i], i))
+                chosen = best_of(full, candidates)
                 regret[k].append(float(full[best] - full[chosen]))
         result[str(fraction)] = {
             size_key: kept,
