@@ -8,6 +8,7 @@ import email.message
 import http.server
 import json
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +25,12 @@ from trm.data.arc_source import DEFAULT_PREFIX
 from trm.data.build_arc import build_arc_dataset
 from trm.model import TRMConfig
 from trm.training.recipes import get_recipe
+
+# A test that uploads to a real rclone remote (a local-path one) needs rclone; .ci/run installs it.
+needs_rclone = pytest.mark.skipif(
+    shutil.which("rclone") is None,
+    reason="rclone is not installed (apt-get install -y rclone; .ci/run installs it)",
+)
 
 # --- A fake `nvidia-smi` on PATH that replays recorded outputs (launch tooling) --------------------------
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import needs_rclone
 from tests.launch.plan.test_plan import SCRIPT, script_env
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -142,9 +142,7 @@ def test_sigterm_to_the_script_saves_and_the_same_command_resumes(tmp_path):
 @pytest.mark.slow
 @pytest.mark.launch
 @pytest.mark.dist
-@pytest.mark.skipif(
-    shutil.which("rclone") is None, reason="rclone is not installed (apt-get install -y rclone)"
-)
+@needs_rclone
 def test_train_prod_syncs_releases_and_a_new_machine_resumes_from_the_copy(tmp_path):
     """SYNC_TO + ON_END=stop on a (faked) Vast.ai instance at the end of the launch; then a second
     machine restores the run from the remote and the same command resumes from the restored checkpoint."""

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import time
 
 import pytest
 
 from tests.experiments.test_batch import events, fake, make_batch, results  # noqa: F401 - fixture
+from tests.helpers import needs_rclone
 from trm import exit_codes
 from trm.commands import main
-
-needs_rclone = pytest.mark.skipif(shutil.which("rclone") is None, reason="rclone is not installed")
 
 
 @pytest.mark.e2e  # trainers and handoffs, twice: seconds

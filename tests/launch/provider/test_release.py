@@ -8,7 +8,6 @@ import dataclasses
 import io
 import json
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import JsonApi, json_api, trm_in_process
+from tests.helpers import JsonApi, json_api, needs_rclone, trm_in_process
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.launch.config.settings import LaunchSettings, policy_from_env
@@ -260,9 +259,6 @@ def test_settings_carry_the_policy_and_the_resume_command_no_secret():
     assert VAST_KEY not in resume and TOKEN not in resume
 
 
-@pytest.mark.skipif(
-    shutil.which("rclone") is None, reason="rclone is not installed (apt-get install -y rclone)"
-)
 def run_stubbed_launch(
     tmp_path: Path, extra: dict[str, str], trained: Callable[[LaunchSettings], object]
 ) -> tuple[LaunchSettings, int]:
@@ -290,6 +286,7 @@ def run_stubbed_launch(
             signal.signal(sig, handler)
 
 
+@needs_rclone
 def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monkeypatch):
     """A whole launch (trainer stubbed) with SYNC_TO and ON_END=destroy on a Vast.ai instance: the at-exit
     order is handoff -> final sync -> release, the remote holds the run and the bundle, no file holds a secret."""
@@ -328,6 +325,7 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
     )
 
 
+@needs_rclone
 def test_another_runs_bundle_written_during_the_run_is_neither_replaced_nor_uploaded(tmp_path, monkeypatch):
     """Another run of this RUN_NAME (another CHECKPOINT_DIR, the same ARTIFACTS_DIR) hands off while this one
     trains: the handoff at exit refuses to replace that bundle, and the final sync does not upload it as

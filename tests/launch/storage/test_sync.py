@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import needs_rclone
 from trm.errors import TRMError
 from trm.launch.storage.sync import (
     Syncer,
@@ -24,10 +25,6 @@ from trm.launch.storage.sync import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-needs_rclone = pytest.mark.skipif(
-    shutil.which("rclone") is None,
-    reason="rclone is not installed (apt-get install -y rclone; .ci/run installs it)",
-)
 
 
 @pytest.fixture
@@ -198,6 +195,52 @@ def test_background_syncer_uploads_while_training_and_retries_with_backoff(tmp_p
         and "giving up" in text
         and "final sync to nosuchremote:bucket: FAILED" in text
     )
+
+
+def fake_rclone(tmp_path: Path, monkeypatch, exit_code: int) -> Path:
+    """An rclone on PATH that appends a line to the returned file at each call and exits `exit_code`."""
+    calls = tmp_path / "rclone-calls"
+    fake = tmp_path / "bin" / "rclone"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"$1\" >> '{calls}'\necho 'rclone says no' >&2\nexit {exit_code}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+@pytest.mark.parametrize("exit_code", [6, 7])
+def test_an_error_rclone_says_no_retry_fixes_is_not_retried(tmp_path, monkeypatch, exit_code):
+    """rclone's exit 6 (no retry) and 7 (fatal) end the upload at once, where a retryable one waits out the
+    backoff: a final sync must not keep a billed machine for minutes on an error that cannot pass."""
+    run_dir = make_run(tmp_path)
+    calls = fake_rclone(tmp_path, monkeypatch, exit_code)
+    lines: list[str] = []
+    sleeps: list[float] = []
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    assert not Syncer(run_dir, "store:bucket", lines.append).final()
+    assert len(calls.read_text().splitlines()) == 1 and sleeps == []
+    assert "giving up: no retry can fix this" in lines[0] and "retry in" not in "\n".join(lines)
+    assert f"FAILED (rclone copy failed (exit {exit_code}): rclone says no)" in lines[-1]
+
+
+def test_a_retryable_rclone_error_is_retried_with_doubling_waits(tmp_path, monkeypatch):
+    run_dir = make_run(tmp_path)
+    calls = fake_rclone(tmp_path, monkeypatch, 5)  # rclone's "temporary error"
+    sleeps: list[float] = []
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    assert not Syncer(run_dir, "store:bucket", print, retries=3, backoff_s=15).final()
+    assert len(calls.read_text().splitlines()) == 4 and sleeps == [15, 30, 60]
+
+
+def test_without_rclone_the_final_sync_gives_up_at_once(tmp_path, monkeypatch):
+    """The launch stops at its sync step when rclone is missing; its at-exit final sync then fails at once
+    (it used to wait 15+30+60+120 s before giving up)."""
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "rclone" else "/bin/true")
+    sleeps: list[float] = []
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    lines: list[str] = []
+    assert not Syncer(make_run(tmp_path), "store:bucket", lines.append).final()
+    assert sleeps == [] and "rclone is not installed" in lines[-1] and "no retry can fix this" in lines[0]
 
 
 def test_a_launch_without_rclone_stops_before_training_with_the_fix(tmp_path, monkeypatch):

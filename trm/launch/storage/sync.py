@@ -64,14 +64,19 @@ Log = Callable[[str], None]
 
 
 RCLONE_DIR_NOT_FOUND = 3  # rclone's exit status for "directory not found"
+# rclone's exit statuses for errors it says no retry resolves: 6 "can't/shouldn't be retried", 7 "fatal" (an
+# account suspended, a quota, a bad configuration).
+RCLONE_NO_RETRY = (6, 7)
 
 
 class SyncError(Exception):
-    """An rclone call failed (after its own retries)."""
+    """An rclone call failed (after its own retries). `permanent`: retrying the same call cannot succeed (rclone
+    missing, rclone's no-retry or fatal exit), so Syncer gives up at once instead of waiting out its backoff."""
 
-    def __init__(self, message: str, returncode: int | None = None) -> None:
+    def __init__(self, message: str, returncode: int | None = None, *, permanent: bool = False) -> None:
         super().__init__(message)
         self.returncode = returncode
+        self.permanent = permanent or returncode in RCLONE_NO_RETRY
 
 
 def _connection_params(remote: str) -> str:
@@ -115,7 +120,8 @@ def rclone_binary() -> str:
     binary = shutil.which("rclone")
     if binary is None:
         raise SyncError(
-            "rclone is not installed: `apt-get install -y rclone` (Debian/Ubuntu) or see https://rclone.org/install/"
+            "rclone is not installed: `apt-get install -y rclone` (Debian/Ubuntu) or see https://rclone.org/install/",
+            permanent=True,
         )
     return binary
 
@@ -168,7 +174,7 @@ def sync_up(
     the remote checkpoints the run directory no longer has (`prune_remote`); returns those. Raises
     SyncError."""
     if not run_dir.is_dir():
-        raise SyncError(f"{run_dir} is not a directory")
+        raise SyncError(f"{run_dir} is not a directory", permanent=True)
     first, second = _upload_filters(run_dir)
     _run(["copy", str(run_dir), remote, *first], log)
     if second:
@@ -279,8 +285,9 @@ class Syncer:
         self.last_error: str | None = None
 
     def sync_with_retries(self, retries: int | None = None, *, periodic: bool = False) -> bool:
-        """One upload, retried with doubling waits; True when it succeeded. Never raises. A periodic upload
-        gives up its waits as soon as stop() is called (the final upload follows)."""
+        """One upload, retried with doubling waits; True when it succeeded. Never raises. A permanent error
+        (SyncError.permanent) is not retried. A periodic upload gives up its waits as soon as stop() is called
+        (the final upload follows)."""
         attempts = (self.retries if retries is None else retries) + 1
         wait = self.backoff_s
         for attempt in range(1, attempts + 1):
@@ -291,6 +298,9 @@ class Syncer:
                     )
             except (SyncError, OSError) as err:
                 self.last_error = str(err)
+                if isinstance(err, SyncError) and err.permanent:
+                    self.log(f"sync to {self.remote} failed ({err}); giving up: no retry can fix this")
+                    return False
                 left = attempts - attempt
                 self.log(
                     f"sync to {self.remote} failed ({err}); "
