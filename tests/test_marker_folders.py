@@ -1,5 +1,6 @@
 """The launch, kaggle, kube and runbooks sessions collect only their markers' folders (noxfile's
-MARKER_FOLDERS): a test carrying one of those markers anywhere else would never run in its session."""
+MARKER_FOLDERS): a test carrying one of those markers anywhere else would never run in its session. And a
+mark sits only on tests: on a helper it does nothing."""
 
 from __future__ import annotations
 
@@ -61,3 +62,48 @@ def test_a_marked_test_outside_the_folders_is_found() -> None:
         "tests/kaggle_extra/test_c.py: kaggle",
         "tests/training/test_b.py: launch",
     ]
+
+
+def marks_on_helpers(files: dict[str, str]) -> list[str]:
+    """'path: name' for each function or class that is no test (pytest collects neither) yet carries a
+    `pytest.mark.*` decorator or a name bound to one (`needs_rclone = pytest.mark.skipif(...)`): the mark does
+    nothing there, and the tests it was meant for run without it."""
+    trees = {path: ast.parse(text) for path, text in files.items()}
+    mark_names = {
+        target.id
+        for tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and "mark." in ast.unparse(node.value)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    found = []
+    for path, tree in sorted(trees.items()):
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            if node.name.startswith(("test", "Test")):
+                continue
+            for decorator in node.decorator_list:
+                source = ast.unparse(decorator.func if isinstance(decorator, ast.Call) else decorator)
+                if "mark." in source or source in mark_names:
+                    found.append(f"{path}: {node.name}")
+    return sorted(found)
+
+
+def test_no_mark_sits_on_a_helper() -> None:
+    files = {
+        p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("*.py")
+    }
+    assert marks_on_helpers(files) == [], "move these marks onto the tests they were meant for"
+
+
+def test_a_mark_on_a_helper_is_found() -> None:
+    files = {
+        "tests/helpers.py": "needs_tool = pytest.mark.skipif(True, reason='x')",
+        "tests/a/test_a.py": (
+            "@needs_tool\ndef run_it(): ...\n@pytest.mark.skipif(True, reason='x')\ndef helper(): ...\n"
+            "@needs_tool\ndef test_ok(): ...\n@pytest.fixture\ndef fixture(): ...\n@pytest.mark.slow\nclass TestOk: ...\n"
+        ),
+    }
+    assert marks_on_helpers(files) == ["tests/a/test_a.py: helper", "tests/a/test_a.py: run_it"]
