@@ -34,15 +34,20 @@ def _parts(ran: list[str], seen: dict[str, list[str]] | None = None) -> tuple[co
     return tuple(dataclasses.replace(p, run=fake(p.name), needs_cuda=False) for p in plan.PARTS)
 
 
+@pytest.fixture
+def no_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check as on a machine without CUDA (its parts here are fakes that need none)."""
+    monkeypatch.setattr(cli, "cuda_available", lambda: False)
+
+
 def _tree(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("name", ["report.json", "report.md"])
 def test_a_users_file_named_like_the_report_is_refused_untouched(
-    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, name: str, no_cuda: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "cuda_available", lambda: False)
     out = tmp_path / "out"
     out.mkdir()
     (out / name).write_text('{"my": "measurements"}\n')
@@ -56,11 +61,10 @@ def test_a_users_file_named_like_the_report_is_refused_untouched(
 
 
 def test_a_rerun_replaces_its_own_report_and_keeps_the_earlier_work_aside(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, no_cuda: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A rerun must not find the earlier run's datasets, checkpoints or probe.json in work/ (build-arc refuses
     an existing dataset; the probe would report the earlier probe.json): it gets an empty work/."""
-    monkeypatch.setattr(cli, "cuda_available", lambda: False)
     out = tmp_path / "out"
     argv = ["--out", str(out), "--only", "facts", "collect"]
     ran: list[str] = []
@@ -79,9 +83,8 @@ def test_a_rerun_replaces_its_own_report_and_keeps_the_earlier_work_aside(
 
 
 def test_a_work_folder_the_check_did_not_write_is_refused_and_an_interrupted_runs_is_not(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, no_cuda: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(cli, "cuda_available", lambda: False)
     out = tmp_path / "out"
     (out / "work").mkdir(parents=True)
     (out / "work" / "notes.txt").write_text("mine")
@@ -101,10 +104,9 @@ def test_a_work_folder_the_check_did_not_write_is_refused_and_an_interrupted_run
 
 
 def test_a_users_folder_as_extension_dir_is_refused_before_any_part_runs(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, no_cuda: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A new build used to delete `site/`, `build.json` and `result.json` in --extension-dir, whoever wrote them."""
-    monkeypatch.setattr(cli, "cuda_available", lambda: False)
     mine = tmp_path / "mine"
     (mine / "site").mkdir(parents=True)
     (mine / "site" / "package.py").write_text("x = 1\n")
