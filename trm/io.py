@@ -32,7 +32,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to `path` so that readers see either the old file or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_dead_leftovers(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -89,14 +90,15 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     """Delete temp directories next to `target` that a killed writer on this host left behind.
 
     `atomic_directory` names its temp directory `.<name>.<host>-<pid>.<random>.partial` (and a replaced
-    target `.<name>.old-<host>-<pid>`). A SIGKILLed writer never cleans up; a leftover whose host is
-    this one and whose pid no longer runs is removed. Leftovers of other hosts (shared volumes) stay.
-    Returns what was removed.
+    target `.<name>.old-<host>-<pid>`), `atomic_write_bytes` its temp file `.<name>.<host>-<pid>.<random>.tmp`.
+    A SIGKILLed writer never cleans up; a leftover whose host is this one and whose pid no longer runs is
+    removed. Leftovers of other hosts (shared volumes) stay. Returns what was removed.
     """
     target = Path(target)
     host = _host_tag()
     removed = []
-    for pattern in (f".{target.name}.{host}-*.partial", f".{target.name}.old-{host}-*"):
+    patterns = (f".{target.name}.{host}-*.partial", f".{target.name}.{host}-*.tmp", f".{target.name}.old-{host}-*")
+    for pattern in patterns:
         for leftover in target.parent.glob(pattern):
             owner = leftover.name[len(f".{target.name}.") :].removeprefix("old-").removeprefix(f"{host}-")
             pid = owner.split(".", 1)[0]
