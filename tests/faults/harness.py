@@ -284,7 +284,7 @@ def sweep(
     for index in (i for i, point in enumerate(counting.log) if select(point)):
         fresh()
         killed += 1
-        with injected(root, kill_at=index) as killing, pytest.raises(Killed):
+        with injected(root, kill_at=index), pytest.raises(Killed):
             command(root)
         where = f"killed before mutation {counting.log[index]}"
         left = snapshot(root)
