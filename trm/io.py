@@ -6,6 +6,8 @@ anything and marks every folder it publishes as written by trm-stack."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -32,7 +34,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write `data` to `path` so that readers see either the old file or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_dead_leftovers(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -65,6 +68,24 @@ def fsync_tree(root: str | os.PathLike[str]) -> None:
         fsync_dir(dirpath)
 
 
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap the paths `a` and `b` in one step (Linux's renameat2 with RENAME_EXCHANGE). False, with nothing
+    changed, where this system or filesystem cannot (then two renames are the caller's fallback)."""
+    renameat2 = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
 def _host_tag() -> str:
     """This host's name, reduced to characters safe in a file name (hostnames matter on shared disks)."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname()) or "host"
@@ -89,18 +110,27 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     """Delete temp directories next to `target` that a killed writer on this host left behind.
 
     `atomic_directory` names its temp directory `.<name>.<host>-<pid>.<random>.partial` (and a replaced
-    target `.<name>.old-<host>-<pid>`). A SIGKILLed writer never cleans up; a leftover whose host is
-    this one and whose pid no longer runs is removed. Leftovers of other hosts (shared volumes) stay.
-    Returns what was removed.
+    target `.<name>.old-<host>-<pid>`), `atomic_write_bytes` its temp file `.<name>.<host>-<pid>.<random>.tmp`.
+    A SIGKILLed writer never cleans up; a leftover whose host is this one and whose pid no longer runs is
+    removed, except a target moved aside whose replacement was never published: it is put back at `target`.
+    Leftovers of other hosts (shared volumes) stay. Returns what was removed.
     """
     target = Path(target)
     host = _host_tag()
     removed = []
-    for pattern in (f".{target.name}.{host}-*.partial", f".{target.name}.old-{host}-*"):
+    patterns = (
+        f".{target.name}.{host}-*.partial",
+        f".{target.name}.{host}-*.tmp",
+        f".{target.name}.old-{host}-*",
+    )
+    for pattern in patterns:
         for leftover in target.parent.glob(pattern):
             owner = leftover.name[len(f".{target.name}.") :].removeprefix("old-").removeprefix(f"{host}-")
             pid = owner.split(".", 1)[0]
             if pid.isdigit() and not _is_alive(int(pid)):
+                if ".old-" in pattern and not (target.exists() or target.is_symlink()):
+                    os.replace(leftover, target)  # moved aside, the new one never published: put it back
+                    continue
                 safe_remove.remove_own_temp(leftover)
                 removed.append(leftover)
     return removed
@@ -120,7 +150,8 @@ def atomic_directory(
     """Yield a fresh temp directory next to `target`; on success publish it at `target` by rename.
 
     On any exception the temp directory is removed and `target` is left untouched. With
-    `overwrite=True` an existing `target` is replaced (moved aside, then deleted after the rename), but
+    `overwrite=True` an existing `target` is replaced (swapped with the new folder in one step where the
+    filesystem can, else moved aside first; then deleted), but
     only when `trm.safe_remove` allows it: an output of the same `kind` that trm-stack wrote, holding
     nothing else, not a run, checkpoint or dataset, and not one of the `sources` the command reads. The
     check runs before anything is staged and again right before the rename. The published folder carries
@@ -150,9 +181,13 @@ def atomic_directory(
         if target.exists() or target.is_symlink():
             # Changed while staging?
             safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by, flag=flag)
-            old = target.with_name(f".{target.name}.old-{owner}")
-            os.replace(target, old)
-        os.replace(tmp, target)
+            if exchange(tmp, target):  # one step: a kill leaves the old folder or the new one at `target`
+                old = tmp
+            else:
+                old = target.with_name(f".{target.name}.old-{owner}")
+                os.replace(target, old)
+        if old is not tmp:
+            os.replace(tmp, target)
         fsync_dir(target.parent)
         if old is not None:
             safe_remove.remove_own_temp(old)

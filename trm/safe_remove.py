@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from typing import Any
 from trm.errors import TRMError
 
 MARKER = ".trm-created"
+_MARKER_TMP_SUFFIX = ".tmp"
 _STEP = re.compile(r"^step_\d+$")
 
 
@@ -60,11 +62,45 @@ def write_marker(folder: Path, *, tool: str, kind: str, scratch: bool = False) -
         "scratch": scratch,
         "files": _relative_files(folder),
     }
-    with open(folder / MARKER, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    # Written beside its name and renamed: a writer killed halfway leaves no torn marker, only a temp file
+    # that `clear_killed_marker` recognises.
+    fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", suffix=_MARKER_TMP_SUFFIX, dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / MARKER)
+    except BaseException:
+        remove_own_temp(tmp)
+        raise
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def clear_killed_marker(folder: Path) -> None:
+    """Delete the temp files of `write_marker`s killed before their rename when they are all `folder`
+    holds: the killed command had found the folder empty (or made it) and was claiming it, so it is
+    empty again, as that command found it. A folder holding anything else is left as it is."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    entries = list(folder.iterdir())
+    if entries and all(_is_marker_temp(p) for p in entries):
+        for path in entries:
+            remove_own_temp(path)
+
+
+def _is_marker_temp(path: Path) -> bool:
+    return (
+        path.name.startswith(f"{MARKER}.")
+        and path.name.endswith(_MARKER_TMP_SUFFIX)
+        and path.is_file()
+        and not path.is_symlink()
+    )
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:

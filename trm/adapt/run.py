@@ -48,6 +48,7 @@ WARMUP_SHARE = 10  # warm-up: a tenth of the steps (at most the source run's war
 MINUTES_ONLY_WARMUP = 100
 SUMMARY = "adapt.json"
 ADAPT_KIND = "adaptation"  # the kind in the run directory's creation marker (trm.safe_remove)
+STAGING_PREFIX, STAGING_SUFFIX = ".inputs.", ".partial"  # the task file's staging folder in OUT
 
 
 @dataclass
@@ -291,7 +292,7 @@ def adapt(
 def claim_out(out: Path, sources: list[Path]) -> None:
     """Make `out` this adaptation's run directory: a new or empty folder (marked as an adaptation's), or
     one an earlier adaptation marked (resumed). Anything else is refused before a file is written."""
-    from trm.safe_remove import MARKER, read_marker, write_marker
+    from trm.safe_remove import MARKER, clear_killed_marker, read_marker, write_marker
 
     if out.is_symlink():  # checked first: every later check would follow it
         raise TRMError(
@@ -303,6 +304,7 @@ def claim_out(out: Path, sources: list[Path]) -> None:
             raise TRMError(f"--out {out}: it holds {source}, which this command reads; choose a new folder")
     if out.exists() and not out.is_dir():
         raise TRMError(f"--out {out}: it is a file, not a folder; choose a new or empty folder")
+    clear_killed_marker(out)  # an adaptation killed while it claimed the folder
     if out.is_dir() and any(out.iterdir()):
         record = read_marker(out)
         if record is None or record.get("kind") != ADAPT_KIND:
@@ -324,7 +326,10 @@ def stage_and_build(selected: SelectedTasks, out: Path, settings: AdaptSettings)
     from trm.safe_remove import remove_own_temp
 
     inputs = out / "inputs"
-    tmp = Path(tempfile.mkdtemp(prefix=".inputs.", suffix=".partial", dir=out))
+    # Staging folders of an adaptation killed here before: this one holds the run lock, so no other uses them.
+    for leftover in out.glob(f"{STAGING_PREFIX}*{STAGING_SUFFIX}"):
+        remove_own_temp(leftover)
+    tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=STAGING_SUFFIX, dir=out))
     try:
         staged = write_tasks(selected, tmp)
         dataset, reused = out / "dataset", (out / "dataset").exists()

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trm.errors import TRMError
-from trm.io import atomic_directory, atomic_write_bytes
+from trm.io import atomic_directory, atomic_write_bytes, remove_dead_leftovers
 from trm.safe_remove import check_replaceable
 
 from . import formats
@@ -109,7 +109,11 @@ def existing_dataset(
     Raises DatasetInTheWay when `output_dir` holds another dataset, or the same dataset with damaged files
     (truncated, edited, missing), and `overwrite` is not set (with `overwrite` such a dataset is rebuilt), and
     TRMError naming `flag` (what the caller's user calls `output_dir`) when it holds what a builder did not write.
+    A build killed after it published the dataset but before it removed the old one left that temp folder
+    beside it: it goes first, also when this build then has nothing to do.
     """
+    if output_dir.parent.is_dir():
+        remove_dead_leftovers(output_dir)
     if not output_dir.exists():
         return None
     manifest = None
