@@ -96,6 +96,12 @@ def test_the_work_folder_is_new_empty_or_an_earlier_ranked_runs(tmp_path: Path) 
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     with pytest.raises(TRMError, match="which this command reads"):
         claim_work(tmp_path, [tmp_path / "c.json"])
+    # A claim killed while it wrote its marker left the marker's temp file alone in the folder: claimed again.
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / f"{MARKER}.k2x9.tmp").write_text('{"tool": ')
+    claim_work(killed, [tmp_path / "c.json"])
+    assert [p.name for p in killed.iterdir()] == [MARKER]
 
 
 def test_the_plan_reflects_the_ranks_used() -> None:

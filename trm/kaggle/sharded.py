@@ -83,13 +83,14 @@ def group_result(work: Path, index: int) -> Path:
 
 def claim_work(work: Path, sources: list[Path]) -> None:
     """Make `work` this command's folder: new, empty, or marked by an earlier `infer --ranks`."""
-    from trm.safe_remove import MARKER, read_marker, write_marker
+    from trm.safe_remove import MARKER, clear_killed_marker, read_marker, write_marker
 
     for source in sources:
         if work.resolve() == source.resolve() or work.resolve() in source.resolve().parents:
             raise TRMError(f"--adapt-dir {work}: it holds {source}, which this command reads; choose another")
     if work.exists() and not work.is_dir():
         raise TRMError(f"--adapt-dir {work}: it is a file, not a folder; choose a new or empty folder")
+    clear_killed_marker(work)  # an `infer --ranks` killed while it claimed the folder
     if work.is_dir() and any(work.iterdir()):
         record = read_marker(work)
         if record is None or record.get("kind") != SHARDED_KIND:
