@@ -101,7 +101,9 @@ def test_vast_instance_is_released_through_the_cli(tmp_path, code, action):
     lines: list[str] = []
     assert release(policy, code, env, lines.append) == action
     yes = " --yes" if action == "destroy" else ""  # vastai 1.9.1's destroy asks for confirmation without it
-    assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"{action} instance 4242{yes} key={VAST_KEY}"]
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"{action} instance 4242{yes} key={VAST_KEY}"
+    ]
     assert VAST_KEY not in "\n".join(lines) and "(API key from the environment)" in "\n".join(lines)
 
 
@@ -126,7 +128,8 @@ def test_a_failing_vastai_keeps_the_machine_and_says_so(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("status", "tries", "hint"), [(401, 1, "a key allowed to manage this instance"), (404, 1, ""), (503, 3, "")]
+    ("status", "tries", "hint"),
+    [(401, 1, "a key allowed to manage this instance"), (404, 1, ""), (503, 3, "")],
 )
 def test_a_vastai_refusal_is_a_failure_and_only_a_passing_one_is_tried_again(tmp_path, status, tries, hint):
     """vastai 1.9.1 exits 0 when the API refuses ("Failed with error 401: ..."): the release is not taken
@@ -134,7 +137,10 @@ def test_a_vastai_refusal_is_a_failure_and_only_a_passing_one_is_tried_again(tmp
     env = vast_env(tmp_path, ON_END="destroy", VASTAI_FAIL_STATUS=str(status))
     lines: list[str] = []
     waits: list[float] = []
-    assert release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append, sleep=waits.append) == "keep"
+    assert (
+        release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append, sleep=waits.append)
+        == "keep"
+    )
     assert len((tmp_path / "vastai.calls").read_text().splitlines()) == tries
     assert waits == [15.0, 60.0][: tries - 1]
     assert f"HTTP {status}" in lines[-1] and hint in lines[-1] and "release it by hand" in lines[-1], lines
@@ -149,7 +155,9 @@ def test_vast_destroy_is_confirmed_and_never_waits_for_an_answer(tmp_path):
     os.dup2(read, 0)
     try:
         lines: list[str] = []
-        assert release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append) == "destroy", lines
+        assert release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append) == "destroy", (
+            lines
+        )
     finally:
         os.dup2(saved, 0)
         for fd in (saved, read, write):
@@ -158,7 +166,10 @@ def test_vast_destroy_is_confirmed_and_never_waits_for_an_answer(tmp_path):
     (tmp_path / "bin" / "vastai").write_text("#!/bin/sh\necho Aborted.\n")
     lines.clear()
     waits: list[float] = []
-    assert release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append, sleep=waits.append) == "keep"
+    assert (
+        release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append, sleep=waits.append)
+        == "keep"
+    )
     assert "did not confirm the destroy: Aborted." in lines[-1] and waits == [], lines
 
 
@@ -349,7 +360,9 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
     log = (settings.launch_dir / "launch.log").read_text()
     order = [log.index(s) for s in ("handoff bundle:", "final sync to store:", "release: vastai destroy")]
     assert order == sorted(order), log
-    assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"destroy instance 4242 --yes key={VAST_KEY}"]
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"destroy instance 4242 --yes key={VAST_KEY}"
+    ]
     remote = bucket / "trm-debug-tiny"
     assert (remote / "step_5" / "COMPLETE").is_file() and not (remote / ".step_6.partial").exists()
     assert (remote / "handoff" / "handoff.json").is_file() and (remote / "launch" / "launch.log").is_file()

@@ -244,7 +244,13 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
     log(f"release: {shown}" + (" (API key from the environment)" if key else ""))
     try:
         result = subprocess.run(
-            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, check=False, env=child_env
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=child_env,
         )
     except FileNotFoundError:
         raise ReleaseError(
