@@ -40,3 +40,12 @@ def test_a_dataset_that_never_appears_stops_the_node_with_the_fix(tmp_path: Path
     with pytest.raises(LaunchFailed) as err:
         steps._wait_for_dataset(_session([]), tmp_path / "data")  # type: ignore[arg-type]
     assert err.value.code == exit_codes.CONFIG_ERROR and "shared by every node" in str(err.value)
+
+
+def test_node_ranks_declaration_states_the_wait_the_step_makes() -> None:
+    from trm.launch.config.variables import ENV_VARS
+
+    (node_rank,) = [var for var in ENV_VARS if var.name == "NODE_RANK"]
+    assert (
+        f"checked every {steps.DATA_POLL_S:g} s, at most {steps.DATA_WAIT_S / 60:.0f} min" in node_rank.help
+    )
