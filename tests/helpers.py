@@ -75,6 +75,34 @@ def install_fake_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shape: str
     return env
 
 
+# --- A fake `vastai` CLI on PATH that answers the way vastai 1.9.1 (the pinned one) does -------------------
+
+# vastai 1.9.1 exits 0 whatever the API answered: a refusal is "Failed with error <status>: <message>" on
+# stderr. `destroy instance` asks for confirmation on stdin unless --yes; a closed stdin answers "Aborted.".
+# VASTAI_FAIL_STATUS (in the environment the CLI gets) makes it refuse with that HTTP status.
+_FAKE_VASTAI = """#!/bin/sh
+echo "$* key=$VAST_API_KEY" >> {record}
+if [ -n "$VASTAI_FAIL_STATUS" ]; then echo "Failed with error $VASTAI_FAIL_STATUS: refused" >&2; exit 0; fi
+case "$1 $*" in
+  "destroy "*" --yes"*|"destroy "*" -y"*) echo "destroying instance $3." ;;
+  "destroy "*) printf 'Are you sure you want to destroy instance %s? [y/N] ' "$3"
+               if read -r answer && [ "$answer" = y ]; then echo "destroying instance $3."; else echo Aborted.; fi ;;
+  "stop "*) echo "stopping instance $3." ;;
+  *) echo "usage: vastai ..." >&2; exit 2 ;;
+esac
+"""
+
+
+def write_fake_vastai(bin_dir: Path, record: Path) -> Path:
+    """A `vastai` in `bin_dir` answering like vastai 1.9.1 and recording each command line (and the key it
+    got in its environment, vastai's --api-key default) as a line of `record`; returns the script."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "vastai"
+    script.write_text(_FAKE_VASTAI.format(record=record))
+    script.chmod(0o755)
+    return script
+
+
 def main_in_process(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

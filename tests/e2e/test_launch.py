@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import needs_rclone
+from tests.helpers import needs_rclone, write_fake_vastai
 from tests.launch.plan.test_plan import SCRIPT, script_env
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -149,8 +149,7 @@ def test_train_prod_syncs_releases_and_a_new_machine_resumes_from_the_copy(tmp_p
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "vastai.calls"
-    (bin_dir / "vastai").write_text(f'#!/bin/sh\necho "$* key=$VAST_API_KEY" >> {calls}\n')
-    (bin_dir / "vastai").chmod(0o755)
+    write_fake_vastai(bin_dir, calls)
     scoped = "vast-e2e-key-91c2"  # CONTAINER_API_KEY as Vast.ai sets it
     settings = dict(
         TASK="debug-tiny", NUM_GPUS="0", CPU_PROCS="1", SMOKE_STEPS="0", PREFLIGHT="0",

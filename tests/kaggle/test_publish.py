@@ -269,10 +269,17 @@ def test_a_dataset_still_processing_at_the_deadline_stops_before_the_kernel_with
     plan = stage(bundle, None, OPTS)
     api = RecordingApi(existing={plan.weights, plan.wheels}, statuses=["pending"] * 100)
     clock = iter(range(0, 10_000, 30))
-    publisher = Publisher(api, plan, say=lambda s: None, sleep=lambda s: None, clock=lambda: next(clock))
+    said: list[str] = []
+    publisher = Publisher(api, plan, say=said.append, sleep=lambda s: None, clock=lambda: next(clock))
     with pytest.raises(TRMError) as err:
         publisher.run(wait_minutes=2)
     assert err.value.exit_code == PUBLISH_FAILED
+    # the wait says what it waits for and how long, once
+    waiting = [line for line in said if line.startswith("waiting for Kaggle")]
+    assert waiting == [
+        f"waiting for Kaggle to process dataset {plan.weights}, {plan.wheels}: checked every 10 s, at most "
+        "2 min (--wait-minutes)"
+    ]
     assert f"kaggle kernels push -p {plan.kernel_folder}" in str(err.value)
     assert "kernels_push" not in [name for name, _ in api.calls]
 

@@ -338,6 +338,7 @@ class Publisher:
 
         deadline = self.clock() + minutes * 60
         pending = list(refs)
+        told = False
         while True:
             for ref in list(pending):
                 try:
@@ -357,6 +358,12 @@ class Publisher:
                     f"dataset {', '.join(pending)} still processing after {minutes:g} min; push the kernel when "
                     f"it is ready: kaggle kernels push -p {self.plan.kernel_folder}"
                 )
+            if not told:  # one line, so a quiet terminal for minutes is not taken for a hang
+                self.say(
+                    f"waiting for Kaggle to process dataset {', '.join(pending)}: checked every "
+                    f"{POLL_SECONDS:.0f} s, at most {minutes:g} min (--wait-minutes)"
+                )
+                told = True
             self.sleep(POLL_SECONDS)
 
     def kernel(self) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import JsonApi, json_api, needs_rclone, trm_in_process
+from tests.helpers import JsonApi, json_api, needs_rclone, trm_in_process, write_fake_vastai
 from trm import exit_codes
 from trm.errors import TRMError
 from trm.launch.config.settings import LaunchSettings, policy_from_env
@@ -28,14 +28,10 @@ VAST_KEY = "vast-scoped-key-0d4e8b2a"
 
 
 def fake_vastai(tmp_path: Path) -> tuple[Path, Path]:
-    """A `vastai` that records its arguments, one call a line; returns (bin dir, record file)."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    record = tmp_path / "vastai.calls"
-    script = bin_dir / "vastai"
-    # records its command line and the key it got from its environment (vastai's --api-key default)
-    script.write_text(f'#!/bin/sh\necho "$* key=$VAST_API_KEY" >> {record}\necho "stopping instance"\n')
-    script.chmod(0o755)
+    """A `vastai` (as vastai 1.9.1 answers) that records its arguments, one call a line; returns (bin dir,
+    record file)."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "vastai.calls"
+    write_fake_vastai(bin_dir, record)
     return bin_dir, record
 
 
@@ -103,7 +99,10 @@ def test_vast_instance_is_released_through_the_cli(tmp_path, code, action):
     policy = policy_from_env(env, sync_to="remote:bucket")
     lines: list[str] = []
     assert release(policy, code, env, lines.append) == action
-    assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"{action} instance 4242 key={VAST_KEY}"]
+    yes = " --yes" if action == "destroy" else ""  # vastai 1.9.1's destroy asks for confirmation without it
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"{action} instance 4242{yes} key={VAST_KEY}"
+    ]
     assert VAST_KEY not in "\n".join(lines) and "(API key from the environment)" in "\n".join(lines)
 
 
@@ -115,8 +114,9 @@ def test_vast_destroy_becomes_stop_when_the_final_sync_failed(tmp_path):
 
 
 def test_a_failing_vastai_keeps_the_machine_and_says_so(tmp_path):
+    """vastai exits 1 when an error escaped it (the network's, after its own retries): tried three times."""
     env = vast_env(tmp_path, ON_END="stop")
-    (tmp_path / "bin" / "vastai").write_text(f"#!/bin/sh\necho 'invalid key {VAST_KEY}' >&2\nexit 1\n")
+    (tmp_path / "bin" / "vastai").write_text(f"#!/bin/sh\necho 'connection error {VAST_KEY}' >&2\nexit 1\n")
     lines: list[str] = []
     waits: list[float] = []
     policy = policy_from_env(env, sync_to="")
@@ -124,6 +124,52 @@ def test_a_failing_vastai_keeps_the_machine_and_says_so(tmp_path):
     text = "\n".join(lines)
     assert "release FAILED" in text and "release it by hand" in text and VAST_KEY not in text
     assert waits == [15.0, 60.0]  # the CLI's failure may be the network's: tried three times
+
+
+@pytest.mark.parametrize(
+    ("status", "tries", "hint"),
+    [(401, 1, "a key allowed to manage this instance"), (404, 1, ""), (503, 3, "")],
+)
+def test_a_vastai_refusal_is_a_failure_and_only_a_passing_one_is_tried_again(tmp_path, status, tries, hint):
+    """vastai 1.9.1 exits 0 when the API refuses ("Failed with error 401: ..."): the release is not taken
+    for done, and a refusal no retry changes (a bad key, no such instance) is not waited on."""
+    env = vast_env(tmp_path, ON_END="destroy", VASTAI_FAIL_STATUS=str(status))
+    lines: list[str] = []
+    waits: list[float] = []
+    assert (
+        release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append, sleep=waits.append)
+        == "keep"
+    )
+    assert len((tmp_path / "vastai.calls").read_text().splitlines()) == tries
+    assert waits == [15.0, 60.0][: tries - 1]
+    assert f"HTTP {status}" in lines[-1] and hint in lines[-1] and "release it by hand" in lines[-1], lines
+
+
+def test_vast_destroy_is_confirmed_and_never_waits_for_an_answer(tmp_path):
+    """vastai 1.9.1's `destroy instance` asks "Are you sure?" on stdin: the release answers --yes and gives the
+    CLI no stdin (the launcher's may be a terminal nobody watches); an unconfirmed answer is no release."""
+    env = vast_env(tmp_path, ON_END="destroy")
+    read, write = os.pipe()  # a stdin that never answers nor closes, like an unattended terminal
+    saved = os.dup(0)
+    os.dup2(read, 0)
+    try:
+        lines: list[str] = []
+        assert release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append) == "destroy", (
+            lines
+        )
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read, write):
+            os.close(fd)
+    assert lines[-1] == "release: vastai: destroying instance 4242."
+    (tmp_path / "bin" / "vastai").write_text("#!/bin/sh\necho Aborted.\n")
+    lines.clear()
+    waits: list[float] = []
+    assert (
+        release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append, sleep=waits.append)
+        == "keep"
+    )
+    assert "did not confirm the destroy: Aborted." in lines[-1] and waits == [], lines
 
 
 def test_prime_intellect_pod_is_deleted_with_the_bearer_token(tmp_path):
@@ -311,7 +357,9 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
     log = (settings.launch_dir / "launch.log").read_text()
     order = [log.index(s) for s in ("handoff bundle:", "final sync to store:", "release: vastai destroy")]
     assert order == sorted(order), log
-    assert (tmp_path / "vastai.calls").read_text().splitlines() == [f"destroy instance 4242 key={VAST_KEY}"]
+    assert (tmp_path / "vastai.calls").read_text().splitlines() == [
+        f"destroy instance 4242 --yes key={VAST_KEY}"
+    ]
     remote = bucket / "trm-debug-tiny"
     assert (remote / "step_5" / "COMPLETE").is_file() and not (remote / ".step_6.partial").exists()
     assert (remote / "handoff" / "handoff.json").is_file() and (remote / "launch" / "launch.log").is_file()
@@ -423,12 +471,13 @@ def test_a_release_that_may_pass_on_retry_is_tried_again_and_a_refusal_is_not(tm
     (tmp_path / "bin" / "vastai").write_text(
         f'#!/bin/sh\necho "$* key=$VAST_API_KEY" >> {calls}\n'
         f'if [ ! -e {marker} ]; then touch {marker}; echo "connection reset" >&2; exit 1; fi\n'
+        'echo "destroying instance $3."\n'
     )
     waits: list[float] = []
     lines: list[str] = []
     policy = policy_from_env(env, sync_to="r:b")
     assert release(policy, exit_codes.OK, env, lines.append, sleep=waits.append) == "destroy", lines
-    assert calls.read_text().splitlines() == [f"destroy instance 4242 key={VAST_KEY}"] * 2
+    assert calls.read_text().splitlines() == [f"destroy instance 4242 --yes key={VAST_KEY}"] * 2
     assert waits == [15.0] and "trying again in 15 s" in "\n".join(lines)
     assert VAST_KEY not in "\n".join(lines)
     for statuses, result, tries in (((503, 200), "destroy", 2), ((401,), "keep", 1), ((502,), "keep", 3)):

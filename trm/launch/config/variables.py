@@ -279,7 +279,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
     ),
     EnvVar(
         "NODE_RANK",
-        "this node's rank (0 builds the dataset, the others wait for it)",
+        "this node's rank (0 builds the dataset, the others wait for it: checked every 10 s, at most 60 min, "
+        "then exit 2)",
         "hardware",
         parse=integer(),
         unset=0,

@@ -24,6 +24,7 @@ from trm.launch.supervision.supervisor import CostGuard
 from trm.launch.supervision.training import train
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
+DATA_POLL_S = 10.0  # how often they look for it
 
 
 def preflight_step(session: Session, step: Step) -> None:
@@ -65,18 +66,21 @@ def data_step(session: Session, step: Step) -> None:
 
 
 def _wait_for_dataset(session: Session, d: Path) -> None:
-    deadline = time.time() + DATA_WAIT_S
-    session.console.log(f"node {session.settings.node_rank}: waiting for node 0 to build {d}")
+    deadline = time.monotonic() + DATA_WAIT_S
+    session.console.log(
+        f"node {session.settings.node_rank}: waiting for node 0 to build {d} (checked every {DATA_POLL_S:g} s, "
+        f"at most {DATA_WAIT_S / 60:.0f} min)"
+    )
     while not d.exists():
         if session.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, "stopped while waiting for the dataset")
-        if time.time() > deadline:
+        if time.monotonic() >= deadline:
             raise LaunchFailed(
                 exit_codes.CONFIG_ERROR,
                 f"{d} did not appear within {DATA_WAIT_S / 60:.0f} min; DATA_DIR must be a volume shared by "
                 "every node (ReadWriteMany), and node 0 must be running",
             )
-        time.sleep(10)
+        time.sleep(DATA_POLL_S)
 
 
 def hardware_step(session: Session, step: Step) -> None:

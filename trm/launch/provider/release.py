@@ -17,6 +17,7 @@ never logged or written anywhere.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -187,6 +188,41 @@ def read_prime_token(env: Mapping[str, str]) -> str:
     return token
 
 
+# How vastai (1.9.1) answers: exit 0 whether or not the request succeeded. A refusal by the API is the line
+# "Failed with error <HTTP status>: <message>" on stderr; a request the API turned down otherwise is its message
+# alone; success is "stopping instance <id>." / "destroying instance <id>.". Exit 2 is a usage error (argparse);
+# any other exit is an exception it did not handle, the network's after its own retries of 429/5xx.
+_VAST_HTTP_FAILURE = re.compile(r"failed with error (\d{3})", re.IGNORECASE)
+_VAST_DONE = {"stop": "stopping instance {}", "destroy": "destroying instance {}"}
+_USAGE_ERROR = 2
+
+
+def retryable_status(status: int) -> bool:
+    """Whether an HTTP answer with this status may differ next time: 429 (rate limit) and 5xx do; 4xx refusals
+    (a bad key, a missing pod or instance) do not."""
+    return status == 429 or status >= 500
+
+
+def _vast_outcome(action: str, instance: str, returncode: int, output: str) -> ReleaseError | None:
+    """The one place a vastai answer is judged: None when it released the instance, else the ReleaseError
+    (with `retry` only for what a retry may cure)."""
+    shown = f"`vastai {action} instance {instance}`"
+    if returncode == _USAGE_ERROR:
+        return ReleaseError(f"{shown} refused its command line (exit 2, the pinned {VASTAI_CLI}?): {output}")
+    if returncode != 0:
+        return ReleaseError(f"{shown} failed (exit {returncode}): {output}", retry=True)
+    refused = _VAST_HTTP_FAILURE.search(output)
+    if refused:
+        status = int(refused.group(1))
+        hint = " (CONTAINER_API_KEY or VAST_API_KEY must be a key allowed to manage this instance)" if status in (
+            401, 403) else ""  # fmt: skip
+        return ReleaseError(f"{shown}: the Vast.ai API answered HTTP {status}{hint}: {output}",
+                            retry=retryable_status(status))  # fmt: skip
+    if _VAST_DONE[action].format(instance) not in output:
+        return ReleaseError(f"{shown} did not confirm the {action}: {output or '(no output)'}")
+    return None
+
+
 def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
     instance = env.get("CONTAINER_ID", "").strip()
     if not instance:
@@ -198,14 +234,24 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
             "into the environment of the launch (e.g. `export CONTAINER_ID` in the on-start script)"
         )
     key = env.get("VAST_API_KEY", "").strip() or env.get("CONTAINER_API_KEY", "").strip()
-    cmd = ["vastai", action, "instance", instance]
+    # `destroy` asks "Are you sure?" on stdin unless --yes: without it the CLI aborts (stdin closed) or waits for
+    # an answer nobody gives (a terminal). stdin is closed either way, so no other question can wait either.
+    cmd = ["vastai", action, "instance", instance, *(["--yes"] if action == "destroy" else [])]
     # The key goes in the CLI's environment (vastai reads VAST_API_KEY as --api-key's default), never on its
     # command line, where every process on the machine could read it (`ps`).
     child_env = {**env, "VAST_API_KEY": key} if key else dict(env)
     shown = " ".join(cmd)
     log(f"release: {shown}" + (" (API key from the environment)" if key else ""))
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False, env=child_env)
+        result = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env=child_env,
+        )
     except FileNotFoundError:
         raise ReleaseError(
             f"{cmd[0]} is not installed: `{VASTAI_INSTALL}` (the official Vast.ai CLI), then "
@@ -213,11 +259,11 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
         ) from None
     except subprocess.TimeoutExpired:
         raise ReleaseError(f"`{shown}` did not answer within 120 s", retry=True) from None
-    output = _redact((result.stdout + result.stderr).strip(), [key])
-    if result.returncode != 0:
-        raise ReleaseError(f"`{shown}` failed (exit {result.returncode}): {output[-500:]}", retry=True)
-    if output:
-        log(f"release: vastai: {output[-500:]}")
+    output = _redact((result.stdout + result.stderr).strip(), [key])[-500:]
+    error = _vast_outcome(action, instance, result.returncode, output)
+    if error is not None:
+        raise error
+    log(f"release: vastai: {output}")
 
 
 def release_prime(env: Mapping[str, str], log: Log) -> None:
@@ -235,8 +281,9 @@ def release_prime(env: Mapping[str, str], log: Log) -> None:
     except urllib.error.HTTPError as err:
         detail = _redact(err.read(500).decode("utf-8", "replace"), [token])
         hint = " (the API key needs Instances read+write)" if err.code in (401, 403) else ""
-        retry = err.code == 429 or err.code >= 500
-        raise ReleaseError(f"DELETE {url} answered HTTP {err.code}{hint}: {detail}", retry=retry) from None
+        raise ReleaseError(
+            f"DELETE {url} answered HTTP {err.code}{hint}: {detail}", retry=retryable_status(err.code)
+        ) from None
     except (urllib.error.URLError, OSError) as err:
         raise ReleaseError(f"DELETE {url} failed: {_redact(str(err), [token])}", retry=True) from None
     log(f"release: Prime Intellect answered {_redact(body, [token])[:300]}")
