@@ -21,6 +21,7 @@ from trm.errors import TRMError
 from trm.launch.config.settings import LaunchSettings, policy_from_env
 from trm.launch.plan.plan import build_plan
 from trm.launch.provider.release import VASTAI_CLI, ReleasePolicy, release
+from trm.launch.supervision.supervisor import read_events
 
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "pi-test-token-7f3c9a1e5b"
@@ -354,6 +355,9 @@ def test_the_launcher_releases_only_after_handoff_and_final_sync(tmp_path, monke
 
     settings, code = run_stubbed_launch(tmp_path, environ, trained)
     assert code == 0
+    # the session's end names its node: the other nodes of a multi-node run stop waiting on node 0's end
+    (end,) = [e for e in read_events(settings.launch_dir / "events.jsonl") if e["event"] == "session_end"]
+    assert end["exit_code"] == 0 and end["node_rank"] == 0
     log = (settings.launch_dir / "launch.log").read_text()
     order = [log.index(s) for s in ("handoff bundle:", "final sync to store:", "release: vastai destroy")]
     assert order == sorted(order), log

@@ -105,7 +105,7 @@ class Launch(Session):
                 self.guard.stop()
                 self.console.log(self.guard.cost_line())
             record_end(self)
-            self.events.write("session_end", exit_code=self.exit_code)
+            self.events.write("session_end", exit_code=self.exit_code, node_rank=self.settings.node_rank)
             for number, step in steps:
                 if step.at_exit:
                     self._execute(number, step)

@@ -20,7 +20,7 @@ from trm.launch.supervision.ledger import RunLedger
 from trm.launch.supervision.probe import probe
 from trm.launch.supervision.session import Session
 from trm.launch.supervision.smoke import smoke_gate
-from trm.launch.supervision.supervisor import CostGuard
+from trm.launch.supervision.supervisor import CostGuard, read_events
 from trm.launch.supervision.training import train
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
@@ -66,14 +66,30 @@ def data_step(session: Session, step: Step) -> None:
 
 
 def _wait_for_dataset(session: Session, d: Path) -> None:
+    """Wait (node > 0) until node 0 has built `d`, at most DATA_WAIT_S; a node 0 that ends its session meanwhile
+    (its build failed, it was stopped) ends the wait at once: it records its end in the shared run directory's
+    events, so the other nodes do not keep their GPUs waiting out the hour for a dataset that is not coming."""
+    events = session.events.path
+    already = len(read_events(events))  # an earlier session's end is not this one's
     deadline = time.monotonic() + DATA_WAIT_S
     session.console.log(
         f"node {session.settings.node_rank}: waiting for node 0 to build {d} (checked every {DATA_POLL_S:g} s, "
-        f"at most {DATA_WAIT_S / 60:.0f} min)"
+        f"at most {DATA_WAIT_S / 60:.0f} min, or until node 0 ends its session)"
     )
     while not d.exists():
         if session.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, "stopped while waiting for the dataset")
+        ended = [
+            ev
+            for ev in read_events(events)[already:]
+            if ev.get("event") == "session_end" and ev.get("node_rank") == 0
+        ]
+        if ended:
+            raise LaunchFailed(
+                exit_codes.CONFIG_ERROR,
+                f"node 0 ended its session (exit {ended[0].get('exit_code')}) without building {d}; its cause is in "
+                f"{session.settings.launch_dir / 'launch.log'}: fix it and start every node again",
+            )
         if time.monotonic() >= deadline:
             raise LaunchFailed(
                 exit_codes.CONFIG_ERROR,
