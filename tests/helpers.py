@@ -26,6 +26,14 @@ from trm.data.build_arc import build_arc_dataset
 from trm.model import TRMConfig
 from trm.training.recipes import get_recipe
 
+
+def ended_pid() -> int:
+    """The pid of a process that has just ended: what a killed writer's pid looks like to the next run."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
 # A test that uploads to a real rclone remote (a local-path one) needs rclone; .ci/run installs it.
 needs_rclone = pytest.mark.skipif(
     shutil.which("rclone") is None,

@@ -4,14 +4,17 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 
 import pytest
 
+from tests.helpers import ended_pid
 from trm import io as io_module
+from trm import safe_remove
 from trm.errors import TRMError
-from trm.io import atomic_directory, atomic_write_json, atomic_write_text, sha256_file
+from trm.io import atomic_directory, atomic_write_bytes, atomic_write_json, atomic_write_text, sha256_file
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -82,10 +85,50 @@ def test_killed_writers_leftovers_are_removed_by_the_next_writer(tmp_path):
     assert proc.returncode == -signal.SIGKILL
     (leftover,) = tmp_path.iterdir()
     assert leftover.name.startswith(".data.") and leftover.name.endswith(".partial")
-    live = tmp_path / f".data.{io_module._owner_tag()}.keep.partial"  # our own pid: still running
+    live = tmp_path / f".data.{safe_remove.owner_tag()}.keep.partial"  # our own pid: still running
     other_host = tmp_path / ".data.otherhost-1.x.partial"  # another machine on a shared disk
     live.mkdir()
     other_host.mkdir()
     with atomic_directory(target, flag="--out") as tmp:
         (tmp / "a").write_text("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["data", live.name, other_host.name])
+
+
+def test_a_target_whose_name_holds_old_gets_no_dead_writers_temp_put_back(tmp_path):
+    """Only `.<name>.old-<owner>` is a moved-aside target: a dead writer's staging folder or temp file of a
+    target named `ckpt.old-best` is removed, never renamed into its place."""
+    pid = ended_pid()
+    host = safe_remove.host_tag()
+    staging = tmp_path / f".ckpt.old-best.{host}-{pid}.x.partial"
+    staging.mkdir()
+    (staging / "half-written.bin").write_bytes(b"\0")
+    torn = tmp_path / f".x.old-y.json.{host}-{pid}.x.tmp"
+    torn.write_bytes(b'{"trunc')
+    assert io_module.remove_dead_leftovers(tmp_path / "ckpt.old-best") == [staging]
+    assert io_module.remove_dead_leftovers(tmp_path / "x.old-y.json") == [torn]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_a_killed_writer_moved_aside_is_back_before_the_overwrite_check(tmp_path):
+    """Killed between its two renames (a filesystem without the exchange), a writer left the old folder at
+    `.out.old-<owner>`; the next writer without --overwrite puts it back and then refuses to replace it."""
+    target = tmp_path / "out"
+    with atomic_directory(target, flag="--out") as tmp:
+        (tmp / "report.md").write_text("old")
+    target.rename(tmp_path / f".out.old-{safe_remove.host_tag()}-{ended_pid()}")
+    with pytest.raises(TRMError, match="already exists"), atomic_directory(target, flag="--out") as tmp:
+        (tmp / "report.md").write_text("new")
+    assert (target / "report.md").read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "out"
+    ]
+
+
+def test_temp_names_stay_under_the_name_limit_with_a_long_pod_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(socket, "gethostname", lambda: "trm-arc2-4xh100-" + "x" * 47)  # 63 characters
+    tag = safe_remove.host_tag()
+    assert len(tag) == safe_remove.HOST_TAG_MAX and tag.startswith("trm-arc2-4xh100-x")
+    name = "m" * 185  # with the full host name and a pid the temp name would pass 255 bytes
+    atomic_write_bytes(tmp_path / name, b"x")
+    assert (tmp_path / name).read_bytes() == b"x"
+    monkeypatch.setattr(socket, "gethostname", lambda: "trm-arc2-4xh100-" + "y" * 47)
+    assert safe_remove.host_tag() != tag  # two long names that share their start stay apart

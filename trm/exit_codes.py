@@ -50,6 +50,10 @@ BUDGET_STOPPED = 79
 # same configuration exits OK without training) or, on a multi-node run, so that every node restarts at the
 # smaller micro-batch. Retrying unchanged on the same GPU fails the same way.
 OUT_OF_MEMORY = 80
+# The launcher codes orchestrators must not retry (a Kubernetes Job's FailJob rule, jobs/base/job.yaml): a retry
+# fails the same way or spends past the budget. The other nodes of a multi-node run stop waiting for node 0's
+# dataset when node 0's session ends with one of them.
+NOT_RETRIED = frozenset({CONFIG_ERROR, DISK_FULL, NONFINITE, BUDGET_STOPPED})
 # `python -m trm experiment batch`: at least one run of the batch failed (each run's own exit code and the
 # tail of its log are in batch_results.json). Without --continue-on-failure the batch stopped at the first
 # failure, after asking the other running trainers to save. Rerunning the same batch skips finished runs.

@@ -11,7 +11,6 @@ import errno
 import hashlib
 import json
 import os
-import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -35,7 +34,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_leftovers(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_owner_tag()}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}.{safe_remove.owner_tag()}.", suffix=".tmp", dir=path.parent
+    )
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -87,26 +88,6 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-def _host_tag() -> str:
-    """This host's name, reduced to characters safe in a file name (hostnames matter on shared disks)."""
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname()) or "host"
-
-
-def _owner_tag() -> str:
-    """`<host>-<pid>`: names the process that owns a temp directory."""
-    return f"{_host_tag()}-{os.getpid()}"
-
-
-def _is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     """Delete temp directories next to `target` that a killed writer on this host left behind.
 
@@ -117,23 +98,23 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     Leftovers of other hosts (shared volumes) stay. Returns what was removed.
     """
     target = Path(target)
-    host = _host_tag()
+    host = safe_remove.host_tag()
     removed = []
-    patterns = (
-        f".{target.name}.{host}-*.partial",
-        f".{target.name}.{host}-*.tmp",
-        f".{target.name}.old-{host}-*",
+    kinds = (  # (pattern, whether a leftover is the target moved aside)
+        (f".{target.name}.{host}-*.partial", False),
+        (f".{target.name}.{host}-*.tmp", False),
+        (f".{target.name}.old-{host}-*", True),
     )
-    for pattern in patterns:
+    for pattern, moved_aside in kinds:
         for leftover in target.parent.glob(pattern):
-            owner = leftover.name[len(f".{target.name}.") :].removeprefix("old-").removeprefix(f"{host}-")
-            pid = owner.split(".", 1)[0]
-            if pid.isdigit() and not _is_alive(int(pid)):
-                if ".old-" in pattern and not (target.exists() or target.is_symlink()):
-                    os.replace(leftover, target)  # moved aside, the new one never published: put it back
-                    continue
-                safe_remove.remove_own_temp(leftover)
-                removed.append(leftover)
+            owner = leftover.name[len(f".{target.name}.") :].removeprefix("old-")
+            if not safe_remove.owner_is_dead(owner):
+                continue
+            if moved_aside and not (target.exists() or target.is_symlink()):
+                os.replace(leftover, target)  # moved aside, the new one never published: put it back
+                continue
+            safe_remove.remove_own_temp(leftover)
+            removed.append(leftover)
     return removed
 
 
@@ -158,11 +139,13 @@ def atomic_directory(
     check runs before anything is staged and again right before the rename. The published folder carries
     the creation marker (`tool`, `kind`, its files), unless `listed_by` names the files from the folder's
     own manifest (a dataset, whose files must be upstream's exactly). Leftovers of earlier writers that were killed
-    (SIGKILL, OOM) are removed first. `flag`: what the caller's user calls `target` (its command-line flag, or
+    (SIGKILL, OOM) are removed first (a replaced folder one of them had moved aside is put back). `flag`: what the caller's user calls `target` (its command-line flag, or
     a name such as "the handoff folder"), named by every refusal; each caller must say it.
     """
     target = Path(target)
     sources = list(sources)
+    # First, so that a folder a killed writer had moved aside is back before anything is judged.
+    remove_dead_leftovers(target)
     safe_remove.check_replaceable(target, kind=kind, sources=sources, listed_by=listed_by, flag=flag)
     if target.exists() and not overwrite:
         raise TRMError(
@@ -170,8 +153,7 @@ def atomic_directory(
             "trm-stack wrote there"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_leftovers(target)
-    owner = _owner_tag()
+    owner = safe_remove.owner_tag()
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{owner}.", suffix=".partial", dir=target.parent))
     try:
         yield tmp

@@ -27,10 +27,12 @@ cannot bypass this module.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -63,8 +65,8 @@ def write_marker(folder: Path, *, tool: str, kind: str, scratch: bool = False) -
         "files": _relative_files(folder),
     }
     # Written beside its name and renamed: a writer killed halfway leaves no torn marker, only a temp file
-    # that `clear_killed_marker` recognises.
-    fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", suffix=_MARKER_TMP_SUFFIX, dir=folder)
+    # named after its owner, which `clear_killed_marker` recognises once that owner is gone.
+    fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.{owner_tag()}.", suffix=_MARKER_TMP_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(record, f, indent=1)
@@ -83,24 +85,66 @@ def write_marker(folder: Path, *, tool: str, kind: str, scratch: bool = False) -
 
 
 def clear_killed_marker(folder: Path) -> None:
-    """Delete the temp files of `write_marker`s killed before their rename when they are all `folder`
-    holds: the killed command had found the folder empty (or made it) and was claiming it, so it is
-    empty again, as that command found it. A folder holding anything else is left as it is."""
+    """Delete the temp files of `write_marker`s killed before their rename (their process on this host is
+    gone) when they are all `folder` holds: the killed command had found the folder empty (or made it) and
+    was claiming it, so it is empty again, as that command found it. A folder holding anything else, or the
+    temp of a claim still running, is left as it is."""
     if not folder.is_dir() or folder.is_symlink():
         return
     entries = list(folder.iterdir())
-    if entries and all(_is_marker_temp(p) for p in entries):
+    if entries and all(_is_killed_marker_temp(p) for p in entries):
         for path in entries:
             remove_own_temp(path)
 
 
-def _is_marker_temp(path: Path) -> bool:
+def _is_killed_marker_temp(path: Path) -> bool:
     return (
         path.name.startswith(f"{MARKER}.")
         and path.name.endswith(_MARKER_TMP_SUFFIX)
         and path.is_file()
         and not path.is_symlink()
+        and owner_is_dead(path.name[len(f"{MARKER}.") :])
     )
+
+
+# --- who owns a temp file or folder -------------------------------------------------------------------------
+# A writer names its temp files and folders `<prefix>.<host>-<pid>.<random><suffix>`: a later run on the same
+# host deletes one only when that process is gone (SIGKILL, OOM). Other hosts' stay (shared volumes).
+
+HOST_TAG_MAX = 24  # a long pod name is cut (and told apart by a hash), so that names stay under NAME_MAX
+
+
+def host_tag() -> str:
+    """This host's name, reduced to characters safe in a file name (hostnames matter on shared disks)."""
+    name = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname()) or "host"
+    if len(name) > HOST_TAG_MAX:
+        name = name[: HOST_TAG_MAX - 7] + "_" + hashlib.sha256(name.encode()).hexdigest()[:6]
+    return name
+
+
+def owner_tag() -> str:
+    """`<host>-<pid>`: names the process that owns a temp file or folder."""
+    return f"{host_tag()}-{os.getpid()}"
+
+
+def owner_is_dead(tagged: str) -> bool:
+    """Whether `tagged` (`<host>-<pid>.<rest>`, a temp name after its prefix) was written by a process of this
+    host that no longer runs."""
+    host = host_tag()
+    if not tagged.startswith(f"{host}-"):
+        return False
+    pid = tagged[len(host) + 1 :].split(".", 1)[0]
+    return pid.isdigit() and not _is_alive(int(pid))
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:

@@ -38,7 +38,6 @@ import contextlib
 import io
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -46,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers import ended_pid
 
 
 class Killed(BaseException):
@@ -74,13 +75,6 @@ def _full(path: Any, dir_fd: int | None = None) -> str | None:
         base = _fd_path(dir_fd)
         return None if base is None else os.path.join(base, name)
     return os.path.abspath(name)
-
-
-def _dead_pid() -> int:
-    """The pid of a process that has just ended (what a killed writer's pid looks like to the next run)."""
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
 
 
 @dataclass
@@ -138,7 +132,7 @@ def injected(root: Path, kill_at: int | None = None) -> Iterator[Injector]:
         "open", "getpid",
     )}  # fmt: skip
     real_open = builtins.open
-    dead_pid = _dead_pid() if kill_at is not None else None
+    dead_pid = ended_pid() if kill_at is not None else None
 
     def two_paths(name: str) -> Callable[..., Any]:
         def call(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:

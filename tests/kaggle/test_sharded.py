@@ -81,8 +81,9 @@ def test_a_rank_that_fails_is_killed_or_runs_late_is_told_apart(tmp_path: Path) 
 
 
 def test_the_work_folder_is_new_empty_or_an_earlier_ranked_runs(tmp_path: Path) -> None:
+    from tests.helpers import ended_pid
     from trm.kaggle.sharded import claim_work
-    from trm.safe_remove import MARKER
+    from trm.safe_remove import MARKER, host_tag, owner_tag
 
     work = tmp_path / "adapt"
     claim_work(work, [tmp_path / "c.json"])
@@ -96,12 +97,18 @@ def test_the_work_folder_is_new_empty_or_an_earlier_ranked_runs(tmp_path: Path) 
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     with pytest.raises(TRMError, match="which this command reads"):
         claim_work(tmp_path, [tmp_path / "c.json"])
-    # A claim killed while it wrote its marker left the marker's temp file alone in the folder: claimed again.
+    # A claim killed while it wrote its marker left the marker's temp file alone in the folder: claimed again;
+    # the temp of a claim still running (this process) is not another's to clear.
     killed = tmp_path / "killed"
     killed.mkdir()
-    (killed / f"{MARKER}.k2x9.tmp").write_text('{"tool": ')
+    (killed / f"{MARKER}.{host_tag()}-{ended_pid()}.k2x9.tmp").write_text('{"tool": ')
     claim_work(killed, [tmp_path / "c.json"])
     assert [p.name for p in killed.iterdir()] == [MARKER]
+    running = tmp_path / "running"
+    running.mkdir()
+    (running / f"{MARKER}.{owner_tag()}.k2x9.tmp").write_text('{"tool": ')
+    with pytest.raises(TRMError, match="refusing to use it"):
+        claim_work(running, [tmp_path / "c.json"])
 
 
 def test_the_plan_reflects_the_ranks_used() -> None:

@@ -171,6 +171,14 @@ def test_vast_destroy_is_confirmed_and_never_waits_for_an_answer(tmp_path):
         == "keep"
     )
     assert "did not confirm the destroy: Aborted." in lines[-1] and waits == [], lines
+    # vastai 1.9.1 with a 2FA key file: it prints the expired session's 401, logs in again itself, then
+    # destroys; a long stderr after the confirmation must not hide it either
+    (tmp_path / "bin" / "vastai").write_text(
+        "#!/bin/sh\necho 'Failed with error 401: Your 2FA session has expired.' >&2\n"
+        "echo 'destroying instance 4242.'\n" + "echo 'warning: a long deprecation notice' >&2\n" * 40
+    )
+    lines.clear()
+    assert release(policy_from_env(env, sync_to="r:b"), exit_codes.OK, env, lines.append) == "destroy", lines
 
 
 def test_prime_intellect_pod_is_deleted_with_the_bearer_token(tmp_path):

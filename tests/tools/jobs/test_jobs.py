@@ -180,6 +180,9 @@ def test_budget_and_disk_full_end_the_job(rendered):
         assert jobpolicy._exit_rule(job, exit_codes.SAVED_RETRY) == "Ignore", name
         assert jobpolicy._exit_rule(job, exit_codes.NONFINITE) == "FailJob", name
         assert jobpolicy._exit_rule(job, exit_codes.HUNG) == "Count", name
+        codes = [getattr(exit_codes, n) for n in dir(exit_codes) if n.isupper() and n != "NOT_RETRIED"]
+        failing = {code for code in codes if jobpolicy._exit_rule(job, code) == "FailJob"}
+        assert failing == exit_codes.NOT_RETRIED, name
 
 
 def test_wandb_key_only_from_a_secret(rendered):

@@ -280,7 +280,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "NODE_RANK",
         "this node's rank (0 builds the dataset, the others wait for it: checked every 10 s, at most 60 min, "
-        "then exit 2; at once when node 0 ends its session first)",
+        "then exit 2; at once when node 0 gives up: its session ends with a code no orchestrator retries)",
         "hardware",
         parse=integer(),
         unset=0,

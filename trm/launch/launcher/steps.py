@@ -25,6 +25,9 @@ from trm.launch.supervision.training import train
 
 DATA_WAIT_S = 3600.0  # how long nodes other than 0 wait for node 0's dataset
 DATA_POLL_S = 10.0  # how often they look for it
+# How long before a node's own start node 0's giving up still counts: node 0 fails fast (a bad source) while the
+# others' pods are still pulling their image; the clocks of the nodes may also differ by this much.
+NODE_ZERO_END_SLACK_S = 600.0
 
 
 def preflight_step(session: Session, step: Step) -> None:
@@ -66,29 +69,24 @@ def data_step(session: Session, step: Step) -> None:
 
 
 def _wait_for_dataset(session: Session, d: Path) -> None:
-    """Wait (node > 0) until node 0 has built `d`, at most DATA_WAIT_S; a node 0 that ends its session meanwhile
-    (its build failed, it was stopped) ends the wait at once: it records its end in the shared run directory's
-    events, so the other nodes do not keep their GPUs waiting out the hour for a dataset that is not coming."""
-    events = session.events.path
-    already = len(read_events(events))  # an earlier session's end is not this one's
+    """Wait (node > 0) until node 0 has built `d`, at most DATA_WAIT_S; node 0 ending its session with a code no
+    orchestrator retries (exit_codes.NOT_RETRIED: its build failed, a configuration error) ends the wait at once,
+    so the other nodes do not keep their GPUs for an hour waiting on a dataset that is not coming. A node 0 that
+    ends with a retried code (75, 76, 77, a preemption) is replaced by its orchestrator: the wait goes on."""
     deadline = time.monotonic() + DATA_WAIT_S
     session.console.log(
         f"node {session.settings.node_rank}: waiting for node 0 to build {d} (checked every {DATA_POLL_S:g} s, "
-        f"at most {DATA_WAIT_S / 60:.0f} min, or until node 0 ends its session)"
+        f"at most {DATA_WAIT_S / 60:.0f} min, or until node 0 gives up)"
     )
     while not d.exists():
         if session.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, "stopped while waiting for the dataset")
-        ended = [
-            ev
-            for ev in read_events(events)[already:]
-            if ev.get("event") == "session_end" and ev.get("node_rank") == 0
-        ]
-        if ended:
+        end = node_zero_gave_up(read_events(session.events.path), session.session_start)
+        if end is not None:
             raise LaunchFailed(
                 exit_codes.CONFIG_ERROR,
-                f"node 0 ended its session (exit {ended[0].get('exit_code')}) without building {d}; its cause is in "
-                f"{session.settings.launch_dir / 'launch.log'}: fix it and start every node again",
+                f"node 0 ended its session with exit {end.get('exit_code')} (not retried) without building {d}; "
+                f"its cause is in {session.settings.launch_dir / 'launch.log'}: fix it and start every node again",
             )
         if time.monotonic() >= deadline:
             raise LaunchFailed(
@@ -97,6 +95,23 @@ def _wait_for_dataset(session: Session, d: Path) -> None:
                 "every node (ReadWriteMany), and node 0 must be running",
             )
         time.sleep(DATA_POLL_S)
+
+
+def node_zero_gave_up(events: list[dict[str, object]], since: float) -> dict[str, object] | None:
+    """Node 0's session end when node 0 gave up for good: its newest session event (in the run directory's
+    events, shared by the nodes) is a session_end with a code no orchestrator retries, at most
+    NODE_ZERO_END_SLACK_S before `since` (this node's session start: node 0 may fail before this node starts;
+    an older end, yesterday's launch, does not count; a newer session_start of node 0 supersedes it)."""
+    newest = None
+    for ev in events:
+        if ev.get("node_rank") == 0 and ev.get("event") in ("session_start", "session_end"):
+            newest = ev
+    if newest is None or newest.get("event") != "session_end":
+        return None
+    if newest.get("exit_code") not in exit_codes.NOT_RETRIED:
+        return None
+    when = newest.get("time")
+    return newest if isinstance(when, int | float) and when >= since - NODE_ZERO_END_SLACK_S else None
 
 
 def hardware_step(session: Session, step: Step) -> None:

@@ -210,7 +210,10 @@ def _vast_outcome(action: str, instance: str, returncode: int, output: str) -> R
     if returncode == _USAGE_ERROR:
         return ReleaseError(f"{shown} refused its command line (exit 2, the pinned {VASTAI_CLI}?): {output}")
     if returncode != 0:
-        return ReleaseError(f"{shown} failed (exit {returncode}): {output}", retry=True)
+        return ReleaseError(f"{shown} failed (exit {returncode}): {output[-500:]}", retry=True)
+    if _VAST_DONE[action].format(instance) in output:  # confirmed, whatever it printed before (a 2FA retry)
+        return None
+    output = output[-500:]
     refused = _VAST_HTTP_FAILURE.search(output)
     if refused:
         status = int(refused.group(1))
@@ -218,9 +221,7 @@ def _vast_outcome(action: str, instance: str, returncode: int, output: str) -> R
             401, 403) else ""  # fmt: skip
         return ReleaseError(f"{shown}: the Vast.ai API answered HTTP {status}{hint}: {output}",
                             retry=retryable_status(status))  # fmt: skip
-    if _VAST_DONE[action].format(instance) not in output:
-        return ReleaseError(f"{shown} did not confirm the {action}: {output or '(no output)'}")
-    return None
+    return ReleaseError(f"{shown} did not confirm the {action}: {output or '(no output)'}")
 
 
 def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
@@ -259,11 +260,11 @@ def release_vast(action: str, env: Mapping[str, str], log: Log) -> None:
         ) from None
     except subprocess.TimeoutExpired:
         raise ReleaseError(f"`{shown}` did not answer within 120 s", retry=True) from None
-    output = _redact((result.stdout + result.stderr).strip(), [key])[-500:]
+    output = _redact((result.stdout + result.stderr).strip(), [key])
     error = _vast_outcome(action, instance, result.returncode, output)
     if error is not None:
         raise error
-    log(f"release: vastai: {output}")
+    log(f"release: vastai: {output[-500:]}")
 
 
 def release_prime(env: Mapping[str, str], log: Log) -> None:
