@@ -89,3 +89,22 @@ def test_killed_writers_leftovers_are_removed_by_the_next_writer(tmp_path):
     with atomic_directory(target, flag="--out") as tmp:
         (tmp / "a").write_text("x")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["data", live.name, other_host.name])
+
+
+def test_a_killed_processs_scratch_folder_is_removed_by_the_next_one_of_its_name(tmp_path):
+    code = (
+        "import os, signal, sys\n"
+        "from trm.io import scratch_directory\n"
+        "with scratch_directory('trm-x', sys.argv[1]) as tmp:\n"
+        "    (tmp / 'copy').write_text('x')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=False)
+    assert proc.returncode == -signal.SIGKILL
+    (leftover,) = tmp_path.iterdir()
+    assert leftover.name.startswith(".trm-x.") and (leftover / "copy").is_file()
+    other = tmp_path / ".trm-y.otherhost-1.x.partial"  # another name, another host: not ours to clear
+    other.mkdir()
+    with io_module.scratch_directory("trm-x", tmp_path) as tmp:
+        assert sorted(tmp_path.iterdir()) == sorted([tmp, other])
+    assert list(tmp_path.iterdir()) == [other]  # and its own is gone once the block ends
