@@ -18,6 +18,10 @@ from trm.commands import main
 pytestmark = pytest.mark.e2e
 
 
+def publishing(trained: TrainedRun) -> list[str]:  # noqa: F811
+    return ["publish-checkpoint", str(trained.run_dir), "--repo", "me/trm-tiny"]
+
+
 def test_publish_killed_anywhere_leaves_nothing_in_the_temp_folder_after_the_next_one(
     trained: TrainedRun,  # noqa: F811
     hub: Recorder,  # noqa: F811
@@ -31,7 +35,7 @@ def test_publish_killed_anywhere_leaves_nothing_in_the_temp_folder_after_the_nex
     def publish(root: Path) -> tuple[int, str]:
         capsys.readouterr()
         hub.uploaded = {}
-        code = main(["publish-checkpoint", str(trained.run_dir), "--repo", "me/trm-tiny", "--best"])
+        code = main([*publishing(trained), "--best"])
         assert code != 0 or set(hub.uploaded) == EXPECTED_FILES
         return code, capsys.readouterr().err
 
@@ -48,16 +52,7 @@ def test_a_dry_run_killed_anywhere_keeps_the_earlier_folder_whole(
 ) -> None:
     def dry_run(out: Path, *flags: str) -> tuple[int, str]:
         capsys.readouterr()
-        argv = [
-            "publish-checkpoint",
-            str(trained.run_dir),
-            "--repo",
-            "me/trm-tiny",
-            "--dry-run",
-            "--out",
-            str(out),
-        ]
-        code = main([*argv, *flags])
+        code = main([*publishing(trained), "--dry-run", "--out", str(out), *flags])
         return code, capsys.readouterr().err
 
     earlier = tmp_path / "earlier"  # made once: the folder's marker records when it was written
