@@ -72,17 +72,23 @@ def test_sha256_file(tmp_path):
     assert sha256_file(p) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
 
 
-def test_killed_writers_leftovers_are_removed_by_the_next_writer(tmp_path):
-    target = tmp_path / "data"
+def killed_inside(opening: str, path) -> None:
+    """A child process runs `with trm.io.<opening> as tmp:` (sys.argv[1]: `path`), writes `tmp/half` and is
+    SIGKILLed there."""
     code = (
         "import os, signal, sys\n"
-        "from trm.io import atomic_directory\n"
-        "with atomic_directory(sys.argv[1], flag='--out') as tmp:\n"
+        "from trm import io\n"
+        f"with io.{opening} as tmp:\n"
         "    (tmp / 'half').write_text('x')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, str(target)], check=False)
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], check=False)
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_killed_writers_leftovers_are_removed_by_the_next_writer(tmp_path):
+    target = tmp_path / "data"
+    killed_inside("atomic_directory(sys.argv[1], flag='--out')", target)
     (leftover,) = tmp_path.iterdir()
     assert leftover.name.startswith(".data.") and leftover.name.endswith(".partial")
     live = tmp_path / f".data.{safe_remove.owner_tag()}.keep.partial"  # our own pid: still running
@@ -132,3 +138,14 @@ def test_temp_names_stay_under_the_name_limit_with_a_long_pod_name(tmp_path, mon
     assert (tmp_path / name).read_bytes() == b"x"
     monkeypatch.setattr(socket, "gethostname", lambda: "trm-arc2-4xh100-" + "y" * 47)
     assert safe_remove.host_tag() != tag  # two long names that share their start stay apart
+
+
+def test_a_killed_processs_scratch_folder_is_removed_by_the_next_one_of_its_name(tmp_path):
+    killed_inside("scratch_directory('trm-x', sys.argv[1])", tmp_path)
+    (leftover,) = tmp_path.iterdir()
+    assert leftover.name.startswith(".trm-x.") and (leftover / "half").is_file()
+    other = tmp_path / ".trm-y.otherhost-1.x.partial"  # another name, another host: not ours to clear
+    other.mkdir()
+    with io_module.scratch_directory("trm-x", tmp_path) as tmp:
+        assert sorted(tmp_path.iterdir()) == sorted([tmp, other])
+    assert list(tmp_path.iterdir()) == [other]  # and its own is gone once the block ends

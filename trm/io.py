@@ -118,6 +118,28 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     return removed
 
 
+def _own_temp_dir(target: Path) -> Path:
+    """A new `.<name>.<host>-<pid>.<random>.partial` folder next to `target`, after the ones a killed process
+    of this host left there were removed (`remove_dead_leftovers`)."""
+    remove_dead_leftovers(target)
+    prefix = f".{target.name}.{safe_remove.owner_tag()}."
+    return Path(tempfile.mkdtemp(prefix=prefix, suffix=".partial", dir=target.parent))
+
+
+@contextlib.contextmanager
+def scratch_directory(name: str, parent: str | os.PathLike[str] | None = None) -> Iterator[Path]:
+    """A private scratch folder in `parent` (default: the system's temp folder), removed when the block ends.
+
+    Unlike `tempfile.TemporaryDirectory` its name (`.<name>.<host>-<pid>.<random>.partial`) says who made it,
+    so the folder a SIGKILLed process leaves (it never runs its cleanup) is removed by the next scratch folder
+    of the same `name` on this host instead of staying in /tmp for good."""
+    tmp = _own_temp_dir(Path(parent if parent is not None else tempfile.gettempdir()) / name)
+    try:
+        yield tmp
+    finally:
+        safe_remove.remove_own_temp(tmp)
+
+
 @contextlib.contextmanager
 def atomic_directory(
     target: str | os.PathLike[str],
@@ -153,8 +175,8 @@ def atomic_directory(
             "trm-stack wrote there"
         )
     target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _own_temp_dir(target)
     owner = safe_remove.owner_tag()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{owner}.", suffix=".partial", dir=target.parent))
     try:
         yield tmp
         if listed_by is None:

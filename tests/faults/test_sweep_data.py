@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import changes_the_tree, sweep
+from tests.faults.harness import sampled_inside, sweep
 from trm.commands import main
 
 pytestmark = pytest.mark.e2e
@@ -16,12 +16,9 @@ BUILD_ARC = ["data", "build-arc", "--subsets", "training2", "evaluation2", "--te
              "--max-puzzles", "2", "--quiet"]  # fmt: skip
 
 
-def every_point_but_a_sample_inside_the_staging_folder(point: str) -> bool:
-    """Inside the build's staging folder (`.d.<host>-<pid>.<random>.partial/`) every kill leaves the same kind
-    of leftover, a part-written staging folder, and those points are two thirds of the build's: one in four of
-    them is killed (26 kills in 16 s instead of 86 in 54 s here), every point outside it (fsyncs aside) is."""
-    index, rest = point.split(": ", 1)
-    return changes_the_tree(point) and (".partial/" not in rest or int(index) % 4 == 0)
+# Two thirds of the build's points lie inside its staging folder (`.d.<host>-<pid>.<random>.partial/`): one in
+# four of them is killed (26 kills in 16 s instead of 86 in 54 s here), every point outside it (fsyncs aside).
+EVERY_POINT_BUT_A_SAMPLE_INSIDE_THE_STAGING_FOLDER = sampled_inside(".partial/", 4)
 
 
 def test_build_arc_overwrite_killed_anywhere_keeps_a_whole_dataset(
@@ -40,6 +37,6 @@ def test_build_arc_overwrite_killed_anywhere_keeps_a_whole_dataset(
         earlier,
         lambda root: build(root, "--num-aug", "1", "--overwrite"),
         atomic=("d",),
-        select=every_point_but_a_sample_inside_the_staging_folder,
+        select=EVERY_POINT_BUT_A_SAMPLE_INSIDE_THE_STAGING_FOLDER,
     )
     print(f"build-arc: {result.killed} kills of {result.mutations} mutations in {result.seconds:.1f} s")

@@ -8,9 +8,8 @@ from pathlib import Path
 
 
 def _run(args: argparse.Namespace) -> int:
-    import tempfile
-
     from trm.hub.publish import stage, upload
+    from trm.io import scratch_directory
 
     run_dir = Path(args.run_dir)
     common = {
@@ -32,8 +31,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {path.relative_to(out).as_posix()}  ({path.stat().st_size:,} bytes)")
         print(f"step {provenance['step']} ({provenance['selected']['by']})")
         return 0
-    with tempfile.TemporaryDirectory(prefix="trm-publish-") as tmp:
-        folder = Path(tmp) / "upload"
+    with scratch_directory("trm-publish") as tmp:  # a killed publish's copy is cleared by the next one
+        folder = tmp / "upload"
         provenance = stage(run_dir, folder, **common)
         message = f"trm-stack: step {provenance['step']} of run {provenance.get('run_name')}"
         commit = upload(folder, args.repo, private=args.private, message=message)

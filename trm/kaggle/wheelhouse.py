@@ -14,7 +14,6 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -24,6 +23,7 @@ from packaging.utils import canonicalize_name
 from tqdm import tqdm
 
 from trm.errors import TRMError
+from trm.io import scratch_directory
 
 DIST_NAME = "trm-stack"
 REQUIREMENTS = "requirements.txt"
@@ -171,14 +171,14 @@ def build_own_wheel(dest: Path) -> Path:
     root = source_root()
     if root is None:
         return wheel_from_installed(dest)
-    with tempfile.TemporaryDirectory(prefix="trm-wheel-") as tmp:
-        src = Path(tmp) / "src"
+    with scratch_directory("trm-wheel") as tmp:  # a killed package's copy is cleared by the next one
+        src = tmp / "src"
         src.mkdir()
         for name in SOURCE_FILES:
             if (root / name).is_file():
                 shutil.copy2(root / name, src / name)
         shutil.copytree(root / "trm", src / "trm", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        out = Path(tmp) / "out"
+        out = tmp / "out"
         # Build with this environment's setuptools when it has one (no index needed), else isolated.
         isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         _pip(
@@ -209,12 +209,12 @@ def download_pinned(
         try:
             _pip(["download", "--no-deps", "-q", "-d", str(dest), *target, spec], f"pip download {spec}")
         except TRMError as binary_error:
-            with tempfile.TemporaryDirectory(prefix="trm-sdist-") as tmp:
+            with scratch_directory("trm-sdist") as tmp:
                 try:
-                    _pip(["wheel", "--no-deps", "-q", "-w", tmp, spec], f"pip wheel {spec}")
+                    _pip(["wheel", "--no-deps", "-q", "-w", str(tmp), spec], f"pip wheel {spec}")
                 except TRMError:
                     raise binary_error from None
-                built = list(Path(tmp).glob("*.whl"))
+                built = list(tmp.glob("*.whl"))
                 if len(built) != 1 or not built[0].name.endswith("-none-any.whl"):
                     raise TRMError(
                         f"{spec} has no wheel for Python {python_version} on {', '.join(platforms)} and is not "

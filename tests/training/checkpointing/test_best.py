@@ -226,3 +226,13 @@ def test_trm_best_says_each_candidate_and_each_torn_checkpoint_once(
         f"evaluating {run_dir / f'step_{s}'} on the full test set" for s in evaluated
     )
     assert sum(line.startswith("warning:") for line in err) == warnings
+
+
+def test_a_second_choice_writes_the_record_the_first_wrote(run_dir: Path) -> None:
+    # the rerun of a `trm best` killed between best.json and run.json must record what the first call did
+    select_best(run_dir, 3, FullSet())
+    first = (run_dir / BEST_FILE).read_bytes()
+    again = FullSet()
+    select_best(run_dir, 3, again)
+    assert again.calls == [] and (run_dir / BEST_FILE).read_bytes() == first
+    assert {r["full_from"] for r in json.loads(first)["candidates"]} == {"re-evaluated"}

@@ -7,7 +7,8 @@ evaluator, else eval/all/exact_accuracy). Higher is better; ties go to the later
 A run whose in-run evaluations read a subset (eval_subset.fraction < 1) ranks by `subset/<metric>`.
 `select_best` then takes the `best.top_k` checkpoints by that score, evaluates each on the full test set
 (or reads the score of an in-run full evaluation of it), chooses the highest full score, and writes the
-candidates and the choice to BEST_FILE; a later call reuses the full scores recorded there. With
+candidates and the choice to BEST_FILE; a later call reuses the full scores recorded there (and where each
+came from: a second call, or the rerun of a killed one, writes the record the first call wrote). With
 best.top_k=0 the subset score alone decides (the choice says so: `evaluation: subset`).
 """
 
@@ -161,7 +162,7 @@ def select_best(
         value, source = metric_value(info, full_metric), "in-run"
         count = metrics.get(count_name) if value is not None and count_name else None
         if value is None and info.step in cached:
-            (value, count), source = cached[info.step], BEST_FILE
+            value, count, source = cached[info.step]
         if value is None:
             full = evaluate_full(info)
             found = full.get(full_metric)
@@ -232,20 +233,22 @@ def _lost_choice(run_dir: Path, ranked_by: str, complete: list[CheckpointInfo]) 
     )
 
 
-def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, tuple[float, float | None]]:
-    """(full score, evaluated count) by step that an earlier `select_best` recorded in best.json (for the
-    same metric)."""
+def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, tuple[float, float | None, str]]:
+    """(full score, evaluated count, where the score came from) by step that an earlier `select_best`
+    recorded in best.json (for the same metric). The source is the recorded one (`re-evaluated`, `in-run`),
+    so a second choice writes the record the first did; BEST_FILE for a row that does not say."""
     try:
         record = json.loads((run_dir / BEST_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return {}
-    out: dict[int, tuple[float, float | None]] = {}
+    out: dict[int, tuple[float, float | None, str]] = {}
     for row in record.get("candidates", []) if isinstance(record, dict) else []:
         if isinstance(row, dict) and isinstance(row.get(metric), int | float) and "step" in row:
-            count = row.get(FULL_COUNT)
+            count, source = row.get(FULL_COUNT), row.get("full_from")
             out[int(row["step"])] = (
                 float(row[metric]),
                 float(count) if isinstance(count, int | float) else None,
+                source if isinstance(source, str) and source else BEST_FILE,
             )
     return out
 
