@@ -43,7 +43,7 @@ from tools.gpu.check.plan import CALLS, PARTS
 from trm.errors import TRMError
 from trm.images.venvtools import normalize
 from trm.io import atomic_write_json, atomic_write_text
-from trm.safe_remove import remove_own_temp, remove_owned, write_marker
+from trm.safe_remove import clear_killed_marker, remove_own_temp, remove_owned, write_marker
 
 KIT_KIND = (
     "gpu-kit"  # kinds in the creation markers (trm.safe_remove) of a kit and of a simulation's work folder
@@ -162,6 +162,7 @@ def build_kit(
     versions = (python_version,) if isinstance(python_version, str) else tuple(python_version)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     wanted = kit_requirements(pyproject, upstream=upstream is not None)
+    clear_killed_marker(out)  # a build killed while it marked its new kit folder
     remove_owned(out, kind=KIT_KIND)  # refuses a folder that is not an earlier kit
     out.mkdir(parents=True)
     write_marker(out, tool="tools.gpu.kit build", kind=KIT_KIND, scratch=True)
@@ -271,6 +272,7 @@ def simulate(kit: Path, python: str, torch_spec: str, workdir: Path, budget_s: f
     """A bare GPU host without its GPU: venv + the host's torch + the kit `--no-index`, then the check."""
     if not (kit / "requirements.txt").is_file():
         raise TRMError(f"{kit} has no requirements.txt: build the kit first (make gpu-kit)")
+    clear_killed_marker(workdir)  # a simulation killed while it marked its new folder
     remove_owned(workdir, kind=SIMULATION_KIND)  # refuses a folder that is not an earlier simulation's
     workdir.mkdir(parents=True)
     write_marker(workdir, tool="tools.gpu.kit simulate", kind=SIMULATION_KIND, scratch=True)

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from trm.errors import TRMError
-from trm.safe_remove import check_file_replaceable, read_marker, write_marker
+from trm.safe_remove import check_file_replaceable, clear_killed_marker, read_marker, write_marker
 
 REPORT_JSON, REPORT_MD, WORK = "report.json", "report.md", "work"
 MARKDOWN_TITLE = "# GPU acceptance"  # report.render_markdown's first line
@@ -52,6 +52,7 @@ def check_out(out: Path) -> None:
     for name, ours in ((REPORT_JSON, is_report_json), (REPORT_MD, is_report_md)):
         check_file_replaceable(out / name, flag="--out", ours=ours, what="a GPU check report", example=name)
     work = out / WORK
+    clear_killed_marker(work)  # a check killed while it marked its new work/ left only the marker's temp
     if not _holds_something(work):
         return
     if (read_marker(work) or {}).get("kind") != WORK_KIND and not is_report_json(out / REPORT_JSON):

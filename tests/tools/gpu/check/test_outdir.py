@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ended_pid
 from tools.gpu import extension as ext
 from tools.gpu.check import cli, core, plan
 from trm.errors import TRMError
+from trm.safe_remove import MARKER, host_tag
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -101,6 +103,12 @@ def test_a_work_folder_the_check_did_not_write_is_refused_and_an_interrupted_run
     (work / "kit.log").write_text("$ pip install\n")
     assert cli.main(["--out", str(cut), "--only", "facts"], parts=_parts(ran)) == 0
     assert (cut / "work.earlier-1" / "kit.log").is_file() and ran == ["facts"]
+    # A run killed while it wrote the marker of its new work/ left the marker's temp alone there: the rerun goes on.
+    torn = tmp_path / "torn"
+    (torn / "work").mkdir(parents=True)
+    (torn / "work" / f"{MARKER}.{host_tag()}-{ended_pid()}.x1.tmp").write_text('{"tool": ')
+    assert cli.main(["--out", str(torn), "--only", "facts"], parts=_parts(ran)) == 0
+    assert (torn / "report.json").is_file() and not (torn / "work.earlier-1").exists()
 
 
 def test_a_users_folder_as_extension_dir_is_refused_before_any_part_runs(
