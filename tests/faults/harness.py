@@ -264,6 +264,7 @@ def sweep(
     command: Callable[[Path], tuple[int, str]],
     *,
     atomic: tuple[str, ...] = (),
+    moved_aside: bool = False,
     follow_fix: Callable[[Path, str], None] | None = None,
     normalize: Callable[[str, bytes | None], bytes | None] = lambda rel, data: data,
     select: Callable[[str], bool] | None = None,
@@ -271,7 +272,9 @@ def sweep(
     """Kill `command` before each of its mutations below `root` and check each kill (module doc).
 
     `command(root)` returns (exit code, stderr); it must exit 0 when not interrupted. `atomic`: folders
-    (relative to `root`) that must be wholly old or wholly new after any kill. `follow_fix(root, error)` does
+    (relative to `root`) that must be wholly old or wholly new after any kill; with `moved_aside` (a filesystem
+    without renameat2's exchange: trm.io's two renames) an `atomic` folder may also be absent while the old one
+    lies whole at `.<name>.old-<owner>`, for the next run to put back. `follow_fix(root, error)` does
     what a refusal after a kill says, and asserts the line names the leftover and the fix (None: a rerun must
     simply succeed). `normalize(rel, data)`: what of a file is compared (e.g. leave out a timestamp).
     `select(point)`: whether to kill at a point, by its line in the log ("N: what path"; default: every point
@@ -303,7 +306,7 @@ def sweep(
             command(root)
         where = f"killed before mutation {counting.log[index]}"
         left = snapshot(root)
-        _check_kept(before, left, expected, atomic, where)
+        _check_kept(before, _seen_put_back(left, atomic) if moved_aside else left, expected, atomic, where)
         code, err = command(root)
         if code != 0:
             assert follow_fix is not None, f"{where}: the next run failed ({code}): {err}"
@@ -319,6 +322,26 @@ def sweep(
             want, after
         )
     return SweepResult(counting.count, counting.log, killed, fixed, time.monotonic() - started)
+
+
+def _seen_put_back(left: Tree, atomic: tuple[str, ...]) -> Tree:
+    """`left` with each absent `atomic` folder seen at its name when exactly one `.<name>.old-*` folder (the
+    folder a killed writer had moved aside) lies next to it; that copy is what the next run puts back."""
+    view = dict(left)
+    for folder in atomic:
+        if folder in view:
+            continue
+        parent, _, name = folder.rpartition("/")
+        prefix = f"{parent}/.{name}.old-" if parent else f".{name}.old-"
+        asides = {
+            rel for rel, data in left.items() if rel.startswith(prefix) and "/" not in rel[len(prefix) :]
+        }
+        if len(asides) != 1:
+            continue
+        (aside,) = asides
+        for rel in [r for r in view if r == aside or r.startswith(aside + "/")]:
+            view[folder + rel[len(aside) :]] = view.pop(rel)
+    return view
 
 
 def _check_kept(before: Tree, left: Tree, expected: Tree, atomic: tuple[str, ...], where: str) -> None:
