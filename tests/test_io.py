@@ -149,3 +149,21 @@ def test_a_killed_processs_scratch_folder_is_removed_by_the_next_one_of_its_name
     with io_module.scratch_directory("trm-x", tmp_path) as tmp:
         assert sorted(tmp_path.iterdir()) == sorted([tmp, other])
     assert list(tmp_path.iterdir()) == [other]  # and its own is gone once the block ends
+
+
+def test_another_users_leftover_in_a_shared_temp_folder_is_left_alone(tmp_path, monkeypatch):
+    """In a sticky /tmp another user's dead leftover cannot be deleted (and is not ours): the next scratch folder
+    neither touches it nor fails on it."""
+    dead = f"{safe_remove.host_tag()}-{ended_pid()}"
+    theirs = [
+        tmp_path / f".trm-x.{dead}.a.partial",
+        tmp_path / f".trm-x.{dead}.b.tmp",
+        tmp_path / f".trm-x.old-{dead}",
+    ]
+    theirs[0].mkdir()
+    theirs[1].write_text("x")
+    theirs[2].mkdir()
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)  # they were made by a user other than "us"
+    with io_module.scratch_directory("trm-x", tmp_path) as tmp:
+        assert tmp.is_dir()
+    assert sorted(tmp_path.iterdir()) == sorted(theirs)

@@ -95,7 +95,7 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     target `.<name>.old-<host>-<pid>`), `atomic_write_bytes` its temp file `.<name>.<host>-<pid>.<random>.tmp`.
     A SIGKILLed writer never cleans up; a leftover whose host is this one and whose pid no longer runs is
     removed, except a target moved aside whose replacement was never published: it is put back at `target`.
-    Leftovers of other hosts (shared volumes) stay. Returns what was removed.
+    Leftovers of other hosts (shared volumes) and of other users (a shared /tmp) stay. Returns what was removed.
     """
     target = Path(target)
     host = safe_remove.host_tag()
@@ -108,8 +108,8 @@ def remove_dead_leftovers(target: str | os.PathLike[str]) -> list[Path]:
     for pattern, moved_aside in kinds:
         for leftover in target.parent.glob(pattern):
             owner = leftover.name[len(f".{target.name}.") :].removeprefix("old-")
-            if not safe_remove.owner_is_dead(owner):
-                continue
+            if not safe_remove.owner_is_dead(owner) or leftover.lstat().st_uid != os.geteuid():
+                continue  # a live writer's, or another user's (a shared /tmp): not ours to touch
             if moved_aside and not (target.exists() or target.is_symlink()):
                 os.replace(leftover, target)  # moved aside, the new one never published: put it back
                 continue

@@ -307,6 +307,8 @@ def sweep(
         where = f"killed before mutation {counting.log[index]}"
         left = snapshot(root)
         _check_kept(before, _seen_put_back(left, atomic) if moved_aside else left, expected, atomic, where)
+        if moved_aside:
+            _check_put_back(root, left, atomic, where)
         code, err = command(root)
         if code != 0:
             assert follow_fix is not None, f"{where}: the next run failed ({code}): {err}"
@@ -342,6 +344,21 @@ def _seen_put_back(left: Tree, atomic: tuple[str, ...]) -> Tree:
         for rel in [r for r in view if r == aside or r.startswith(aside + "/")]:
             view[folder + rel[len(aside) :]] = view.pop(rel)
     return view
+
+
+def _check_put_back(root: Path, left: Tree, atomic: tuple[str, ...], where: str) -> None:
+    """What the next writer of a folder does first (trm.io.remove_dead_leftovers) brings the folder a killed
+    writer moved aside back, whole, before anything else can fail."""
+    from trm.io import remove_dead_leftovers
+
+    seen = _seen_put_back(left, atomic)
+    for folder in atomic:
+        if folder in left or folder not in seen:
+            continue
+        remove_dead_leftovers(root / folder)
+        assert _files(snapshot(root), folder) == _files(seen, folder), (
+            f"{where}: {folder}, moved aside, was not put back whole by the next writer"
+        )
 
 
 def _check_kept(before: Tree, left: Tree, expected: Tree, atomic: tuple[str, ...], where: str) -> None:

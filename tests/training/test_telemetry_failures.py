@@ -214,3 +214,18 @@ def test_tensorboard_folder_that_cannot_be_made_is_a_warning(
     log.close()
     assert "TensorBoard cannot write" in caplog.text and "FileExistsError" in caplog.text
     assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 1.0
+
+
+def test_only_the_status_w_and_b_reports_counts_as_a_refused_key() -> None:
+    """A 4xx whose answer merely quotes a 401/403 in its JSON body is no refused key (a warning, the run goes
+    on); a 403 may be the project's access rather than the key, and says so."""
+    from wandb.errors import CommError
+
+    from trm.training.metrics_log import _key_refused
+
+    assert "(HTTP 401)" in (_key_refused(CommError("api.wandb.ai returned error 401: unauthorized")) or "")
+    assert "access to WANDB_ENTITY/project_name (HTTP 403)" in (
+        _key_refused(CommError('returned error 403: {"errors": ["permission denied"]}')) or ""
+    )
+    assert _key_refused(CommError('returned error 404: {"data": "see status 401 on the login page"}')) is None
+    assert _key_refused(CommError("context deadline exceeded")) is None

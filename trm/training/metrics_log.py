@@ -258,8 +258,13 @@ def _key_refused(err: Exception) -> str | None:
     where = os.environ.get("WANDB_BASE_URL", "").strip() or "api.wandb.ai"
     if isinstance(err, UsageError) and "api key" in str(err).lower():
         return f"W&B has no API key: {KEY_FIX}"
-    status = re.search(r"\b(?:error|status|HTTP) (40[13])\b", str(err))
+    # The status W&B reports, not one quoted in the server's answer (its JSON body follows the status).
+    status = re.search(r"\b(?:error|status|HTTP) (40[13])\b", str(err).split("{", 1)[0])
     if isinstance(err, AuthenticationError) or (isinstance(err, CommError) and status):
+        if (
+            status and status.group(1) == "403"
+        ):  # a valid key without access to the entity/project, or a proxy
+            return f"W&B ({where}) refused the API key or its access to WANDB_ENTITY/project_name (HTTP 403): {KEY_FIX}"
         code = f"HTTP {status.group(1)}" if status else "authentication failed"
         return f"W&B ({where}) refused the API key ({code}): {KEY_FIX}"
     return None

@@ -91,6 +91,12 @@ def test_node_0s_newest_session_decides_and_an_old_end_does_not_count() -> None:
     assert steps.node_zero_gave_up([{**end, "node_rank": 1}], since=now) is None
     assert steps.node_zero_gave_up([{**end, "exit_code": 75}], since=now) is None
     assert steps.node_zero_gave_up([{**end, "time": "garbled"}], since=now) is None
+    # the user fixed node 0's configuration and relaunched within minutes: this node's session of the failed
+    # launch ended after node 0's end, so that end is not this launch's; node 0's new start has not come yet
+    mine_before = {"event": "session_end", "exit_code": 2, "node_rank": 1, "time": now - 50}
+    assert steps.node_zero_gave_up([end, mine_before], since=now, node_rank=1) is None
+    mine_now = {"event": "session_start", "node_rank": 1, "time": now + 0.01}  # this session's own start
+    assert steps.node_zero_gave_up([end, mine_now], since=now, node_rank=1) == end
 
 
 def test_node_ranks_declaration_states_the_wait_the_step_makes() -> None:

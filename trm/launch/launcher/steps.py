@@ -81,7 +81,9 @@ def _wait_for_dataset(session: Session, d: Path) -> None:
     while not d.exists():
         if session.supervisor.stop_reason:
             raise LaunchFailed(128 + 15, "stopped while waiting for the dataset")
-        end = node_zero_gave_up(read_events(session.events.path), session.session_start)
+        end = node_zero_gave_up(
+            read_events(session.events.path), session.session_start, session.settings.node_rank
+        )
         if end is not None:
             raise LaunchFailed(
                 exit_codes.CONFIG_ERROR,
@@ -97,21 +99,37 @@ def _wait_for_dataset(session: Session, d: Path) -> None:
         time.sleep(DATA_POLL_S)
 
 
-def node_zero_gave_up(events: list[dict[str, object]], since: float) -> dict[str, object] | None:
+def node_zero_gave_up(
+    events: list[dict[str, object]], since: float, node_rank: int | None = None
+) -> dict[str, object] | None:
     """Node 0's session end when node 0 gave up for good: its newest session event (in the run directory's
     events, shared by the nodes) is a session_end with a code no orchestrator retries, at most
     NODE_ZERO_END_SLACK_S before `since` (this node's session start: node 0 may fail before this node starts;
-    an older end, yesterday's launch, does not count; a newer session_start of node 0 supersedes it)."""
+    an older end, yesterday's launch, does not count; a newer session_start of node 0 supersedes it). An end
+    after which this node (`node_rank`) already began or ended a session belongs to an earlier launch: a
+    relaunch whose node 0 has not written its new start yet is waited for."""
     newest = None
-    for ev in events:
+    for index, ev in enumerate(events):
         if ev.get("node_rank") == 0 and ev.get("event") in ("session_start", "session_end"):
-            newest = ev
-    if newest is None or newest.get("event") != "session_end":
+            newest = index
+    if newest is None or events[newest].get("event") != "session_end":
         return None
-    if newest.get("exit_code") not in exit_codes.NOT_RETRIED:
+    end = events[newest]
+    if end.get("exit_code") not in exit_codes.NOT_RETRIED:
         return None
-    when = newest.get("time")
-    return newest if isinstance(when, int | float) and when >= since - NODE_ZERO_END_SLACK_S else None
+    when = end.get("time")
+    if not isinstance(when, int | float) or when < since - NODE_ZERO_END_SLACK_S:
+        return None
+    for ev in events[newest + 1 :]:
+        stamp = ev.get("time")
+        earlier_session = isinstance(stamp, int | float) and stamp < since
+        if (
+            ev.get("node_rank") == node_rank
+            and ev.get("event") in ("session_start", "session_end")
+            and earlier_session
+        ):
+            return None
+    return end
 
 
 def hardware_step(session: Session, step: Step) -> None:
