@@ -4,6 +4,7 @@ the full test set and the full-set best among them wins; the choice says which e
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,9 @@ FULL = "eval/all/exact_accuracy"
 SCORES = {100: (0.40, 0.30), 200: (0.55, 0.62), 300: (0.60, 0.50), 400: (0.20, 0.70)}
 
 
-def write(root: Path, step: int, metrics: dict, top_k: int | None = 2) -> None:
+def write(root: Path, step: int, metrics: dict, top_k: int | None = 2, weights: bytes = b"w") -> None:
     folder = ckpt.prepare_partial(root, step)
-    (folder / "state.pt").write_bytes(b"w")
+    (folder / "state.pt").write_bytes(weights)
     facts = {"step": step, "kind": ckpt.EVAL, "eval_metrics": metrics, "best_metric": SUB}
     if top_k is not None:
         facts["best_top_k"] = top_k
@@ -236,3 +237,33 @@ def test_a_second_choice_writes_the_record_the_first_wrote(run_dir: Path) -> Non
     select_best(run_dir, 3, again)
     assert again.calls == [] and (run_dir / BEST_FILE).read_bytes() == first
     assert {r["full_from"] for r in json.loads(first)["candidates"]} == {"re-evaluated"}
+
+
+def test_a_step_saved_again_since_the_choice_is_evaluated_again(run_dir: Path) -> None:
+    """A rollback to step 200, then training on, saves a new step_300: its recorded full score was the old
+    weights', so it is evaluated again; the steps that did not change keep theirs."""
+    select_best(run_dir, 3, FullSet())
+    shutil.rmtree(run_dir / "step_300")
+    sub = SCORES[300][0]
+    write(
+        run_dir,
+        300,
+        {SUB: sub, f"{SUB}/wilson_low": sub - 0.1, f"{SUB}/wilson_high": sub + 0.1},
+        weights=b"new",
+    )
+    again = FullSet()
+    best = select_best(run_dir, 3, again)
+    assert again.calls == [300] and best.info.step == 200
+    rows = {r["step"]: r for r in best.candidates}
+    assert rows[300]["full_from"] == "re-evaluated" and rows[300]["checkpoint"] != rows[200]["checkpoint"]
+
+
+def test_a_record_from_before_checkpoint_identities_is_reused_as_before(run_dir: Path) -> None:
+    select_best(run_dir, 3, FullSet())
+    record = json.loads((run_dir / BEST_FILE).read_text())
+    for row in record["candidates"]:
+        del row["checkpoint"]
+    (run_dir / BEST_FILE).write_text(json.dumps(record))
+    again = FullSet()
+    best = select_best(run_dir, 3, again)
+    assert again.calls == [] and {r["full_from"] for r in best.candidates} == {BEST_FILE}

@@ -14,6 +14,7 @@ best.top_k=0 the subset score alone decides (the choice says so: `evaluation: su
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -162,7 +163,11 @@ def select_best(
         value, source = metric_value(info, full_metric), "in-run"
         count = metrics.get(count_name) if value is not None and count_name else None
         if value is None and info.step in cached:
-            value, count, source = cached[info.step]
+            recorded, recorded_count, recorded_from, identity = cached[info.step]
+            if identity is None:  # a record written before rows carried the checkpoint's identity
+                value, count, source = recorded, recorded_count, BEST_FILE
+            elif identity == checkpoint_identity(info):  # a step saved again (a rollback) is evaluated again
+                value, count, source = recorded, recorded_count, recorded_from
         if value is None:
             full = evaluate_full(info)
             found = full.get(full_metric)
@@ -182,6 +187,7 @@ def select_best(
                 full_metric: value,
                 FULL_COUNT: None if count is None else float(count),
                 "full_from": source,
+                "checkpoint": checkpoint_identity(info),
             }
         )
         if value is not None:
@@ -233,22 +239,33 @@ def _lost_choice(run_dir: Path, ranked_by: str, complete: list[CheckpointInfo]) 
     )
 
 
-def _recorded_full_scores(run_dir: Path, metric: str) -> dict[int, tuple[float, float | None, str]]:
-    """(full score, evaluated count, where the score came from) by step that an earlier `select_best`
-    recorded in best.json (for the same metric). The source is the recorded one (`re-evaluated`, `in-run`),
-    so a second choice writes the record the first did; BEST_FILE for a row that does not say."""
+def checkpoint_identity(info: CheckpointInfo) -> str:
+    """What a checkpoint holds, in 16 hex digits: the hash of its manifest's file list (every file's size and
+    sha256), so a step saved again with other weights has another identity."""
+    files = json.dumps(info.manifest.get("files") or {}, sort_keys=True)
+    return hashlib.sha256(files.encode()).hexdigest()[:16]
+
+
+def _recorded_full_scores(
+    run_dir: Path, metric: str
+) -> dict[int, tuple[float, float | None, str, str | None]]:
+    """(full score, evaluated count, where the score came from, the checkpoint's identity or None) by step
+    that an earlier `select_best` recorded in best.json (for the same metric). The source is the recorded
+    one (`re-evaluated`, `in-run`), so a second choice writes the record the first did; BEST_FILE for a row
+    that does not say."""
     try:
         record = json.loads((run_dir / BEST_FILE).read_text())
     except (OSError, json.JSONDecodeError):
         return {}
-    out: dict[int, tuple[float, float | None, str]] = {}
+    out: dict[int, tuple[float, float | None, str, str | None]] = {}
     for row in record.get("candidates", []) if isinstance(record, dict) else []:
         if isinstance(row, dict) and isinstance(row.get(metric), int | float) and "step" in row:
-            count, source = row.get(FULL_COUNT), row.get("full_from")
+            count, source, identity = row.get(FULL_COUNT), row.get("full_from"), row.get("checkpoint")
             out[int(row["step"])] = (
                 float(row[metric]),
                 float(count) if isinstance(count, int | float) else None,
                 source if isinstance(source, str) and source else BEST_FILE,
+                identity if isinstance(identity, str) else None,
             )
     return out
 
