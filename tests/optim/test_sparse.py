@@ -193,6 +193,10 @@ def _rank_main(rank: int, world: int, port: int, out_path: str, equal_rows: bool
             backprop(module, IDS[rank][:3], grads[rank][:3])
             opt.step()
             torch.save(module.weight, f"{out_path}.{rank}.short")
+        # Both ranks past their last exchange before either tears gloo down: a rank that destroys the group
+        # while its peer still reads from it can make the peer abort (seen once under torch 2.10: SIGABRT,
+        # "terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
